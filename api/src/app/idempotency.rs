@@ -1,0 +1,138 @@
+//! Idempotency keys: the first request with a key runs and its response is stored; a retry
+//! with the same key and the same request replays that response; the same key with a different
+//! request is refused (422); a retry while the first is still running gets 409.
+//!
+//! Keys are scoped to the caller (user), and kept for 24 hours. Responses with a 5xx status are
+//! not kept, so the client can retry them.
+
+use chrono::{Duration, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use serde::{Deserialize, Serialize};
+
+use super::App;
+use crate::entity::idempotency_record;
+use crate::error::{ApiError, ApiResult};
+
+const RETENTION_HOURS: i64 = 24;
+/// A key whose first request has not finished after this long is considered abandoned.
+const PENDING_TIMEOUT_SECS: i64 = 120;
+
+/// A response kept for replay.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What to do with a request that carries an idempotency key.
+pub enum IdempotencyStart {
+    /// First use of the key: run the request, then [`App::idempotency_finish`].
+    Proceed,
+    /// The key was used for this same request: answer with the stored response.
+    Replay(StoredResponse),
+}
+
+impl App {
+    /// Claims `key` for `principal`'s request with `request_hash`.
+    pub async fn idempotency_start(
+        &self,
+        principal: &str,
+        key: &str,
+        request_hash: &str,
+    ) -> ApiResult<IdempotencyStart> {
+        let now = Utc::now();
+        let txn = crate::db::begin_write(&self.db).await?;
+        let existing =
+            idempotency_record::Entity::find_by_id((principal.to_owned(), key.to_owned()))
+                .one(&txn)
+                .await?;
+        if let Some(record) = existing {
+            let expired = now - record.created_at > Duration::hours(RETENTION_HOURS);
+            let abandoned = record.response_status.is_none()
+                && now - record.created_at > Duration::seconds(PENDING_TIMEOUT_SECS);
+            if !(expired || abandoned) {
+                if record.request_hash != request_hash {
+                    return Err(ApiError::invalid(
+                        "this Idempotency-Key was already used with a different request; use a new key",
+                    )
+                    .with_code("idempotency_key_reused"));
+                }
+                let Some(status) = record.response_status else {
+                    return Err(ApiError::conflict(
+                        "idempotency_in_progress",
+                        "a request with this Idempotency-Key is still being processed; retry later",
+                    ));
+                };
+                let headers = record
+                    .response_headers
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(ApiError::internal)?
+                    .unwrap_or_default();
+                return Ok(IdempotencyStart::Replay(StoredResponse {
+                    status: status as u16,
+                    headers,
+                    body: record.response_body.unwrap_or_default(),
+                }));
+            }
+            idempotency_record::Entity::delete_by_id((principal.to_owned(), key.to_owned()))
+                .exec(&txn)
+                .await?;
+        }
+        idempotency_record::ActiveModel {
+            principal: Set(principal.to_owned()),
+            key: Set(key.to_owned()),
+            request_hash: Set(request_hash.to_owned()),
+            response_status: Set(None),
+            response_headers: Set(None),
+            response_body: Set(None),
+            created_at: Set(now),
+        }
+        .insert(&txn)
+        .await?;
+        txn.commit().await?;
+        Ok(IdempotencyStart::Proceed)
+    }
+
+    /// Stores the response of a claimed key, or releases the key when `response` is `None`
+    /// (a server error, which the client may retry).
+    pub async fn idempotency_finish(
+        &self,
+        principal: &str,
+        key: &str,
+        response: Option<StoredResponse>,
+    ) -> ApiResult<()> {
+        let id = (principal.to_owned(), key.to_owned());
+        match response {
+            None => {
+                idempotency_record::Entity::delete_by_id(id)
+                    .exec(&self.db)
+                    .await?;
+            }
+            Some(response) => {
+                let headers =
+                    serde_json::to_value(&response.headers).map_err(ApiError::internal)?;
+                idempotency_record::Entity::update_many()
+                    .col_expr(
+                        idempotency_record::Column::ResponseStatus,
+                        Expr::value(i32::from(response.status)),
+                    )
+                    .col_expr(
+                        idempotency_record::Column::ResponseHeaders,
+                        Expr::value(headers),
+                    )
+                    .col_expr(
+                        idempotency_record::Column::ResponseBody,
+                        Expr::value(response.body),
+                    )
+                    .filter(idempotency_record::Column::Principal.eq(principal))
+                    .filter(idempotency_record::Column::Key.eq(key))
+                    .exec(&self.db)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}

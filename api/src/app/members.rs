@@ -1,0 +1,289 @@
+//! Project members and their roles. Admins manage members below owner; only owners add,
+//! change or remove owners; a project always keeps at least one owner.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::audit::{AuditEntry, audit_record};
+use super::pagination::{Page, PageParams, paginate};
+use super::projects::project_authorize_in;
+use super::{App, if_match_check};
+use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::entity::{project_member, user};
+use crate::error::{ApiError, ApiResult};
+
+/// A user's membership in a project.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemberView {
+    pub user_id: Uuid,
+    pub email: String,
+    pub name: String,
+    pub role: ProjectRole,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Adds an existing user, found by email, to the project.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberAdd {
+    pub email: String,
+    pub role: ProjectRole,
+}
+
+/// A member's new role.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberUpdate {
+    pub role: ProjectRole,
+}
+
+/// A membership with the user it belongs to, and its revision (for the ETag).
+pub struct Member {
+    pub membership: project_member::Model,
+    pub view: MemberView,
+}
+
+async fn member_load(
+    db: &impl ConnectionTrait,
+    membership: project_member::Model,
+) -> ApiResult<Member> {
+    let user = user::Entity::find_by_id(membership.user_id)
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::internal("membership of a missing user"))?;
+    let view = MemberView {
+        user_id: user.id,
+        email: user.email,
+        name: user.name,
+        role: ProjectRole::parse(&membership.role)?,
+        created_at: membership.created_at,
+        updated_at: membership.updated_at,
+    };
+    Ok(Member { membership, view })
+}
+
+async fn membership_find(
+    db: &impl ConnectionTrait,
+    project_id: Uuid,
+    user_id: Uuid,
+) -> ApiResult<project_member::Model> {
+    project_member::Entity::find()
+        .filter(project_member::Column::ProjectId.eq(project_id))
+        .filter(project_member::Column::UserId.eq(user_id))
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("member"))
+}
+
+/// The caller's power over memberships: the role needed to grant or take away `role`.
+fn role_to_manage(role: ProjectRole) -> ProjectRole {
+    if role == ProjectRole::Owner {
+        ProjectRole::Owner
+    } else {
+        ProjectRole::Admin
+    }
+}
+
+async fn owners_count(db: &impl ConnectionTrait, project_id: Uuid) -> ApiResult<u64> {
+    Ok(project_member::Entity::find()
+        .filter(project_member::Column::ProjectId.eq(project_id))
+        .filter(project_member::Column::Role.eq(ProjectRole::Owner.as_str()))
+        .count(db)
+        .await?)
+}
+
+impl App {
+    pub async fn member_list(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+        params: PageParams,
+    ) -> ApiResult<Page<MemberView>> {
+        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
+            .await?;
+        let select =
+            project_member::Entity::find().filter(project_member::Column::ProjectId.eq(project_id));
+        let page = paginate(
+            &self.db,
+            select,
+            project_member::Column::Id,
+            |m| m.id,
+            &params,
+        )
+        .await?;
+        let mut items = Vec::with_capacity(page.items.len());
+        for membership in page.items {
+            items.push(member_load(&self.db, membership).await?.view);
+        }
+        Ok(Page {
+            items,
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    pub async fn member_view(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+        user_id: Uuid,
+    ) -> ApiResult<Member> {
+        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
+            .await?;
+        member_load(
+            &self.db,
+            membership_find(&self.db, project_id, user_id).await?,
+        )
+        .await
+    }
+
+    pub async fn member_add(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        add: MemberAdd,
+    ) -> ApiResult<Member> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        project_authorize_in(
+            &txn,
+            &ctx.principal,
+            project_id,
+            role_to_manage(add.role),
+            Scope::Write,
+        )
+        .await?;
+        let email = add.email.trim().to_lowercase();
+        let user = user::Entity::find()
+            .filter(user::Column::Email.eq(&email))
+            .one(&txn)
+            .await?
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "no user has this email; an administrator must create the user first",
+                )
+            })?;
+        let now = Utc::now();
+        let membership = project_member::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            project_id: Set(project_id),
+            user_id: Set(user.id),
+            role: Set(add.role.as_str().into()),
+            revision: Set(1),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(&txn)
+        .await
+        .map_err(|err| match ApiError::from(err) {
+            e if e.code == "already_exists" => {
+                ApiError::conflict("already_member", "this user is already a member")
+            }
+            e => e,
+        })?;
+        audit_record(&txn, ctx, member_audit("member.add", &membership)).await?;
+        let member = member_load(&txn, membership).await?;
+        txn.commit().await?;
+        Ok(member)
+    }
+
+    pub async fn member_update(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        user_id: Uuid,
+        if_match: Option<&str>,
+        update: MemberUpdate,
+    ) -> ApiResult<Member> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        project_authorize_in(
+            &txn,
+            &ctx.principal,
+            project_id,
+            ProjectRole::Admin,
+            Scope::Write,
+        )
+        .await?;
+        let current = membership_find(&txn, project_id, user_id).await?;
+        if_match_check(if_match, current.revision)?;
+        let current_role = ProjectRole::parse(&current.role)?;
+        let needed = role_to_manage(current_role).max(role_to_manage(update.role));
+        project_authorize_in(&txn, &ctx.principal, project_id, needed, Scope::Write).await?;
+        if current_role == ProjectRole::Owner
+            && update.role != ProjectRole::Owner
+            && owners_count(&txn, project_id).await? <= 1
+        {
+            return Err(ApiError::conflict(
+                "last_owner",
+                "a project must keep at least one owner",
+            ));
+        }
+        let mut active: project_member::ActiveModel = current.clone().into();
+        active.role = Set(update.role.as_str().into());
+        active.revision = Set(current.revision + 1);
+        active.updated_at = Set(Utc::now());
+        let updated = active.update(&txn).await?;
+        audit_record(&txn, ctx, member_audit("member.update", &updated)).await?;
+        let member = member_load(&txn, updated).await?;
+        txn.commit().await?;
+        Ok(member)
+    }
+
+    pub async fn member_remove(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        user_id: Uuid,
+        if_match: Option<&str>,
+    ) -> ApiResult<()> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        project_authorize_in(
+            &txn,
+            &ctx.principal,
+            project_id,
+            ProjectRole::Viewer,
+            Scope::Write,
+        )
+        .await?;
+        let current = membership_find(&txn, project_id, user_id).await?;
+        if_match_check(if_match, current.revision)?;
+        let role = ProjectRole::parse(&current.role)?;
+        // Anyone may leave; removing someone else needs the power to manage their role.
+        if user_id != ctx.principal.user_id() {
+            project_authorize_in(
+                &txn,
+                &ctx.principal,
+                project_id,
+                role_to_manage(role),
+                Scope::Write,
+            )
+            .await?;
+        }
+        if role == ProjectRole::Owner && owners_count(&txn, project_id).await? <= 1 {
+            return Err(ApiError::conflict(
+                "last_owner",
+                "a project must keep at least one owner",
+            ));
+        }
+        project_member::Entity::delete_by_id(current.id)
+            .exec(&txn)
+            .await?;
+        audit_record(&txn, ctx, member_audit("member.remove", &current)).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+}
+
+fn member_audit(action: &'static str, membership: &project_member::Model) -> AuditEntry {
+    AuditEntry {
+        action,
+        resource_type: "member",
+        resource_id: membership.user_id.to_string(),
+        project_id: Some(membership.project_id),
+        details: serde_json::json!({ "role": membership.role }),
+    }
+}

@@ -1,0 +1,87 @@
+//! Application services: what Bulkhead does, apart from HTTP and from SQL.
+//!
+//! One module per resource adds methods to [`App`] named resource-first, then verb
+//! (`project_create`, `service_list`, …). Each method authorizes its caller itself, close to the
+//! action, and writes its audit event in the same transaction as the change it records.
+
+pub mod audit;
+pub mod bootstrap;
+pub mod domains;
+pub mod environments;
+pub mod idempotency;
+pub mod members;
+pub mod pagination;
+pub mod projects;
+pub mod services;
+pub mod sessions;
+pub mod terms;
+pub mod tokens;
+pub mod users;
+
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+
+use crate::auth::JwtKeys;
+use crate::config::Settings;
+use crate::error::{ApiError, ApiResult};
+
+/// The application: shared by every request.
+#[derive(Clone)]
+pub struct App {
+    pub db: DatabaseConnection,
+    pub jwt: Arc<JwtKeys>,
+    pub settings: Arc<Settings>,
+}
+
+/// A strong entity tag for a resource at `revision`.
+pub fn etag_for(revision: i64) -> String {
+    format!("\"r{revision}\"")
+}
+
+/// Checks an `If-Match` precondition against a resource's current `revision`.
+pub fn if_match_check(if_match: Option<&str>, revision: i64) -> ApiResult<()> {
+    match if_match {
+        None => Ok(()),
+        Some(value) if value.trim() == "*" => Ok(()),
+        Some(value) if value.split(',').any(|tag| tag.trim() == etag_for(revision)) => Ok(()),
+        Some(_) => Err(ApiError::precondition_failed()),
+    }
+}
+
+/// Trims `value` and checks it is 1..=`max` characters with no control characters.
+pub fn text_validate(field: &str, value: &str, max: usize) -> ApiResult<String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Err(ApiError::invalid(format!("`{field}` must not be empty")));
+    }
+    if value.chars().count() > max {
+        return Err(ApiError::invalid(format!(
+            "`{field}` must be at most {max} characters"
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ApiError::invalid(format!(
+            "`{field}` must not contain control characters"
+        )));
+    }
+    Ok(value.to_owned())
+}
+
+/// Checks a DNS-label-style name: lowercase letters, digits and `-`, 1..=63, starting with a letter.
+pub fn slug_validate(field: &str, value: &str) -> ApiResult<String> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value.starts_with(|c: char| c.is_ascii_lowercase())
+        && !value.ends_with('-')
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(ApiError::invalid(format!(
+            "`{field}` must be 1 to 63 lowercase letters, digits or '-', start with a letter and not end with '-'"
+        )))
+    }
+}

@@ -1,0 +1,103 @@
+//! Cursor pagination, the same for every list: items are ordered by id (UUIDv7, so by creation
+//! time) and the cursor is the last id of a page, opaque to clients.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::error::{ApiError, ApiResult};
+
+pub const DEFAULT_LIMIT: u64 = 50;
+pub const MAX_LIMIT: u64 = 200;
+
+/// Query parameters of every list.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct PageParams {
+    /// Items per page, 1 to 200 (default 50).
+    pub limit: Option<u64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One page of a list.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+impl<T> Page<T> {
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            next_cursor: self.next_cursor,
+        }
+    }
+}
+
+impl PageParams {
+    fn limit(&self) -> ApiResult<u64> {
+        match self.limit.unwrap_or(DEFAULT_LIMIT) {
+            limit @ 1..=MAX_LIMIT => Ok(limit),
+            _ => Err(ApiError::bad_request(
+                "invalid_query",
+                format!("`limit` must be between 1 and {MAX_LIMIT}"),
+            )),
+        }
+    }
+
+    fn after(&self) -> ApiResult<Option<Uuid>> {
+        let Some(cursor) = &self.cursor else {
+            return Ok(None);
+        };
+        URL_SAFE_NO_PAD
+            .decode(cursor)
+            .ok()
+            .and_then(|bytes| Uuid::from_slice(&bytes).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_cursor",
+                    "`cursor` is not a cursor returned by this list",
+                )
+            })
+    }
+}
+
+/// Runs `select` for one page, ordered by `id_column`.
+pub async fn paginate<E, C>(
+    db: &impl ConnectionTrait,
+    select: Select<E>,
+    id_column: C,
+    id_of: impl Fn(&E::Model) -> Uuid,
+    params: &PageParams,
+) -> ApiResult<Page<E::Model>>
+where
+    E: EntityTrait,
+    C: ColumnTrait,
+{
+    let limit = params.limit()?;
+    let mut select = select.order_by_asc(id_column).limit(limit + 1);
+    if let Some(after) = params.after()? {
+        select = select.filter(id_column.gt(after));
+    }
+    let mut items = select.all(db).await?;
+    let next_cursor = if items.len() as u64 > limit {
+        items.truncate(limit as usize);
+        items
+            .last()
+            .map(|last| URL_SAFE_NO_PAD.encode(id_of(last).as_bytes()))
+    } else {
+        None
+    };
+    Ok(Page { items, next_cursor })
+}

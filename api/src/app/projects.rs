@@ -1,0 +1,233 @@
+//! Projects, and the authorization rule every project-scoped resource goes through
+//! ([`App::project_authorize`]).
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Query;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Set,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::audit::{AuditEntry, audit_record};
+use super::pagination::{Page, PageParams, paginate};
+use super::{App, if_match_check, text_validate};
+use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::entity::{project, project_member};
+use crate::error::{ApiError, ApiResult};
+
+/// A project: the unit of ownership of environments, services and domains.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProjectView {
+    pub id: Uuid,
+    pub name: String,
+    pub description: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<project::Model> for ProjectView {
+    fn from(m: project::Model) -> Self {
+        Self {
+            id: m.id,
+            name: m.name,
+            description: m.description,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
+/// A new project; its creator becomes its owner.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectCreate {
+    /// 1 to 100 characters.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// Changes to a project; absent fields are unchanged.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectUpdate {
+    pub name: Option<String>,
+    pub description: Option<String>,
+}
+
+fn description_validate(description: &str) -> ApiResult<String> {
+    if description.chars().count() > 2000 {
+        return Err(ApiError::invalid(
+            "`description` must be at most 2000 characters",
+        ));
+    }
+    Ok(description.trim().to_owned())
+}
+
+impl App {
+    /// Finds a project and checks that `principal` holds at least `role` in it and `scope` on
+    /// its credential. Non-members get 404 (they may not learn that the project exists);
+    /// members below `role` get 403. Administrators act as owners.
+    pub async fn project_authorize(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+        role: ProjectRole,
+        scope: Scope,
+    ) -> ApiResult<project::Model> {
+        project_authorize_in(&self.db, principal, project_id, role, scope).await
+    }
+
+    pub async fn project_list(
+        &self,
+        principal: &Principal,
+        params: PageParams,
+    ) -> ApiResult<Page<project::Model>> {
+        principal.require_scope(Scope::Read)?;
+        let mut select = project::Entity::find();
+        if !principal.is_admin() {
+            let member_of = Query::select()
+                .column(project_member::Column::ProjectId)
+                .from(project_member::Entity)
+                .and_where(project_member::Column::UserId.eq(principal.user_id()))
+                .to_owned();
+            select = select.filter(project::Column::Id.in_subquery(member_of));
+        }
+        paginate(&self.db, select, project::Column::Id, |m| m.id, &params).await
+    }
+
+    pub async fn project_view(&self, principal: &Principal, id: Uuid) -> ApiResult<project::Model> {
+        self.project_authorize(principal, id, ProjectRole::Viewer, Scope::Read)
+            .await
+    }
+
+    pub async fn project_create(
+        &self,
+        ctx: &OpContext,
+        create: ProjectCreate,
+    ) -> ApiResult<project::Model> {
+        ctx.principal.require_scope(Scope::Write)?;
+        let name = text_validate("name", &create.name, 100)?;
+        let description = description_validate(&create.description)?;
+        let now = Utc::now();
+        let txn = crate::db::begin_write(&self.db).await?;
+        let created = project::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            name: Set(name),
+            description: Set(description),
+            revision: Set(1),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(&txn)
+        .await?;
+        project_member::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            project_id: Set(created.id),
+            user_id: Set(ctx.principal.user_id()),
+            role: Set(ProjectRole::Owner.as_str().into()),
+            revision: Set(1),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(&txn)
+        .await?;
+        audit_record(&txn, ctx, project_audit("project.create", &created)).await?;
+        txn.commit().await?;
+        Ok(created)
+    }
+
+    pub async fn project_update(
+        &self,
+        ctx: &OpContext,
+        id: Uuid,
+        if_match: Option<&str>,
+        update: ProjectUpdate,
+    ) -> ApiResult<project::Model> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        let current =
+            project_authorize_in(&txn, &ctx.principal, id, ProjectRole::Admin, Scope::Write)
+                .await?;
+        if_match_check(if_match, current.revision)?;
+        let mut active: project::ActiveModel = current.clone().into();
+        if let Some(name) = update.name {
+            active.name = Set(text_validate("name", &name, 100)?);
+        }
+        if let Some(description) = update.description {
+            active.description = Set(description_validate(&description)?);
+        }
+        active.revision = Set(current.revision + 1);
+        active.updated_at = Set(Utc::now());
+        let updated = active.update(&txn).await?;
+        audit_record(&txn, ctx, project_audit("project.update", &updated)).await?;
+        txn.commit().await?;
+        Ok(updated)
+    }
+
+    /// Deletes a project with everything in it (owners only).
+    pub async fn project_delete(
+        &self,
+        ctx: &OpContext,
+        id: Uuid,
+        if_match: Option<&str>,
+    ) -> ApiResult<()> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        let current =
+            project_authorize_in(&txn, &ctx.principal, id, ProjectRole::Owner, Scope::Write)
+                .await?;
+        if_match_check(if_match, current.revision)?;
+        project::Entity::delete_by_id(id).exec(&txn).await?;
+        audit_record(&txn, ctx, project_audit("project.delete", &current)).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+}
+
+/// [`App::project_authorize`] inside a transaction. On PostgreSQL the project row is locked
+/// until the transaction ends, so that checks and writes on it are serialized.
+pub async fn project_authorize_in(
+    db: &impl ConnectionTrait,
+    principal: &Principal,
+    project_id: Uuid,
+    role: ProjectRole,
+    scope: Scope,
+) -> ApiResult<project::Model> {
+    let mut select = project::Entity::find_by_id(project_id);
+    if scope != Scope::Read {
+        select = select.lock_exclusive();
+    }
+    let project = select
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("project"))?;
+    if principal.is_admin() {
+        principal.require_scope(scope)?;
+        return Ok(project);
+    }
+    let membership = project_member::Entity::find()
+        .filter(project_member::Column::ProjectId.eq(project_id))
+        .filter(project_member::Column::UserId.eq(principal.user_id()))
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("project"))?;
+    principal.require_scope(scope)?;
+    if ProjectRole::parse(&membership.role)? < role {
+        return Err(ApiError::forbidden(format!(
+            "this requires the `{}` role in the project",
+            role.as_str()
+        )));
+    }
+    Ok(project)
+}
+
+fn project_audit(action: &'static str, project: &project::Model) -> AuditEntry {
+    AuditEntry {
+        action,
+        resource_type: "project",
+        resource_id: project.id.to_string(),
+        project_id: Some(project.id),
+        details: serde_json::json!({ "name": project.name }),
+    }
+}

@@ -1,0 +1,456 @@
+//! Services: what runs in an environment (an artifact or a command, its port, replica count,
+//! regions and environment variables). Secret variable values are write-only: they are stored,
+//! later given to the deploy pipeline, and never returned by the API.
+//!
+//! Deployments, placement and routing (later issues) reference `services.id` and read the
+//! desired state from here.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::audit::{AuditEntry, audit_record};
+use super::environments::environment_find;
+use super::pagination::{Page, PageParams, paginate};
+use super::projects::project_authorize_in;
+use super::{App, if_match_check, slug_validate};
+use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::entity::service;
+use crate::error::{ApiError, ApiResult};
+
+pub const MAX_REPLICAS: u32 = 100;
+pub const MAX_VARIABLES: usize = 200;
+pub const MAX_VARIABLE_VALUE_BYTES: usize = 32 * 1024;
+
+/// What a service runs.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ServiceSource {
+    /// A packaged artifact, e.g. an OCI image reference.
+    Artifact { image: String },
+    /// A command line run on the host, as separate arguments.
+    Command { command: Vec<String> },
+}
+
+/// An environment variable as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredVariable {
+    name: String,
+    value: String,
+    secret: bool,
+}
+
+/// An environment variable to set.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VariableInput {
+    /// `[A-Z_][A-Z0-9_]*`, unique in the service.
+    pub name: String,
+    /// The value. On update, leaving it out keeps the stored value of an existing variable
+    /// (so that a dashboard can resubmit secrets it cannot read).
+    pub value: Option<String>,
+    /// A secret's value is never returned.
+    #[serde(default)]
+    pub secret: bool,
+}
+
+/// An environment variable as shown: secret values are withheld.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct VariableView {
+    pub name: String,
+    pub secret: bool,
+    /// The value; absent for secrets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ServiceView {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub environment_id: Uuid,
+    pub name: String,
+    pub source: ServiceSource,
+    /// The port the workload listens on.
+    pub port: u16,
+    pub replicas: u32,
+    /// Regions to run in, in order of preference.
+    pub regions: Vec<String>,
+    pub variables: Vec<VariableView>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<service::Model> for ServiceView {
+    type Error = ApiError;
+
+    fn try_from(m: service::Model) -> ApiResult<Self> {
+        let variables: Vec<StoredVariable> =
+            serde_json::from_value(m.variables).map_err(ApiError::internal)?;
+        Ok(Self {
+            id: m.id,
+            project_id: m.project_id,
+            environment_id: m.environment_id,
+            name: m.name,
+            source: serde_json::from_value(m.source).map_err(ApiError::internal)?,
+            port: u16::try_from(m.port).map_err(ApiError::internal)?,
+            replicas: u32::try_from(m.replicas).map_err(ApiError::internal)?,
+            regions: serde_json::from_value(m.regions).map_err(ApiError::internal)?,
+            variables: variables
+                .into_iter()
+                .map(|v| VariableView {
+                    value: (!v.secret).then_some(v.value),
+                    name: v.name,
+                    secret: v.secret,
+                })
+                .collect(),
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        })
+    }
+}
+
+fn default_replicas() -> u32 {
+    1
+}
+
+/// A new service.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceCreate {
+    pub environment_id: Uuid,
+    /// Unique in the environment: lowercase letters, digits and `-`.
+    pub name: String,
+    pub source: ServiceSource,
+    pub port: u16,
+    /// 0 to 100 (default 1).
+    #[serde(default = "default_replicas")]
+    pub replicas: u32,
+    #[serde(default)]
+    pub regions: Vec<String>,
+    #[serde(default)]
+    pub variables: Vec<VariableInput>,
+}
+
+/// Changes to a service; absent fields are unchanged. `variables`, when present, replaces the
+/// whole set.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceUpdate {
+    pub name: Option<String>,
+    pub source: Option<ServiceSource>,
+    pub port: Option<u16>,
+    pub replicas: Option<u32>,
+    pub regions: Option<Vec<String>>,
+    pub variables: Option<Vec<VariableInput>>,
+}
+
+fn source_validate(source: ServiceSource) -> ApiResult<serde_json::Value> {
+    match &source {
+        ServiceSource::Artifact { image } if image.trim().is_empty() || image.len() > 500 => {
+            return Err(ApiError::invalid(
+                "`source.image` must be 1 to 500 characters",
+            ));
+        }
+        ServiceSource::Command { command } if command.is_empty() || command.len() > 100 => {
+            return Err(ApiError::invalid(
+                "`source.command` must have 1 to 100 arguments",
+            ));
+        }
+        ServiceSource::Command { command }
+            if command
+                .iter()
+                .any(|arg| arg.len() > 4096 || arg.contains('\0')) =>
+        {
+            return Err(ApiError::invalid(
+                "`source.command` arguments must be at most 4096 bytes, without NUL",
+            ));
+        }
+        _ => {}
+    }
+    serde_json::to_value(source).map_err(ApiError::internal)
+}
+
+fn port_validate(port: u16) -> ApiResult<i32> {
+    if port == 0 {
+        return Err(ApiError::invalid("`port` must be 1 to 65535"));
+    }
+    Ok(i32::from(port))
+}
+
+fn replicas_validate(replicas: u32) -> ApiResult<i32> {
+    if replicas > MAX_REPLICAS {
+        return Err(ApiError::invalid(format!(
+            "`replicas` must be 0 to {MAX_REPLICAS}"
+        )));
+    }
+    Ok(replicas as i32)
+}
+
+fn regions_validate(regions: Vec<String>) -> ApiResult<serde_json::Value> {
+    if regions.len() > 20 {
+        return Err(ApiError::invalid("`regions` may list at most 20 regions"));
+    }
+    let mut seen = BTreeSet::new();
+    for region in &regions {
+        slug_validate("regions[]", region)?;
+        if !seen.insert(region) {
+            return Err(ApiError::invalid(format!(
+                "region `{region}` is listed twice"
+            )));
+        }
+    }
+    serde_json::to_value(regions).map_err(ApiError::internal)
+}
+
+/// Validates `inputs` and merges them with the `existing` variables (whose values are kept
+/// where an input leaves its value out).
+fn variables_validate(
+    inputs: Vec<VariableInput>,
+    existing: &[StoredVariable],
+) -> ApiResult<serde_json::Value> {
+    if inputs.len() > MAX_VARIABLES {
+        return Err(ApiError::invalid(format!(
+            "a service may have at most {MAX_VARIABLES} variables"
+        )));
+    }
+    let mut seen = BTreeSet::new();
+    let mut stored = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let valid_name = input.name.len() <= 128
+            && input
+                .name
+                .starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+            && input
+                .name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if !valid_name {
+            return Err(ApiError::invalid(format!(
+                "variable name `{}` must match [A-Z_][A-Z0-9_]*",
+                input.name
+            )));
+        }
+        if !seen.insert(input.name.clone()) {
+            return Err(ApiError::invalid(format!(
+                "variable `{}` is listed twice",
+                input.name
+            )));
+        }
+        let value = match input.value {
+            Some(value) => value,
+            None => existing
+                .iter()
+                .find(|v| v.name == input.name)
+                .map(|v| v.value.clone())
+                .ok_or_else(|| {
+                    ApiError::invalid(format!("variable `{}` needs a value", input.name))
+                })?,
+        };
+        if value.len() > MAX_VARIABLE_VALUE_BYTES || value.contains('\0') {
+            // The message never repeats the value: it may be a secret.
+            return Err(ApiError::invalid(format!(
+                "the value of `{}` must be at most {MAX_VARIABLE_VALUE_BYTES} bytes, without NUL",
+                input.name
+            )));
+        }
+        stored.push(StoredVariable {
+            name: input.name,
+            value,
+            secret: input.secret,
+        });
+    }
+    serde_json::to_value(stored).map_err(ApiError::internal)
+}
+
+async fn service_find(
+    db: &impl sea_orm::ConnectionTrait,
+    project_id: Uuid,
+    id: Uuid,
+) -> ApiResult<service::Model> {
+    service::Entity::find_by_id(id)
+        .filter(service::Column::ProjectId.eq(project_id))
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("service"))
+}
+
+fn name_taken(err: sea_orm::DbErr) -> ApiError {
+    match ApiError::from(err) {
+        e if e.code == "already_exists" => {
+            ApiError::conflict("name_taken", "the environment has a service with this name")
+        }
+        e => e,
+    }
+}
+
+impl App {
+    pub async fn service_list(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+        params: PageParams,
+    ) -> ApiResult<Page<service::Model>> {
+        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
+            .await?;
+        let select = service::Entity::find().filter(service::Column::ProjectId.eq(project_id));
+        paginate(&self.db, select, service::Column::Id, |m| m.id, &params).await
+    }
+
+    pub async fn service_view(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+        id: Uuid,
+    ) -> ApiResult<service::Model> {
+        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
+            .await?;
+        service_find(&self.db, project_id, id).await
+    }
+
+    pub async fn service_create(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        create: ServiceCreate,
+    ) -> ApiResult<service::Model> {
+        let name = slug_validate("name", &create.name)?;
+        let source = source_validate(create.source)?;
+        let port = port_validate(create.port)?;
+        let replicas = replicas_validate(create.replicas)?;
+        let regions = regions_validate(create.regions)?;
+        let variables = variables_validate(create.variables, &[])?;
+        let txn = crate::db::begin_write(&self.db).await?;
+        project_authorize_in(
+            &txn,
+            &ctx.principal,
+            project_id,
+            ProjectRole::Member,
+            Scope::Write,
+        )
+        .await?;
+        environment_find(&txn, project_id, create.environment_id)
+            .await
+            .map_err(|_| {
+                ApiError::invalid("`environment_id` is not an environment of this project")
+            })?;
+        let now = Utc::now();
+        let created = service::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            project_id: Set(project_id),
+            environment_id: Set(create.environment_id),
+            name: Set(name),
+            source: Set(source),
+            port: Set(port),
+            replicas: Set(replicas),
+            regions: Set(regions),
+            variables: Set(variables),
+            revision: Set(1),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(&txn)
+        .await
+        .map_err(name_taken)?;
+        audit_record(&txn, ctx, service_audit("service.create", &created)).await?;
+        txn.commit().await?;
+        Ok(created)
+    }
+
+    pub async fn service_update(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        id: Uuid,
+        if_match: Option<&str>,
+        update: ServiceUpdate,
+    ) -> ApiResult<service::Model> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        project_authorize_in(
+            &txn,
+            &ctx.principal,
+            project_id,
+            ProjectRole::Member,
+            Scope::Write,
+        )
+        .await?;
+        let current = service_find(&txn, project_id, id).await?;
+        if_match_check(if_match, current.revision)?;
+        let mut active: service::ActiveModel = current.clone().into();
+        if let Some(name) = update.name {
+            active.name = Set(slug_validate("name", &name)?);
+        }
+        if let Some(source) = update.source {
+            active.source = Set(source_validate(source)?);
+        }
+        if let Some(port) = update.port {
+            active.port = Set(port_validate(port)?);
+        }
+        if let Some(replicas) = update.replicas {
+            active.replicas = Set(replicas_validate(replicas)?);
+        }
+        if let Some(regions) = update.regions {
+            active.regions = Set(regions_validate(regions)?);
+        }
+        if let Some(variables) = update.variables {
+            let existing: Vec<StoredVariable> =
+                serde_json::from_value(current.variables.clone()).map_err(ApiError::internal)?;
+            active.variables = Set(variables_validate(variables, &existing)?);
+        }
+        active.revision = Set(current.revision + 1);
+        active.updated_at = Set(Utc::now());
+        let updated = active.update(&txn).await.map_err(name_taken)?;
+        audit_record(&txn, ctx, service_audit("service.update", &updated)).await?;
+        txn.commit().await?;
+        Ok(updated)
+    }
+
+    /// Deletes a service and the domains bound to it.
+    pub async fn service_delete(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        id: Uuid,
+        if_match: Option<&str>,
+    ) -> ApiResult<()> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        project_authorize_in(
+            &txn,
+            &ctx.principal,
+            project_id,
+            ProjectRole::Member,
+            Scope::Write,
+        )
+        .await?;
+        let current = service_find(&txn, project_id, id).await?;
+        if_match_check(if_match, current.revision)?;
+        service::Entity::delete_by_id(id).exec(&txn).await?;
+        audit_record(&txn, ctx, service_audit("service.delete", &current)).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+}
+
+/// Audit details name the variables that are set, never their values.
+fn service_audit(action: &'static str, service: &service::Model) -> AuditEntry {
+    let variable_names: Vec<String> =
+        serde_json::from_value::<Vec<StoredVariable>>(service.variables.clone())
+            .map(|vars| vars.into_iter().map(|v| v.name).collect())
+            .unwrap_or_default();
+    AuditEntry {
+        action,
+        resource_type: "service",
+        resource_id: service.id.to_string(),
+        project_id: Some(service.project_id),
+        details: serde_json::json!({
+            "name": service.name,
+            "port": service.port,
+            "replicas": service.replicas,
+            "variables": variable_names,
+        }),
+    }
+}

@@ -1,0 +1,155 @@
+//! Settings of `bulkhead serve`: command-line flags, then `BULKHEAD_*` environment variables,
+//! then an optional TOML file, then defaults, in that order of precedence.
+//!
+//! Clap resolves flags over environment variables; [`FileSettings`] fills whatever neither set.
+//! The bootstrap token is a secret and comes from the environment only (never a flag, which
+//! would show in the process list, nor the file).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// Flags (and their environment variables) of `bulkhead serve`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// A TOML file with any of the settings below (keys as the flag names, with `_`).
+    #[arg(long, env = "BULKHEAD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port. The bound address is printed.
+    #[arg(long, env = "BULKHEAD_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory for the SQLite database and other local state (created if missing).
+    #[arg(long, env = "BULKHEAD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// `sqlite://PATH` or `postgres://...`; defaults to SQLite in the data directory.
+    #[arg(long, env = "BULKHEAD_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Origins of the dashboard allowed by CORS (comma-separated).
+    #[arg(long, env = "BULKHEAD_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Option<Vec<String>>,
+    /// Seconds before a request is abandoned with 408.
+    #[arg(long, env = "BULKHEAD_REQUEST_TIMEOUT_SECS")]
+    pub request_timeout_secs: Option<u64>,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "BULKHEAD_BODY_LIMIT_BYTES")]
+    pub body_limit_bytes: Option<usize>,
+    /// Lifetime of JWT access tokens, in seconds.
+    #[arg(long, env = "BULKHEAD_ACCESS_TOKEN_TTL_SECS")]
+    pub access_token_ttl_secs: Option<u64>,
+    /// Lifetime of refresh tokens, in seconds.
+    #[arg(long, env = "BULKHEAD_REFRESH_TOKEN_TTL_SECS")]
+    pub refresh_token_ttl_secs: Option<u64>,
+    /// Email of the administrator created on an empty database.
+    #[arg(long, env = "BULKHEAD_ADMIN_EMAIL")]
+    pub admin_email: Option<String>,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "BULKHEAD_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The TOML file: the same settings as the flags, all optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSettings {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    database_url: Option<String>,
+    cors_origins: Option<Vec<String>>,
+    request_timeout_secs: Option<u64>,
+    body_limit_bytes: Option<usize>,
+    access_token_ttl_secs: Option<u64>,
+    refresh_token_ttl_secs: Option<u64>,
+    admin_email: Option<String>,
+    log_format: Option<LogFormat>,
+}
+
+/// Resolved settings of a running server.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub database_url: String,
+    pub cors_origins: Vec<String>,
+    pub request_timeout: Duration,
+    pub body_limit_bytes: usize,
+    pub access_token_ttl: Duration,
+    pub refresh_token_ttl: Duration,
+    pub admin_email: String,
+    pub log_format: LogFormat,
+    /// `BULKHEAD_BOOTSTRAP_TOKEN`: the first administrator's API token, if set.
+    pub bootstrap_token: Option<SecretString>,
+}
+
+impl Settings {
+    /// Resolves `args` (flags over environment) over the TOML file over defaults.
+    pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => read_file_settings(path)?,
+            None => FileSettings::default(),
+        };
+        let data_dir = args
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from("data"));
+        let database_url = args
+            .database_url
+            .or(file.database_url)
+            .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("bulkhead.db").display()));
+        let bootstrap_token = std::env::var("BULKHEAD_BOOTSTRAP_TOKEN")
+            .ok()
+            .filter(|token| !token.is_empty())
+            .map(SecretString::from);
+        Ok(Self {
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            data_dir,
+            database_url,
+            cors_origins: args.cors_origins.or(file.cors_origins).unwrap_or_default(),
+            request_timeout: Duration::from_secs(
+                args.request_timeout_secs
+                    .or(file.request_timeout_secs)
+                    .unwrap_or(30),
+            ),
+            body_limit_bytes: args
+                .body_limit_bytes
+                .or(file.body_limit_bytes)
+                .unwrap_or(256 * 1024),
+            access_token_ttl: Duration::from_secs(
+                args.access_token_ttl_secs
+                    .or(file.access_token_ttl_secs)
+                    .unwrap_or(900),
+            ),
+            refresh_token_ttl: Duration::from_secs(
+                args.refresh_token_ttl_secs
+                    .or(file.refresh_token_ttl_secs)
+                    .unwrap_or(30 * 24 * 3600),
+            ),
+            admin_email: args
+                .admin_email
+                .or(file.admin_email)
+                .unwrap_or_else(|| "admin@bulkhead.local".into()),
+            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
+            bootstrap_token,
+        })
+    }
+}
+
+fn read_file_settings(path: &Path) -> anyhow::Result<FileSettings> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| anyhow::anyhow!("cannot read config file {}: {err}", path.display()))?;
+    toml::from_str(&text)
+        .map_err(|err| anyhow::anyhow!("invalid config file {}: {err}", path.display()))
+}

@@ -1,0 +1,85 @@
+//! The database connection: opening SQLite (created if missing) or PostgreSQL, running
+//! migrations, and the checks behind `/readyz`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use bulkhead_migrations::{Migrator, MigratorTrait};
+use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend,
+    DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+};
+
+/// Opens the database at `url`. For SQLite, the file and its directory are created if missing,
+/// and the database runs in WAL mode so that readers never wait for the writer.
+pub async fn connect(url: &str) -> anyhow::Result<DatabaseConnection> {
+    let mut options = ConnectOptions::new(url);
+    options
+        .sqlx_logging(false)
+        .acquire_timeout(Duration::from_secs(10));
+    if url.starts_with("sqlite:") {
+        let parsed = SqliteConnectOptions::from_str(url)?;
+        if let Some(dir) = parsed
+            .get_filename()
+            .parent()
+            .filter(|dir| !dir.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        options.max_connections(8).map_sqlx_sqlite_opts(|opts| {
+            opts.create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(10))
+                .foreign_keys(true)
+        });
+    } else {
+        options.max_connections(16);
+    }
+    Ok(Database::connect(options).await?)
+}
+
+/// Starts a transaction that will write. On SQLite it takes the write lock at once, so that two
+/// concurrent writers queue on the busy timeout instead of failing to upgrade a read lock.
+pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
+    let options = TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..Default::default()
+    };
+    db.begin_with_options(options).await
+}
+
+/// Applies every pending migration.
+pub async fn migrate_up(db: &DatabaseConnection) -> Result<(), DbErr> {
+    Migrator::up(db, None).await
+}
+
+/// Names of the migrations not yet applied.
+pub async fn pending_migrations(db: &DatabaseConnection) -> Result<Vec<String>, DbErr> {
+    Ok(Migrator::get_pending_migrations(db)
+        .await?
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect())
+}
+
+/// Checks that the database answers a query.
+pub async fn ping(db: &DatabaseConnection) -> Result<(), DbErr> {
+    db.execute_unprepared("SELECT 1").await.map(|_| ())
+}
+
+/// Open and idle connections of the pool, for `/metrics`.
+pub fn pool_stats(db: &DatabaseConnection) -> (u32, usize) {
+    match db.get_database_backend() {
+        DbBackend::Sqlite => {
+            let pool = db.get_sqlite_connection_pool();
+            (pool.size(), pool.num_idle())
+        }
+        DbBackend::Postgres => {
+            let pool = db.get_postgres_connection_pool();
+            (pool.size(), pool.num_idle())
+        }
+        _ => (0, 0),
+    }
+}

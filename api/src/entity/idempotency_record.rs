@@ -1,0 +1,22 @@
+//! The `idempotency_records` table.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "idempotency_records")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub principal: String,
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub key: String,
+    pub request_hash: String,
+    pub response_status: Option<i32>,
+    pub response_headers: Option<Json>,
+    pub response_body: Option<Vec<u8>>,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

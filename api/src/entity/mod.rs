@@ -1,0 +1,16 @@
+//! Sea-ORM entities: one module per table, mirroring `bulkhead-migrations`. Only data shapes
+//! live here; what the rows mean is decided in [`crate::app`].
+
+pub mod api_token;
+pub mod audit_event;
+pub mod domain;
+pub mod environment;
+pub mod idempotency_record;
+pub mod project;
+pub mod project_member;
+pub mod refresh_token;
+pub mod service;
+pub mod signing_key;
+pub mod terms_acceptance;
+pub mod terms_version;
+pub mod user;

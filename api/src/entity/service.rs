@@ -1,0 +1,26 @@
+//! The `services` table.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "services")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub environment_id: Uuid,
+    pub name: String,
+    pub source: Json,
+    pub port: i32,
+    pub replicas: i32,
+    pub regions: Json,
+    pub variables: Json,
+    pub revision: i64,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

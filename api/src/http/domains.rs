@@ -1,0 +1,105 @@
+//! `/v1/projects/{project_id}/domains`: domains of a project.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
+use super::{created, tagged};
+use crate::app::App;
+use crate::app::domains::{DomainCreate, DomainUpdate, DomainView};
+use crate::app::pagination::{Page, PageParams};
+use crate::authz::{OpContext, Principal};
+use crate::error::ApiResult;
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(domain_list, domain_create))
+        .routes(routes!(domain_view, domain_update, domain_delete))
+}
+
+/// List a project's domains.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/domains", tag = "domains",
+    params(("project_id" = Uuid, Path, description = "Project id"), PageParams),
+    responses((status = 200, body = Page<DomainView>)))]
+async fn domain_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(project_id): ApiPath<Uuid>,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Json<Page<DomainView>>> {
+    Ok(Json(
+        app.domain_list(&principal, project_id, params)
+            .await?
+            .map(DomainView::from),
+    ))
+}
+
+/// Bind a hostname to a service of the project (members and above).
+#[utoipa::path(post, path = "/v1/projects/{project_id}/domains", tag = "domains", request_body = DomainCreate,
+    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    responses((status = 201, body = DomainView, headers(("Location" = String), ("ETag" = String)))))]
+async fn domain_create(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath(project_id): ApiPath<Uuid>,
+    ApiJson(create): ApiJson<DomainCreate>,
+) -> ApiResult<Response> {
+    let domain = app.domain_create(&ctx, project_id, create).await?;
+    Ok(created(
+        format!("/v1/projects/{project_id}/domains/{}", domain.id),
+        domain.revision,
+        DomainView::from(domain),
+    ))
+}
+
+/// Get a domain.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/domains/{domain_id}", tag = "domains",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id")),
+    responses((status = 200, body = DomainView, headers(("ETag" = String)))))]
+async fn domain_view(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+) -> ApiResult<Response> {
+    let domain = app.domain_view(&principal, project_id, id).await?;
+    Ok(tagged(domain.revision, DomainView::from(domain)))
+}
+
+/// Rebind a domain to another service (members and above).
+#[utoipa::path(patch, path = "/v1/projects/{project_id}/domains/{domain_id}", tag = "domains", request_body = DomainUpdate,
+    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id"),
+        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    responses((status = 200, body = DomainView, headers(("ETag" = String)))))]
+async fn domain_update(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    if_match: IfMatch,
+    ApiJson(update): ApiJson<DomainUpdate>,
+) -> ApiResult<Response> {
+    let domain = app
+        .domain_update(&ctx, project_id, id, if_match.as_deref(), update)
+        .await?;
+    Ok(tagged(domain.revision, DomainView::from(domain)))
+}
+
+/// Delete a domain (members and above).
+#[utoipa::path(delete, path = "/v1/projects/{project_id}/domains/{domain_id}", tag = "domains",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id"),
+        ("If-Match" = Option<String>, Header, description = "ETag the deletion is based on")),
+    responses((status = 204, description = "Deleted")))]
+async fn domain_delete(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    if_match: IfMatch,
+) -> ApiResult<StatusCode> {
+    app.domain_delete(&ctx, project_id, id, if_match.as_deref())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,98 @@
+//! Extractors that answer bad input with problem details instead of axum's plain-text
+//! rejections, the caller's identity, and the `If-Match` precondition.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+
+use crate::authz::{OpContext, Principal};
+use crate::error::ApiError;
+
+/// A JSON body. Malformed JSON is 400, a wrong content type 415, a body over the limit 413, and
+/// wrong types, missing or unknown fields 422.
+#[derive(Debug, FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+/// Path parameters; a malformed id is 400.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+/// Query parameters; unknown or malformed ones are 400.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let code = match rejection.status() {
+            StatusCode::BAD_REQUEST => "malformed_json",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::UNPROCESSABLE_ENTITY => "invalid_body",
+            _ => "bad_request",
+        };
+        ApiError::new(rejection.status(), code, rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::bad_request("invalid_path", rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::bad_request("invalid_query", rejection.body_text())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Principal>().cloned().ok_or_else(|| {
+            ApiError::unauthenticated("this endpoint needs `Authorization: Bearer <token>`")
+        })
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for OpContext {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let principal = Principal::from_request_parts(parts, state).await?;
+        let request_id = super::middleware::current_request_id().unwrap_or_default();
+        Ok(OpContext {
+            principal,
+            request_id,
+        })
+    }
+}
+
+/// The `If-Match` header, if any.
+#[derive(Debug)]
+pub struct IfMatch(pub Option<String>);
+
+impl IfMatch {
+    pub fn as_deref(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get(axum::http::header::IF_MATCH) {
+            None => Ok(IfMatch(None)),
+            Some(value) => value
+                .to_str()
+                .map(|v| IfMatch(Some(v.to_owned())))
+                .map_err(|_| ApiError::bad_request("invalid_header", "If-Match is not valid text")),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! `/v1/projects/{project_id}/members`: who may act in a project, with which role.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
+use super::{created, tagged};
+use crate::app::App;
+use crate::app::members::{MemberAdd, MemberUpdate, MemberView};
+use crate::app::pagination::{Page, PageParams};
+use crate::authz::{OpContext, Principal};
+use crate::error::ApiResult;
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(member_list, member_add))
+        .routes(routes!(member_view, member_update, member_remove))
+}
+
+/// List a project's members.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/members", tag = "members",
+    params(("project_id" = Uuid, Path, description = "Project id"), PageParams),
+    responses((status = 200, body = Page<MemberView>)))]
+async fn member_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(project_id): ApiPath<Uuid>,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Json<Page<MemberView>>> {
+    Ok(Json(app.member_list(&principal, project_id, params).await?))
+}
+
+/// Add a user to the project with a role (admins; owners to add owners).
+#[utoipa::path(post, path = "/v1/projects/{project_id}/members", tag = "members", request_body = MemberAdd,
+    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    responses((status = 201, body = MemberView, headers(("Location" = String), ("ETag" = String)))))]
+async fn member_add(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath(project_id): ApiPath<Uuid>,
+    ApiJson(add): ApiJson<MemberAdd>,
+) -> ApiResult<Response> {
+    let member = app.member_add(&ctx, project_id, add).await?;
+    let location = format!("/v1/projects/{project_id}/members/{}", member.view.user_id);
+    Ok(created(location, member.membership.revision, member.view))
+}
+
+/// Get a member.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/members/{user_id}", tag = "members",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("user_id" = Uuid, Path, description = "The member's user id")),
+    responses((status = 200, body = MemberView, headers(("ETag" = String)))))]
+async fn member_view(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
+) -> ApiResult<Response> {
+    let member = app.member_view(&principal, project_id, user_id).await?;
+    Ok(tagged(member.membership.revision, member.view))
+}
+
+/// Change a member's role (admins; owners for owner roles). A project keeps at least one owner.
+#[utoipa::path(patch, path = "/v1/projects/{project_id}/members/{user_id}", tag = "members", request_body = MemberUpdate,
+    params(("project_id" = Uuid, Path, description = "Project id"), ("user_id" = Uuid, Path, description = "The member's user id"),
+        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    responses((status = 200, body = MemberView, headers(("ETag" = String)))))]
+async fn member_update(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
+    if_match: IfMatch,
+    ApiJson(update): ApiJson<MemberUpdate>,
+) -> ApiResult<Response> {
+    let member = app
+        .member_update(&ctx, project_id, user_id, if_match.as_deref(), update)
+        .await?;
+    Ok(tagged(member.membership.revision, member.view))
+}
+
+/// Remove a member (or leave the project). A project keeps at least one owner.
+#[utoipa::path(delete, path = "/v1/projects/{project_id}/members/{user_id}", tag = "members",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("user_id" = Uuid, Path, description = "The member's user id"),
+        ("If-Match" = Option<String>, Header, description = "ETag the removal is based on")),
+    responses((status = 204, description = "Removed")))]
+async fn member_remove(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
+    if_match: IfMatch,
+) -> ApiResult<StatusCode> {
+    app.member_remove(&ctx, project_id, user_id, if_match.as_deref())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

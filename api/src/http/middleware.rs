@@ -1,0 +1,238 @@
+//! Middleware applied to every route: request context (request id, problem details for every
+//! error, metrics), authentication, idempotency keys and conditional GETs.
+
+use std::time::Instant;
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+use crate::app::App;
+use crate::app::idempotency::{IdempotencyStart, StoredResponse};
+use crate::authz::Principal;
+use crate::error::{ApiError, PROBLEM_JSON};
+
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+tokio::task_local! {
+    static CURRENT_REQUEST_ID: String;
+}
+
+/// The id of the request being handled on this task, if any.
+pub fn current_request_id() -> Option<String> {
+    CURRENT_REQUEST_ID.try_with(Clone::clone).ok()
+}
+
+/// Runs the request with its id in scope, turns any error response that is not already a
+/// problem (404/405 from routing, 408 from the timeout, 413 from the body limit, 500 from a
+/// caught panic) into one, and records request metrics.
+pub async fn request_context(request: Request, next: Next) -> Response {
+    let request_id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = CURRENT_REQUEST_ID
+        .scope(request_id.clone(), next.run(request))
+        .await;
+    let response = CURRENT_REQUEST_ID.sync_scope(request_id, || problem_ensure(response));
+    let status = response.status().as_u16().to_string();
+    let labels = [("method", method), ("route", route), ("status", status)];
+    metrics::counter!("http_requests_total", &labels).increment(1);
+    metrics::histogram!("http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn problem_ensure(response: Response) -> Response {
+    let status = response.status();
+    let is_problem = response.headers().get(header::CONTENT_TYPE) == Some(&PROBLEM_JSON);
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let (code, detail) = match status {
+        StatusCode::NOT_FOUND => ("not_found", "no such endpoint"),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            "this endpoint does not support this method",
+        ),
+        StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took too long and was abandoned"),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "body_too_large",
+            "the request body is larger than the limit",
+        ),
+        StatusCode::INTERNAL_SERVER_ERROR => {
+            tracing::error!("request failed without an error value (panic?)");
+            (
+                "internal",
+                "internal error; quote the request id when reporting it",
+            )
+        }
+        _ => ("error", status.canonical_reason().unwrap_or("error")),
+    };
+    let mut problem = ApiError::new(status, code, detail).into_response();
+    // Keep headers that matter to the client, such as `Allow` on 405.
+    for name in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(value) = response.headers().get(&name) {
+            problem.headers_mut().insert(name, value.clone());
+        }
+    }
+    problem
+}
+
+/// Resolves `Authorization: Bearer` into a [`Principal`] for the handlers. A request without
+/// the header goes on unauthenticated (public endpoints); a bad credential is 401 at once.
+pub async fn authenticate(State(app): State<App>, mut request: Request, next: Next) -> Response {
+    if let Some(value) = request.headers().get(header::AUTHORIZATION) {
+        let bearer = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .filter(|token| !token.is_empty() && token.len() <= 4096);
+        let Some(bearer) = bearer else {
+            return ApiError::unauthenticated("Authorization must be `Bearer <token>`")
+                .into_response();
+        };
+        match app.principal_from_bearer(bearer).await {
+            Ok(principal) => {
+                request.extensions_mut().insert(principal);
+            }
+            Err(err) => return err.into_response(),
+        }
+    }
+    next.run(request).await
+}
+
+/// Applies `Idempotency-Key` to authenticated POST requests.
+pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -> Response {
+    let Some(key) = request.headers().get(IDEMPOTENCY_KEY).cloned() else {
+        return next.run(request).await;
+    };
+    let Some(principal) = request
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.user_id().to_string())
+    else {
+        return next.run(request).await;
+    };
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let key = match key.to_str() {
+        Ok(key) if (1..=255).contains(&key.len()) => key.to_owned(),
+        _ => {
+            return ApiError::bad_request(
+                "invalid_header",
+                "Idempotency-Key must be 1 to 255 visible ASCII characters",
+            )
+            .into_response();
+        }
+    };
+    let limit = app.settings.body_limit_bytes;
+    let (parts, body) = request.into_parts();
+    let Ok(body) = to_bytes(body, limit).await else {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "the request body is larger than the limit",
+        )
+        .into_response();
+    };
+    let mut hasher = Sha256::new();
+    hasher.update(parts.method.as_str());
+    hasher.update(b" ");
+    hasher.update(parts.uri.to_string());
+    hasher.update(b"\n");
+    hasher.update(&body);
+    let request_hash = hex::encode(hasher.finalize());
+
+    match app.idempotency_start(&principal, &key, &request_hash).await {
+        Err(err) => err.into_response(),
+        Ok(IdempotencyStart::Replay(stored)) => stored_response_build(stored),
+        Ok(IdempotencyStart::Proceed) => {
+            let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+            let (parts, body) = response.into_parts();
+            let Ok(body) = to_bytes(body, usize::MAX).await else {
+                let _ = app.idempotency_finish(&principal, &key, None).await;
+                return ApiError::internal("response body could not be read").into_response();
+            };
+            let stored = (!parts.status.is_server_error()).then(|| StoredResponse {
+                status: parts.status.as_u16(),
+                headers: replayable_headers(&parts.headers),
+                body: body.to_vec(),
+            });
+            if let Err(err) = app.idempotency_finish(&principal, &key, stored).await {
+                tracing::error!(error = %err, "could not store an idempotent response");
+            }
+            Response::from_parts(parts, Body::from(body))
+        }
+    }
+}
+
+fn replayable_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    [header::CONTENT_TYPE, header::LOCATION, header::ETAG]
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(name)?.to_str().ok()?;
+            Some((name.as_str().to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+fn stored_response_build(stored: StoredResponse) -> Response {
+    let mut response = Response::new(Body::from(stored.body));
+    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// Answers a GET whose `If-None-Match` matches the response's `ETag` with 304.
+pub async fn conditional_get(request: Request, next: Next) -> Response {
+    let if_none_match = (request.method() == Method::GET)
+        .then(|| request.headers().get(header::IF_NONE_MATCH).cloned())
+        .flatten();
+    let response = next.run(request).await;
+    let (Some(if_none_match), Some(etag)) = (if_none_match, response.headers().get(header::ETAG))
+    else {
+        return response;
+    };
+    let matches = if_none_match
+        .to_str()
+        .map(|list| {
+            list.split(',')
+                .any(|tag| tag.trim() == "*" || tag.trim().trim_start_matches("W/") == etag)
+        })
+        .unwrap_or(false);
+    if !matches || response.status() != StatusCode::OK {
+        return response;
+    }
+    let mut not_modified = StatusCode::NOT_MODIFIED.into_response();
+    not_modified
+        .headers_mut()
+        .insert(header::ETAG, etag.clone());
+    not_modified
+}

@@ -1,0 +1,264 @@
+//! The HTTP API: routes (one module per resource, each with its `router()`), the middleware
+//! every route shares, and the OpenAPI document generated from the handlers.
+//!
+//! Handlers are thin: extract, call one [`App`] method, shape the response. Every error goes
+//! through [`crate::error::ApiError`].
+
+mod audit;
+mod auth;
+mod domains;
+mod environments;
+pub mod extract;
+mod members;
+pub mod middleware;
+mod ops;
+mod projects;
+mod services;
+mod terms;
+mod tokens;
+mod users;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde::Serialize;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, OpenApi as OpenApiDoc, PathItem, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_swagger_ui::SwaggerUi;
+
+pub use ops::metrics_handle;
+
+use crate::app::{App, etag_for};
+use crate::error::Problem;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service and the audit log.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; updates and deletes accept `If-Match` (412 when it no longer matches). Creates accept `Idempotency-Key`."),
+    components(schemas(Problem)),
+    modifiers(&Conventions),
+    tags(
+        (name = "auth", description = "Log in, refresh and log out"),
+        (name = "users", description = "The caller's account and user administration"),
+        (name = "tokens", description = "API tokens"),
+        (name = "projects"), (name = "members"), (name = "environments"), (name = "services"), (name = "domains"),
+        (name = "terms", description = "Terms of service"),
+        (name = "audit", description = "The audit log"),
+        (name = "operations", description = "Health, readiness and metrics"),
+    )
+)]
+struct ApiDoc;
+
+/// Adds the bearer security scheme and the error responses shared by every operation, so
+/// that each handler documents only what is particular to it.
+struct Conventions;
+
+impl Modify for Conventions {
+    fn modify(&self, doc: &mut OpenApiDoc) {
+        if let Some(components) = doc.components.as_mut() {
+            components.add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(
+                            "A JWT access token from /v1/auth/login, or an API token",
+                        ))
+                        .build(),
+                ),
+            );
+        }
+        for (path, item) in doc.paths.paths.iter_mut() {
+            operations_annotate(path, item);
+        }
+    }
+}
+
+fn operations_annotate(path: &str, item: &mut PathItem) {
+    let operations = [
+        (Method::GET, item.get.as_mut()),
+        (Method::POST, item.post.as_mut()),
+        (Method::PUT, item.put.as_mut()),
+        (Method::PATCH, item.patch.as_mut()),
+        (Method::DELETE, item.delete.as_mut()),
+    ];
+    for (method, operation) in operations {
+        let Some(operation) = operation else { continue };
+        let public = operation.security.as_ref().is_some_and(|reqs| {
+            reqs.iter()
+                .all(|req| *req == SecurityRequirement::default())
+        });
+        let mut errors: Vec<(u16, &str)> =
+            vec![(400, "Malformed request"), (500, "Internal error")];
+        if public {
+            operation.security = None;
+        } else {
+            operation.security = Some(vec![SecurityRequirement::new(
+                "bearer",
+                Vec::<String>::new(),
+            )]);
+            errors.extend([
+                (401, "Missing or invalid credential"),
+                (403, "Role or token scope insufficient"),
+            ]);
+        }
+        if path.contains('{') || !public {
+            errors.push((404, "Not found, or not visible to the caller"));
+        }
+        if matches!(method, Method::POST | Method::PATCH | Method::PUT) {
+            errors.extend([
+                (409, "Conflict with existing state"),
+                (413, "Body too large"),
+                (415, "Not JSON"),
+                (422, "Invalid values"),
+            ]);
+        }
+        if matches!(method, Method::PATCH | Method::DELETE) {
+            errors.push((412, "If-Match does not match the current ETag"));
+        }
+        errors.push((408, "Request timed out"));
+        for (status, description) in errors {
+            let status = status.to_string();
+            operation
+                .responses
+                .responses
+                .entry(status)
+                .or_insert_with(|| {
+                    RefOr::T(
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content(
+                                "application/problem+json",
+                                ContentBuilder::new()
+                                    .schema(Some(RefOr::Ref(
+                                        utoipa::openapi::Ref::from_schema_name("Problem"),
+                                    )))
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                });
+        }
+    }
+}
+
+fn api_router() -> OpenApiRouter<App> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(auth::router())
+        .merge(users::router())
+        .merge(tokens::router())
+        .merge(projects::router())
+        .merge(members::router())
+        .merge(environments::router())
+        .merge(services::router())
+        .merge(domains::router())
+        .merge(terms::router())
+        .merge(audit::router())
+        .merge(ops::router())
+}
+
+/// The OpenAPI document of the API, as served at `/openapi.json` and committed in `openapi/`.
+pub fn openapi_document() -> OpenApiDoc {
+    api_router().split_for_parts().1
+}
+
+/// The complete HTTP application: API routes, the reference page and all middleware.
+pub fn router(app: App) -> Router {
+    let settings = app.settings.clone();
+    let (routes, doc) = api_router().split_for_parts();
+    let routes = routes
+        .layer(axum::middleware::from_fn(middleware::conditional_get))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            middleware::idempotency,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            middleware::authenticate,
+        ))
+        .with_state(app)
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", doc));
+
+    let cors = CorsLayer::new()
+        .allow_origin(AllowOrigin::list(
+            settings
+                .cors_origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok()),
+        ))
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PATCH,
+            Method::PUT,
+            Method::DELETE,
+        ])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::IF_MATCH,
+            header::IF_NONE_MATCH,
+            middleware::IDEMPOTENCY_KEY,
+            middleware::REQUEST_ID,
+        ])
+        .expose_headers([
+            header::ETAG,
+            header::LOCATION,
+            middleware::REQUEST_ID,
+            middleware::IDEMPOTENT_REPLAYED,
+        ]);
+
+    routes.layer(
+        ServiceBuilder::new()
+            .layer(SetSensitiveRequestHeadersLayer::new([
+                header::AUTHORIZATION,
+                header::COOKIE,
+            ]))
+            .layer(SetRequestIdLayer::new(
+                middleware::REQUEST_ID,
+                MakeRequestUuid,
+            ))
+            .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
+            .layer(TraceLayer::new_for_http())
+            .layer(axum::middleware::from_fn(middleware::request_context))
+            .layer(CatchPanicLayer::new())
+            .layer(cors)
+            .layer(CompressionLayer::new())
+            .layer(TimeoutLayer::with_status_code(
+                StatusCode::REQUEST_TIMEOUT,
+                settings.request_timeout,
+            ))
+            .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
+            .layer(DefaultBodyLimit::max(settings.body_limit_bytes)),
+    )
+}
+
+/// A 200 response with the resource's `ETag`.
+pub(crate) fn tagged<T: Serialize>(revision: i64, body: T) -> Response {
+    let mut response = Json(body).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&etag_for(revision)) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    response
+}
+
+/// A 201 response with `Location` and `ETag`.
+pub(crate) fn created<T: Serialize>(location: String, revision: i64, body: T) -> Response {
+    let mut response = tagged(revision, body);
+    *response.status_mut() = StatusCode::CREATED;
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}

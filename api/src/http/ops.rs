@@ -1,0 +1,92 @@
+//! Operations endpoints: `/healthz` (alive), `/readyz` (database reachable and migrations
+//! current) and `/metrics` (Prometheus text format).
+
+use std::sync::OnceLock;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics_render))
+}
+
+/// The state of the server.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// `ok` or `ready`.
+    pub status: String,
+}
+
+/// The process-wide Prometheus recorder, installed on first use.
+pub fn metrics_handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let buckets = [
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ];
+        PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("http_request_duration_seconds".into()),
+                &buckets,
+            )
+            .expect("buckets are not empty")
+            .install_recorder()
+            .expect("no other metrics recorder is installed")
+    })
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()), responses((status = 200, body = Health)))]
+async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// Readiness: the database answers and every migration is applied.
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
+    responses((status = 200, body = Health), (status = 503, body = crate::error::Problem, content_type = "application/problem+json")))]
+async fn readyz(State(app): State<App>) -> ApiResult<Json<Health>> {
+    let unavailable =
+        |detail: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", detail);
+    crate::db::ping(&app.db).await.map_err(|err| {
+        tracing::warn!(error = %err, "readiness: database unreachable");
+        unavailable("the database is unreachable".into())
+    })?;
+    let pending = crate::db::pending_migrations(&app.db)
+        .await
+        .map_err(|_| unavailable("the migration state cannot be read".into()))?;
+    if !pending.is_empty() {
+        return Err(unavailable(format!(
+            "migrations pending: {}",
+            pending.join(", ")
+        )));
+    }
+    Ok(Json(Health {
+        status: "ready".into(),
+    }))
+}
+
+/// Prometheus metrics: request counts and latency by route and status, database pool.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
+    responses((status = 200, content_type = "text/plain", body = String)))]
+async fn metrics_render(State(app): State<App>) -> Response {
+    let (open, idle) = crate::db::pool_stats(&app.db);
+    metrics::gauge!("db_pool_connections").set(open as f64);
+    metrics::gauge!("db_pool_idle_connections").set(idle as f64);
+    let body = metrics_handle().render();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}

@@ -1,0 +1,99 @@
+//! `/v1/projects`: projects.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
+use super::{created, tagged};
+use crate::app::App;
+use crate::app::pagination::{Page, PageParams};
+use crate::app::projects::{ProjectCreate, ProjectUpdate, ProjectView};
+use crate::authz::{OpContext, Principal};
+use crate::error::ApiResult;
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(project_list, project_create))
+        .routes(routes!(project_view, project_update, project_delete))
+}
+
+/// List the projects the caller is a member of (all projects for administrators).
+#[utoipa::path(get, path = "/v1/projects", tag = "projects", params(PageParams),
+    responses((status = 200, body = Page<ProjectView>)))]
+async fn project_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Json<Page<ProjectView>>> {
+    Ok(Json(
+        app.project_list(&principal, params)
+            .await?
+            .map(ProjectView::from),
+    ))
+}
+
+/// Create a project; the caller becomes its owner.
+#[utoipa::path(post, path = "/v1/projects", tag = "projects", request_body = ProjectCreate,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    responses((status = 201, body = ProjectView, headers(("Location" = String), ("ETag" = String)))))]
+async fn project_create(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiJson(create): ApiJson<ProjectCreate>,
+) -> ApiResult<Response> {
+    let project = app.project_create(&ctx, create).await?;
+    Ok(created(
+        format!("/v1/projects/{}", project.id),
+        project.revision,
+        ProjectView::from(project),
+    ))
+}
+
+/// Get a project.
+#[utoipa::path(get, path = "/v1/projects/{project_id}", tag = "projects",
+    params(("project_id" = Uuid, Path, description = "Project id")),
+    responses((status = 200, body = ProjectView, headers(("ETag" = String)))))]
+async fn project_view(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Response> {
+    let project = app.project_view(&principal, id).await?;
+    Ok(tagged(project.revision, ProjectView::from(project)))
+}
+
+/// Change a project (admins and owners).
+#[utoipa::path(patch, path = "/v1/projects/{project_id}", tag = "projects", request_body = ProjectUpdate,
+    params(("project_id" = Uuid, Path, description = "Project id"), ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    responses((status = 200, body = ProjectView, headers(("ETag" = String)))))]
+async fn project_update(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath(id): ApiPath<Uuid>,
+    if_match: IfMatch,
+    ApiJson(update): ApiJson<ProjectUpdate>,
+) -> ApiResult<Response> {
+    let project = app
+        .project_update(&ctx, id, if_match.as_deref(), update)
+        .await?;
+    Ok(tagged(project.revision, ProjectView::from(project)))
+}
+
+/// Delete a project and everything in it (owners).
+#[utoipa::path(delete, path = "/v1/projects/{project_id}", tag = "projects",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("If-Match" = Option<String>, Header, description = "ETag the deletion is based on")),
+    responses((status = 204, description = "Deleted")))]
+async fn project_delete(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath(id): ApiPath<Uuid>,
+    if_match: IfMatch,
+) -> ApiResult<StatusCode> {
+    app.project_delete(&ctx, id, if_match.as_deref()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

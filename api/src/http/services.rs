@@ -1,0 +1,110 @@
+//! `/v1/projects/{project_id}/services`: services of a project.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
+use super::{created, tagged};
+use crate::app::App;
+use crate::app::pagination::{Page, PageParams};
+use crate::app::services::{ServiceCreate, ServiceUpdate, ServiceView};
+use crate::authz::{OpContext, Principal};
+use crate::error::ApiResult;
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(service_list, service_create))
+        .routes(routes!(service_view, service_update, service_delete))
+}
+
+/// List a project's services.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/services", tag = "services",
+    params(("project_id" = Uuid, Path, description = "Project id"), PageParams),
+    responses((status = 200, body = Page<ServiceView>)))]
+async fn service_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(project_id): ApiPath<Uuid>,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Json<Page<ServiceView>>> {
+    let page = app.service_list(&principal, project_id, params).await?;
+    let items = page
+        .items
+        .into_iter()
+        .map(ServiceView::try_from)
+        .collect::<ApiResult<_>>()?;
+    Ok(Json(Page {
+        items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Create a service (members and above).
+#[utoipa::path(post, path = "/v1/projects/{project_id}/services", tag = "services", request_body = ServiceCreate,
+    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    responses((status = 201, body = ServiceView, headers(("Location" = String), ("ETag" = String)))))]
+async fn service_create(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath(project_id): ApiPath<Uuid>,
+    ApiJson(create): ApiJson<ServiceCreate>,
+) -> ApiResult<Response> {
+    let service = app.service_create(&ctx, project_id, create).await?;
+    Ok(created(
+        format!("/v1/projects/{project_id}/services/{}", service.id),
+        service.revision,
+        ServiceView::try_from(service)?,
+    ))
+}
+
+/// Get a service.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}", tag = "services",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id")),
+    responses((status = 200, body = ServiceView, headers(("ETag" = String)))))]
+async fn service_view(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+) -> ApiResult<Response> {
+    let service = app.service_view(&principal, project_id, id).await?;
+    Ok(tagged(service.revision, ServiceView::try_from(service)?))
+}
+
+/// Change a service (members and above).
+#[utoipa::path(patch, path = "/v1/projects/{project_id}/services/{service_id}", tag = "services", request_body = ServiceUpdate,
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
+        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    responses((status = 200, body = ServiceView, headers(("ETag" = String)))))]
+async fn service_update(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    if_match: IfMatch,
+    ApiJson(update): ApiJson<ServiceUpdate>,
+) -> ApiResult<Response> {
+    let service = app
+        .service_update(&ctx, project_id, id, if_match.as_deref(), update)
+        .await?;
+    Ok(tagged(service.revision, ServiceView::try_from(service)?))
+}
+
+/// Delete a service and its domains (members and above).
+#[utoipa::path(delete, path = "/v1/projects/{project_id}/services/{service_id}", tag = "services",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
+        ("If-Match" = Option<String>, Header, description = "ETag the deletion is based on")),
+    responses((status = 204, description = "Deleted")))]
+async fn service_delete(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    if_match: IfMatch,
+) -> ApiResult<StatusCode> {
+    app.service_delete(&ctx, project_id, id, if_match.as_deref())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,15 @@
+//! Bulkhead: a vendor-neutral control-plane API server.
+//!
+//! Layers, outermost first: [`http`] (routes, middleware, OpenAPI) → [`app`] (what Bulkhead
+//! does, with authorization close to each action) → [`entity`] and [`db`] (data access).
+//! [`error::ApiError`] is the one error type clients see.
+
+pub mod app;
+pub mod auth;
+pub mod authz;
+pub mod config;
+pub mod db;
+pub mod entity;
+pub mod error;
+pub mod http;
+pub mod server;
