@@ -1,1 +1,18 @@
-fn main() {}
+//! The integration tests: one binary, one file per area. Each test starts the real server on
+//! 127.0.0.1:0 with a fresh database and talks HTTP to it; database tests run on SQLite and,
+//! when `BULKHEAD_TEST_POSTGRES_URL` is set, on PostgreSQL.
+
+mod support;
+
+mod audit;
+mod auth;
+mod cli;
+mod conventions;
+mod coverage;
+mod members;
+mod migrations;
+mod openapi;
+mod ops;
+mod projects;
+mod resources;
+mod terms;

@@ -109,6 +109,7 @@ async fn password_hash_checked(password: String) -> ApiResult<String> {
 
 impl App {
     pub async fn me_view(&self, principal: &Principal) -> ApiResult<user::Model> {
+        principal.require_scope(Scope::Read)?;
         Ok(principal.user.clone())
     }
 

@@ -47,7 +47,6 @@ use crate::error::Problem;
 #[openapi(
     info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service and the audit log.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; updates and deletes accept `If-Match` (412 when it no longer matches). Creates accept `Idempotency-Key`."),
     components(schemas(Problem)),
-    modifiers(&Conventions),
     tags(
         (name = "auth", description = "Log in, refresh and log out"),
         (name = "users", description = "The caller's account and user administration"),
@@ -61,7 +60,8 @@ use crate::error::Problem;
 struct ApiDoc;
 
 /// Adds the bearer security scheme and the error responses shared by every operation, so
-/// that each handler documents only what is particular to it.
+/// that each handler documents only what is particular to it. Applied once all routes are
+/// merged (a `modifiers(...)` attribute would run before the routes are added).
 struct Conventions;
 
 impl Modify for Conventions {
@@ -170,13 +170,19 @@ fn api_router() -> OpenApiRouter<App> {
 
 /// The OpenAPI document of the API, as served at `/openapi.json` and committed in `openapi/`.
 pub fn openapi_document() -> OpenApiDoc {
-    api_router().split_for_parts().1
+    api_router_split().1
+}
+
+fn api_router_split() -> (Router<App>, OpenApiDoc) {
+    let (routes, mut doc) = api_router().split_for_parts();
+    Conventions.modify(&mut doc);
+    (routes, doc)
 }
 
 /// The complete HTTP application: API routes, the reference page and all middleware.
 pub fn router(app: App) -> Router {
     let settings = app.settings.clone();
-    let (routes, doc) = api_router().split_for_parts();
+    let (routes, doc) = api_router_split();
     let routes = routes
         .layer(axum::middleware::from_fn(middleware::conditional_get))
         .layer(axum::middleware::from_fn_with_state(

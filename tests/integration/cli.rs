@@ -1,0 +1,186 @@
+//! The `bulkhead` binary: first start prints the bound address and a generated token once,
+//! settings precedence (flag > environment > file), `migrate`, and shutdown on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
+
+fn bulkhead(dir: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(dir)
+        .env_remove("BULKHEAD_BOOTSTRAP_TOKEN")
+        .env_remove("BULKHEAD_DATA_DIR")
+        .env("RUST_LOG", "warn");
+    command
+}
+
+/// Starts `serve` and reads stdout up to the "listening" line: (child, address, lines before).
+fn serve(mut command: Command) -> (Child, String, Vec<String>) {
+    let mut child = command
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut before = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            let status = child.wait().unwrap();
+            panic!("bulkhead exited ({status}) before listening: {before:?}");
+        }
+        if let Some(addr) = line.trim().strip_prefix("bulkhead listening on http://") {
+            return (child, addr.to_owned(), before);
+        }
+        before.push(line.trim().to_owned());
+    }
+}
+
+fn terminate(mut child: Child) {
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exit after SIGTERM: {status}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().ok();
+    panic!("bulkhead did not stop within 10 s of SIGTERM");
+}
+
+async fn get(addr: &str, path: &str, token: Option<&str>) -> reqwest::StatusCode {
+    let mut request = reqwest::Client::new().get(format!("http://{addr}{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap().status()
+}
+
+#[tokio::test]
+async fn first_start_prints_address_and_token_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, addr, before) = serve({
+        let mut c = bulkhead(dir.path());
+        c.arg("serve");
+        c
+    });
+    let token = before
+        .iter()
+        .find(|line| line.starts_with("bh_"))
+        .expect("the generated token is printed")
+        .clone();
+    assert_eq!(get(&addr, "/healthz", None).await, 200);
+    assert_eq!(get(&addr, "/v1/users", Some(&token)).await, 200);
+    assert!(
+        dir.path().join("data/bulkhead.db").exists(),
+        "SQLite in the default data directory"
+    );
+    terminate(child);
+
+    let (child, addr, before) = serve({
+        let mut c = bulkhead(dir.path());
+        c.arg("serve");
+        c
+    });
+    assert!(
+        before.iter().all(|line| !line.contains(&token)),
+        "the token is printed only once"
+    );
+    assert_eq!(
+        get(&addr, "/v1/users", Some(&token)).await,
+        200,
+        "the token still works after a restart"
+    );
+    terminate(child);
+}
+
+#[tokio::test]
+async fn settings_precedence_is_flag_then_environment_then_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bulkhead.toml"),
+        "data_dir = \"from-file\"\nbody_limit_bytes = 1024\n",
+    )
+    .unwrap();
+    let run = |env: Option<&str>, flag: Option<&str>| {
+        let mut c = bulkhead(dir.path());
+        c.args(["serve", "--config", "bulkhead.toml"])
+            .env("BULKHEAD_BOOTSTRAP_TOKEN", "precedence-test-token-0001");
+        if let Some(env) = env {
+            c.env("BULKHEAD_DATA_DIR", env);
+        }
+        if let Some(flag) = flag {
+            c.args(["--data-dir", flag]);
+        }
+        c
+    };
+    for (env, flag, expected) in [
+        (None, None, "from-file"),
+        (Some("from-env"), None, "from-env"),
+        (Some("from-env"), Some("from-flag"), "from-flag"),
+    ] {
+        let (child, addr, _) = serve(run(env, flag));
+        assert!(
+            dir.path().join(expected).join("bulkhead.db").exists(),
+            "expected the database in {expected}"
+        );
+        // The file's body limit applies (1 KiB).
+        let big = serde_json::json!({ "name": "x".repeat(2000) });
+        let client = reqwest::Client::new();
+        let reply = client
+            .post(format!("http://{addr}/v1/projects"))
+            .bearer_auth("precedence-test-token-0001")
+            .json(&big)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 413);
+        terminate(child);
+    }
+    let bad = bulkhead(dir.path())
+        .args(["serve", "--config", "missing.toml"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.toml"));
+}
+
+#[tokio::test]
+async fn migrate_up_down_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let output = bulkhead(dir.path())
+            .arg("migrate")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "migrate {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    run(&["up"]);
+    let status = run(&["status"]);
+    let total =
+        <bulkhead_migrations::Migrator as bulkhead_migrations::MigratorTrait>::migrations().len();
+    assert_eq!(status.matches("Applied").count(), total, "{status}");
+    run(&["down", "2"]);
+    let status = run(&["status"]);
+    assert_eq!(status.matches("Pending").count(), 2, "{status}");
+}

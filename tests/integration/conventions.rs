@@ -1,0 +1,221 @@
+//! API conventions shared by every endpoint: problem details for bad input, body limits,
+//! idempotency keys, request ids, CORS and compression.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::db_tests;
+use crate::support::{ADMIN_TOKEN, TestServer};
+
+db_tests!(
+    bad_input_gets_problem_details,
+    idempotency_keys_replay_and_refuse_reuse,
+    cors_compression_and_request_ids
+);
+
+async fn bad_input_gets_problem_details(s: TestServer) {
+    let raw = |method: Method, path: &str, content_type: &str, body: Vec<u8>| {
+        TestServer::send(
+            s.request(method, path, Some(ADMIN_TOKEN))
+                .header("content-type", content_type)
+                .body(body),
+        )
+    };
+    let json_type = "application/json";
+    raw(
+        Method::POST,
+        "/v1/projects",
+        json_type,
+        b"{\"name\": ".to_vec(),
+    )
+    .await
+    .assert_problem(400, "malformed_json");
+    raw(Method::POST, "/v1/projects", json_type, b"[1, 2]".to_vec())
+        .await
+        .assert_problem(422, "invalid_body");
+    raw(
+        Method::POST,
+        "/v1/projects",
+        json_type,
+        b"{\"name\": 5}".to_vec(),
+    )
+    .await
+    .assert_problem(422, "invalid_body");
+    raw(Method::POST, "/v1/projects", json_type, b"{}".to_vec())
+        .await
+        .assert_problem(422, "invalid_body");
+    raw(
+        Method::POST,
+        "/v1/projects",
+        json_type,
+        b"{\"name\": \"a\", \"owner\": \"me\"}".to_vec(),
+    )
+    .await
+    .assert_problem(422, "invalid_body");
+    raw(
+        Method::POST,
+        "/v1/projects",
+        "text/plain",
+        b"{\"name\": \"a\"}".to_vec(),
+    )
+    .await
+    .assert_problem(415, "unsupported_media_type");
+    let oversized = format!(
+        "{{\"name\": \"a\", \"description\": \"{}\"}}",
+        "x".repeat(100 * 1024)
+    );
+    raw(
+        Method::POST,
+        "/v1/projects",
+        json_type,
+        oversized.into_bytes(),
+    )
+    .await
+    .assert_problem(413, "body_too_large");
+    s.get("/v1/projects/not-a-uuid", ADMIN_TOKEN)
+        .await
+        .assert_problem(400, "invalid_path");
+    s.get(
+        "/v1/projects/00000000-0000-0000-0000-000000000000/services/xyz",
+        ADMIN_TOKEN,
+    )
+    .await
+    .assert_problem(400, "invalid_path");
+    s.get("/v1/no-such-thing", ADMIN_TOKEN)
+        .await
+        .assert_problem(404, "not_found");
+    let wrong_method = s
+        .call(Method::PUT, "/v1/projects", Some(ADMIN_TOKEN), None)
+        .await;
+    wrong_method.assert_problem(405, "method_not_allowed");
+    assert!(
+        wrong_method
+            .header("allow")
+            .is_some_and(|allow| allow.contains("GET"))
+    );
+    let bad_header = TestServer::send(
+        s.request(Method::GET, "/v1/me", None)
+            .header("authorization", "Basic Zm9vOmJhcg=="),
+    )
+    .await;
+    bad_header.assert_problem(401, "unauthenticated");
+    let nothing_was_created = s.get("/v1/projects", ADMIN_TOKEN).await;
+    assert_eq!(
+        nothing_was_created.body["items"],
+        json!([]),
+        "no bad request created anything"
+    );
+}
+
+async fn idempotency_keys_replay_and_refuse_reuse(s: TestServer) {
+    let create = |key: &str, name: &str| {
+        TestServer::send(
+            s.request(Method::POST, "/v1/projects", Some(ADMIN_TOKEN))
+                .header("idempotency-key", key)
+                .json(&json!({ "name": name })),
+        )
+    };
+    let first = create("key-1", "shop").await;
+    first.assert_status(201);
+    let replay = create("key-1", "shop").await;
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, first.body, "the stored response is replayed");
+    assert_eq!(replay.header("location"), first.header("location"));
+    create("key-1", "other")
+        .await
+        .assert_problem(422, "idempotency_key_reused");
+    assert_eq!(
+        s.get("/v1/projects", ADMIN_TOKEN).await.body["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "created once"
+    );
+
+    // Failed requests are replayed too (4xx), so a retry cannot change the outcome silently.
+    let invalid = create("key-2", "").await;
+    invalid.assert_problem(422, "invalid_request");
+    assert_eq!(
+        create("key-2", "").await.header("idempotent-replayed"),
+        Some("true")
+    );
+
+    // Keys belong to their user: another user's same key is a new request.
+    let other = s.user_with_session("idem@example.com").await;
+    let theirs = TestServer::send(
+        s.request(Method::POST, "/v1/projects", Some(&other))
+            .header("idempotency-key", "key-1")
+            .json(&json!({ "name": "shop" })),
+    )
+    .await;
+    theirs.assert_status(201);
+    assert!(theirs.header("idempotent-replayed").is_none());
+    assert_ne!(theirs.body["id"], first.body["id"]);
+
+    // Concurrent retries of one key create one project.
+    let results = futures::future::join_all((0..4).map(|_| create("key-3", "burst"))).await;
+    let created: Vec<_> = results.iter().filter(|r| r.status == 201).collect();
+    assert!(!created.is_empty());
+    assert!(
+        created
+            .iter()
+            .all(|r| r.body["id"] == created[0].body["id"])
+    );
+    assert!(
+        results.iter().all(|r| r.status == 201 || r.status == 409),
+        "{results:?}"
+    );
+    let too_long = create(&"k".repeat(300), "x").await;
+    too_long.assert_problem(400, "invalid_header");
+}
+
+async fn cors_compression_and_request_ids(s: TestServer) {
+    let preflight = s
+        .request(Method::OPTIONS, "/v1/projects", None)
+        .header("origin", "https://dashboard.example.com")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization,content-type,idempotency-key",
+        );
+    let preflight = TestServer::send(preflight).await;
+    assert!(preflight.status < 300, "preflight: {}", preflight.status);
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some("https://dashboard.example.com")
+    );
+    let foreign = s
+        .request(Method::OPTIONS, "/v1/projects", None)
+        .header("origin", "https://evil.example")
+        .header("access-control-request-method", "POST");
+    let foreign = TestServer::send(foreign).await;
+    assert!(foreign.header("access-control-allow-origin").is_none());
+
+    let many = (0..30).map(|i| json!({ "name": format!("compressible project {i}") }));
+    for body in many {
+        s.post("/v1/projects", ADMIN_TOKEN, body)
+            .await
+            .assert_status(201);
+    }
+    let compressed = s
+        .request(Method::GET, "/v1/projects", Some(ADMIN_TOKEN))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        compressed
+            .headers()
+            .get("content-encoding")
+            .and_then(|v| v.to_str().ok()),
+        Some("gzip")
+    );
+
+    let generated = s.get("/v1/me", ADMIN_TOKEN).await;
+    let id = generated
+        .header("x-request-id")
+        .expect("a request id is generated");
+    assert!(uuid::Uuid::parse_str(id).is_ok());
+}

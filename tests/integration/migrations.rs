@@ -1,0 +1,278 @@
+//! Migrations: every migration goes up, down and up again; and the records users made
+//! (accounts, terms-of-service acceptances, audit events) survive every later migration, a
+//! rollback of those, and a restart.
+
+use bulkhead::entity::{audit_event, terms_acceptance};
+use bulkhead_migrations::{Migrator, MigratorTrait};
+use reqwest::Method;
+use sea_orm::sea_query::{Expr, ExprTrait, Query};
+use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait};
+use serde_json::json;
+
+use crate::support::{Backend, PASSWORD, TestServer, database_fresh};
+
+/// The migration that creates the terms and audit tables (1-based position).
+const TERMS_AND_AUDIT: u32 = 2;
+
+macro_rules! backend_tests {
+    ($($name:ident),*) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name(crate::support::Backend::Sqlite).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name(crate::support::Backend::Postgres).await;
+                }
+            }
+        )*
+    };
+}
+
+backend_tests!(
+    every_migration_goes_up_down_and_up,
+    user_records_survive_every_later_migration
+);
+
+async fn connect(backend: Backend) -> Option<(DatabaseConnection, String, tempfile::TempDir)> {
+    let Some((url, dir)) = database_fresh(backend).await else {
+        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+        return None;
+    };
+    let db = bulkhead::db::connect(&url).await.expect("connect");
+    Some((db, url, dir))
+}
+
+async fn applied(db: &DatabaseConnection) -> usize {
+    Migrator::get_applied_migrations(db).await.unwrap().len()
+}
+
+async fn every_migration_goes_up_down_and_up(backend: Backend) {
+    let Some((db, url, dir)) = connect(backend).await else {
+        return;
+    };
+    let total = Migrator::migrations().len();
+    for step in 1..=total {
+        Migrator::up(&db, Some(1))
+            .await
+            .unwrap_or_else(|err| panic!("up to {step}: {err}"));
+        assert_eq!(applied(&db).await, step);
+        Migrator::down(&db, Some(1))
+            .await
+            .unwrap_or_else(|err| panic!("down from {step}: {err}"));
+        assert_eq!(applied(&db).await, step - 1);
+        Migrator::up(&db, Some(1))
+            .await
+            .unwrap_or_else(|err| panic!("up again to {step}: {err}"));
+    }
+    Migrator::down(&db, None).await.expect("everything down");
+    assert_eq!(applied(&db).await, 0);
+    Migrator::up(&db, None).await.expect("everything up");
+    assert!(
+        bulkhead::db::pending_migrations(&db)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    db.close().await.unwrap();
+    // The migrated schema works with the entities: the server runs a full flow on it.
+    let s = TestServer::start_on(backend, url, dir, |_| {}).await;
+    let token = s.user_with_session("schema@example.com").await;
+    let project = s.project_create(&token, "p").await;
+    let env = s
+        .post(
+            &format!("/v1/projects/{project}/environments"),
+            &token,
+            json!({ "name": "prod" }),
+        )
+        .await;
+    env.assert_status(201);
+}
+
+async fn user_records_survive_every_later_migration(backend: Backend) {
+    let Some((db, url, dir)) = connect(backend).await else {
+        return;
+    };
+    Migrator::up(&db, Some(TERMS_AND_AUDIT)).await.unwrap();
+    let user_id = uuid::Uuid::now_v7();
+    let terms_id = uuid::Uuid::now_v7();
+    let acceptance_id = uuid::Uuid::now_v7();
+    let event_id = uuid::Uuid::now_v7();
+    let now = chrono::Utc::now();
+    let hash = bulkhead::auth::password_hash(PASSWORD).unwrap();
+    let inserts = [
+        Query::insert()
+            .into_table("users")
+            .columns([
+                "id",
+                "email",
+                "name",
+                "password_hash",
+                "is_admin",
+                "disabled",
+                "revision",
+                "created_at",
+                "updated_at",
+            ])
+            .values_panic([
+                user_id.into(),
+                "early@example.com".into(),
+                "Early".into(),
+                hash.into(),
+                false.into(),
+                false.into(),
+                1i64.into(),
+                now.into(),
+                now.into(),
+            ])
+            .to_owned(),
+        Query::insert()
+            .into_table("terms_versions")
+            .columns([
+                "id",
+                "version",
+                "url",
+                "summary",
+                "published_by",
+                "published_at",
+            ])
+            .values_panic([
+                terms_id.into(),
+                "2026-01".into(),
+                "https://example.com/t".into(),
+                "".into(),
+                user_id.into(),
+                now.into(),
+            ])
+            .to_owned(),
+        Query::insert()
+            .into_table("terms_acceptances")
+            .columns([
+                "id",
+                "user_id",
+                "terms_version_id",
+                "request_id",
+                "accepted_at",
+            ])
+            .values_panic([
+                acceptance_id.into(),
+                user_id.into(),
+                terms_id.into(),
+                "req-early".into(),
+                now.into(),
+            ])
+            .to_owned(),
+        Query::insert()
+            .into_table("audit_events")
+            .columns([
+                "id",
+                "occurred_at",
+                "actor_user_id",
+                "action",
+                "resource_type",
+                "resource_id",
+                "request_id",
+                "details",
+            ])
+            .values_panic([
+                event_id.into(),
+                now.into(),
+                user_id.into(),
+                "terms.accept".into(),
+                "terms_acceptance".into(),
+                acceptance_id.to_string().into(),
+                "req-early".into(),
+                json!({"version": "2026-01"}).into(),
+            ])
+            .to_owned(),
+    ];
+    for insert in &inserts {
+        db.execute(insert).await.unwrap();
+    }
+
+    let check = |db: DatabaseConnection, stage: String| async move {
+        let email = db
+            .query_one(
+                &Query::select()
+                    .column("email")
+                    .from("users")
+                    .and_where(Expr::col("id").eq(user_id))
+                    .to_owned(),
+            )
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{stage}: the user is gone"));
+        assert_eq!(
+            email.try_get_by_index::<String>(0).unwrap(),
+            "early@example.com",
+            "{stage}"
+        );
+        let acceptance = terms_acceptance::Entity::find_by_id(acceptance_id)
+            .one(&db)
+            .await
+            .unwrap();
+        assert_eq!(
+            acceptance
+                .unwrap_or_else(|| panic!("{stage}: the acceptance is gone"))
+                .user_id,
+            user_id
+        );
+        let event = audit_event::Entity::find_by_id(event_id)
+            .one(&db)
+            .await
+            .unwrap();
+        assert_eq!(
+            event
+                .unwrap_or_else(|| panic!("{stage}: the audit event is gone"))
+                .request_id,
+            "req-early"
+        );
+        db
+    };
+    let mut db = check(db, "before later migrations".into()).await;
+    let later = Migrator::migrations().len() as u32 - TERMS_AND_AUDIT;
+    for step in 1..=later {
+        Migrator::up(&db, Some(1)).await.unwrap();
+        db = check(db, format!("after later migration {step}")).await;
+    }
+    // Rolling the later migrations back and applying them again loses nothing either.
+    Migrator::down(&db, Some(later)).await.unwrap();
+    db = check(db, "after rolling back the later migrations".into()).await;
+    Migrator::up(&db, None).await.unwrap();
+    db = check(db, "after applying them again".into()).await;
+    db.close().await.unwrap();
+
+    // Through the API, after start-up and after a restart: the acceptance still counts.
+    let s = TestServer::start_on(backend, url, dir, |_| {}).await;
+    let login = s
+        .call(
+            Method::POST,
+            "/v1/auth/login",
+            None,
+            Some(json!({ "email": "early@example.com", "password": PASSWORD })),
+        )
+        .await;
+    let token = login.assert_status(200)["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = s.get("/v1/me/terms", &token).await;
+    assert_eq!(status.body["must_accept"], false, "{}", status.text);
+    let s = s.restart().await;
+    let status = s.get("/v1/me/terms", &token).await;
+    assert_eq!(
+        status.body["must_accept"], false,
+        "after restart: {}",
+        status.text
+    );
+    // The early user's own audit events include the one written before the later migrations.
+    let events = s.get("/v1/audit-events", &token).await;
+    assert!(
+        events.text.contains("req-early"),
+        "the early audit event is listed after a restart: {}",
+        events.text
+    );
+}

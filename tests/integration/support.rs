@@ -1,0 +1,336 @@
+//! The test context: a real Bulkhead server on 127.0.0.1:0 with a fresh database (SQLite in a
+//! temporary directory, or a new PostgreSQL database when `BULKHEAD_TEST_POSTGRES_URL` is
+//! set), and a small HTTP client around it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bulkhead::config::{LogFormat, Settings};
+use bulkhead::server::RunningServer;
+use reqwest::Method;
+use reqwest::header::HeaderMap;
+use sea_orm::{ConnectionTrait, Database};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// The administrator's API token of every test server (`BULKHEAD_BOOTSTRAP_TOKEN`).
+pub const ADMIN_TOKEN: &str = "bh_test_bootstrap_admin_token_0123456789";
+pub const PASSWORD: &str = "correct horse battery staple";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Generates, for each named `async fn(TestServer)`, a module with a `sqlite` test and a
+/// `postgres` test (which is skipped, saying so, without `BULKHEAD_TEST_POSTGRES_URL`).
+#[macro_export]
+macro_rules! db_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    let server = $crate::support::TestServer::start($crate::support::Backend::Sqlite).await;
+                    super::$name(server.expect("sqlite is always available")).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    match $crate::support::TestServer::start($crate::support::Backend::Postgres).await {
+                        Some(server) => super::$name(server).await,
+                        None => eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL"),
+                    }
+                }
+            }
+        )*
+    };
+}
+
+/// A fresh, empty database: its URL, and the directory that holds it (SQLite) or the server's
+/// data directory (PostgreSQL). `None` for PostgreSQL when it is not configured.
+pub async fn database_fresh(backend: Backend) -> Option<(String, TempDir)> {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    match backend {
+        Backend::Sqlite => Some((
+            format!("sqlite://{}", dir.path().join("bulkhead.db").display()),
+            dir,
+        )),
+        Backend::Postgres => {
+            let admin_url = std::env::var("BULKHEAD_TEST_POSTGRES_URL")
+                .ok()
+                .filter(|url| !url.is_empty())?;
+            let name = format!("bulkhead_test_{}", uuid::Uuid::new_v4().simple());
+            let admin = Database::connect(&admin_url).await.unwrap_or_else(|err| {
+                panic!("BULKHEAD_TEST_POSTGRES_URL={admin_url} does not answer: {err}")
+            });
+            STALE_DATABASES_DROPPED
+                .get_or_init(|| stale_databases_drop(&admin))
+                .await;
+            admin
+                .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("create test database");
+            admin.close().await.ok();
+            let mut url =
+                reqwest::Url::parse(&admin_url).expect("BULKHEAD_TEST_POSTGRES_URL is a URL");
+            url.set_path(&name);
+            Some((url.to_string(), dir))
+        }
+    }
+}
+
+static STALE_DATABASES_DROPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Drops the databases that earlier test runs created, once per test process, so that they do
+/// not pile up (a test's own database is kept until the next run, for post-mortems).
+async fn stale_databases_drop(admin: &sea_orm::DatabaseConnection) {
+    let stale = admin
+        .query_all_raw(sea_orm::Statement::from_string(
+            admin.get_database_backend(),
+            "SELECT datname FROM pg_database WHERE datname LIKE 'bulkhead\\_test\\_%'",
+        ))
+        .await
+        .expect("list test databases");
+    for row in stale {
+        let name: String = row.try_get_by_index(0).expect("datname");
+        admin
+            .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await
+            .ok();
+    }
+}
+
+/// Settings of a test server on `database_url`.
+pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
+    Settings {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: data_dir.to_owned(),
+        database_url: database_url.to_owned(),
+        cors_origins: vec!["https://dashboard.example.com".into()],
+        request_timeout: Duration::from_secs(30),
+        body_limit_bytes: 64 * 1024,
+        access_token_ttl: Duration::from_secs(900),
+        refresh_token_ttl: Duration::from_secs(3600),
+        admin_email: "admin@example.com".into(),
+        log_format: LogFormat::Text,
+        bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
+    }
+}
+
+/// A response, with its body parsed as JSON (`Null` when empty or not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts a problem+json answer with `status` and `code`, carrying the request id.
+    #[track_caller]
+    pub fn assert_problem(&self, status: u16, code: &str) {
+        assert_eq!(
+            self.status, status,
+            "unexpected status; body: {}",
+            self.text
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "body: {}",
+            self.text
+        );
+        assert_eq!(self.body["status"], status);
+        assert_eq!(self.body["code"], code, "body: {}", self.text);
+        assert!(!self.body["detail"].as_str().unwrap_or_default().is_empty());
+        let request_id = self.header("x-request-id").expect("x-request-id header");
+        assert_eq!(self.body["request_id"], request_id);
+    }
+
+    #[track_caller]
+    pub fn assert_status(&self, status: u16) -> &Value {
+        assert_eq!(
+            self.status, status,
+            "unexpected status; body: {}",
+            self.text
+        );
+        &self.body
+    }
+}
+
+pub struct TestServer {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub database_url: String,
+    pub backend: Backend,
+    server: Option<RunningServer>,
+    dir: TempDir,
+}
+
+impl TestServer {
+    /// Starts a server on a fresh database of `backend`.
+    pub async fn start(backend: Backend) -> Option<Self> {
+        let (database_url, dir) = database_fresh(backend).await?;
+        Some(Self::start_on(backend, database_url, dir, |_| {}).await)
+    }
+
+    /// Starts a server on an existing database, with settings adjusted by `adjust`.
+    pub async fn start_on(
+        backend: Backend,
+        database_url: String,
+        dir: TempDir,
+        adjust: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let mut settings = settings(&database_url, dir.path());
+        adjust(&mut settings);
+        let server = bulkhead::server::start(settings)
+            .await
+            .expect("server starts");
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        Self {
+            base: format!("http://{}", server.addr),
+            http,
+            database_url,
+            backend,
+            server: Some(server),
+            dir,
+        }
+    }
+
+    /// Stops the server gracefully and starts a new one on the same database.
+    pub async fn restart(mut self) -> Self {
+        self.server
+            .take()
+            .expect("running")
+            .shutdown()
+            .await
+            .expect("graceful shutdown");
+        Self::start_on(self.backend, self.database_url.clone(), self.dir, |_| {}).await
+    }
+
+    pub fn app(&self) -> &bulkhead::app::App {
+        &self.server.as_ref().expect("running").app
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn request(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let builder = self.http.request(method, self.url(path));
+        match token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    pub async fn send(builder: reqwest::RequestBuilder) -> Reply {
+        let response = builder.send().await.expect("request is answered");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut builder = self.request(method, path, token);
+        if let Some(body) = body {
+            builder = builder.json(&body);
+        }
+        Self::send(builder).await
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Reply {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> Reply {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, token: &str, body: Value) -> Reply {
+        self.call(Method::PATCH, path, Some(token), Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Reply {
+        self.call(Method::DELETE, path, Some(token), None).await
+    }
+
+    /// Creates a user with [`PASSWORD`] (as the administrator) and returns its id.
+    pub async fn user_create(&self, email: &str) -> String {
+        let reply = self
+            .post(
+                "/v1/users",
+                ADMIN_TOKEN,
+                json!({ "email": email, "name": email, "password": PASSWORD }),
+            )
+            .await;
+        reply.assert_status(201)["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Logs in with [`PASSWORD`] and returns the session's tokens.
+    pub async fn login(&self, email: &str) -> Value {
+        let reply = self
+            .call(
+                Method::POST,
+                "/v1/auth/login",
+                None,
+                Some(json!({ "email": email, "password": PASSWORD })),
+            )
+            .await;
+        reply.assert_status(200).clone()
+    }
+
+    /// Creates a user and returns an access token of theirs.
+    pub async fn user_with_session(&self, email: &str) -> String {
+        self.user_create(email).await;
+        self.login(email).await["access_token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Creates a project as `token` and returns its id.
+    pub async fn project_create(&self, token: &str, name: &str) -> String {
+        let reply = self
+            .post("/v1/projects", token, json!({ "name": name }))
+            .await;
+        reply.assert_status(201)["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Adds `email` to the project with `role` (as the administrator).
+    pub async fn member_add(&self, project_id: &str, email: &str, role: &str) {
+        let path = format!("/v1/projects/{project_id}/members");
+        self.post(&path, ADMIN_TOKEN, json!({ "email": email, "role": role }))
+            .await
+            .assert_status(201);
+    }
+}
