@@ -19,6 +19,8 @@ fn bulkhead(dir: &Path) -> Command {
 }
 
 /// Starts `serve` and reads stdout up to the "listening" line: (child, address, lines before).
+/// The caller waits for the child, in [`terminate`].
+#[allow(clippy::zombie_processes)]
 fn serve(mut command: Command) -> (Child, String, Vec<String>) {
     let mut child = command
         .arg("--listen")
@@ -31,7 +33,7 @@ fn serve(mut command: Command) -> (Child, String, Vec<String>) {
     let mut before = Vec::new();
     loop {
         let mut line = String::new();
-        if reader.read_line(&mut line).unwrap() == 0 {
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
             let status = child.wait().unwrap();
             panic!("bulkhead exited ({status}) before listening: {before:?}");
         }
