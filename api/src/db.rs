@@ -14,6 +14,18 @@ use sea_orm::{
 /// Opens the database at `url`. For SQLite, the file and its directory are created if missing,
 /// and the database runs in WAL mode so that readers never wait for the writer.
 pub async fn connect(url: &str) -> anyhow::Result<DatabaseConnection> {
+    connect_with_pool(url, if url.starts_with("sqlite:") { 8 } else { 16 }).await
+}
+
+/// Opens the database with a single connection, for running migrations. SQLite checks a DDL
+/// statement against the schema its connection cached; on a pool, `DROP COLUMN` after an
+/// `ADD COLUMN` made on another connection fails with "no such column" (seen in the
+/// up-down-up migration tests). One connection sees its own changes.
+pub async fn connect_for_migrations(url: &str) -> anyhow::Result<DatabaseConnection> {
+    connect_with_pool(url, 1).await
+}
+
+async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<DatabaseConnection> {
     let mut options = ConnectOptions::new(url);
     options
         .sqlx_logging(false)
@@ -27,16 +39,15 @@ pub async fn connect(url: &str) -> anyhow::Result<DatabaseConnection> {
         {
             std::fs::create_dir_all(dir)?;
         }
-        options.max_connections(8).map_sqlx_sqlite_opts(|opts| {
+        options.map_sqlx_sqlite_opts(|opts| {
             opts.create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(10))
                 .foreign_keys(true)
         });
-    } else {
-        options.max_connections(16);
     }
+    options.max_connections(max_connections);
     Ok(Database::connect(options).await?)
 }
 

@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Migrate { args, action } => {
             let settings = Settings::resolve(args)?;
             logging_init(settings.log_format);
-            let db = bulkhead::db::connect(&settings.database_url).await?;
+            let db = bulkhead::db::connect_for_migrations(&settings.database_url).await?;
             use bulkhead_migrations::{Migrator, MigratorTrait};
             match action {
                 MigrateAction::Up => Migrator::up(&db, None).await?,

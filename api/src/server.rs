@@ -35,8 +35,10 @@ impl RunningServer {
 
 /// Prepares the database and starts serving on `settings.listen`.
 pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
+    let migrator = crate::db::connect_for_migrations(&settings.database_url).await?;
+    crate::db::migrate_up(&migrator).await?;
+    migrator.close().await?;
     let db = crate::db::connect(&settings.database_url).await?;
-    crate::db::migrate_up(&db).await?;
     let jwt = Arc::new(JwtKeys::load_or_create(&db).await?);
     let app = App {
         db,

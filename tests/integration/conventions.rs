@@ -10,7 +10,9 @@ use crate::support::{ADMIN_TOKEN, TestServer};
 db_tests!(
     bad_input_gets_problem_details,
     idempotency_keys_replay_and_refuse_reuse,
-    cors_compression_and_request_ids
+    cors_compression_and_request_ids,
+    lists_have_etags_and_answer_304,
+    slow_requests_time_out_and_write_nothing,
 );
 
 async fn bad_input_gets_problem_details(s: TestServer) {
@@ -218,4 +220,73 @@ async fn cors_compression_and_request_ids(s: TestServer) {
         .header("x-request-id")
         .expect("a request id is generated");
     assert!(uuid::Uuid::parse_str(id).is_ok());
+
+    // A hostile request id (too long for the audit log) is replaced, and the write succeeds.
+    let hostile = "x".repeat(5000);
+    let request = s
+        .request(Method::POST, "/v1/projects", Some(ADMIN_TOKEN))
+        .header("x-request-id", &hostile)
+        .json(&json!({ "name": "p" }));
+    let reply = TestServer::send(request).await;
+    reply.assert_status(201);
+    let replaced = reply.header("x-request-id").unwrap();
+    assert!(uuid::Uuid::parse_str(replaced).is_ok(), "{replaced}");
+}
+
+async fn lists_have_etags_and_answer_304(s: TestServer) {
+    s.post("/v1/projects", ADMIN_TOKEN, json!({ "name": "a" }))
+        .await
+        .assert_status(201);
+    let first = s.get("/v1/projects", ADMIN_TOKEN).await;
+    let etag = first.header("etag").expect("lists have an ETag").to_owned();
+    assert!(etag.starts_with("W/"));
+    let cached = TestServer::send(
+        s.request(Method::GET, "/v1/projects", Some(ADMIN_TOKEN))
+            .header("if-none-match", &etag),
+    )
+    .await;
+    assert_eq!(cached.status, 304);
+    s.post("/v1/projects", ADMIN_TOKEN, json!({ "name": "b" }))
+        .await
+        .assert_status(201);
+    let changed = TestServer::send(
+        s.request(Method::GET, "/v1/projects", Some(ADMIN_TOKEN))
+            .header("if-none-match", &etag),
+    )
+    .await;
+    assert_eq!(changed.status, 200, "the list changed, so its ETag did");
+    assert_ne!(changed.header("etag"), Some(etag.as_str()));
+}
+
+async fn slow_requests_time_out_and_write_nothing(s: TestServer) {
+    // The same database, with a request timeout far shorter than a password hash takes.
+    let email = "slow@example.com";
+    s.user_create(email).await;
+    let s = s
+        .restart_with(|settings| settings.request_timeout = std::time::Duration::from_millis(1))
+        .await;
+    let login = s
+        .call(
+            Method::POST,
+            "/v1/auth/login",
+            None,
+            Some(json!({ "email": email, "password": crate::support::PASSWORD })),
+        )
+        .await;
+    login.assert_problem(408, "timeout");
+    // The abandoned login wrote nothing: no session, no audit event, no last-login time.
+    let s = s
+        .restart_with(|settings| settings.request_timeout = std::time::Duration::from_secs(30))
+        .await;
+    let users = s.get("/v1/users", ADMIN_TOKEN).await;
+    let user = users.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["email"] == email)
+        .unwrap()
+        .clone();
+    assert!(user["last_login_at"].is_null(), "{user}");
+    let events = s.get("/v1/audit-events?limit=200", ADMIN_TOKEN).await;
+    assert!(!events.text.contains("session.login"), "{}", events.text);
 }

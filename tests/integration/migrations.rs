@@ -42,7 +42,9 @@ async fn connect(backend: Backend) -> Option<(DatabaseConnection, String, tempfi
         eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
         return None;
     };
-    let db = bulkhead::db::connect(&url).await.expect("connect");
+    let db = bulkhead::db::connect_for_migrations(&url)
+        .await
+        .expect("connect");
     Some((db, url, dir))
 }
 

@@ -49,7 +49,10 @@ async fn health_readiness_metrics_and_reference(s: TestServer) {
     assert_eq!(doc.body["openapi"], "3.1.0");
 
     // Readiness follows the database: with migrations rolled back it is not ready.
-    bulkhead_migrations::Migrator::down(&s.app().db, Some(1))
+    let migrator = bulkhead::db::connect_for_migrations(&s.database_url)
+        .await
+        .unwrap();
+    bulkhead_migrations::Migrator::down(&migrator, Some(1))
         .await
         .unwrap();
     let not_ready = s.call(Method::GET, "/readyz", None, None).await;

@@ -208,14 +208,19 @@ impl TestServer {
     }
 
     /// Stops the server gracefully and starts a new one on the same database.
-    pub async fn restart(mut self) -> Self {
+    pub async fn restart(self) -> Self {
+        self.restart_with(|_| {}).await
+    }
+
+    /// [`Self::restart`] with settings adjusted by `adjust`.
+    pub async fn restart_with(mut self, adjust: impl FnOnce(&mut Settings)) -> Self {
         self.server
             .take()
             .expect("running")
             .shutdown()
             .await
             .expect("graceful shutdown");
-        Self::start_on(self.backend, self.database_url.clone(), self.dir, |_| {}).await
+        Self::start_on(self.backend, self.database_url.clone(), self.dir, adjust).await
     }
 
     pub fn app(&self) -> &bulkhead::app::App {

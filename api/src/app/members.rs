@@ -1,6 +1,8 @@
 //! Project members and their roles. Admins manage members below owner; only owners add,
 //! change or remove owners; a project always keeps at least one owner.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set,
@@ -49,23 +51,46 @@ pub struct Member {
     pub view: MemberView,
 }
 
+/// Joins memberships with their users (one query for all of them), keeping their order.
+async fn members_load(
+    db: &impl ConnectionTrait,
+    memberships: Vec<project_member::Model>,
+) -> ApiResult<Vec<Member>> {
+    let ids: Vec<Uuid> = memberships.iter().map(|m| m.user_id).collect();
+    let users: HashMap<Uuid, user::Model> = user::Entity::find()
+        .filter(user::Column::Id.is_in(ids))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|u| (u.id, u))
+        .collect();
+    memberships
+        .into_iter()
+        .map(|membership| {
+            let user = users
+                .get(&membership.user_id)
+                .ok_or_else(|| ApiError::internal("membership of a missing user"))?;
+            let view = MemberView {
+                user_id: user.id,
+                email: user.email.clone(),
+                name: user.name.clone(),
+                role: ProjectRole::parse(&membership.role)?,
+                created_at: membership.created_at,
+                updated_at: membership.updated_at,
+            };
+            Ok(Member { membership, view })
+        })
+        .collect()
+}
+
 async fn member_load(
     db: &impl ConnectionTrait,
     membership: project_member::Model,
 ) -> ApiResult<Member> {
-    let user = user::Entity::find_by_id(membership.user_id)
-        .one(db)
+    members_load(db, vec![membership])
         .await?
-        .ok_or_else(|| ApiError::internal("membership of a missing user"))?;
-    let view = MemberView {
-        user_id: user.id,
-        email: user.email,
-        name: user.name,
-        role: ProjectRole::parse(&membership.role)?,
-        created_at: membership.created_at,
-        updated_at: membership.updated_at,
-    };
-    Ok(Member { membership, view })
+        .pop()
+        .ok_or_else(|| ApiError::internal("membership vanished"))
 }
 
 async fn membership_find(
@@ -117,10 +142,11 @@ impl App {
             &params,
         )
         .await?;
-        let mut items = Vec::with_capacity(page.items.len());
-        for membership in page.items {
-            items.push(member_load(&self.db, membership).await?.view);
-        }
+        let items = members_load(&self.db, page.items)
+            .await?
+            .into_iter()
+            .map(|m| m.view)
+            .collect();
         Ok(Page {
             items,
             next_cursor: page.next_cursor,

@@ -1,6 +1,8 @@
 //! Terms of service: administrators publish versions; users accept the current one; the
 //! dashboard asks whether the current user must accept. Acceptances are never deleted.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
 use serde::{Deserialize, Serialize};
@@ -237,20 +239,27 @@ impl App {
             &params,
         )
         .await?;
-        let mut items = Vec::with_capacity(page.items.len());
-        for acceptance in page.items {
-            let version = terms_version::Entity::find_by_id(acceptance.terms_version_id)
-                .one(&self.db)
-                .await?
-                .map(|v| v.version)
-                .unwrap_or_default();
-            items.push(TermsAcceptanceView {
-                id: acceptance.id,
-                terms_version_id: acceptance.terms_version_id,
-                version,
-                accepted_at: acceptance.accepted_at,
-            });
-        }
+        let ids: Vec<Uuid> = page.items.iter().map(|a| a.terms_version_id).collect();
+        let versions: HashMap<Uuid, String> = terms_version::Entity::find()
+            .filter(terms_version::Column::Id.is_in(ids))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|v| (v.id, v.version))
+            .collect();
+        let items = page
+            .items
+            .into_iter()
+            .map(|a| TermsAcceptanceView {
+                id: a.id,
+                terms_version_id: a.terms_version_id,
+                version: versions
+                    .get(&a.terms_version_id)
+                    .cloned()
+                    .unwrap_or_default(),
+                accepted_at: a.accepted_at,
+            })
+            .collect();
         Ok(Page {
             items,
             next_cursor: page.next_cursor,

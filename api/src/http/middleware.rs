@@ -28,6 +28,28 @@ pub fn current_request_id() -> Option<String> {
     CURRENT_REQUEST_ID.try_with(Clone::clone).ok()
 }
 
+/// Drops a client-supplied `x-request-id` that is too long or has characters other than
+/// letters, digits and `-_.:`, so that a new one is generated: request ids are logged and
+/// stored in the audit log.
+pub async fn request_id_sanitize(mut request: Request, next: Next) -> Response {
+    let acceptable = |value: &HeaderValue| {
+        value.len() <= 100
+            && !value.is_empty()
+            && value
+                .as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b))
+    };
+    if request
+        .headers()
+        .get(REQUEST_ID)
+        .is_some_and(|value| !acceptable(value))
+    {
+        request.headers_mut().remove(REQUEST_ID);
+    }
+    next.run(request).await
+}
+
 /// Runs the request with its id in scope, turns any error response that is not already a
 /// problem (404/405 from routing, 408 from the timeout, 413 from the body limit, 500 from a
 /// caught panic) into one, and records request metrics.
@@ -210,24 +232,43 @@ fn stored_response_build(stored: StoredResponse) -> Response {
     response
 }
 
-/// Answers a GET whose `If-None-Match` matches the response's `ETag` with 304.
+/// Gives GET responses without an `ETag` (lists) a weak one from their body, and answers a
+/// GET whose `If-None-Match` matches the response's `ETag` with 304.
 pub async fn conditional_get(request: Request, next: Next) -> Response {
-    let if_none_match = (request.method() == Method::GET)
-        .then(|| request.headers().get(header::IF_NONE_MATCH).cloned())
-        .flatten();
-    let response = next.run(request).await;
+    if request.method() != Method::GET {
+        return next.run(request).await;
+    }
+    let if_none_match = request.headers().get(header::IF_NONE_MATCH).cloned();
+    let mut response = next.run(request).await;
+    if response.status() != StatusCode::OK {
+        return response;
+    }
+    if !response.headers().contains_key(header::ETAG) {
+        let (mut parts, body) = response.into_parts();
+        let Ok(body) = to_bytes(body, usize::MAX).await else {
+            return ApiError::internal("response body could not be read").into_response();
+        };
+        let digest = hex::encode(&Sha256::digest(&body)[..16]);
+        if let Ok(etag) = HeaderValue::from_str(&format!("W/\"{digest}\"")) {
+            parts.headers.insert(header::ETAG, etag);
+        }
+        response = Response::from_parts(parts, Body::from(body));
+    }
     let (Some(if_none_match), Some(etag)) = (if_none_match, response.headers().get(header::ETAG))
     else {
         return response;
     };
+    // If-None-Match uses the weak comparison: tags match whatever their `W/` prefixes.
+    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
+    let current = opaque(etag.to_str().unwrap_or_default());
     let matches = if_none_match
         .to_str()
         .map(|list| {
             list.split(',')
-                .any(|tag| tag.trim() == "*" || tag.trim().trim_start_matches("W/") == etag)
+                .any(|tag| tag.trim() == "*" || opaque(tag) == current)
         })
         .unwrap_or(false);
-    if !matches || response.status() != StatusCode::OK {
+    if !matches {
         return response;
     }
     let mut not_modified = StatusCode::NOT_MODIFIED.into_response();

@@ -31,7 +31,8 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi as OpenApiDoc, PathItem, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
@@ -231,12 +232,32 @@ pub fn router(app: App) -> Router {
                 header::AUTHORIZATION,
                 header::COOKIE,
             ]))
+            .layer(axum::middleware::from_fn(middleware::request_id_sanitize))
             .layer(SetRequestIdLayer::new(
                 middleware::REQUEST_ID,
                 MakeRequestUuid,
             ))
             .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
-            .layer(TraceLayer::new_for_http())
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(|request: &axum::http::Request<_>| {
+                        let request_id = request
+                            .headers()
+                            .get(middleware::REQUEST_ID)
+                            .and_then(|v| v.to_str().ok());
+                        tracing::info_span!(
+                            "request",
+                            method = %request.method(),
+                            path = %request.uri().path(),
+                            request_id = request_id.unwrap_or_default(),
+                        )
+                    })
+                    .on_response(
+                        DefaultOnResponse::new()
+                            .level(Level::INFO)
+                            .latency_unit(tower_http::LatencyUnit::Micros),
+                    ),
+            )
             .layer(axum::middleware::from_fn(middleware::request_context))
             .layer(CatchPanicLayer::new())
             .layer(cors)
