@@ -27,9 +27,12 @@ pub async fn connect_for_migrations(url: &str) -> anyhow::Result<DatabaseConnect
 
 async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<DatabaseConnection> {
     let mut options = ConnectOptions::new(url);
+    // Pinging a connection on every checkout costs a round trip per query; pinging only
+    // connections idle for a while still catches the ones a server or proxy dropped.
     options
         .sqlx_logging(false)
-        .acquire_timeout(Duration::from_secs(10));
+        .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire_if_idle_for(Duration::from_secs(30));
     if url.starts_with("sqlite:") {
         let parsed = SqliteConnectOptions::from_str(url)?;
         if let Some(dir) = parsed

@@ -2,9 +2,10 @@
 //! ([`App::project_authorize`]).
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Query;
+use sea_orm::sea_query::{LockType, Query};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, JoinType, QueryFilter,
+    QuerySelect, QueryTrait, RelationTrait, Set,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -194,24 +195,34 @@ pub async fn project_authorize_in(
     role: ProjectRole,
     scope: Scope,
 ) -> ApiResult<project::Model> {
-    let mut select = project::Entity::find_by_id(project_id);
-    if scope != Scope::Read {
-        select = select.lock_exclusive();
-    }
-    let project = select
-        .one(db)
-        .await?
-        .ok_or_else(|| ApiError::not_found("project"))?;
+    let lock = scope != Scope::Read;
     if principal.is_admin() {
+        let mut select = project::Entity::find_by_id(project_id);
+        if lock {
+            select = select.lock_exclusive();
+        }
+        let project = select
+            .one(db)
+            .await?
+            .ok_or_else(|| ApiError::not_found("project"))?;
         principal.require_scope(scope)?;
         return Ok(project);
     }
-    let membership = project_member::Entity::find()
+    // The membership and its project in one query: this runs on every project-scoped request.
+    // For writes, the project row is locked (`FOR UPDATE OF projects` on PostgreSQL).
+    let mut select = project_member::Entity::find()
         .filter(project_member::Column::ProjectId.eq(project_id))
         .filter(project_member::Column::UserId.eq(principal.user_id()))
+        .join(JoinType::InnerJoin, project_member::Relation::Project.def())
+        .select_also(project::Entity);
+    if lock {
+        QueryTrait::query(&mut select).lock_with_tables(LockType::Update, [project::Entity]);
+    }
+    let (membership, project) = select
         .one(db)
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
+    let project = project.ok_or_else(|| ApiError::not_found("project"))?;
     principal.require_scope(scope)?;
     if ProjectRole::parse(&membership.role)? < role {
         return Err(ApiError::forbidden(format!(

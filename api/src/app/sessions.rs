@@ -222,8 +222,10 @@ impl App {
                 scopes: Scope::ALL.into(),
             });
         }
-        let token = api_token::Entity::find()
+        // The token and its user in one query: this runs on every request.
+        let (token, user) = api_token::Entity::find()
             .filter(api_token::Column::TokenHash.eq(opaque_token_hash(bearer)))
+            .find_also_related(user::Entity)
             .one(&self.db)
             .await?
             .ok_or_else(|| ApiError::unauthenticated("the API token is invalid"))?;
@@ -235,7 +237,10 @@ impl App {
         }
         let scopes: BTreeSet<Scope> =
             serde_json::from_value(token.scopes.clone()).map_err(ApiError::internal)?;
-        let user = self.active_user(token.user_id).await?;
+        let user = match user {
+            Some(user) if !user.disabled => user,
+            _ => return Err(user_gone()),
+        };
         // Recording use costs a write; once a minute is precise enough to spot unused tokens.
         if token
             .last_used_at
@@ -257,11 +262,13 @@ impl App {
     async fn active_user(&self, id: Uuid) -> ApiResult<user::Model> {
         match user::Entity::find_by_id(id).one(&self.db).await? {
             Some(user) if !user.disabled => Ok(user),
-            _ => Err(ApiError::unauthenticated(
-                "the user of this credential is disabled or gone",
-            )),
+            _ => Err(user_gone()),
         }
     }
+}
+
+fn user_gone() -> ApiError {
+    ApiError::unauthenticated("the user of this credential is disabled or gone")
 }
 
 async fn family_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<()> {

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Load benchmark of a warmed release server on SQLite: authenticated `GET /v1/projects/{id}`
+# (API token and JWT) against `/healthz` on the same server in the same run, with wrk.
+#
+#   benches/load.sh [DURATION_SECS] [CONNECTIONS]     (defaults: 15 s, 64 connections)
+#
+# Needs wrk, curl and jq (Debian: apt-get install wrk curl jq). Prints a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration="${1:-15}"
+connections="${2:-64}"
+for tool in wrk curl jq; do
+  command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install $tool" >&2; exit 2; }
+done
+
+cargo build --release -q -p bulkhead-api
+work="$(mktemp -d)"
+admin="bench-admin-token-0123456789"
+BULKHEAD_BOOTSTRAP_TOKEN="$admin" RUST_LOG=warn target/release/bulkhead serve \
+  --listen 127.0.0.1:0 --data-dir "$work/data" > "$work/out" 2> "$work/err" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
+base="$(sed -n 's/^bulkhead listening on //p' "$work/out")"
+
+json=(-H "Content-Type: application/json")
+curl -sf "${json[@]}" -H "Authorization: Bearer $admin" "$base/v1/users" \
+  -d '{"email":"bench@example.com","name":"Bench","password":"bench password 123"}' > /dev/null
+jwt="$(curl -sf "${json[@]}" "$base/v1/auth/login" -d '{"email":"bench@example.com","password":"bench password 123"}' | jq -r .access_token)"
+project="$(curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/projects" -d '{"name":"bench"}' | jq -r .id)"
+token="$(curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/tokens" -d '{"name":"bench","scopes":["read"]}' | jq -r .secret)"
+
+run() { # name, path, [token]
+  local args=(-t2 "-c$connections" "-d${duration}s" --latency)
+  [ -n "${3:-}" ] && args+=(-H "Authorization: Bearer $3")
+  wrk "${args[@]}" "$base$2" > "$work/$1.txt"
+  local rps p99
+  rps="$(awk '/^Requests\/sec/ {print $2}' "$work/$1.txt")"
+  p99="$(awk '$1 == "99%" {print $2}' "$work/$1.txt")"
+  errors="$(grep -E 'Non-2xx|Socket errors' "$work/$1.txt" || true)"
+  [ -z "$errors" ] || { echo "errors in $1: $errors" >&2; exit 1; }
+  echo "$1 $rps $p99"
+}
+
+# Warm-up (connections, caches, SQLite pages), not recorded.
+wrk -t2 "-c$connections" -d5s -H "Authorization: Bearer $token" "$base/v1/projects/$project" > /dev/null
+
+results=()
+results+=("$(run healthz /healthz)")
+results+=("$(run project-api-token "/v1/projects/$project" "$token")")
+results+=("$(run project-jwt "/v1/projects/$project" "$jwt")")
+
+healthz_rps="$(echo "${results[0]}" | awk '{print $2}')"
+echo "| endpoint | requests/s | p99 latency | vs /healthz |"
+echo "| --- | ---: | ---: | ---: |"
+for line in "${results[@]}"; do
+  read -r name rps p99 <<< "$line"
+  ratio="$(awk -v a="$rps" -v b="$healthz_rps" 'BEGIN { printf "%.2f", a / b }')"
+  echo "| $name | $rps | $p99 | $ratio |"
+done
+echo
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; $(date -u +%Y-%m-%d); $duration s per run, $connections connections, wrk 2 threads on the same machine"
