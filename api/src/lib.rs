@@ -12,4 +12,5 @@ pub mod db;
 pub mod entity;
 pub mod error;
 pub mod http;
+pub mod plugins;
 pub mod server;

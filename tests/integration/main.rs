@@ -13,6 +13,7 @@ mod members;
 mod migrations;
 mod openapi;
 mod ops;
+mod plugins;
 mod projects;
 mod resources;
 mod terms;

@@ -1,0 +1,455 @@
+//! The plugin host: loads provider plugins (WebAssembly components of the `bulkhead:provider`
+//! world, see `sdk/wit/`) and calls them in a sandbox.
+//!
+//! Every plugin is untrusted. Each call gets a fresh store and instance (from a pre-instantiated
+//! component, so that nothing leaks between calls), a linear-memory cap, a deadline enforced by
+//! epoch interruption, and a cap on concurrent calls. The plugin sees its own configuration and
+//! secrets and nothing else: WASI is linked with no environment, no arguments, no files, no
+//! sockets and no stdin; clocks and random numbers work. A trap, timeout, memory blow-up or
+//! panic fails that one call with a [`PluginError`] naming the cause; the server and other
+//! plugins go on.
+//!
+//! This module owns loading, validation and calling. Storing plugin binaries, providers'
+//! configuration and hot swap belong to the registry (a later step of the plugin issue).
+
+mod sandbox;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
+
+pub use sandbox::PluginState;
+
+wasmtime::component::bindgen!({
+    path: "../sdk/wit",
+    world: "provider",
+    exports: { default: async },
+});
+
+pub use self::bulkhead::provider::types::{
+    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, ProviderError, ProviderInfo,
+    RateLimit,
+};
+
+/// Versions of the `bulkhead:provider` contract this host can load.
+pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.1.0"];
+/// The export a plugin must have (with a supported version after `@`).
+pub const ADAPTER_EXPORT: &str = "bulkhead:provider/adapter";
+/// How often the epoch advances: the granularity of call deadlines.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Limits of one plugin's calls.
+#[derive(Debug, Clone)]
+pub struct PluginLimits {
+    /// Largest linear memory of an instance.
+    pub memory_bytes: usize,
+    /// Deadline of `health` and `info` calls.
+    pub health_deadline: Duration,
+    /// Deadline of every other call (provision, describe, ...).
+    pub call_deadline: Duration,
+    /// Calls of this plugin that may run at once; more wait.
+    pub max_concurrent_calls: usize,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 64 * 1024 * 1024,
+            health_deadline: Duration::from_secs(2),
+            call_deadline: Duration::from_secs(10),
+            max_concurrent_calls: 16,
+        }
+    }
+}
+
+/// What a plugin sees of its provider's settings.
+#[derive(Debug, Clone, Default)]
+pub struct PluginEnv {
+    /// The provider's name, for logs.
+    pub provider: String,
+    pub config: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, String>,
+}
+
+/// Why a plugin call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The plugin answered with a typed error of the contract.
+    #[error("provider error: {0:?}")]
+    Provider(ProviderError),
+    /// The call ran past its deadline and was stopped.
+    #[error("the plugin did not answer within {0:?} and was stopped")]
+    Timeout(Duration),
+    /// The plugin tried to grow its memory past the cap.
+    #[error("the plugin exceeded its memory limit of {0} bytes")]
+    MemoryExceeded(usize),
+    /// The plugin trapped (a panic, an out-of-bounds access, ...).
+    #[error("the plugin crashed: {0}")]
+    Trap(String),
+    /// The host could not run the call.
+    #[error("plugin host error: {0}")]
+    Host(String),
+}
+
+/// Why a binary was refused at load.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginRejection {
+    #[error("not a WebAssembly component (a core module, or not WebAssembly at all): {0}")]
+    NotAComponent(String),
+    #[error(
+        "the component does not export `{ADAPTER_EXPORT}` (it does not target the provider world); it exports: {0}"
+    )]
+    WrongWorld(String),
+    #[error("the component targets contract version {found}, but this host supports {supported}")]
+    UnsupportedVersion { found: String, supported: String },
+    #[error("the component needs imports the host does not grant: {0}")]
+    ForbiddenImports(String),
+}
+
+/// Call counts of a plugin, by outcome.
+#[derive(Debug, Default)]
+pub struct CallStats {
+    pub ok: AtomicU64,
+    pub provider_errors: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub memory_exceeded: AtomicU64,
+    pub traps: AtomicU64,
+}
+
+/// A validated, compiled plugin, ready to be called.
+pub struct Plugin {
+    /// Hex SHA-256 of the component binary.
+    pub digest: String,
+    /// The contract version it was built for.
+    pub contract_version: String,
+    pub limits: PluginLimits,
+    pub stats: CallStats,
+    pre: ProviderPre<PluginState>,
+    slots: Semaphore,
+}
+
+/// The engine and linker shared by all plugins, and the epoch ticker behind call deadlines.
+pub struct PluginHost {
+    engine: Engine,
+    linker: Linker<PluginState>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for PluginHost {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PluginHost {
+    /// An engine with the component model, the pooling allocator (instances are recycled, with
+    /// copy-on-write memory images) and epoch interruption; a linker with WASI (all
+    /// capabilities denied) and the `bulkhead:provider/host` interface.
+    pub fn new() -> anyhow::Result<Self> {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(256)
+            .total_core_instances(512)
+            .total_memories(512)
+            .total_tables(512)
+            .max_memory_size(PluginLimits::default().memory_bytes.max(256 * 1024 * 1024));
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .memory_init_cow(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|err| anyhow::anyhow!("wasm engine: {err}"))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|err| anyhow::anyhow!("link WASI: {err}"))?;
+        Provider::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |state| state)
+            .map_err(|err| anyhow::anyhow!("link host: {err}"))?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (stop, weak) = (ticker_stop.clone(), engine.weak());
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })?;
+        Ok(Self {
+            engine,
+            linker,
+            ticker_stop,
+        })
+    }
+
+    /// Validates and compiles a component binary.
+    pub fn plugin_load(
+        &self,
+        bytes: &[u8],
+        limits: PluginLimits,
+    ) -> Result<Plugin, PluginRejection> {
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|err| PluginRejection::NotAComponent(err.to_string()))?;
+        let contract_version = contract_version_check(&self.engine, &component)?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|err| PluginRejection::ForbiddenImports(format!("{err:#}")))?;
+        let pre = ProviderPre::new(instance_pre)
+            .map_err(|err| PluginRejection::WrongWorld(format!("{err:#}")))?;
+        Ok(Plugin {
+            digest: hex::encode(Sha256::digest(bytes)),
+            contract_version,
+            slots: Semaphore::new(limits.max_concurrent_calls.max(1)),
+            limits,
+            stats: CallStats::default(),
+            pre,
+        })
+    }
+
+    pub async fn plugin_info(
+        &self,
+        plugin: &Plugin,
+        env: &PluginEnv,
+    ) -> Result<ProviderInfo, PluginError> {
+        self.call(
+            plugin,
+            env,
+            plugin.limits.health_deadline,
+            |adapter, store| Box::pin(async move { adapter.call_info(store).await.map(Ok) }),
+        )
+        .await
+    }
+
+    pub async fn plugin_health(
+        &self,
+        plugin: &Plugin,
+        env: &PluginEnv,
+    ) -> Result<HealthReport, PluginError> {
+        self.call(
+            plugin,
+            env,
+            plugin.limits.health_deadline,
+            |adapter, store| Box::pin(adapter.call_health(store)),
+        )
+        .await
+    }
+
+    pub async fn plugin_provision(
+        &self,
+        plugin: &Plugin,
+        env: &PluginEnv,
+        spec: InstanceSpec,
+    ) -> Result<Instance, PluginError> {
+        self.call(
+            plugin,
+            env,
+            plugin.limits.call_deadline,
+            move |adapter, store| {
+                Box::pin(async move { adapter.call_provision(store, &spec).await })
+            },
+        )
+        .await
+    }
+
+    pub async fn plugin_deprovision(
+        &self,
+        plugin: &Plugin,
+        env: &PluginEnv,
+        key: String,
+    ) -> Result<(), PluginError> {
+        self.call(
+            plugin,
+            env,
+            plugin.limits.call_deadline,
+            move |adapter, store| {
+                Box::pin(async move { adapter.call_deprovision(store, &key).await })
+            },
+        )
+        .await
+    }
+
+    pub async fn plugin_describe(
+        &self,
+        plugin: &Plugin,
+        env: &PluginEnv,
+        key: String,
+    ) -> Result<Instance, PluginError> {
+        self.call(
+            plugin,
+            env,
+            plugin.limits.call_deadline,
+            move |adapter, store| Box::pin(async move { adapter.call_describe(store, &key).await }),
+        )
+        .await
+    }
+
+    pub async fn plugin_list(
+        &self,
+        plugin: &Plugin,
+        env: &PluginEnv,
+    ) -> Result<Vec<Instance>, PluginError> {
+        self.call(
+            plugin,
+            env,
+            plugin.limits.call_deadline,
+            |adapter, store| Box::pin(adapter.call_list(store)),
+        )
+        .await
+    }
+
+    /// Runs one call in a fresh store: waits for a call slot, instantiates, calls `f` under the
+    /// deadline and memory cap, and classifies the outcome.
+    async fn call<R: Send>(
+        &self,
+        plugin: &Plugin,
+        env: &PluginEnv,
+        deadline: Duration,
+        f: impl for<'a> FnOnce(
+            &'a exports::bulkhead::provider::adapter::Guest,
+            &'a mut Store<PluginState>,
+        ) -> std::pin::Pin<
+            Box<dyn Future<Output = wasmtime::Result<Result<R, ProviderError>>> + Send + 'a>,
+        >,
+    ) -> Result<R, PluginError> {
+        let _slot = plugin
+            .slots
+            .acquire()
+            .await
+            .map_err(|err| PluginError::Host(err.to_string()))?;
+        let mut store = Store::new(
+            &self.engine,
+            PluginState::new(env, plugin.limits.memory_bytes),
+        );
+        store.limiter(|state| state.limiter());
+        // At every epoch tick a running plugin yields to the executor, so that a busy plugin
+        // never holds a worker thread for long, and is interrupted once its deadline passes.
+        let deadline_at = std::time::Instant::now() + deadline;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            Ok(if std::time::Instant::now() >= deadline_at {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+        let outcome = match plugin.pre.instantiate_async(&mut store).await {
+            Ok(provider) => f(provider.bulkhead_provider_adapter(), &mut store).await,
+            Err(err) => Err(err),
+        };
+        let result = match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(provider_error)) => Err(PluginError::Provider(provider_error)),
+            Err(err) => Err(classify(err, &store, deadline)),
+        };
+        let (counter, outcome) = match &result {
+            Ok(_) => (&plugin.stats.ok, "ok"),
+            Err(PluginError::Provider(_)) => (&plugin.stats.provider_errors, "provider_error"),
+            Err(PluginError::Timeout(_)) => (&plugin.stats.timeouts, "timeout"),
+            Err(PluginError::MemoryExceeded(_)) => {
+                (&plugin.stats.memory_exceeded, "memory_exceeded")
+            }
+            Err(PluginError::Trap(_)) => (&plugin.stats.traps, "trap"),
+            Err(PluginError::Host(_)) => (&plugin.stats.traps, "host_error"),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("plugin_calls_total", "provider" => env.provider.clone(), "outcome" => outcome).increment(1);
+        if let Err(err) = &result
+            && !matches!(err, PluginError::Provider(_))
+        {
+            tracing::warn!(provider = %env.provider, error = %err, "plugin call failed");
+        }
+        result
+    }
+}
+
+fn classify(err: wasmtime::Error, store: &Store<PluginState>, deadline: Duration) -> PluginError {
+    if store.data().memory_exceeded() {
+        return PluginError::MemoryExceeded(store.data().memory_cap());
+    }
+    match err.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => PluginError::Timeout(deadline),
+        Some(trap) => PluginError::Trap(format!("{trap}: {err:#}")),
+        None => PluginError::Trap(format!("{err:#}")),
+    }
+}
+
+/// What `bulkhead plugin inspect` shows of a binary.
+#[derive(Debug)]
+pub struct Inspection {
+    pub size: usize,
+    pub digest: String,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The contract version if the host would load it, or why not.
+    pub verdict: Result<String, PluginRejection>,
+}
+
+impl PluginHost {
+    /// Describes a binary and says whether [`PluginHost::plugin_load`] would accept it.
+    pub fn plugin_inspect(&self, bytes: &[u8]) -> Inspection {
+        let digest = hex::encode(Sha256::digest(bytes));
+        let (imports, exports) = match Component::new(&self.engine, bytes) {
+            Ok(component) => {
+                let ty = component.component_type();
+                (
+                    ty.imports(&self.engine)
+                        .map(|(name, _)| name.to_owned())
+                        .collect(),
+                    ty.exports(&self.engine)
+                        .map(|(name, _)| name.to_owned())
+                        .collect(),
+                )
+            }
+            Err(_) => (Vec::new(), Vec::new()),
+        };
+        let verdict = self
+            .plugin_load(bytes, PluginLimits::default())
+            .map(|plugin| plugin.contract_version);
+        Inspection {
+            size: bytes.len(),
+            digest,
+            imports,
+            exports,
+            verdict,
+        }
+    }
+}
+
+/// Checks that the component exports the adapter at a supported contract version, and returns
+/// that version.
+fn contract_version_check(
+    engine: &Engine,
+    component: &Component,
+) -> Result<String, PluginRejection> {
+    let exports: Vec<String> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let Some(export) = exports
+        .iter()
+        .find(|name| name.split('@').next() == Some(ADAPTER_EXPORT))
+    else {
+        return Err(PluginRejection::WrongWorld(exports.join(", ")));
+    };
+    let version = export.split('@').nth(1).unwrap_or_default().to_owned();
+    if !SUPPORTED_CONTRACT_VERSIONS.contains(&version.as_str()) {
+        return Err(PluginRejection::UnsupportedVersion {
+            found: version,
+            supported: SUPPORTED_CONTRACT_VERSIONS.join(", "),
+        });
+    }
+    Ok(version)
+}

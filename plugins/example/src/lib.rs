@@ -1,0 +1,97 @@
+//! A minimal provider plugin. Its "cloud" is a fixed address from its configuration: it
+//! provisions nothing, but answers every call of the contract the way a real adapter would, so
+//! that the host, the SDK and the CLI can be exercised end to end.
+//!
+//! Configuration: `regions` (comma-separated, default `local`) and `address` (where instances
+//! answer, default `127.0.0.1:8080`).
+
+use bulkhead_sdk::{
+    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError, ProviderInfo,
+};
+
+pub struct Example;
+
+fn regions() -> Vec<String> {
+    bulkhead_sdk::config("regions")
+        .unwrap_or_else(|| "local".into())
+        .split(',')
+        .map(|region| region.trim().to_owned())
+        .filter(|region| !region.is_empty())
+        .collect()
+}
+
+fn instance(instance_key: String, region: String) -> Instance {
+    Instance {
+        provider_id: format!("example-{instance_key}"),
+        instance_key,
+        region,
+        state: InstanceState::Running,
+        address: Some(bulkhead_sdk::config("address").unwrap_or_else(|| "127.0.0.1:8080".into())),
+    }
+}
+
+impl Provider for Example {
+    fn info() -> ProviderInfo {
+        ProviderInfo {
+            name: "example".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            regions: regions(),
+            capabilities: vec![],
+        }
+    }
+
+    fn health() -> Result<HealthReport, ProviderError> {
+        Ok(HealthReport { status: HealthStatus::Healthy, message: "the example provider is always up".into() })
+    }
+
+    fn provision(spec: InstanceSpec) -> Result<Instance, ProviderError> {
+        if !regions().contains(&spec.region) {
+            return Err(ProviderError::InvalidSpec(format!("unknown region `{}`", spec.region)));
+        }
+        bulkhead_sdk::info!("provisioning {} in {}", spec.instance_key, spec.region);
+        Ok(instance(spec.instance_key, spec.region))
+    }
+
+    fn deprovision(_instance_key: String) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
+    fn describe(instance_key: String) -> Result<Instance, ProviderError> {
+        let region = regions().into_iter().next().unwrap_or_default();
+        Ok(instance(instance_key, region))
+    }
+
+    fn list() -> Result<Vec<Instance>, ProviderError> {
+        Ok(Vec::new())
+    }
+}
+
+bulkhead_sdk::export_provider!(Example);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bulkhead_sdk::testing;
+
+    fn spec(region: &str) -> InstanceSpec {
+        InstanceSpec {
+            instance_key: "web-1".into(),
+            region: region.into(),
+            artifact: "shop/web:1".into(),
+            port: 8080,
+            env: vec![],
+            labels: vec![],
+        }
+    }
+
+    #[test]
+    fn provisions_in_configured_regions_only() {
+        testing::set_config("regions", "eu-west, us-east");
+        testing::set_config("address", "10.0.0.7:8080");
+        let made = Example::provision(spec("us-east")).unwrap();
+        assert_eq!(made.provider_id, "example-web-1");
+        assert_eq!(made.address.as_deref(), Some("10.0.0.7:8080"));
+        assert!(testing::logs_take().iter().any(|(_, line)| line.contains("web-1")));
+        assert!(matches!(Example::provision(spec("mars")), Err(ProviderError::InvalidSpec(_))));
+    }
+}

@@ -1,0 +1,45 @@
+//! A plugin that misbehaves on purpose, one way per call, for the host's sandbox tests:
+//! `health` never returns, `provision` allocates until it is stopped, `describe` panics, and
+//! `list` looks for what a sandboxed plugin must not see (environment, files) and reports it.
+
+use bulkhead_sdk::{HealthReport, Instance, InstanceSpec, Provider, ProviderError, ProviderInfo};
+
+pub struct Hostile;
+
+impl Provider for Hostile {
+    fn info() -> ProviderInfo {
+        ProviderInfo { name: "hostile".into(), version: "0.1.0".into(), regions: vec!["local".into()], capabilities: vec![] }
+    }
+
+    fn health() -> Result<HealthReport, ProviderError> {
+        let mut counter: u64 = 0;
+        loop {
+            counter = std::hint::black_box(counter.wrapping_add(1));
+        }
+    }
+
+    fn provision(_spec: InstanceSpec) -> Result<Instance, ProviderError> {
+        let mut hoard: Vec<Vec<u8>> = Vec::new();
+        loop {
+            hoard.push(vec![1u8; 1 << 20]);
+            std::hint::black_box(&hoard);
+        }
+    }
+
+    fn deprovision(_instance_key: String) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
+    fn describe(instance_key: String) -> Result<Instance, ProviderError> {
+        panic!("describe({instance_key}) panics on purpose");
+    }
+
+    fn list() -> Result<Vec<Instance>, ProviderError> {
+        let env: Vec<String> = std::env::vars().map(|(key, _)| key).collect();
+        let file = std::fs::read_to_string("/etc/passwd").map(|text| text.len()).map_err(|err| err.to_string());
+        let dir = std::fs::read_dir(".").map(|entries| entries.count()).map_err(|err| err.to_string());
+        Err(ProviderError::Internal(format!("env={env:?} file={file:?} dir={dir:?}")))
+    }
+}
+
+bulkhead_sdk::export_provider!(Hostile);

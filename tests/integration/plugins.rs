@@ -1,0 +1,376 @@
+//! The plugin host: the example plugin end to end, and hostile plugins contained by the
+//! sandbox (deadline, memory cap, panic, no environment or files, wrong world) without
+//! slowing other plugins down.
+
+use std::time::{Duration, Instant};
+
+use bulkhead::plugins::{
+    HealthStatus, InstanceSpec, InstanceState, PluginEnv, PluginError, PluginHost, PluginLimits,
+    PluginRejection, ProviderError,
+};
+
+use crate::support::plugin_bytes;
+
+fn env(provider: &str) -> PluginEnv {
+    let mut env = PluginEnv {
+        provider: provider.into(),
+        ..Default::default()
+    };
+    env.config
+        .insert("regions".into(), "eu-west,us-east".into());
+    env.config.insert("address".into(), "127.0.0.1:9999".into());
+    env
+}
+
+fn spec(key: &str, region: &str) -> InstanceSpec {
+    InstanceSpec {
+        instance_key: key.into(),
+        region: region.into(),
+        artifact: "shop/web:1".into(),
+        port: 8080,
+        env: vec![("A".into(), "1".into())],
+        labels: vec![],
+    }
+}
+
+fn hostile_limits() -> PluginLimits {
+    PluginLimits {
+        memory_bytes: 32 * 1024 * 1024,
+        health_deadline: Duration::from_millis(300),
+        call_deadline: Duration::from_secs(5),
+        max_concurrent_calls: 4,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_plugin_answers_every_call() {
+    let host = PluginHost::new().unwrap();
+    let plugin = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_example.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(plugin.contract_version, "0.1.0");
+    assert_eq!(plugin.digest.len(), 64);
+    let env = env("example");
+
+    let info = host.plugin_info(&plugin, &env).await.unwrap();
+    assert_eq!(info.name, "example");
+    assert_eq!(
+        info.regions,
+        ["eu-west", "us-east"],
+        "the plugin read its configuration"
+    );
+    assert_eq!(
+        host.plugin_health(&plugin, &env).await.unwrap().status,
+        HealthStatus::Healthy
+    );
+    let made = host
+        .plugin_provision(&plugin, &env, spec("web-1", "us-east"))
+        .await
+        .unwrap();
+    assert_eq!(made.provider_id, "example-web-1");
+    assert_eq!(made.state, InstanceState::Running);
+    assert_eq!(made.address.as_deref(), Some("127.0.0.1:9999"));
+    let refused = host
+        .plugin_provision(&plugin, &env, spec("web-2", "mars"))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(PluginError::Provider(ProviderError::InvalidSpec(_)))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        host.plugin_describe(&plugin, &env, "web-1".into())
+            .await
+            .unwrap()
+            .instance_key,
+        "web-1"
+    );
+    host.plugin_deprovision(&plugin, &env, "web-1".into())
+        .await
+        .unwrap();
+    assert!(host.plugin_list(&plugin, &env).await.unwrap().is_empty());
+    assert_eq!(
+        plugin.stats.ok.load(std::sync::atomic::Ordering::Relaxed),
+        6
+    );
+    assert_eq!(
+        plugin
+            .stats
+            .provider_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_infinite_loop_is_stopped_by_the_deadline() {
+    let host = PluginHost::new().unwrap();
+    let plugin = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            hostile_limits(),
+        )
+        .unwrap();
+    let started = Instant::now();
+    let result = host.plugin_health(&plugin, &env("hostile")).await;
+    let elapsed = started.elapsed();
+    assert!(matches!(result, Err(PluginError::Timeout(_))), "{result:?}");
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3),
+        "stopped after {elapsed:?}"
+    );
+    // The plugin still works for calls that behave.
+    assert_eq!(
+        host.plugin_info(&plugin, &env("hostile"))
+            .await
+            .unwrap()
+            .name,
+        "hostile"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_hog_hits_the_cap() {
+    let host = PluginHost::new().unwrap();
+    let plugin = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            hostile_limits(),
+        )
+        .unwrap();
+    let result = host
+        .plugin_provision(&plugin, &env("hostile"), spec("hog", "local"))
+        .await;
+    assert!(
+        matches!(result, Err(PluginError::MemoryExceeded(bytes)) if bytes == 32 * 1024 * 1024),
+        "{result:?}"
+    );
+    assert_eq!(
+        plugin
+            .stats
+            .memory_exceeded
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_fails_only_its_call() {
+    let host = PluginHost::new().unwrap();
+    let plugin = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            hostile_limits(),
+        )
+        .unwrap();
+    let result = host
+        .plugin_describe(&plugin, &env("hostile"), "x".into())
+        .await;
+    assert!(matches!(&result, Err(PluginError::Trap(_))), "{result:?}");
+    assert!(result.unwrap_err().to_string().contains("crashed"));
+    assert_eq!(
+        host.plugin_info(&plugin, &env("hostile"))
+            .await
+            .unwrap()
+            .name,
+        "hostile",
+        "a fresh instance per call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_has_no_environment_and_no_files() {
+    // SAFETY: set before any plugin runs; no other thread of this test reads the environment.
+    unsafe { std::env::set_var("BULKHEAD_SANDBOX_CANARY", "must-not-leak") };
+    let host = PluginHost::new().unwrap();
+    let plugin = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            hostile_limits(),
+        )
+        .unwrap();
+    let result = host.plugin_list(&plugin, &env("hostile")).await;
+    let Err(PluginError::Provider(ProviderError::Internal(seen))) = result else {
+        panic!("{result:?}")
+    };
+    assert!(
+        seen.contains("env=[]"),
+        "the plugin saw environment variables: {seen}"
+    );
+    assert!(seen.contains("file=Err"), "the plugin read a file: {seen}");
+    assert!(
+        seen.contains("dir=Err"),
+        "the plugin listed a directory: {seen}"
+    );
+    assert!(!seen.contains("must-not-leak"));
+}
+
+#[test]
+fn binaries_that_are_not_providers_are_refused() {
+    let host = PluginHost::new().unwrap();
+    let limits = PluginLimits::default();
+    let garbage = host.plugin_load(b"definitely not wasm", limits.clone());
+    assert!(matches!(garbage, Err(PluginRejection::NotAComponent(_))));
+    let core_module = host.plugin_load(b"\0asm\x01\0\0\0", limits.clone());
+    assert!(matches!(
+        core_module,
+        Err(PluginRejection::NotAComponent(_))
+    ));
+    let command = host.plugin_load(&plugin_bytes("not-a-provider.wasm"), limits);
+    let Err(PluginRejection::WrongWorld(exports)) = command else {
+        panic!("a WASI command was accepted")
+    };
+    assert!(exports.contains("wasi:cli/run"), "{exports}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_plugin_does_not_slow_another() {
+    let host = std::sync::Arc::new(PluginHost::new().unwrap());
+    let example = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_example.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap();
+    let hostile = std::sync::Arc::new(
+        host.plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            PluginLimits {
+                health_deadline: Duration::from_secs(2),
+                ..hostile_limits()
+            },
+        )
+        .unwrap(),
+    );
+    let env_example = env("example");
+
+    let mut quiet = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        host.plugin_health(&example, &env_example).await.unwrap();
+        quiet.push(started.elapsed());
+    }
+    // Two looping calls keep both cores' worth of the hostile plugin busy for two seconds.
+    let loops: Vec<_> = (0..2)
+        .map(|_| {
+            let (host, hostile) = (host.clone(), hostile.clone());
+            tokio::spawn(async move { host.plugin_health(&hostile, &env("hostile")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut busy = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        host.plugin_health(&example, &env_example).await.unwrap();
+        busy.push(started.elapsed());
+    }
+    for handle in loops {
+        assert!(matches!(
+            handle.await.unwrap(),
+            Err(PluginError::Timeout(_))
+        ));
+    }
+    quiet.sort();
+    busy.sort();
+    let (quiet_median, busy_median) = (quiet[10], busy[10]);
+    eprintln!(
+        "example health: median {quiet_median:?} alone, {busy_median:?} beside two looping calls"
+    );
+    assert!(
+        busy_median < Duration::from_millis(250),
+        "calls slowed to {busy_median:?} (alone {quiet_median:?})"
+    );
+}
+
+#[test]
+fn plugin_cli_inspects_and_calls() {
+    let bin = env!("CARGO_BIN_EXE_bulkhead");
+    let example = crate::support::plugins_dir().join("bulkhead_plugin_example.wasm");
+    let inspect = std::process::Command::new(bin)
+        .args(["plugin", "inspect"])
+        .arg(&example)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(inspect.status.success(), "{text}");
+    assert!(
+        text.contains("contract: bulkhead:provider@0.1.0") && text.contains("verdict:  accepted"),
+        "{text}"
+    );
+    assert!(
+        text.contains("exports:  bulkhead:provider/adapter@0.1.0"),
+        "{text}"
+    );
+    assert!(text.contains("sha256:"), "{text}");
+
+    let command = crate::support::plugins_dir().join("not-a-provider.wasm");
+    let rejected = std::process::Command::new(bin)
+        .args(["plugin", "inspect"])
+        .arg(&command)
+        .output()
+        .unwrap();
+    assert!(!rejected.status.success());
+    assert!(String::from_utf8_lossy(&rejected.stdout).contains("verdict:  rejected"));
+
+    let call = std::process::Command::new(bin)
+        .args(["plugin", "call"])
+        .arg(&example)
+        .args([
+            "provision",
+            "--config",
+            "regions=local",
+            "--config",
+            "address=10.1.2.3:80",
+            "--key",
+            "cli-1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&call.stdout);
+    assert!(
+        call.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&call.stderr)
+    );
+    assert!(
+        text.contains("example-cli-1") && text.contains("10.1.2.3:80"),
+        "{text}"
+    );
+    let refused = std::process::Command::new(bin)
+        .args(["plugin", "call"])
+        .arg(&example)
+        .args(["provision", "--region", "mars"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("InvalidSpec"));
+}
+
+#[test]
+fn plugin_logic_is_unit_tested_natively() {
+    // The SDK's in-memory host lets plugin authors test without a Wasm build; the example
+    // plugin's own unit tests prove that path works.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args(["test", "-p", "bulkhead-plugin-example", "--manifest-path"])
+        .arg(root.join("plugins/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", root.join("plugins/target"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains("provisions_in_configured_regions_only ... ok"),
+        "{text}"
+    );
+}
