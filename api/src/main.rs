@@ -75,7 +75,7 @@ fn key_value(text: &str) -> Result<(String, String), String> {
 
 async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
     use bulkhead::plugins::{InstanceSpec, PluginEnv, PluginHost, PluginLimits};
-    let host = PluginHost::new()?;
+    let host = PluginHost::new(None)?;
     match action {
         PluginAction::Inspect { file } => {
             let bytes =

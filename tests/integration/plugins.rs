@@ -44,7 +44,7 @@ fn hostile_limits() -> PluginLimits {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_plugin_answers_every_call() {
-    let host = PluginHost::new().unwrap();
+    let host = PluginHost::new(None).unwrap();
     let plugin = host
         .plugin_load(
             &plugin_bytes("bulkhead_plugin_example.wasm"),
@@ -109,7 +109,7 @@ async fn example_plugin_answers_every_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_infinite_loop_is_stopped_by_the_deadline() {
-    let host = PluginHost::new().unwrap();
+    let host = PluginHost::new(None).unwrap();
     let plugin = host
         .plugin_load(
             &plugin_bytes("bulkhead_plugin_hostile.wasm"),
@@ -136,7 +136,7 @@ async fn an_infinite_loop_is_stopped_by_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hog_hits_the_cap() {
-    let host = PluginHost::new().unwrap();
+    let host = PluginHost::new(None).unwrap();
     let plugin = host
         .plugin_load(
             &plugin_bytes("bulkhead_plugin_hostile.wasm"),
@@ -161,7 +161,7 @@ async fn a_memory_hog_hits_the_cap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_fails_only_its_call() {
-    let host = PluginHost::new().unwrap();
+    let host = PluginHost::new(None).unwrap();
     let plugin = host
         .plugin_load(
             &plugin_bytes("bulkhead_plugin_hostile.wasm"),
@@ -187,7 +187,7 @@ async fn a_panic_fails_only_its_call() {
 async fn the_sandbox_has_no_environment_and_no_files() {
     // SAFETY: set before any plugin runs; no other thread of this test reads the environment.
     unsafe { std::env::set_var("BULKHEAD_SANDBOX_CANARY", "must-not-leak") };
-    let host = PluginHost::new().unwrap();
+    let host = PluginHost::new(None).unwrap();
     let plugin = host
         .plugin_load(
             &plugin_bytes("bulkhead_plugin_hostile.wasm"),
@@ -212,7 +212,7 @@ async fn the_sandbox_has_no_environment_and_no_files() {
 
 #[test]
 fn binaries_that_are_not_providers_are_refused() {
-    let host = PluginHost::new().unwrap();
+    let host = PluginHost::new(None).unwrap();
     let limits = PluginLimits::default();
     let garbage = host.plugin_load(b"definitely not wasm", limits.clone());
     assert!(matches!(garbage, Err(PluginRejection::NotAComponent(_))));
@@ -221,16 +221,24 @@ fn binaries_that_are_not_providers_are_refused() {
         core_module,
         Err(PluginRejection::NotAComponent(_))
     ));
-    let command = host.plugin_load(&plugin_bytes("not-a-provider.wasm"), limits);
+    let command = host.plugin_load(&plugin_bytes("not-a-provider.wasm"), limits.clone());
     let Err(PluginRejection::WrongWorld(exports)) = command else {
         panic!("a WASI command was accepted")
     };
     assert!(exports.contains("wasi:cli/run"), "{exports}");
+    let future = host.plugin_load(
+        &plugin_bytes("bulkhead_plugin_future_contract.wasm"),
+        limits,
+    );
+    let Err(PluginRejection::UnsupportedVersion { found, .. }) = future else {
+        panic!("a component for a newer contract version was accepted")
+    };
+    assert_eq!(found, "0.2.0");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misbehaving_plugin_does_not_slow_another() {
-    let host = std::sync::Arc::new(PluginHost::new().unwrap());
+    let host = std::sync::Arc::new(PluginHost::new(None).unwrap());
     let example = host
         .plugin_load(
             &plugin_bytes("bulkhead_plugin_example.wasm"),
@@ -372,5 +380,62 @@ fn plugin_logic_is_unit_tested_natively() {
     assert!(
         text.contains("provisions_in_configured_regions_only ... ok"),
         "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiled_code_is_cached_across_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = plugin_bytes("bulkhead_plugin_example.wasm");
+    let first = PluginHost::new(Some(dir.path())).unwrap();
+    let started = Instant::now();
+    let cold = first.plugin_load(&bytes, PluginLimits::default()).unwrap();
+    let compile = started.elapsed();
+    assert!(!cold.from_cache);
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(entries.len(), 1);
+    assert!(
+        entries[0].starts_with(&cold.digest),
+        "keyed by the component's SHA-256: {entries:?}"
+    );
+
+    // A new host (as after a restart) loads the compiled code instead of compiling.
+    let second = PluginHost::new(Some(dir.path())).unwrap();
+    let started = Instant::now();
+    let warm = second.plugin_load(&bytes, PluginLimits::default()).unwrap();
+    let load = started.elapsed();
+    assert!(warm.from_cache);
+    eprintln!("example plugin: compiled in {compile:?}, loaded from the cache in {load:?}");
+    assert_eq!(
+        second
+            .plugin_info(&warm, &env("example"))
+            .await
+            .unwrap()
+            .name,
+        "example"
+    );
+
+    // A damaged entry is compiled again and replaced.
+    std::fs::write(dir.path().join(&entries[0]), b"garbage").unwrap();
+    let third = PluginHost::new(Some(dir.path())).unwrap();
+    let repaired = third.plugin_load(&bytes, PluginLimits::default()).unwrap();
+    assert!(!repaired.from_cache);
+    assert_eq!(
+        third
+            .plugin_info(&repaired, &env("example"))
+            .await
+            .unwrap()
+            .name,
+        "example"
+    );
+    assert!(
+        PluginHost::new(Some(dir.path()))
+            .unwrap()
+            .plugin_load(&bytes, PluginLimits::default())
+            .unwrap()
+            .from_cache
     );
 }

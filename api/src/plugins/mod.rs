@@ -12,6 +12,7 @@
 //! This module owns loading, validation and calling. Storing plugin binaries, providers'
 //! configuration and hot swap belong to the registry (a later step of the plugin issue).
 
+mod cache;
 mod sandbox;
 
 use std::collections::BTreeMap;
@@ -130,6 +131,8 @@ pub struct Plugin {
     pub digest: String,
     /// The contract version it was built for.
     pub contract_version: String,
+    /// Whether the compiled code came from the compiled-code cache.
+    pub from_cache: bool,
     pub limits: PluginLimits,
     pub stats: CallStats,
     pre: ProviderPre<PluginState>,
@@ -140,6 +143,7 @@ pub struct Plugin {
 pub struct PluginHost {
     engine: Engine,
     linker: Linker<PluginState>,
+    cache: Option<cache::CodeCache>,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -153,7 +157,9 @@ impl PluginHost {
     /// An engine with the component model, the pooling allocator (instances are recycled, with
     /// copy-on-write memory images) and epoch interruption; a linker with WASI (all
     /// capabilities denied) and the `bulkhead:provider/host` interface.
-    pub fn new() -> anyhow::Result<Self> {
+    ///
+    /// With `code_cache`, compiled plugins are kept in that directory (see the `cache` module).
+    pub fn new(code_cache: Option<&std::path::Path>) -> anyhow::Result<Self> {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(256)
             .total_core_instances(512)
@@ -186,9 +192,13 @@ impl PluginHost {
                     }
                 }
             })?;
+        let cache = code_cache
+            .map(|dir| cache::CodeCache::new(dir, &engine))
+            .transpose()?;
         Ok(Self {
             engine,
             linker,
+            cache,
             ticker_stop,
         })
     }
@@ -199,8 +209,12 @@ impl PluginHost {
         bytes: &[u8],
         limits: PluginLimits,
     ) -> Result<Plugin, PluginRejection> {
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|err| PluginRejection::NotAComponent(err.to_string()))?;
+        let digest = hex::encode(Sha256::digest(bytes));
+        let (component, from_cache) = match &self.cache {
+            Some(cache) => cache.component(&self.engine, bytes, &digest),
+            None => Component::new(&self.engine, bytes).map(|component| (component, false)),
+        }
+        .map_err(|err| PluginRejection::NotAComponent(err.to_string()))?;
         let contract_version = contract_version_check(&self.engine, &component)?;
         let instance_pre = self
             .linker
@@ -209,7 +223,8 @@ impl PluginHost {
         let pre = ProviderPre::new(instance_pre)
             .map_err(|err| PluginRejection::WrongWorld(format!("{err:#}")))?;
         Ok(Plugin {
-            digest: hex::encode(Sha256::digest(bytes)),
+            digest,
+            from_cache,
             contract_version,
             slots: Semaphore::new(limits.max_concurrent_calls.max(1)),
             limits,
