@@ -2,11 +2,12 @@
 //! sandbox (deadline, memory cap, panic, no environment or files, wrong world) without
 //! slowing other plugins down.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bulkhead::plugins::{
-    HealthStatus, InstanceSpec, InstanceState, PluginEnv, PluginError, PluginHost, PluginLimits,
-    PluginRejection, ProviderError,
+    HealthStatus, InstanceSpec, InstanceState, Plugin, PluginEnv, PluginError, PluginHost,
+    PluginLimits, PluginRejection, ProviderError,
 };
 
 use crate::support::plugin_bytes;
@@ -31,6 +32,18 @@ fn spec(key: &str, region: &str) -> InstanceSpec {
         env: vec![("A".into(), "1".into())],
         labels: vec![],
     }
+}
+
+/// A host with the hostile plugin loaded under [`hostile_limits`].
+fn hostile() -> (PluginHost, Plugin) {
+    let host = PluginHost::new(None).unwrap();
+    let plugin = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            hostile_limits(),
+        )
+        .unwrap();
+    (host, plugin)
 }
 
 fn hostile_limits() -> PluginLimits {
@@ -94,28 +107,13 @@ async fn example_plugin_answers_every_call() {
         .await
         .unwrap();
     assert!(host.plugin_list(&plugin, &env).await.unwrap().is_empty());
-    assert_eq!(
-        plugin.stats.ok.load(std::sync::atomic::Ordering::Relaxed),
-        6
-    );
-    assert_eq!(
-        plugin
-            .stats
-            .provider_errors
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(plugin.stats.ok.load(Relaxed), 6);
+    assert_eq!(plugin.stats.provider_errors.load(Relaxed), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_infinite_loop_is_stopped_by_the_deadline() {
-    let host = PluginHost::new(None).unwrap();
-    let plugin = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
-            hostile_limits(),
-        )
-        .unwrap();
+    let (host, plugin) = hostile();
     let started = Instant::now();
     let result = host.plugin_health(&plugin, &env("hostile")).await;
     let elapsed = started.elapsed();
@@ -136,13 +134,7 @@ async fn an_infinite_loop_is_stopped_by_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hog_hits_the_cap() {
-    let host = PluginHost::new(None).unwrap();
-    let plugin = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
-            hostile_limits(),
-        )
-        .unwrap();
+    let (host, plugin) = hostile();
     let result = host
         .plugin_provision(&plugin, &env("hostile"), spec("hog", "local"))
         .await;
@@ -150,24 +142,12 @@ async fn a_memory_hog_hits_the_cap() {
         matches!(result, Err(PluginError::MemoryExceeded(bytes)) if bytes == 32 * 1024 * 1024),
         "{result:?}"
     );
-    assert_eq!(
-        plugin
-            .stats
-            .memory_exceeded
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(plugin.stats.memory_exceeded.load(Relaxed), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_fails_only_its_call() {
-    let host = PluginHost::new(None).unwrap();
-    let plugin = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
-            hostile_limits(),
-        )
-        .unwrap();
+    let (host, plugin) = hostile();
     let result = host
         .plugin_describe(&plugin, &env("hostile"), "x".into())
         .await;
@@ -187,13 +167,7 @@ async fn a_panic_fails_only_its_call() {
 async fn the_sandbox_has_no_environment_and_no_files() {
     // SAFETY: set before any plugin runs; no other thread of this test reads the environment.
     unsafe { std::env::set_var("BULKHEAD_SANDBOX_CANARY", "must-not-leak") };
-    let host = PluginHost::new(None).unwrap();
-    let plugin = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
-            hostile_limits(),
-        )
-        .unwrap();
+    let (host, plugin) = hostile();
     let result = host.plugin_list(&plugin, &env("hostile")).await;
     let Err(PluginError::Provider(ProviderError::Internal(seen))) = result else {
         panic!("{result:?}")
