@@ -1,0 +1,122 @@
+//! Plugin host benchmarks (criterion): the cost of a sandboxed call (fresh instance from the
+//! pre-instantiated component + `health`) against the same Rust logic called natively, cold
+//! compilation against loading from the compiled-code cache, and concurrent calls.
+//!
+//! `cargo bench -p bulkhead-api --bench plugins` (builds the example plugin if needed).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bulkhead::plugins::{PluginEnv, PluginHost, PluginLimits};
+use bulkhead_plugin_example::Example;
+use bulkhead_sdk::Provider;
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn example_wasm() -> Vec<u8> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target: PathBuf = root.join("plugins/target");
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "-q",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "-p",
+                "bulkhead-plugin-example",
+                "--manifest-path",
+            ])
+            .arg(root.join("plugins/Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("cargo runs");
+    assert!(
+        status.success(),
+        "building the example plugin failed (is the wasm32-wasip2 target installed?)"
+    );
+    std::fs::read(target.join("wasm32-wasip2/release/bulkhead_plugin_example.wasm")).unwrap()
+}
+
+fn benches(c: &mut Criterion) {
+    let bytes = example_wasm();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let host = Arc::new(PluginHost::new(None).unwrap());
+    let plugin = Arc::new(host.plugin_load(&bytes, PluginLimits::default()).unwrap());
+    let env = Arc::new(PluginEnv {
+        provider: "bench".into(),
+        ..Default::default()
+    });
+
+    let mut calls = c.benchmark_group("health call");
+    calls.bench_function("native (same Rust logic)", |b| {
+        b.iter(|| std::hint::black_box(Example::health()))
+    });
+    calls.bench_function("sandboxed (fresh instance + call)", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { host.plugin_health(&plugin, &env).await.unwrap() })
+    });
+    calls.finish();
+
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cached_host = PluginHost::new(Some(cache_dir.path())).unwrap();
+    cached_host
+        .plugin_load(&bytes, PluginLimits::default())
+        .unwrap();
+    let mut load = c.benchmark_group("plugin load");
+    load.sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    load.bench_function("cold compile", |b| {
+        b.iter(|| host.plugin_load(&bytes, PluginLimits::default()).unwrap())
+    });
+    load.bench_function("from the compiled-code cache", |b| {
+        b.iter(|| {
+            let plugin = cached_host
+                .plugin_load(&bytes, PluginLimits::default())
+                .unwrap();
+            assert!(plugin.from_cache);
+            plugin
+        })
+    });
+    load.finish();
+
+    // Throughput: 2,000 health calls, `concurrency` at a time, on the 2-worker runtime.
+    let mut throughput = c.benchmark_group("concurrent health calls (2,000 per iteration)");
+    throughput.sample_size(10);
+    for concurrency in [1usize, 2, 8] {
+        throughput.bench_function(format!("{concurrency} at a time"), |b| {
+            b.to_async(&runtime).iter_custom(|iterations| {
+                let (host, plugin, env) = (host.clone(), plugin.clone(), env.clone());
+                async move {
+                    let started = Instant::now();
+                    for _ in 0..iterations {
+                        let tasks: Vec<_> = (0..concurrency)
+                            .map(|_| {
+                                let (host, plugin, env) =
+                                    (host.clone(), plugin.clone(), env.clone());
+                                tokio::spawn(async move {
+                                    for _ in 0..2000 / concurrency {
+                                        host.plugin_health(&plugin, &env).await.unwrap();
+                                    }
+                                })
+                            })
+                            .collect();
+                        for task in tasks {
+                            task.await.unwrap();
+                        }
+                    }
+                    started.elapsed()
+                }
+            })
+        });
+    }
+    throughput.finish();
+}
+
+criterion_group!(plugin_benches, benches);
+criterion_main!(plugin_benches);
