@@ -138,6 +138,18 @@ impl From<DbErr> for ApiError {
     }
 }
 
+/// For `map_err` on an insert or update: a unique-constraint violation becomes 409 with `code`
+/// and `detail` (which say which value is taken); any other error maps as usual.
+pub fn unique_violation_as(
+    code: &'static str,
+    detail: &'static str,
+) -> impl FnOnce(DbErr) -> ApiError {
+    move |err| match err.sql_err() {
+        Some(SqlErr::UniqueConstraintViolation(_)) => ApiError::conflict(code, detail),
+        _ => ApiError::from(err),
+    }
+}
+
 /// The MIME type of problem bodies.
 pub const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 

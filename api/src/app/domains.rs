@@ -13,7 +13,7 @@ use super::projects::project_authorize_in;
 use super::{App, if_match_check};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, unique_violation_as};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DomainView {
@@ -161,12 +161,10 @@ impl App {
         }
         .insert(&txn)
         .await
-        .map_err(|err| match ApiError::from(err) {
-            e if e.code == "already_exists" => {
-                ApiError::conflict("hostname_taken", "this hostname is already bound")
-            }
-            e => e,
-        })?;
+        .map_err(unique_violation_as(
+            "hostname_taken",
+            "this hostname is already bound",
+        ))?;
         audit_record(&txn, ctx, domain_audit("domain.create", &created)).await?;
         txn.commit().await?;
         Ok(created)

@@ -14,7 +14,7 @@ use super::projects::project_authorize_in;
 use super::{App, if_match_check, slug_validate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{environment, service};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, unique_violation_as};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EnvironmentView {
@@ -56,16 +56,6 @@ pub async fn environment_find(
         .one(db)
         .await?
         .ok_or_else(|| ApiError::not_found("environment"))
-}
-
-fn name_taken(err: sea_orm::DbErr) -> ApiError {
-    match ApiError::from(err) {
-        e if e.code == "already_exists" => ApiError::conflict(
-            "name_taken",
-            "the project has an environment with this name",
-        ),
-        e => e,
-    }
 }
 
 impl App {
@@ -120,7 +110,10 @@ impl App {
         }
         .insert(&txn)
         .await
-        .map_err(name_taken)?;
+        .map_err(unique_violation_as(
+            "name_taken",
+            "the project has an environment with this name",
+        ))?;
         audit_record(&txn, ctx, environment_audit("environment.create", &created)).await?;
         txn.commit().await?;
         Ok(created)
@@ -150,7 +143,10 @@ impl App {
         active.name = Set(name);
         active.revision = Set(current.revision + 1);
         active.updated_at = Set(Utc::now());
-        let updated = active.update(&txn).await.map_err(name_taken)?;
+        let updated = active.update(&txn).await.map_err(unique_violation_as(
+            "name_taken",
+            "the project has an environment with this name",
+        ))?;
         audit_record(&txn, ctx, environment_audit("environment.update", &updated)).await?;
         txn.commit().await?;
         Ok(updated)

@@ -17,7 +17,7 @@ use super::projects::project_authorize_in;
 use super::{App, if_match_check};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project_member, user};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, unique_violation_as};
 
 /// A user's membership in a project.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -205,12 +205,10 @@ impl App {
         }
         .insert(&txn)
         .await
-        .map_err(|err| match ApiError::from(err) {
-            e if e.code == "already_exists" => {
-                ApiError::conflict("already_member", "this user is already a member")
-            }
-            e => e,
-        })?;
+        .map_err(unique_violation_as(
+            "already_member",
+            "this user is already a member",
+        ))?;
         audit_record(&txn, ctx, member_audit("member.add", &membership)).await?;
         let member = member_load(&txn, membership).await?;
         txn.commit().await?;

@@ -20,7 +20,7 @@ use super::projects::project_authorize_in;
 use super::{App, if_match_check, slug_validate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::service;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, unique_violation_as};
 
 pub const MAX_REPLICAS: u32 = 100;
 pub const MAX_VARIABLES: usize = 200;
@@ -279,15 +279,6 @@ async fn service_find(
         .ok_or_else(|| ApiError::not_found("service"))
 }
 
-fn name_taken(err: sea_orm::DbErr) -> ApiError {
-    match ApiError::from(err) {
-        e if e.code == "already_exists" => {
-            ApiError::conflict("name_taken", "the environment has a service with this name")
-        }
-        e => e,
-    }
-}
-
 impl App {
     pub async fn service_list(
         &self,
@@ -355,7 +346,10 @@ impl App {
         }
         .insert(&txn)
         .await
-        .map_err(name_taken)?;
+        .map_err(unique_violation_as(
+            "name_taken",
+            "the environment has a service with this name",
+        ))?;
         audit_record(&txn, ctx, service_audit("service.create", &created)).await?;
         txn.commit().await?;
         Ok(created)
@@ -403,7 +397,10 @@ impl App {
         }
         active.revision = Set(current.revision + 1);
         active.updated_at = Set(Utc::now());
-        let updated = active.update(&txn).await.map_err(name_taken)?;
+        let updated = active.update(&txn).await.map_err(unique_violation_as(
+            "name_taken",
+            "the environment has a service with this name",
+        ))?;
         audit_record(&txn, ctx, service_audit("service.update", &updated)).await?;
         txn.commit().await?;
         Ok(updated)

@@ -14,7 +14,7 @@ use super::pagination::{Page, PageParams, paginate};
 use super::{App, text_validate};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{terms_acceptance, terms_version};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, unique_violation_as};
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TermsView {
@@ -128,12 +128,10 @@ impl App {
         }
         .insert(&txn)
         .await
-        .map_err(|err| match ApiError::from(err) {
-            e if e.code == "already_exists" => {
-                ApiError::conflict("version_exists", "this version is already published")
-            }
-            e => e,
-        })?;
+        .map_err(unique_violation_as(
+            "version_exists",
+            "this version is already published",
+        ))?;
         let entry = AuditEntry {
             action: "terms.publish",
             resource_type: "terms",

@@ -14,7 +14,7 @@ use super::{App, if_match_check, text_validate};
 use crate::auth::{password_hash, password_verify};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::user;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, unique_violation_as};
 
 /// A user account. Passwords are never shown.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -197,12 +197,10 @@ impl App {
         }
         .insert(&txn)
         .await
-        .map_err(|err| match ApiError::from(err) {
-            e if e.code == "already_exists" => {
-                ApiError::conflict("email_taken", "a user with this email already exists")
-            }
-            e => e,
-        })?;
+        .map_err(unique_violation_as(
+            "email_taken",
+            "a user with this email already exists",
+        ))?;
         audit_record(&txn, ctx, user_audit("user.create", &created)).await?;
         txn.commit().await?;
         Ok(created)
