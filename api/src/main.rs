@@ -52,6 +52,10 @@ enum PluginAction {
         /// Secrets of the plugin, as KEY=VALUE (repeatable).
         #[arg(long = "secret", value_parser = key_value)]
         secrets: Vec<(String, String)>,
+        /// A `host:port` the plugin may send HTTP requests to (repeatable; `*.domain` and
+        /// port `*` allowed). Nothing else is reachable.
+        #[arg(long = "allow-host")]
+        allow_hosts: Vec<String>,
         /// Instance key (provision, deprovision, describe).
         #[arg(long, default_value = "example-1")]
         key: String,
@@ -74,7 +78,8 @@ fn key_value(text: &str) -> Result<(String, String), String> {
 }
 
 async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
-    use bulkhead::plugins::{InstanceSpec, PluginEnv, PluginHost, PluginLimits};
+    use bulkhead::plugins::{Allowlist, InstanceSpec, PluginEnv, PluginHost, PluginLimits};
+    use std::sync::Arc;
     let host = PluginHost::new(None)?;
     match action {
         PluginAction::Inspect { file } => {
@@ -101,6 +106,7 @@ async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
             function,
             config,
             secrets,
+            allow_hosts,
             key,
             region,
             artifact,
@@ -109,11 +115,13 @@ async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
             let bytes =
                 std::fs::read(&file).map_err(|err| anyhow::anyhow!("{}: {err}", file.display()))?;
             let plugin = host.plugin_load(&bytes, PluginLimits::default())?;
-            let env = PluginEnv {
+            let allowlist = Allowlist::parse(&allow_hosts).map_err(|err| anyhow::anyhow!(err))?;
+            let env = Arc::new(PluginEnv {
                 provider: "cli".into(),
                 config: config.into_iter().collect(),
                 secrets: secrets.into_iter().collect(),
-            };
+                allowlist: Arc::new(allowlist),
+            });
             let spec = InstanceSpec {
                 instance_key: key.clone(),
                 region,

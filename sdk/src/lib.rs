@@ -29,8 +29,13 @@ pub mod bindings {
         world: "provider",
         pub_export_macro: true,
         default_bindings_module: "bulkhead_sdk::bindings",
+        // The standard `wasi:http` the world imports, generated here so that its version is
+        // exactly the contract's.
+        generate_all,
     });
 }
+
+pub mod http;
 
 use std::marker::PhantomData;
 
@@ -41,7 +46,7 @@ pub use bindings::bulkhead::provider::types::{
 };
 
 /// The version of the `bulkhead:provider` contract this SDK builds plugins for.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// A provider adapter. Methods are associated functions: a plugin keeps no state between calls
 /// (each call runs in a fresh instance), everything it needs comes from its configuration,
@@ -163,15 +168,20 @@ macro_rules! debug {
 }
 
 /// An in-memory host for unit tests of plugin logic on a native target: set the configuration
-/// and secrets a test needs, call the `Provider` methods directly, read what was logged.
+/// and secrets a test needs and a fake of the provider's HTTP API, call the `Provider` methods
+/// directly, read what was logged.
 #[cfg(not(target_family = "wasm"))]
 pub mod testing {
     use std::cell::RefCell;
     use std::collections::HashMap;
 
     use super::LogLevel;
+    use crate::http::{HttpError, Request, Response};
+
+    type HttpHandler = Box<dyn FnMut(&Request) -> Result<Response, HttpError>>;
 
     thread_local! {
+        static HTTP: RefCell<Option<HttpHandler>> = const { RefCell::new(None) };
         static CONFIG: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
         static SECRETS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
         static LOGS: RefCell<Vec<(LogLevel, String)>> = const { RefCell::new(Vec::new()) };
@@ -190,6 +200,21 @@ pub mod testing {
     /// Takes the lines logged so far on this thread.
     pub fn logs_take() -> Vec<(LogLevel, String)> {
         LOGS.with(|l| std::mem::take(&mut *l.borrow_mut()))
+    }
+
+    /// Answers this thread's outbound HTTP requests with `handler` (a fake of the provider's
+    /// API). Without one, requests fail as refused by the host.
+    pub fn set_http_handler(
+        handler: impl FnMut(&Request) -> Result<Response, HttpError> + 'static,
+    ) {
+        HTTP.with(|h| *h.borrow_mut() = Some(Box::new(handler)));
+    }
+
+    pub(crate) fn http_send(request: Request) -> Result<Response, HttpError> {
+        HTTP.with(|h| match h.borrow_mut().as_mut() {
+            Some(handler) => handler(&request),
+            None => Err(HttpError::Denied(request.url.clone())),
+        })
     }
 
     pub(crate) fn config_get(key: &str) -> Option<String> {

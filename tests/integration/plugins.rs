@@ -1,18 +1,20 @@
 //! The plugin host: the example plugin end to end, and hostile plugins contained by the
-//! sandbox (deadline, memory cap, panic, no environment or files, wrong world) without
-//! slowing other plugins down.
+//! sandbox (deadline, memory cap, panic, no environment or files, outbound HTTP only to the
+//! allowlist, wrong world) without slowing other plugins down.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bulkhead::plugins::{
-    HealthStatus, InstanceSpec, InstanceState, Plugin, PluginEnv, PluginError, PluginHost,
-    PluginLimits, PluginRejection, ProviderError,
+    Allowlist, HealthStatus, InstanceSpec, InstanceState, Plugin, PluginEnv, PluginError,
+    PluginHost, PluginLimits, PluginRejection, ProviderError,
 };
 
 use crate::support::plugin_bytes;
 
-fn env(provider: &str) -> PluginEnv {
+fn env(provider: &str) -> Arc<PluginEnv> {
     let mut env = PluginEnv {
         provider: provider.into(),
         ..Default::default()
@@ -20,7 +22,7 @@ fn env(provider: &str) -> PluginEnv {
     env.config
         .insert("regions".into(), "eu-west,us-east".into());
     env.config.insert("address".into(), "127.0.0.1:9999".into());
-    env
+    Arc::new(env)
 }
 
 fn spec(key: &str, region: &str) -> InstanceSpec {
@@ -52,6 +54,7 @@ fn hostile_limits() -> PluginLimits {
         health_deadline: Duration::from_millis(300),
         call_deadline: Duration::from_secs(5),
         max_concurrent_calls: 4,
+        http_response_bytes: 1024 * 1024,
     }
 }
 
@@ -64,7 +67,7 @@ async fn example_plugin_answers_every_call() {
             PluginLimits::default(),
         )
         .unwrap();
-    assert_eq!(plugin.contract_version, "0.1.0");
+    assert_eq!(plugin.contract_version, "0.2.0");
     assert_eq!(plugin.digest.len(), 64);
     let env = env("example");
 
@@ -207,7 +210,98 @@ fn binaries_that_are_not_providers_are_refused() {
     let Err(PluginRejection::UnsupportedVersion { found, .. }) = future else {
         panic!("a component for a newer contract version was accepted")
     };
-    assert_eq!(found, "0.2.0");
+    assert_eq!(found, "0.3.0");
+}
+
+/// What the hostile plugin reports after `deprovision(url)` fetched (or failed to fetch) `url`.
+async fn hostile_fetch(
+    host: &PluginHost,
+    plugin: &Plugin,
+    env: &Arc<PluginEnv>,
+    url: &str,
+) -> String {
+    match host.plugin_deprovision(plugin, env, url.into()).await {
+        Err(PluginError::Provider(ProviderError::Internal(report))) => report,
+        other => panic!("unexpected outcome of fetching {url}: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_http_reaches_only_the_allowlist_and_is_capped() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new()
+        .route("/ping", axum::routing::get(|| async { "pong" }))
+        .route(
+            "/big",
+            axum::routing::get(|| async { vec![b'x'; 2 * 1024 * 1024] }),
+        )
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                counted.fetch_add(1, Relaxed);
+                next.run(request)
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let (host, plugin) = hostile();
+    let allowing = Arc::new(PluginEnv {
+        provider: "hostile".into(),
+        allowlist: Arc::new(Allowlist::parse(&[format!("127.0.0.1:{port}")]).unwrap()),
+        ..Default::default()
+    });
+    let allowed = hostile_fetch(
+        &host,
+        &plugin,
+        &allowing,
+        &format!("http://127.0.0.1:{port}/ping"),
+    )
+    .await;
+    assert_eq!(allowed, "fetched status=200 bytes=4 body=pong");
+
+    for refused in [
+        format!("http://localhost:{port}/ping"),
+        format!("http://127.0.0.1:{}/ping", port.wrapping_add(1)),
+        "https://example.com/".to_owned(),
+    ] {
+        let report = hostile_fetch(&host, &plugin, &allowing, &refused).await;
+        assert!(
+            report.starts_with("refused:") && report.contains("not on this provider's allowlist"),
+            "{refused}: {report}"
+        );
+    }
+    let no_allowlist = env("hostile");
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &no_allowlist,
+        &format!("http://127.0.0.1:{port}/ping"),
+    )
+    .await;
+    assert!(
+        report.contains("not on this provider's allowlist"),
+        "{report}"
+    );
+
+    let big = hostile_fetch(
+        &host,
+        &plugin,
+        &allowing,
+        &format!("http://127.0.0.1:{port}/big"),
+    )
+    .await;
+    // The cap cuts the body stream; the plugin reads the host's reason.
+    assert!(
+        big.contains("body size exceeds limit: 1048576 bytes"),
+        "{big}"
+    );
+    assert_eq!(
+        hits.load(Relaxed),
+        2,
+        "only the two allowed requests may reach the server"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,11 +375,11 @@ fn plugin_cli_inspects_and_calls() {
     let text = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.status.success(), "{text}");
     assert!(
-        text.contains("contract: bulkhead:provider@0.1.0") && text.contains("verdict:  accepted"),
+        text.contains("contract: bulkhead:provider@0.2.0") && text.contains("verdict:  accepted"),
         "{text}"
     );
     assert!(
-        text.contains("exports:  bulkhead:provider/adapter@0.1.0"),
+        text.contains("exports:  bulkhead:provider/adapter@0.2.0"),
         "{text}"
     );
     assert!(text.contains("sha256:"), "{text}");

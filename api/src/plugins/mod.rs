@@ -13,6 +13,7 @@
 //! configuration and hot swap belong to the registry (a later step of the plugin issue).
 
 mod cache;
+mod outbound;
 mod sandbox;
 
 use std::collections::BTreeMap;
@@ -27,12 +28,18 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
 
+pub use outbound::{Allowlist, HostPattern};
 pub use sandbox::PluginState;
 
 wasmtime::component::bindgen!({
     path: "../sdk/wit",
     world: "provider",
     exports: { default: async },
+    with: {
+        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+        "wasi:io": wasmtime_wasi::p2::bindings::io,
+        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+    },
 });
 
 pub use self::bulkhead::provider::types::{
@@ -41,7 +48,7 @@ pub use self::bulkhead::provider::types::{
 };
 
 /// Versions of the `bulkhead:provider` contract this host can load.
-pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.1.0"];
+pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.2.0"];
 /// The export a plugin must have (with a supported version after `@`).
 pub const ADAPTER_EXPORT: &str = "bulkhead:provider/adapter";
 /// How often the epoch advances: the granularity of call deadlines.
@@ -58,6 +65,8 @@ pub struct PluginLimits {
     pub call_deadline: Duration,
     /// Calls of this plugin that may run at once; more wait.
     pub max_concurrent_calls: usize,
+    /// Largest HTTP response body a call may read.
+    pub http_response_bytes: u64,
 }
 
 impl Default for PluginLimits {
@@ -67,17 +76,21 @@ impl Default for PluginLimits {
             health_deadline: Duration::from_secs(2),
             call_deadline: Duration::from_secs(10),
             max_concurrent_calls: 16,
+            http_response_bytes: 4 * 1024 * 1024,
         }
     }
 }
 
-/// What a plugin sees of its provider's settings.
+/// What a plugin sees of its provider's settings. Shared by the calls of a provider (a call
+/// holds an `Arc` of it), replaced as a whole when the provider's settings change.
 #[derive(Debug, Clone, Default)]
 pub struct PluginEnv {
-    /// The provider's name, for logs.
-    pub provider: String,
+    /// The provider's name, for logs and metrics.
+    pub provider: Arc<str>,
     pub config: BTreeMap<String, String>,
     pub secrets: BTreeMap<String, String>,
+    /// Where its outbound HTTP requests may go.
+    pub allowlist: Arc<Allowlist>,
 }
 
 /// Why a plugin call failed.
@@ -176,8 +189,18 @@ impl PluginHost {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|err| anyhow::anyhow!("link WASI: {err}"))?;
-        Provider::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |state| state)
-            .map_err(|err| anyhow::anyhow!("link host: {err}"))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|err| anyhow::anyhow!("link WASI HTTP: {err}"))?;
+        self::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|err| anyhow::anyhow!("link host types: {err}"))?;
+        self::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|err| anyhow::anyhow!("link host: {err}"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (stop, weak) = (ticker_stop.clone(), engine.weak());
@@ -236,7 +259,7 @@ impl PluginHost {
     pub async fn plugin_info(
         &self,
         plugin: &Plugin,
-        env: &PluginEnv,
+        env: &Arc<PluginEnv>,
     ) -> Result<ProviderInfo, PluginError> {
         self.call(
             plugin,
@@ -250,7 +273,7 @@ impl PluginHost {
     pub async fn plugin_health(
         &self,
         plugin: &Plugin,
-        env: &PluginEnv,
+        env: &Arc<PluginEnv>,
     ) -> Result<HealthReport, PluginError> {
         self.call(
             plugin,
@@ -264,7 +287,7 @@ impl PluginHost {
     pub async fn plugin_provision(
         &self,
         plugin: &Plugin,
-        env: &PluginEnv,
+        env: &Arc<PluginEnv>,
         spec: InstanceSpec,
     ) -> Result<Instance, PluginError> {
         self.call(
@@ -281,7 +304,7 @@ impl PluginHost {
     pub async fn plugin_deprovision(
         &self,
         plugin: &Plugin,
-        env: &PluginEnv,
+        env: &Arc<PluginEnv>,
         key: String,
     ) -> Result<(), PluginError> {
         self.call(
@@ -298,7 +321,7 @@ impl PluginHost {
     pub async fn plugin_describe(
         &self,
         plugin: &Plugin,
-        env: &PluginEnv,
+        env: &Arc<PluginEnv>,
         key: String,
     ) -> Result<Instance, PluginError> {
         self.call(
@@ -313,7 +336,7 @@ impl PluginHost {
     pub async fn plugin_list(
         &self,
         plugin: &Plugin,
-        env: &PluginEnv,
+        env: &Arc<PluginEnv>,
     ) -> Result<Vec<Instance>, PluginError> {
         self.call(
             plugin,
@@ -329,7 +352,7 @@ impl PluginHost {
     async fn call<R: Send>(
         &self,
         plugin: &Plugin,
-        env: &PluginEnv,
+        env: &Arc<PluginEnv>,
         deadline: Duration,
         f: impl for<'a> FnOnce(
             &'a exports::bulkhead::provider::adapter::Guest,
@@ -343,10 +366,7 @@ impl PluginHost {
             .acquire()
             .await
             .map_err(|err| PluginError::Host(err.to_string()))?;
-        let mut store = Store::new(
-            &self.engine,
-            PluginState::new(env, plugin.limits.memory_bytes),
-        );
+        let mut store = Store::new(&self.engine, PluginState::new(env, &plugin.limits));
         store.limiter(|state| state.limiter());
         // At every epoch tick a running plugin yields to the executor, so that a busy plugin
         // never holds a worker thread for long, and is interrupted once its deadline passes.
@@ -359,14 +379,18 @@ impl PluginHost {
                 UpdateDeadline::Yield(1)
             })
         });
-        let outcome = match plugin.pre.instantiate_async(&mut store).await {
-            Ok(provider) => f(provider.bulkhead_provider_adapter(), &mut store).await,
-            Err(err) => Err(err),
-        };
+        // Epoch interruption stops a plugin that computes; a plugin waiting on the host (an
+        // outbound HTTP request) runs no Wasm, so the same deadline also bounds the whole call.
+        let outcome = tokio::time::timeout(deadline, async {
+            let provider = plugin.pre.instantiate_async(&mut store).await?;
+            f(provider.bulkhead_provider_adapter(), &mut store).await
+        })
+        .await;
         let result = match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(provider_error)) => Err(PluginError::Provider(provider_error)),
-            Err(err) => Err(classify(err, &store, deadline)),
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(provider_error))) => Err(PluginError::Provider(provider_error)),
+            Ok(Err(err)) => Err(classify(err, &store, deadline)),
+            Err(_elapsed) => Err(PluginError::Timeout(deadline)),
         };
         let (counter, outcome) = match &result {
             Ok(_) => (&plugin.stats.ok, "ok"),

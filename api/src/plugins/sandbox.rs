@@ -1,21 +1,23 @@
-//! The state of one plugin call: WASI with every capability denied, the plugin's own
-//! configuration and secrets, and the memory limiter.
+//! The state of one plugin call: WASI with every capability denied, outbound HTTP through the
+//! provider's allowlist, the plugin's own configuration and secrets, and the memory limiter.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::PluginEnv;
 use super::bulkhead::provider::host::{Host, LogLevel};
+use super::outbound::OutboundPolicy;
 
 /// Per-call store data.
 pub struct PluginState {
-    provider: String,
-    config: BTreeMap<String, String>,
-    secrets: BTreeMap<String, String>,
+    env: Arc<PluginEnv>,
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    outbound: OutboundPolicy,
     table: ResourceTable,
     memory: MemoryCap,
 }
@@ -26,18 +28,22 @@ struct MemoryCap {
 }
 
 impl PluginState {
-    pub(super) fn new(env: &PluginEnv, memory_bytes: usize) -> Self {
+    pub(super) fn new(env: &Arc<PluginEnv>, limits: &super::PluginLimits) -> Self {
         // No environment, arguments, preopened directories or stdin; stdout and stderr go
         // nowhere; sockets and name lookups are refused by the builder's defaults.
         let wasi = WasiCtx::builder().build();
         Self {
-            provider: env.provider.clone(),
-            config: env.config.clone(),
-            secrets: env.secrets.clone(),
+            outbound: OutboundPolicy {
+                provider: env.provider.clone(),
+                allowlist: env.allowlist.clone(),
+                response_bytes: limits.http_response_bytes,
+            },
+            env: env.clone(),
             wasi,
+            http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
             memory: MemoryCap {
-                max_bytes: memory_bytes,
+                max_bytes: limits.memory_bytes,
                 exceeded: false,
             },
         }
@@ -92,12 +98,22 @@ impl WasiView for PluginState {
     }
 }
 
+impl WasiHttpView for PluginState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outbound,
+        }
+    }
+}
+
 impl super::bulkhead::provider::types::Host for PluginState {}
 
 impl Host for PluginState {
     fn log(&mut self, level: LogLevel, message: String) {
         let message: String = message.chars().take(4096).collect();
-        let provider = &self.provider;
+        let provider = &*self.env.provider;
         match level {
             LogLevel::Trace | LogLevel::Debug => tracing::debug!(provider, plugin_log = %message),
             LogLevel::Info => tracing::info!(provider, plugin_log = %message),
@@ -107,10 +123,10 @@ impl Host for PluginState {
     }
 
     fn config_get(&mut self, key: String) -> Option<String> {
-        self.config.get(&key).cloned()
+        self.env.config.get(&key).cloned()
     }
 
     fn secret_get(&mut self, key: String) -> Option<String> {
-        self.secrets.get(&key).cloned()
+        self.env.secrets.get(&key).cloned()
     }
 }

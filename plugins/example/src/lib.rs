@@ -2,11 +2,12 @@
 //! provisions nothing, but answers every call of the contract the way a real adapter would, so
 //! that the host, the SDK and the CLI can be exercised end to end.
 //!
-//! Configuration: `regions` (comma-separated, default `local`) and `address` (where instances
-//! answer, default `127.0.0.1:8080`).
+//! Configuration: `regions` (comma-separated, default `local`), `address` (where instances
+//! answer, default `127.0.0.1:8080`) and `health_url` (optional: `health` asks it over HTTP).
 
 use bulkhead_sdk::{
-    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError, ProviderInfo,
+    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError,
+    ProviderInfo,
 };
 
 pub struct Example;
@@ -41,12 +42,28 @@ impl Provider for Example {
     }
 
     fn health() -> Result<HealthReport, ProviderError> {
-        Ok(HealthReport { status: HealthStatus::Healthy, message: "the example provider is always up".into() })
+        // With `health_url` set, ask it (it must be on the provider's allowlist); otherwise up.
+        let Some(url) = bulkhead_sdk::config("health_url") else {
+            return Ok(HealthReport {
+                status: HealthStatus::Healthy,
+                message: "the example provider is always up".into(),
+            });
+        };
+        let response = bulkhead_sdk::http::Request::get(&url)
+            .send()?
+            .error_for_status()?;
+        Ok(HealthReport {
+            status: HealthStatus::Healthy,
+            message: format!("{url} answered {}", response.status),
+        })
     }
 
     fn provision(spec: InstanceSpec) -> Result<Instance, ProviderError> {
         if !regions().contains(&spec.region) {
-            return Err(ProviderError::InvalidSpec(format!("unknown region `{}`", spec.region)));
+            return Err(ProviderError::InvalidSpec(format!(
+                "unknown region `{}`",
+                spec.region
+            )));
         }
         bulkhead_sdk::info!("provisioning {} in {}", spec.instance_key, spec.region);
         Ok(instance(spec.instance_key, spec.region))
@@ -91,7 +108,35 @@ mod tests {
         let made = Example::provision(spec("us-east")).unwrap();
         assert_eq!(made.provider_id, "example-web-1");
         assert_eq!(made.address.as_deref(), Some("10.0.0.7:8080"));
-        assert!(testing::logs_take().iter().any(|(_, line)| line.contains("web-1")));
-        assert!(matches!(Example::provision(spec("mars")), Err(ProviderError::InvalidSpec(_))));
+        assert!(
+            testing::logs_take()
+                .iter()
+                .any(|(_, line)| line.contains("web-1"))
+        );
+        assert!(matches!(
+            Example::provision(spec("mars")),
+            Err(ProviderError::InvalidSpec(_))
+        ));
+    }
+
+    #[test]
+    fn health_asks_the_configured_url_and_maps_its_status() {
+        use bulkhead_sdk::http::Response;
+        testing::set_config("health_url", "http://status.local/ok");
+        testing::set_http_handler(|request| {
+            Ok(if request.url.ends_with("/ok") {
+                Response::new(200, "up")
+            } else {
+                Response::new(503, "down")
+            })
+        });
+        assert_eq!(
+            Example::health().unwrap().message,
+            "http://status.local/ok answered 200"
+        );
+        testing::set_config("health_url", "http://status.local/down");
+        assert!(
+            matches!(Example::health(), Err(ProviderError::Unavailable(message)) if message.contains("503"))
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! A plugin that misbehaves on purpose, one way per call, for the host's sandbox tests:
-//! `health` never returns, `provision` allocates until it is stopped, `describe` panics, and
-//! `list` looks for what a sandboxed plugin must not see (environment, files) and reports it.
+//! `health` never returns, `provision` allocates until it is stopped, `describe` panics,
+//! `list` looks for what a sandboxed plugin must not see (environment, files) and reports it,
+//! and `deprovision` of a URL fetches it (allowed or not) and reports the outcome.
 
 use bulkhead_sdk::{HealthReport, Instance, InstanceSpec, Provider, ProviderError, ProviderInfo};
 
@@ -8,7 +9,12 @@ pub struct Hostile;
 
 impl Provider for Hostile {
     fn info() -> ProviderInfo {
-        ProviderInfo { name: "hostile".into(), version: "0.1.0".into(), regions: vec!["local".into()], capabilities: vec![] }
+        ProviderInfo {
+            name: "hostile".into(),
+            version: "0.1.0".into(),
+            regions: vec!["local".into()],
+            capabilities: vec![],
+        }
     }
 
     fn health() -> Result<HealthReport, ProviderError> {
@@ -26,7 +32,19 @@ impl Provider for Hostile {
         }
     }
 
-    fn deprovision(_instance_key: String) -> Result<(), ProviderError> {
+    fn deprovision(instance_key: String) -> Result<(), ProviderError> {
+        // `deprovision("http://host:port/path")` fetches that URL and reports what came back.
+        if instance_key.starts_with("http://") || instance_key.starts_with("https://") {
+            return match bulkhead_sdk::http::Request::get(&instance_key).send() {
+                Ok(response) => Err(ProviderError::Internal(format!(
+                    "fetched status={} bytes={} body={}",
+                    response.status,
+                    response.body.len(),
+                    response.text().chars().take(64).collect::<String>()
+                ))),
+                Err(err) => Err(ProviderError::Internal(format!("refused: {err}"))),
+            };
+        }
         Ok(())
     }
 
@@ -36,9 +54,15 @@ impl Provider for Hostile {
 
     fn list() -> Result<Vec<Instance>, ProviderError> {
         let env: Vec<String> = std::env::vars().map(|(key, _)| key).collect();
-        let file = std::fs::read_to_string("/etc/passwd").map(|text| text.len()).map_err(|err| err.to_string());
-        let dir = std::fs::read_dir(".").map(|entries| entries.count()).map_err(|err| err.to_string());
-        Err(ProviderError::Internal(format!("env={env:?} file={file:?} dir={dir:?}")))
+        let file = std::fs::read_to_string("/etc/passwd")
+            .map(|text| text.len())
+            .map_err(|err| err.to_string());
+        let dir = std::fs::read_dir(".")
+            .map(|entries| entries.count())
+            .map_err(|err| err.to_string());
+        Err(ProviderError::Internal(format!(
+            "env={env:?} file={file:?} dir={dir:?}"
+        )))
     }
 }
 
