@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p bulkhead-api --bench plugins` (builds the example plugin if needed).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,30 +13,10 @@ use bulkhead_plugin_example::Example;
 use bulkhead_sdk::Provider;
 use criterion::{Criterion, criterion_group, criterion_main};
 
+/// The example plugin, built by the build script.
 fn example_wasm() -> Vec<u8> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target: PathBuf = root.join("plugins/target");
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "build",
-                "-q",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "-p",
-                "bulkhead-plugin-example",
-                "--manifest-path",
-            ])
-            .arg(root.join("plugins/Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target)
-            .status()
-            .expect("cargo runs");
-    assert!(
-        status.success(),
-        "building the example plugin failed (is the wasm32-wasip2 target installed?)"
-    );
-    std::fs::read(target.join("wasm32-wasip2/release/bulkhead_plugin_example.wasm")).unwrap()
+    std::fs::read(Path::new(env!("BULKHEAD_PLUGINS_DIR")).join("bulkhead_plugin_example.wasm"))
+        .unwrap()
 }
 
 fn benches(c: &mut Criterion) {

@@ -13,6 +13,8 @@ use crate::app::App;
 use crate::app::bootstrap::Bootstrap;
 use crate::auth::JwtKeys;
 use crate::config::Settings;
+use crate::plugins::PluginHost;
+use crate::plugins::registry::ProviderRegistry;
 
 /// A server that is accepting connections.
 pub struct RunningServer {
@@ -40,10 +42,12 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     migrator.close().await?;
     let db = crate::db::connect(&settings.database_url).await?;
     let jwt = Arc::new(JwtKeys::load_or_create(&db).await?);
+    let host = PluginHost::new(Some(&settings.data_dir.join("plugin-cache")))?;
     let app = App {
         db,
         jwt,
         settings: Arc::new(settings),
+        providers: Arc::new(ProviderRegistry::new(host)),
     };
     match app.bootstrap().await? {
         Bootstrap::AlreadyDone => {}
@@ -58,6 +62,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
             );
         }
     }
+    app.providers_start()
+        .await
+        .map_err(|err| anyhow::anyhow!("loading the providers: {err:?}"))?;
     let _ = crate::http::metrics_handle();
     let listener = TcpListener::bind(app.settings.listen).await?;
     let addr = listener.local_addr()?;

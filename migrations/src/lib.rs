@@ -14,6 +14,7 @@ mod m20261130_000003_projects;
 mod m20261130_000004_services_and_domains;
 mod m20261130_000005_idempotency;
 mod m20261130_000006_user_last_login;
+mod m20261130_000007_plugin_registry;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000004_services_and_domains::Migration),
             Box::new(m20261130_000005_idempotency::Migration),
             Box::new(m20261130_000006_user_last_login::Migration),
+            Box::new(m20261130_000007_plugin_registry::Migration),
         ]
     }
 }

@@ -15,5 +15,6 @@ mod migrations;
 mod ops;
 mod plugins;
 mod projects;
+mod providers;
 mod resources;
 mod terms;

@@ -340,35 +340,9 @@ impl TestServer {
     }
 }
 
-/// Builds the plugins under `plugins/` for `wasm32-wasip2` (once per test process, installing
-/// the target when missing) and returns the directory of the `.wasm` files.
+/// The directory of the Wasm plugins built from `plugins/` by the `bulkhead-api` build script.
 pub fn plugins_dir() -> &'static Path {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let installed = std::process::Command::new("rustup").args(["target", "list", "--installed"]).output();
-        let has_target = installed.as_ref().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("wasm32-wasip2"));
-        if !has_target {
-            let status = std::process::Command::new("rustup").args(["target", "add", "wasm32-wasip2"]).status();
-            assert!(
-                status.is_ok_and(|s| s.success()),
-                "the wasm32-wasip2 target is missing and `rustup target add wasm32-wasip2` failed; run it by hand"
-            );
-        }
-        let target_dir = root.join("plugins/target");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = std::process::Command::new(cargo)
-            .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
-            .arg(root.join("plugins/Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target_dir)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_TARGET")
-            .output()
-            .expect("cargo runs");
-        assert!(output.status.success(), "building the plugins failed:\n{}", String::from_utf8_lossy(&output.stderr));
-        target_dir.join("wasm32-wasip2/release")
-    })
+    Path::new(env!("BULKHEAD_PLUGINS_DIR"))
 }
 
 /// The bytes of a plugin built by [`plugins_dir`], e.g. `bulkhead_plugin_example.wasm`.

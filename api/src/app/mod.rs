@@ -11,7 +11,9 @@ pub mod environments;
 pub mod idempotency;
 pub mod members;
 pub mod pagination;
+pub mod plugin_binaries;
 pub mod projects;
+pub mod providers;
 pub mod services;
 pub mod sessions;
 pub mod terms;
@@ -25,6 +27,7 @@ use sea_orm::DatabaseConnection;
 use crate::auth::JwtKeys;
 use crate::config::Settings;
 use crate::error::{ApiError, ApiResult};
+use crate::plugins::registry::ProviderRegistry;
 
 /// The application: shared by every request.
 #[derive(Clone)]
@@ -32,6 +35,8 @@ pub struct App {
     pub db: DatabaseConnection,
     pub jwt: Arc<JwtKeys>,
     pub settings: Arc<Settings>,
+    /// The plugin host and each provider's running plugin.
+    pub providers: Arc<ProviderRegistry>,
 }
 
 /// A strong entity tag for a resource at `revision`.

@@ -1,5 +1,5 @@
 //! Cursor pagination, the same for every list: items are ordered by id (UUIDv7, so by creation
-//! time) and the cursor is the last id of a page, opaque to clients.
+//! time) or by a unique name, and the cursor is the last key of a page, opaque to clients.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -55,14 +55,14 @@ impl PageParams {
         }
     }
 
-    fn after(&self) -> ApiResult<Option<Uuid>> {
+    fn after<K: CursorKey>(&self) -> ApiResult<Option<K>> {
         let Some(cursor) = &self.cursor else {
             return Ok(None);
         };
         URL_SAFE_NO_PAD
             .decode(cursor)
             .ok()
-            .and_then(|bytes| Uuid::from_slice(&bytes).ok())
+            .and_then(|bytes| K::from_cursor(&bytes))
             .map(Some)
             .ok_or_else(|| {
                 ApiError::bad_request(
@@ -73,21 +73,48 @@ impl PageParams {
     }
 }
 
+/// A key that lists are ordered by and that a cursor carries: a UUIDv7 id, or a unique name.
+pub trait CursorKey: Sized + Into<sea_orm::Value> {
+    fn to_cursor(&self) -> Vec<u8>;
+    fn from_cursor(bytes: &[u8]) -> Option<Self>;
+}
+
+impl CursorKey for Uuid {
+    fn to_cursor(&self) -> Vec<u8> {
+        self.as_bytes().to_vec()
+    }
+
+    fn from_cursor(bytes: &[u8]) -> Option<Self> {
+        Uuid::from_slice(bytes).ok()
+    }
+}
+
+impl CursorKey for String {
+    fn to_cursor(&self) -> Vec<u8> {
+        self.as_bytes().to_vec()
+    }
+
+    fn from_cursor(bytes: &[u8]) -> Option<Self> {
+        String::from_utf8(bytes.to_vec()).ok()
+    }
+}
+
 /// Runs `select` for one page, ordered by `id_column`.
-pub async fn paginate<E, C>(
+pub async fn paginate<E, C, K>(
     db: &impl ConnectionTrait,
     select: Select<E>,
     id_column: C,
-    id_of: impl Fn(&E::Model) -> Uuid,
+    id_of: impl Fn(&E::Model) -> K,
     params: &PageParams,
 ) -> ApiResult<Page<E::Model>>
 where
     E: EntityTrait,
     C: ColumnTrait,
+    K: CursorKey,
 {
     let limit = params.limit()?;
     let mut select = select.order_by_asc(id_column).limit(limit + 1);
-    if let Some(after) = params.after()? {
+    if let Some(after) = params.after::<K>()? {
         select = select.filter(id_column.gt(after));
     }
     let mut items = select.all(db).await?;
@@ -95,7 +122,7 @@ where
         items.truncate(limit as usize);
         items
             .last()
-            .map(|last| URL_SAFE_NO_PAD.encode(id_of(last).as_bytes()))
+            .map(|last| URL_SAFE_NO_PAD.encode(id_of(last).to_cursor()))
     } else {
         None
     };

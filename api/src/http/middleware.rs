@@ -10,10 +10,38 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use super::plugins::UPLOAD_PATH;
 use crate::app::App;
 use crate::app::idempotency::{IdempotencyStart, StoredResponse};
+use crate::app::plugin_binaries::PLUGIN_MAX_BYTES;
 use crate::authz::Principal;
 use crate::error::{ApiError, PROBLEM_JSON};
+
+/// Limits request bodies to `limit` bytes, or [`PLUGIN_MAX_BYTES`] for plugin uploads. A
+/// declared length over the limit is refused before anything is read; a body that runs past
+/// it stops there, and its extractor answers 413.
+pub async fn body_limit(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let limit = if request.method() == Method::POST && request.uri().path() == UPLOAD_PATH {
+        PLUGIN_MAX_BYTES
+    } else {
+        limit
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+        .into_response();
+    }
+    next.run(request.map(|body| Body::new(http_body_util::Limited::new(body, limit))))
+        .await
+}
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -167,9 +195,9 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
             .into_response();
         }
     };
-    let limit = app.settings.body_limit_bytes;
     let (parts, body) = request.into_parts();
-    let Ok(body) = to_bytes(body, limit).await else {
+    // The body is already bounded by `body_limit`.
+    let Ok(body) = to_bytes(body, usize::MAX).await else {
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",

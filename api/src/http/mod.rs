@@ -12,7 +12,9 @@ pub mod extract;
 mod members;
 pub mod middleware;
 mod ops;
+mod plugins;
 mod projects;
+mod providers;
 mod services;
 mod terms;
 mod tokens;
@@ -27,7 +29,6 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -46,7 +47,7 @@ use crate::error::Problem;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service and the audit log.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; updates and deletes accept `If-Match` (412 when it no longer matches). Creates accept `Idempotency-Key`."),
+    info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service, the audit log and the providers with their plugins.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; updates and deletes accept `If-Match` (412 when it no longer matches). Creates accept `Idempotency-Key`."),
     components(schemas(Problem)),
     tags(
         (name = "auth", description = "Log in, refresh and log out"),
@@ -55,6 +56,7 @@ use crate::error::Problem;
         (name = "projects"), (name = "members"), (name = "environments"), (name = "services"), (name = "domains"),
         (name = "terms", description = "Terms of service"),
         (name = "audit", description = "The audit log"),
+        (name = "providers", description = "Cloud and fleet providers, and the plugin binaries they run"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -166,6 +168,8 @@ fn api_router() -> OpenApiRouter<App> {
         .merge(domains::router())
         .merge(terms::router())
         .merge(audit::router())
+        .merge(plugins::router())
+        .merge(providers::router())
         .merge(ops::router())
 }
 
@@ -266,8 +270,11 @@ pub fn router(app: App) -> Router {
                 StatusCode::REQUEST_TIMEOUT,
                 settings.request_timeout,
             ))
-            .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
-            .layer(DefaultBodyLimit::max(settings.body_limit_bytes)),
+            .layer(axum::middleware::from_fn_with_state(
+                settings.body_limit_bytes,
+                middleware::body_limit,
+            ))
+            .layer(DefaultBodyLimit::disable()),
     )
 }
 

@@ -9,11 +9,14 @@
 //! panic fails that one call with a [`PluginError`] naming the cause; the server and other
 //! plugins go on.
 //!
-//! This module owns loading, validation and calling. Storing plugin binaries, providers'
-//! configuration and hot swap belong to the registry (a later step of the plugin issue).
+//! This module owns loading, validation and calling; [`registry`] holds each provider's active
+//! plugin and swaps it. Storing binaries and providers' settings is the application's
+//! (`app::providers`).
 
+pub mod bundled;
 mod cache;
 mod outbound;
+pub mod registry;
 mod sandbox;
 
 use std::collections::BTreeMap;
@@ -147,7 +150,8 @@ pub struct Plugin {
     /// Whether the compiled code came from the compiled-code cache.
     pub from_cache: bool,
     pub limits: PluginLimits,
-    pub stats: CallStats,
+    /// Where its calls are counted (shared by the versions of a provider in the registry).
+    pub stats: Arc<CallStats>,
     pre: ProviderPre<PluginState>,
     slots: Semaphore,
 }
@@ -157,6 +161,9 @@ pub struct PluginHost {
     engine: Engine,
     linker: Linker<PluginState>,
     cache: Option<cache::CodeCache>,
+    /// Components compiled by this host, by digest: loading the same binary again (another
+    /// provider, new limits) does not compile or deserialize it again.
+    compiled: std::sync::Mutex<std::collections::HashMap<String, Component>>,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -222,6 +229,7 @@ impl PluginHost {
             engine,
             linker,
             cache,
+            compiled: Default::default(),
             ticker_stop,
         })
     }
@@ -233,11 +241,7 @@ impl PluginHost {
         limits: PluginLimits,
     ) -> Result<Plugin, PluginRejection> {
         let digest = hex::encode(Sha256::digest(bytes));
-        let (component, from_cache) = match &self.cache {
-            Some(cache) => cache.component(&self.engine, bytes, &digest),
-            None => Component::new(&self.engine, bytes).map(|component| (component, false)),
-        }
-        .map_err(|err| PluginRejection::NotAComponent(err.to_string()))?;
+        let (component, from_cache) = self.component(bytes, &digest)?;
         let contract_version = contract_version_check(&self.engine, &component)?;
         let instance_pre = self
             .linker
@@ -251,9 +255,25 @@ impl PluginHost {
             contract_version,
             slots: Semaphore::new(limits.max_concurrent_calls.max(1)),
             limits,
-            stats: CallStats::default(),
+            stats: Arc::default(),
             pre,
         })
+    }
+
+    fn component(&self, bytes: &[u8], digest: &str) -> Result<(Component, bool), PluginRejection> {
+        if let Some(component) = self.compiled.lock().expect("not poisoned").get(digest) {
+            return Ok((component.clone(), true));
+        }
+        let (component, from_cache) = match &self.cache {
+            Some(cache) => cache.component(&self.engine, bytes, digest),
+            None => Component::new(&self.engine, bytes).map(|component| (component, false)),
+        }
+        .map_err(|err| PluginRejection::NotAComponent(err.to_string()))?;
+        self.compiled
+            .lock()
+            .expect("not poisoned")
+            .insert(digest.to_owned(), component.clone());
+        Ok((component, from_cache))
     }
 
     pub async fn plugin_info(

@@ -1,0 +1,798 @@
+//! Providers: the configured adapters to clouds and fleets (`gcp`, `aws`, `metal`, ...). Each
+//! runs one stored plugin binary with its own configuration, write-only secrets, outbound
+//! allowlist and limits.
+//!
+//! Activation checks the new version's `health` first and refuses one that fails it; the
+//! switch is then recorded (provider row, activation history, audit log) in one transaction
+//! and made in the registry atomically, so calls in flight finish on the old version and new
+//! calls use the new one. Rollback returns to the version active before the last switch.
+//! Bundled plugins are stored at start-up, and become the provider of their name when no
+//! such provider is configured yet.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::audit::{AuditEntry, audit_record};
+use super::pagination::{Page, PageParams, paginate};
+use super::plugin_binaries::{Stored, digest_validate, plugin_binary_find, plugin_wasm};
+use super::{App, if_match_check, slug_validate};
+use crate::authz::{OpContext, Principal, Scope};
+use crate::entity::{plugin_binary, provider, provider_activation};
+use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::plugins::{Allowlist, HealthStatus, PluginEnv, PluginError, PluginLimits};
+
+/// Overrides of the default plugin limits; absent fields keep the default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderLimits {
+    /// Linear-memory cap of a call, 1 to 256 MiB (default 64).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// Deadline of `info` and `health`, 10 ms to 60 s (default 2 s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_deadline_ms: Option<u32>,
+    /// Deadline of the other calls, 10 ms to 300 s (default 10 s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_deadline_ms: Option<u32>,
+    /// Calls that may run at once, 1 to 256 (default 16).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_calls: Option<u32>,
+    /// Largest HTTP response body a call may read, 1 KiB to 64 MiB (default 4 MiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_response_kib: Option<u32>,
+}
+
+impl ProviderLimits {
+    fn validate(&self) -> ApiResult<()> {
+        let checks = [
+            ("memory_mib", self.memory_mib, 1, 256),
+            ("health_deadline_ms", self.health_deadline_ms, 10, 60_000),
+            ("call_deadline_ms", self.call_deadline_ms, 10, 300_000),
+            ("max_concurrent_calls", self.max_concurrent_calls, 1, 256),
+            ("http_response_kib", self.http_response_kib, 1, 64 * 1024),
+        ];
+        for (field, value, min, max) in checks {
+            if value.is_some_and(|value| !(min..=max).contains(&value)) {
+                return Err(ApiError::invalid(format!(
+                    "`limits.{field}` must be between {min} and {max}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The limits a plugin runs with: these overrides over the defaults.
+    pub fn effective(&self) -> PluginLimits {
+        let defaults = PluginLimits::default();
+        let ms = |ms: u32| Duration::from_millis(ms.into());
+        PluginLimits {
+            memory_bytes: self
+                .memory_mib
+                .map_or(defaults.memory_bytes, |mib| mib as usize * 1024 * 1024),
+            health_deadline: self.health_deadline_ms.map_or(defaults.health_deadline, ms),
+            call_deadline: self.call_deadline_ms.map_or(defaults.call_deadline, ms),
+            max_concurrent_calls: self
+                .max_concurrent_calls
+                .map_or(defaults.max_concurrent_calls, |n| n as usize),
+            http_response_bytes: self
+                .http_response_kib
+                .map_or(defaults.http_response_bytes, |kib| u64::from(kib) * 1024),
+        }
+    }
+
+    /// `limits` written out in full.
+    fn of(limits: &PluginLimits) -> Self {
+        let ms = |d: Duration| Some(d.as_millis() as u32);
+        Self {
+            memory_mib: Some((limits.memory_bytes / (1024 * 1024)) as u32),
+            health_deadline_ms: ms(limits.health_deadline),
+            call_deadline_ms: ms(limits.call_deadline),
+            max_concurrent_calls: Some(limits.max_concurrent_calls as u32),
+            http_response_kib: Some((limits.http_response_bytes / 1024) as u32),
+        }
+    }
+}
+
+/// The plugin a provider runs.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderPluginView {
+    pub digest: String,
+    pub name: String,
+    pub version: String,
+    pub contract_version: String,
+}
+
+/// Calls of a provider since this server started, by outcome.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct ProviderCallsView {
+    pub ok: u64,
+    /// The plugin answered with a typed error of the contract.
+    pub provider_errors: u64,
+    pub timeouts: u64,
+    pub memory_exceeded: u64,
+    /// Traps, panics and host errors.
+    pub crashes: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderView {
+    pub name: String,
+    pub enabled: bool,
+    /// The active plugin; absent until one is activated.
+    pub plugin: Option<ProviderPluginView>,
+    /// Whether the plugin is loaded and taking calls on this server.
+    pub serving: bool,
+    /// What a rollback returns to.
+    pub previous_digest: Option<String>,
+    pub config: BTreeMap<String, String>,
+    /// Names of the secrets set; their values are never returned.
+    pub secret_names: Vec<String>,
+    /// `host:port` patterns the plugin may send HTTP requests to.
+    pub allowlist: Vec<String>,
+    /// Overrides set on this provider.
+    pub limits: ProviderLimits,
+    /// The limits its calls run with.
+    pub effective_limits: ProviderLimits,
+    pub calls: ProviderCallsView,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A provider to configure. It runs nothing until a plugin is activated on it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderCreate {
+    /// Lowercase letters, digits and `-`, e.g. `gcp`.
+    pub name: String,
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Write-only.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    pub allowlist: Vec<String>,
+    #[serde(default)]
+    pub limits: ProviderLimits,
+    #[serde(default = "enabled_default")]
+    pub enabled: bool,
+}
+
+fn enabled_default() -> bool {
+    true
+}
+
+/// Changes to a provider; absent fields are kept.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderUpdate {
+    /// Replaces the whole configuration.
+    pub config: Option<BTreeMap<String, String>>,
+    /// Sets (a string) or removes (`null`) the named secrets; others are kept.
+    pub secrets: Option<BTreeMap<String, Option<String>>>,
+    /// Replaces the allowlist.
+    pub allowlist: Option<Vec<String>>,
+    /// Replaces the limit overrides.
+    pub limits: Option<ProviderLimits>,
+    /// A disabled provider takes no calls.
+    pub enabled: Option<bool>,
+}
+
+/// The stored binary to switch a provider to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderActivate {
+    pub digest: String,
+}
+
+/// One switch of a provider's plugin.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderActivationView {
+    pub id: Uuid,
+    pub digest: String,
+    /// `activate`, `rollback` or `bundled`.
+    pub action: String,
+    pub actor_user_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<provider_activation::Model> for ProviderActivationView {
+    fn from(m: provider_activation::Model) -> Self {
+        Self {
+            id: m.id,
+            digest: m.digest,
+            action: m.action,
+            actor_user_id: m.actor_user_id,
+            created_at: m.created_at,
+        }
+    }
+}
+
+/// The answer of a health probe of the active plugin.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderProbeView {
+    /// `healthy`, `degraded` or `unavailable` (also when the call failed).
+    pub status: String,
+    pub message: String,
+    /// Why the call failed, when it did.
+    pub error: Option<String>,
+    /// The plugin version that answered.
+    pub digest: String,
+    pub duration_ms: f64,
+}
+
+fn status_name(status: HealthStatus) -> &'static str {
+    match status {
+        HealthStatus::Healthy => "healthy",
+        HealthStatus::Degraded => "degraded",
+        HealthStatus::Unavailable => "unavailable",
+    }
+}
+
+fn json_map(value: &serde_json::Value) -> BTreeMap<String, String> {
+    serde_json::from_value(value.clone()).unwrap_or_default()
+}
+
+fn allowlist_validate(patterns: &[String]) -> ApiResult<Allowlist> {
+    if patterns.len() > 64 {
+        return Err(ApiError::invalid(
+            "`allowlist` may hold at most 64 patterns",
+        ));
+    }
+    Allowlist::parse(patterns).map_err(|err| ApiError::invalid(format!("`allowlist`: {err}")))
+}
+
+fn settings_validate(
+    config: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, String>,
+) -> ApiResult<()> {
+    for (field, map) in [("config", config), ("secrets", secrets)] {
+        if map.len() > 100 {
+            return Err(ApiError::invalid(format!(
+                "`{field}` may hold at most 100 entries"
+            )));
+        }
+        for (key, value) in map {
+            let key_ok = !key.is_empty()
+                && key.len() <= 64
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+            if !key_ok {
+                return Err(ApiError::invalid(format!(
+                    "`{field}` keys are 1 to 64 letters, digits, `_`, `-` or `.`"
+                )));
+            }
+            if value.len() > 16 * 1024 {
+                return Err(ApiError::invalid(format!(
+                    "`{field}.{key}` may be at most 16 KiB"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a provider's plugin sees, from its stored record.
+fn plugin_env(row: &provider::Model) -> ApiResult<Arc<PluginEnv>> {
+    let patterns: Vec<String> = serde_json::from_value(row.allowlist.clone()).unwrap_or_default();
+    Ok(Arc::new(PluginEnv {
+        provider: row.name.as_str().into(),
+        config: json_map(&row.config),
+        secrets: json_map(&row.secrets),
+        allowlist: Arc::new(Allowlist::parse(&patterns).map_err(ApiError::internal)?),
+    }))
+}
+
+fn limits_of(row: &provider::Model) -> ProviderLimits {
+    serde_json::from_value(row.limits.clone()).unwrap_or_default()
+}
+
+async fn provider_find(db: &impl ConnectionTrait, name: &str) -> ApiResult<provider::Model> {
+    provider::Entity::find_by_id(name.to_owned())
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("provider"))
+}
+
+fn provider_audit(
+    action: &'static str,
+    row: &provider::Model,
+    details: serde_json::Value,
+) -> AuditEntry {
+    AuditEntry {
+        action,
+        resource_type: "provider",
+        resource_id: row.name.clone(),
+        project_id: None,
+        details,
+    }
+}
+
+async fn activation_record(
+    db: &impl ConnectionTrait,
+    provider: &str,
+    digest: &str,
+    action: &str,
+    actor: Option<Uuid>,
+) -> ApiResult<()> {
+    provider_activation::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        provider: Set(provider.to_owned()),
+        digest: Set(digest.to_owned()),
+        action: Set(action.to_owned()),
+        actor_user_id: Set(actor),
+        created_at: Set(Utc::now()),
+    }
+    .insert(db)
+    .await?;
+    Ok(())
+}
+
+impl App {
+    pub async fn provider_list(
+        &self,
+        principal: &Principal,
+        params: PageParams,
+    ) -> ApiResult<Page<ProviderView>> {
+        principal.require_scope(Scope::Read)?;
+        let page = paginate(
+            &self.db,
+            provider::Entity::find(),
+            provider::Column::Name,
+            |m| m.name.clone(),
+            &params,
+        )
+        .await?;
+        let digests: Vec<String> = page
+            .items
+            .iter()
+            .filter_map(|row| row.plugin_digest.clone())
+            .collect();
+        let binaries: BTreeMap<String, plugin_binary::Model> = plugin_binary::Entity::find()
+            .filter(plugin_binary::Column::Digest.is_in(digests))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|binary| (binary.digest.clone(), binary))
+            .collect();
+        Ok(page.map(|row| {
+            let binary = row.plugin_digest.as_ref().and_then(|d| binaries.get(d));
+            self.provider_view_of(row.clone(), binary.cloned())
+        }))
+    }
+
+    pub async fn provider_view(
+        &self,
+        principal: &Principal,
+        name: &str,
+    ) -> ApiResult<(i64, ProviderView)> {
+        principal.require_scope(Scope::Read)?;
+        let row = provider_find(&self.db, name).await?;
+        self.provider_view_load(row).await
+    }
+
+    async fn provider_view_load(&self, row: provider::Model) -> ApiResult<(i64, ProviderView)> {
+        let binary = match &row.plugin_digest {
+            Some(digest) => Some(plugin_binary_find(&self.db, digest).await?),
+            None => None,
+        };
+        Ok((row.revision, self.provider_view_of(row, binary)))
+    }
+
+    fn provider_view_of(
+        &self,
+        row: provider::Model,
+        binary: Option<plugin_binary::Model>,
+    ) -> ProviderView {
+        let slot = self.providers.slot(&row.name);
+        let stats = &slot.stats;
+        let limits = limits_of(&row);
+        let mut secret_names: Vec<String> = json_map(&row.secrets).into_keys().collect();
+        secret_names.sort();
+        ProviderView {
+            serving: slot.active().is_some(),
+            enabled: row.enabled,
+            plugin: binary.map(|binary| ProviderPluginView {
+                digest: binary.digest,
+                name: binary.name,
+                version: binary.version,
+                contract_version: binary.contract_version,
+            }),
+            previous_digest: row.previous_digest,
+            config: json_map(&row.config),
+            secret_names,
+            allowlist: serde_json::from_value(row.allowlist).unwrap_or_default(),
+            effective_limits: ProviderLimits::of(&limits.effective()),
+            limits,
+            calls: ProviderCallsView {
+                ok: stats.ok.load(Relaxed),
+                provider_errors: stats.provider_errors.load(Relaxed),
+                timeouts: stats.timeouts.load(Relaxed),
+                memory_exceeded: stats.memory_exceeded.load(Relaxed),
+                crashes: stats.traps.load(Relaxed),
+            },
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            name: row.name,
+        }
+    }
+
+    pub async fn provider_create(
+        &self,
+        ctx: &OpContext,
+        create: ProviderCreate,
+    ) -> ApiResult<(i64, ProviderView)> {
+        ctx.principal.require_admin()?;
+        let name = slug_validate("name", &create.name)?;
+        settings_validate(&create.config, &create.secrets)?;
+        allowlist_validate(&create.allowlist)?;
+        create.limits.validate()?;
+        let txn = crate::db::begin_write(&self.db).await?;
+        let now = Utc::now();
+        let row = provider::ActiveModel {
+            name: Set(name),
+            plugin_digest: Set(None),
+            previous_digest: Set(None),
+            config: Set(serde_json::to_value(&create.config).map_err(ApiError::internal)?),
+            secrets: Set(serde_json::to_value(&create.secrets).map_err(ApiError::internal)?),
+            allowlist: Set(serde_json::to_value(&create.allowlist).map_err(ApiError::internal)?),
+            limits: Set(serde_json::to_value(&create.limits).map_err(ApiError::internal)?),
+            enabled: Set(create.enabled),
+            revision: Set(1),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(&txn)
+        .await
+        .map_err(unique_violation_as(
+            "provider_exists",
+            "a provider of this name exists",
+        ))?;
+        let details = serde_json::json!({
+            "config_keys": create.config.keys().collect::<Vec<_>>(),
+            "secret_names": create.secrets.keys().collect::<Vec<_>>(),
+            "allowlist": create.allowlist,
+            "enabled": create.enabled,
+        });
+        audit_record(&txn, ctx, provider_audit("provider.create", &row, details)).await?;
+        txn.commit().await?;
+        self.provider_view_load(row).await
+    }
+
+    /// Changes a provider's settings; a running plugin picks them up for its next calls.
+    pub async fn provider_update(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+        if_match: Option<&str>,
+        update: ProviderUpdate,
+    ) -> ApiResult<(i64, ProviderView)> {
+        ctx.principal.require_admin()?;
+        let slot = self.providers.slot(name);
+        let _changing = slot.changing.lock().await;
+        let txn = crate::db::begin_write(&self.db).await?;
+        let current = provider_find(&txn, name).await?;
+        if_match_check(if_match, current.revision)?;
+        let config = update
+            .config
+            .clone()
+            .unwrap_or_else(|| json_map(&current.config));
+        let mut secrets = json_map(&current.secrets);
+        for (key, value) in update.secrets.clone().unwrap_or_default() {
+            match value {
+                Some(value) => secrets.insert(key, value),
+                None => secrets.remove(&key),
+            };
+        }
+        settings_validate(&config, &secrets)?;
+        let mut row: provider::ActiveModel = current.clone().into();
+        if let Some(allowlist) = &update.allowlist {
+            allowlist_validate(allowlist)?;
+            row.allowlist = Set(serde_json::to_value(allowlist).map_err(ApiError::internal)?);
+        }
+        if let Some(limits) = &update.limits {
+            limits.validate()?;
+            row.limits = Set(serde_json::to_value(limits).map_err(ApiError::internal)?);
+        }
+        if let Some(enabled) = update.enabled {
+            row.enabled = Set(enabled);
+        }
+        row.config = Set(serde_json::to_value(&config).map_err(ApiError::internal)?);
+        row.secrets = Set(serde_json::to_value(&secrets).map_err(ApiError::internal)?);
+        row.revision = Set(current.revision + 1);
+        row.updated_at = Set(Utc::now());
+        let updated = row.update(&txn).await?;
+        let details = serde_json::json!({
+            "config_keys": update.config.as_ref().map(|c| c.keys().collect::<Vec<_>>()),
+            "secrets_changed": update.secrets.as_ref().map(|s| s.keys().collect::<Vec<_>>()),
+            "allowlist": update.allowlist,
+            "limits": update.limits,
+            "enabled": update.enabled,
+        });
+        audit_record(
+            &txn,
+            ctx,
+            provider_audit("provider.update", &updated, details),
+        )
+        .await?;
+        // Load before committing: settings the plugin cannot run with are refused unchanged.
+        let prepared = self.provider_prepare(&txn, &updated).await?;
+        txn.commit().await?;
+        match prepared {
+            Some((plugin, env)) => slot.activate(plugin, env),
+            None => slot.deactivate(),
+        }
+        self.provider_view_load(updated).await
+    }
+
+    /// Switches `name` to the stored binary `digest` after checking its health.
+    pub async fn provider_activate(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+        activate: ProviderActivate,
+    ) -> ApiResult<(i64, ProviderView)> {
+        ctx.principal.require_admin()?;
+        let digest = digest_validate(&activate.digest)?;
+        self.provider_switch(ctx, name, Some(digest), "activate")
+            .await
+    }
+
+    /// Switches `name` back to the binary active before its last switch.
+    pub async fn provider_rollback(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+    ) -> ApiResult<(i64, ProviderView)> {
+        ctx.principal.require_admin()?;
+        self.provider_switch(ctx, name, None, "rollback").await
+    }
+
+    /// Activation and rollback. A rollback returns to a version that ran before, so it skips
+    /// the health check (an outage of the provider's API must not prevent it); an activation
+    /// refuses a version whose `health` fails or reports `unavailable`.
+    async fn provider_switch(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+        digest: Option<String>,
+        action: &'static str,
+    ) -> ApiResult<(i64, ProviderView)> {
+        let slot = self.providers.slot(name);
+        let _changing = slot.changing.lock().await;
+        let current = provider_find(&self.db, name).await?;
+        let target = match digest {
+            Some(digest) => digest,
+            None => current.previous_digest.clone().ok_or_else(|| {
+                ApiError::conflict(
+                    "nothing_to_roll_back",
+                    "this provider has no previous version",
+                )
+            })?,
+        };
+        let binary = plugin_binary_find(&self.db, &target).await?;
+        let mut next = current.clone();
+        next.plugin_digest = Some(target.clone());
+        let wasm = plugin_wasm(&self.db, &target).await?;
+        let plugin = self.plugin_load_for(&wasm, &next)?;
+        let env = plugin_env(&next)?;
+        if action == "activate" {
+            self.provider_health_gate(&plugin, &env).await?;
+        }
+        let serve = next.enabled.then_some((plugin, env));
+        let (revision, view) = self
+            .provider_switch_record(ctx, current, &target, action, serve)
+            .await?;
+        tracing::info!(provider = %name, digest = %target, version = %binary.version, action, "provider plugin switched");
+        Ok((revision, view))
+    }
+
+    async fn provider_health_gate(
+        &self,
+        plugin: &crate::plugins::Plugin,
+        env: &Arc<PluginEnv>,
+    ) -> ApiResult<()> {
+        let refused = |why: String| {
+            ApiError::conflict(
+                "plugin_unhealthy",
+                format!("activation refused: the new version's health check {why}"),
+            )
+        };
+        match self.providers.host.plugin_health(plugin, env).await {
+            Ok(report) if report.status == HealthStatus::Unavailable => {
+                Err(refused(format!("reports unavailable: {}", report.message)))
+            }
+            Ok(_) => Ok(()),
+            Err(err) => Err(refused(format!("failed: {err}"))),
+        }
+    }
+
+    /// Records a switch to `target` and, once committed, serves `prepared`.
+    async fn provider_switch_record(
+        &self,
+        ctx: &OpContext,
+        current: provider::Model,
+        target: &str,
+        action: &'static str,
+        prepared: Option<(crate::plugins::Plugin, Arc<PluginEnv>)>,
+    ) -> ApiResult<(i64, ProviderView)> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        let fresh = provider_find(&txn, &current.name).await?;
+        if fresh.revision != current.revision {
+            return Err(ApiError::conflict(
+                "provider_changed",
+                "the provider changed during the activation; try again",
+            ));
+        }
+        let mut row: provider::ActiveModel = fresh.clone().into();
+        row.previous_digest = Set(fresh.plugin_digest.clone());
+        row.plugin_digest = Set(Some(target.to_owned()));
+        row.revision = Set(fresh.revision + 1);
+        row.updated_at = Set(Utc::now());
+        let updated = row.update(&txn).await?;
+        activation_record(
+            &txn,
+            &updated.name,
+            target,
+            action,
+            Some(ctx.principal.user_id()),
+        )
+        .await?;
+        let details =
+            serde_json::json!({ "digest": target, "previous_digest": fresh.plugin_digest });
+        let audit_action = if action == "rollback" {
+            "provider.rollback"
+        } else {
+            "provider.activate"
+        };
+        audit_record(&txn, ctx, provider_audit(audit_action, &updated, details)).await?;
+        txn.commit().await?;
+        if let Some((plugin, env)) = prepared {
+            self.providers.slot(&updated.name).activate(plugin, env);
+        }
+        self.provider_view_load(updated).await
+    }
+
+    fn plugin_load_for(
+        &self,
+        wasm: &[u8],
+        row: &provider::Model,
+    ) -> ApiResult<crate::plugins::Plugin> {
+        self.providers
+            .host
+            .plugin_load(wasm, limits_of(row).effective())
+            .map_err(|rejection| {
+                ApiError::invalid(format!("plugin rejected: {rejection}"))
+                    .with_code("plugin_rejected")
+            })
+    }
+
+    /// Loads what `row` should run: its plugin with its limits and settings, or nothing when
+    /// it is disabled or has no plugin.
+    async fn provider_prepare(
+        &self,
+        db: &impl ConnectionTrait,
+        row: &provider::Model,
+    ) -> ApiResult<Option<(crate::plugins::Plugin, Arc<PluginEnv>)>> {
+        let Some(digest) = row.plugin_digest.as_deref().filter(|_| row.enabled) else {
+            return Ok(None);
+        };
+        let wasm = plugin_wasm(db, digest).await?;
+        Ok(Some((self.plugin_load_for(&wasm, row)?, plugin_env(row)?)))
+    }
+
+    pub async fn provider_activation_list(
+        &self,
+        principal: &Principal,
+        name: &str,
+        params: PageParams,
+    ) -> ApiResult<Page<provider_activation::Model>> {
+        principal.require_scope(Scope::Read)?;
+        provider_find(&self.db, name).await?;
+        let select = provider_activation::Entity::find()
+            .filter(provider_activation::Column::Provider.eq(name));
+        paginate(
+            &self.db,
+            select,
+            provider_activation::Column::Id,
+            |m| m.id,
+            &params,
+        )
+        .await
+    }
+
+    /// Calls `health` on the provider's active plugin now.
+    pub async fn provider_probe(
+        &self,
+        principal: &Principal,
+        name: &str,
+    ) -> ApiResult<ProviderProbeView> {
+        principal.require_admin()?;
+        let row = provider_find(&self.db, name).await?;
+        let active = self.providers.active(&row.name).ok_or_else(|| {
+            ApiError::conflict(
+                "provider_not_serving",
+                "this provider has no active plugin, or is disabled",
+            )
+        })?;
+        let started = Instant::now();
+        let result = self
+            .providers
+            .host
+            .plugin_health(&active.plugin, &active.env)
+            .await;
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let (status, message, error) = match result {
+            Ok(report) => (status_name(report.status), report.message, None),
+            Err(PluginError::Provider(err)) => {
+                ("unavailable", String::new(), Some(format!("{err:?}")))
+            }
+            Err(err) => ("unavailable", String::new(), Some(err.to_string())),
+        };
+        Ok(ProviderProbeView {
+            status: status.into(),
+            message,
+            error,
+            digest: active.plugin.digest.clone(),
+            duration_ms,
+        })
+    }
+
+    /// At start-up: stores the bundled plugins, makes each the provider of its name when no
+    /// such provider exists, and loads every enabled provider's plugin. A provider whose
+    /// plugin cannot be loaded is logged and left out of service; the server still starts.
+    pub async fn providers_start(&self) -> ApiResult<()> {
+        for bundled in crate::plugins::bundled::BUNDLED {
+            let binary = match self.plugin_binary_store(bundled.wasm, None).await? {
+                Stored::Created(binary) | Stored::AlreadyStored(binary) => binary,
+            };
+            let txn = crate::db::begin_write(&self.db).await?;
+            if provider::Entity::find_by_id(bundled.provider.to_owned())
+                .one(&txn)
+                .await?
+                .is_none()
+            {
+                let now = Utc::now();
+                let config: BTreeMap<&str, &str> = bundled.config.iter().copied().collect();
+                provider::ActiveModel {
+                    name: Set(bundled.provider.to_owned()),
+                    plugin_digest: Set(Some(binary.digest.clone())),
+                    previous_digest: Set(None),
+                    config: Set(serde_json::to_value(config).map_err(ApiError::internal)?),
+                    secrets: Set(serde_json::json!({})),
+                    allowlist: Set(
+                        serde_json::to_value(bundled.allowlist).map_err(ApiError::internal)?
+                    ),
+                    limits: Set(serde_json::json!({})),
+                    enabled: Set(true),
+                    revision: Set(1),
+                    created_at: Set(now),
+                    updated_at: Set(now),
+                }
+                .insert(&txn)
+                .await?;
+                activation_record(&txn, bundled.provider, &binary.digest, "bundled", None).await?;
+                tracing::info!(provider = bundled.provider, digest = %binary.digest, "registered the bundled plugin");
+            }
+            txn.commit().await?;
+        }
+        for row in provider::Entity::find().all(&self.db).await? {
+            match self.provider_prepare(&self.db, &row).await {
+                Ok(Some((plugin, env))) => self.providers.slot(&row.name).activate(plugin, env),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::error!(provider = %row.name, error = %err, "provider plugin not loaded; the provider is out of service")
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,94 @@
+//! `/v1/plugins`: provider plugin binaries (administrators only).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::{ApiPath, ApiQuery};
+use crate::app::App;
+use crate::app::pagination::{Page, PageParams};
+use crate::app::plugin_binaries::{PluginBinaryView, Stored};
+use crate::authz::{OpContext, Principal};
+use crate::error::{ApiError, ApiResult};
+
+/// Where binaries are uploaded: the one route whose body may be larger than the usual limit.
+pub const UPLOAD_PATH: &str = "/v1/plugins";
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(plugin_binary_list, plugin_binary_upload))
+        .routes(routes!(plugin_binary_view))
+}
+
+/// List stored plugin binaries (administrators).
+#[utoipa::path(get, path = "/v1/plugins", tag = "providers", params(PageParams),
+    responses((status = 200, body = Page<PluginBinaryView>)))]
+async fn plugin_binary_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Json<Page<PluginBinaryView>>> {
+    Ok(Json(
+        app.plugin_binary_list(&principal, params)
+            .await?
+            .map(PluginBinaryView::from),
+    ))
+}
+
+/// Upload a plugin binary (administrators). The body is the component itself
+/// (`application/wasm`, at most 32 MiB). It is validated (a component of the provider world at
+/// a supported contract version, importing only what the host grants, whose `info` answers)
+/// and stored by SHA-256; uploading a stored binary again answers 200 with it.
+#[utoipa::path(post, path = "/v1/plugins", tag = "providers",
+    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The WebAssembly component"),
+    responses(
+        (status = 201, body = PluginBinaryView, headers(("Location" = String))),
+        (status = 200, body = PluginBinaryView, description = "Already stored"),
+    ))]
+async fn plugin_binary_upload(
+    State(app): State<App>,
+    ctx: OpContext,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    if !content_type.starts_with("application/wasm") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "upload the component as `Content-Type: application/wasm`",
+        ));
+    }
+    let (status, binary) = match app.plugin_binary_upload(&ctx, &body).await? {
+        Stored::Created(binary) => (StatusCode::CREATED, binary),
+        Stored::AlreadyStored(binary) => (StatusCode::OK, binary),
+    };
+    let location = format!("{UPLOAD_PATH}/{}", binary.digest);
+    Ok((
+        status,
+        [(header::LOCATION, location)],
+        Json(PluginBinaryView::from(binary)),
+    )
+        .into_response())
+}
+
+/// Get a stored plugin binary's description (administrators).
+#[utoipa::path(get, path = "/v1/plugins/{digest}", tag = "providers",
+    params(("digest" = String, Path, description = "Hex SHA-256 of the binary")),
+    responses((status = 200, body = PluginBinaryView)))]
+async fn plugin_binary_view(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(digest): ApiPath<String>,
+) -> ApiResult<Json<PluginBinaryView>> {
+    Ok(Json(PluginBinaryView::from(
+        app.plugin_binary_view(&principal, &digest).await?,
+    )))
+}

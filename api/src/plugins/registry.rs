@@ -1,0 +1,90 @@
+//! The providers' running plugins: for each provider, the plugin version that new calls use,
+//! swapped atomically.
+//!
+//! A call takes the provider's current [`ActivePlugin`] (an `Arc`) and keeps it until it ends,
+//! so a swap never drops or disturbs a call in flight: calls that started on the old version
+//! finish on it, calls that start after the swap use the new one, and the old version is
+//! freed when its last call ends. What is active, and why, is decided and stored by the
+//! application (`app::providers`); this module only holds it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use arc_swap::ArcSwapOption;
+
+use super::{CallStats, Plugin, PluginEnv, PluginHost};
+
+/// The plugin a provider runs now, with the settings its calls see.
+pub struct ActivePlugin {
+    pub plugin: Arc<Plugin>,
+    pub env: Arc<PluginEnv>,
+}
+
+/// One provider's place in the registry.
+#[derive(Default)]
+pub struct ProviderSlot {
+    active: ArcSwapOption<ActivePlugin>,
+    /// Calls of every version of this provider since the server started, by outcome.
+    pub stats: Arc<CallStats>,
+    /// Held while the provider's plugin or settings change, so that two changes of one
+    /// provider never interleave.
+    pub changing: tokio::sync::Mutex<()>,
+}
+
+impl ProviderSlot {
+    /// The version new calls use, if the provider is enabled and has one.
+    pub fn active(&self) -> Option<Arc<ActivePlugin>> {
+        self.active.load_full()
+    }
+
+    /// Makes `plugin` (counted in this slot's stats) the version new calls use.
+    pub fn activate(&self, mut plugin: Plugin, env: Arc<PluginEnv>) {
+        plugin.stats = self.stats.clone();
+        self.active.store(Some(Arc::new(ActivePlugin {
+            plugin: Arc::new(plugin),
+            env,
+        })));
+    }
+
+    /// Takes the provider out of service: new calls find no plugin.
+    pub fn deactivate(&self) {
+        self.active.store(None);
+    }
+}
+
+/// The plugin host and every provider's slot.
+pub struct ProviderRegistry {
+    pub host: PluginHost,
+    slots: RwLock<HashMap<String, Arc<ProviderSlot>>>,
+}
+
+impl ProviderRegistry {
+    pub fn new(host: PluginHost) -> Self {
+        Self {
+            host,
+            slots: RwLock::default(),
+        }
+    }
+
+    /// The slot of `provider`, made empty on first use.
+    pub fn slot(&self, provider: &str) -> Arc<ProviderSlot> {
+        if let Some(slot) = self.slots.read().expect("not poisoned").get(provider) {
+            return slot.clone();
+        }
+        self.slots
+            .write()
+            .expect("not poisoned")
+            .entry(provider.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The version of `provider` that new calls use.
+    pub fn active(&self, provider: &str) -> Option<Arc<ActivePlugin>> {
+        self.slots
+            .read()
+            .expect("not poisoned")
+            .get(provider)
+            .and_then(|slot| slot.active())
+    }
+}

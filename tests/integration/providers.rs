@@ -1,0 +1,495 @@
+//! The plugin registry through the API: bundled plugins registered at start-up, uploads
+//! validated and stored by digest, activation gated by a health check, atomic hot swap under
+//! concurrent calls, rollback, write-only secrets and settings validation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::db_tests;
+use crate::support::{ADMIN_TOKEN, Reply, TestServer, plugin_bytes};
+
+db_tests!(
+    bundled_example_is_registered_once_and_serves,
+    uploads_are_validated_and_stored_by_digest,
+    activation_checks_health_and_rollback_restores,
+    hot_swap_under_concurrent_calls_loses_no_call,
+    secrets_are_write_only_and_settings_validated,
+);
+
+async fn upload(s: &TestServer, token: &str, bytes: Vec<u8>) -> Reply {
+    TestServer::send(
+        s.request(Method::POST, "/v1/plugins", Some(token))
+            .header("content-type", "application/wasm")
+            .body(bytes),
+    )
+    .await
+}
+
+/// The example plugin with a custom section appended: the same behaviour, another digest
+/// (a second "version" to switch between).
+fn example_variant(tag: &str) -> Vec<u8> {
+    let mut bytes = plugin_bytes("bulkhead_plugin_example.wasm");
+    let name = b"bulkhead-test-variant";
+    let mut payload = vec![name.len() as u8];
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(tag.as_bytes());
+    assert!(payload.len() < 128, "one-byte LEB128 size");
+    bytes.push(0);
+    bytes.push(payload.len() as u8);
+    bytes.extend_from_slice(&payload);
+    bytes
+}
+
+/// What the server answers to an upload that declares 33 MiB, before any of it is sent (a
+/// client that sends it all would see the connection closed under it once the 413 is out).
+async fn oversized_upload_answer(s: &TestServer) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(s.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/plugins HTTP/1.1\r\nhost: bulkhead\r\nauthorization: Bearer {ADMIN_TOKEN}\r\ncontent-type: application/wasm\r\ncontent-length: {}\r\n\r\n",
+        33 * 1024 * 1024
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = stream.read(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer[..read]).into_owned()
+}
+
+async fn provider_with(s: &TestServer, name: &str, digest: &str) {
+    s.post(
+        "/v1/providers",
+        ADMIN_TOKEN,
+        json!({ "name": name, "config": { "regions": "local" }, "limits": { "health_deadline_ms": 300 } }),
+    )
+    .await
+    .assert_status(201);
+    let activated = s
+        .post(
+            &format!("/v1/providers/{name}/activate"),
+            ADMIN_TOKEN,
+            json!({ "digest": digest }),
+        )
+        .await;
+    assert_eq!(activated.assert_status(200)["plugin"]["digest"], digest);
+}
+
+async fn probe_digest(s: &TestServer, name: &str) -> String {
+    let probe = s
+        .post(
+            &format!("/v1/providers/{name}/probe"),
+            ADMIN_TOKEN,
+            json!({}),
+        )
+        .await;
+    let body = probe.assert_status(200);
+    assert_eq!(body["status"], "healthy", "{body}");
+    body["digest"].as_str().unwrap().to_owned()
+}
+
+async fn bundled_example_is_registered_once_and_serves(s: TestServer) {
+    let list = s.get("/v1/providers", ADMIN_TOKEN).await;
+    let items = list.assert_status(200)["items"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 1, "{items:?}");
+    let example = &items[0];
+    assert_eq!(example["name"], "example");
+    assert_eq!(example["serving"], true);
+    assert_eq!(example["plugin"]["name"], "example");
+    assert_eq!(example["plugin"]["contract_version"], "0.2.0");
+    let digest = example["plugin"]["digest"].as_str().unwrap().to_owned();
+    assert_eq!(probe_digest(&s, "example").await, digest);
+    let view = s.get("/v1/providers/example", ADMIN_TOKEN).await;
+    assert_eq!(view.assert_status(200)["calls"]["ok"], 1);
+
+    // A user (read scope) sees providers but cannot probe or change them.
+    let user = s.user_with_session("viewer@example.com").await;
+    s.get("/v1/providers/example", &user)
+        .await
+        .assert_status(200);
+    s.post("/v1/providers/example/probe", &user, json!({}))
+        .await
+        .assert_problem(403, "forbidden");
+
+    // A restart finds the provider configured: nothing is registered twice.
+    let s = s.restart().await;
+    let list = s.get("/v1/providers", ADMIN_TOKEN).await;
+    assert_eq!(
+        list.assert_status(200)["items"].as_array().unwrap().len(),
+        1
+    );
+    let history = s
+        .get("/v1/providers/example/activations", ADMIN_TOKEN)
+        .await;
+    let history = history.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["action"], "bundled");
+    assert_eq!(probe_digest(&s, "example").await, digest);
+}
+
+async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
+    let hostile = upload(
+        &s,
+        ADMIN_TOKEN,
+        plugin_bytes("bulkhead_plugin_hostile.wasm"),
+    )
+    .await;
+    let stored = hostile.assert_status(201).clone();
+    assert_eq!(stored["name"], "hostile");
+    let digest = stored["digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 64);
+    assert_eq!(
+        hostile.header("location"),
+        Some(format!("/v1/plugins/{digest}").as_str())
+    );
+    let again = upload(
+        &s,
+        ADMIN_TOKEN,
+        plugin_bytes("bulkhead_plugin_hostile.wasm"),
+    )
+    .await;
+    assert_eq!(again.assert_status(200)["digest"], digest);
+    // The bundled example is stored already.
+    upload(
+        &s,
+        ADMIN_TOKEN,
+        plugin_bytes("bulkhead_plugin_example.wasm"),
+    )
+    .await
+    .assert_status(200);
+    let list = s.get("/v1/plugins", ADMIN_TOKEN).await;
+    assert_eq!(
+        list.assert_status(200)["items"].as_array().unwrap().len(),
+        2
+    );
+    let view = s.get(&format!("/v1/plugins/{digest}"), ADMIN_TOKEN).await;
+    assert_eq!(view.assert_status(200)["contract_version"], "0.2.0");
+    s.get("/v1/plugins/not-a-digest", ADMIN_TOKEN)
+        .await
+        .assert_problem(422, "invalid_request");
+    s.get(&format!("/v1/plugins/{}", "0".repeat(64)), ADMIN_TOKEN)
+        .await
+        .assert_problem(404, "not_found");
+
+    let future = upload(
+        &s,
+        ADMIN_TOKEN,
+        plugin_bytes("bulkhead_plugin_future_contract.wasm"),
+    )
+    .await;
+    future.assert_problem(422, "plugin_rejected");
+    assert!(
+        future.body["detail"].as_str().unwrap().contains("0.3.0"),
+        "{}",
+        future.text
+    );
+    let command = upload(&s, ADMIN_TOKEN, plugin_bytes("not-a-provider.wasm")).await;
+    command.assert_problem(422, "plugin_rejected");
+    assert!(command.text.contains("does not export"), "{}", command.text);
+    upload(&s, ADMIN_TOKEN, b"\0asm not really".to_vec())
+        .await
+        .assert_problem(422, "plugin_rejected");
+    let oversized = oversized_upload_answer(&s).await;
+    assert!(
+        oversized.starts_with("HTTP/1.1 413") && oversized.contains("body_too_large"),
+        "{oversized}"
+    );
+    TestServer::send(
+        s.request(Method::POST, "/v1/plugins", Some(ADMIN_TOKEN))
+            .header("content-type", "application/octet-stream")
+            .body(plugin_bytes("bulkhead_plugin_hostile.wasm")),
+    )
+    .await
+    .assert_problem(415, "unsupported_media_type");
+    let user = s.user_with_session("uploader@example.com").await;
+    upload(&s, &user, plugin_bytes("bulkhead_plugin_hostile.wasm"))
+        .await
+        .assert_problem(403, "forbidden");
+    let list = s.get("/v1/plugins", ADMIN_TOKEN).await;
+    assert_eq!(
+        list.assert_status(200)["items"].as_array().unwrap().len(),
+        2,
+        "a rejected upload stores nothing"
+    );
+}
+
+async fn activation_checks_health_and_rollback_restores(s: TestServer) {
+    let a = upload(&s, ADMIN_TOKEN, example_variant("a")).await;
+    let a = a.assert_status(201)["digest"].as_str().unwrap().to_owned();
+    let b = upload(&s, ADMIN_TOKEN, example_variant("b")).await;
+    let b = b.assert_status(201)["digest"].as_str().unwrap().to_owned();
+    let hostile = upload(
+        &s,
+        ADMIN_TOKEN,
+        plugin_bytes("bulkhead_plugin_hostile.wasm"),
+    )
+    .await;
+    let hostile = hostile.assert_status(201)["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    provider_with(&s, "edge", &a).await;
+    assert_eq!(probe_digest(&s, "edge").await, a);
+
+    // The hostile plugin's `health` never answers: activation is refused, `a` keeps serving.
+    let refused = s
+        .post(
+            "/v1/providers/edge/activate",
+            ADMIN_TOKEN,
+            json!({ "digest": hostile }),
+        )
+        .await;
+    refused.assert_problem(409, "plugin_unhealthy");
+    assert!(
+        refused.text.contains("did not answer within"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(probe_digest(&s, "edge").await, a);
+
+    s.post(
+        "/v1/providers/edge/activate",
+        ADMIN_TOKEN,
+        json!({ "digest": b }),
+    )
+    .await
+    .assert_status(200);
+    assert_eq!(probe_digest(&s, "edge").await, b);
+    let rolled = s
+        .post("/v1/providers/edge/rollback", ADMIN_TOKEN, json!({}))
+        .await;
+    let rolled = rolled.assert_status(200);
+    assert_eq!(rolled["plugin"]["digest"], a.as_str());
+    assert_eq!(rolled["previous_digest"], b.as_str());
+    assert_eq!(probe_digest(&s, "edge").await, a);
+
+    let history = s.get("/v1/providers/edge/activations", ADMIN_TOKEN).await;
+    let actions: Vec<(String, String)> = history.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            (
+                item["action"].as_str().unwrap().to_owned(),
+                item["digest"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("activate".to_owned(), a.clone()),
+            ("activate".to_owned(), b.clone()),
+            ("rollback".to_owned(), a.clone())
+        ]
+    );
+    let audit = s.get("/v1/audit-events?limit=200", ADMIN_TOKEN).await;
+    let actions: Vec<&str> = audit.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|event| event["action"].as_str())
+        .collect();
+    for action in [
+        "plugin.upload",
+        "provider.create",
+        "provider.activate",
+        "provider.rollback",
+    ] {
+        assert!(
+            actions.contains(&action),
+            "{action} not audited: {actions:?}"
+        );
+    }
+
+    s.post("/v1/providers/nowhere/rollback", ADMIN_TOKEN, json!({}))
+        .await
+        .assert_problem(404, "not_found");
+    s.post("/v1/providers", ADMIN_TOKEN, json!({ "name": "fresh" }))
+        .await
+        .assert_status(201);
+    s.post("/v1/providers/fresh/rollback", ADMIN_TOKEN, json!({}))
+        .await
+        .assert_problem(409, "nothing_to_roll_back");
+    s.post("/v1/providers/fresh/probe", ADMIN_TOKEN, json!({}))
+        .await
+        .assert_problem(409, "provider_not_serving");
+
+    // Disabled: no calls, until enabled again.
+    s.patch(
+        "/v1/providers/edge",
+        ADMIN_TOKEN,
+        json!({ "enabled": false }),
+    )
+    .await
+    .assert_status(200);
+    s.post("/v1/providers/edge/probe", ADMIN_TOKEN, json!({}))
+        .await
+        .assert_problem(409, "provider_not_serving");
+    let enabled = s
+        .patch(
+            "/v1/providers/edge",
+            ADMIN_TOKEN,
+            json!({ "enabled": true }),
+        )
+        .await;
+    assert_eq!(enabled.assert_status(200)["serving"], true);
+    assert_eq!(probe_digest(&s, "edge").await, a);
+}
+
+async fn hot_swap_under_concurrent_calls_loses_no_call(s: TestServer) {
+    let a = upload(&s, ADMIN_TOKEN, example_variant("swap-a")).await;
+    let a = a.assert_status(201)["digest"].as_str().unwrap().to_owned();
+    let b = upload(&s, ADMIN_TOKEN, example_variant("swap-b")).await;
+    let b = b.assert_status(201)["digest"].as_str().unwrap().to_owned();
+    provider_with(&s, "swap", &a).await;
+
+    let s = Arc::new(s);
+    let swapped = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let (s, swapped, stop) = (s.clone(), swapped.clone(), stop.clone());
+            tokio::spawn(async move {
+                // (digest that answered, whether the swap had completed before the call began)
+                let mut answers: Vec<(String, bool)> = Vec::new();
+                while !stop.load(Relaxed) {
+                    let after_swap = swapped.load(Relaxed);
+                    answers.push((probe_digest(&s, "swap").await, after_swap));
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    s.post(
+        "/v1/providers/swap/activate",
+        ADMIN_TOKEN,
+        json!({ "digest": b }),
+    )
+    .await
+    .assert_status(200);
+    swapped.store(true, Relaxed);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    stop.store(true, Relaxed);
+
+    let mut answers = Vec::new();
+    for caller in callers {
+        // A failed call panics inside `probe_digest`, which fails the join.
+        answers.extend(caller.await.expect("every call answered healthy"));
+    }
+    let on_a = answers.iter().filter(|(digest, _)| *digest == a).count();
+    let on_b = answers.iter().filter(|(digest, _)| *digest == b).count();
+    assert_eq!(on_a + on_b, answers.len());
+    assert!(on_a > 0 && on_b > 0, "calls on a: {on_a}, on b: {on_b}");
+    assert!(
+        answers.iter().all(|(digest, after)| !after || *digest == b),
+        "a call that began after the swap answered on the old version"
+    );
+    let view = s.get("/v1/providers/swap", ADMIN_TOKEN).await;
+    let calls = &view.assert_status(200)["calls"];
+    assert_eq!(
+        calls["ok"].as_u64().unwrap() as usize,
+        answers.len(),
+        "the provider's stats count every call across versions (not the activation's own check): {calls}"
+    );
+}
+
+async fn secrets_are_write_only_and_settings_validated(s: TestServer) {
+    let secret = "s3cr3t-value-never-shown";
+    let created = s
+        .post(
+            "/v1/providers",
+            ADMIN_TOKEN,
+            json!({ "name": "vault", "secrets": { "api_key": secret }, "allowlist": ["api.example.com:443"] }),
+        )
+        .await;
+    let body = created.assert_status(201).clone();
+    assert_eq!(body["secret_names"], json!(["api_key"]));
+    assert!(!created.text.contains(secret));
+    let etag = created.header("etag").unwrap().to_owned();
+
+    let patched = TestServer::send(
+        s.request(Method::PATCH, "/v1/providers/vault", Some(ADMIN_TOKEN))
+            .header("if-match", &etag)
+            .json(&json!({ "secrets": { "api_key": null, "other": "x-secret-2" }, "config": { "zone": "z1" } })),
+    )
+    .await;
+    let body = patched.assert_status(200).clone();
+    assert_eq!(body["secret_names"], json!(["other"]));
+    assert_eq!(body["config"], json!({ "zone": "z1" }));
+    assert!(!patched.text.contains("x-secret-2"));
+    TestServer::send(
+        s.request(Method::PATCH, "/v1/providers/vault", Some(ADMIN_TOKEN))
+            .header("if-match", &etag)
+            .json(&json!({ "enabled": false })),
+    )
+    .await
+    .assert_problem(412, "precondition_failed");
+
+    for view in [
+        s.get("/v1/providers/vault", ADMIN_TOKEN).await,
+        s.get("/v1/providers", ADMIN_TOKEN).await,
+        s.get("/v1/audit-events?limit=200", ADMIN_TOKEN).await,
+    ] {
+        assert_eq!(view.status, 200);
+        assert!(
+            !view.text.contains(secret) && !view.text.contains("x-secret-2"),
+            "{}",
+            view.text
+        );
+    }
+
+    let invalid: [(Value, &str); 6] = [
+        (json!({ "allowlist": ["no-port"] }), "allowlist"),
+        (json!({ "allowlist": ["bad host:80"] }), "allowlist"),
+        (json!({ "limits": { "memory_mib": 4096 } }), "memory_mib"),
+        (
+            json!({ "limits": { "call_deadline_ms": 1 } }),
+            "call_deadline_ms",
+        ),
+        (json!({ "config": { "bad key": "x" } }), "keys"),
+        (json!({ "enabled": "yes" }), ""),
+    ];
+    for (update, mentions) in invalid {
+        let reply = s
+            .patch("/v1/providers/vault", ADMIN_TOKEN, update.clone())
+            .await;
+        reply.assert_problem(
+            422,
+            if mentions.is_empty() {
+                "invalid_body"
+            } else {
+                "invalid_request"
+            },
+        );
+        assert!(reply.text.contains(mentions), "{update}: {}", reply.text);
+    }
+    s.patch(
+        "/v1/providers/vault",
+        ADMIN_TOKEN,
+        json!({ "colour": "red" }),
+    )
+    .await
+    .assert_problem(422, "invalid_body");
+    s.post("/v1/providers", ADMIN_TOKEN, json!({ "name": "vault" }))
+        .await
+        .assert_problem(409, "provider_exists");
+    s.post(
+        "/v1/providers",
+        ADMIN_TOKEN,
+        json!({ "name": "Not A Slug" }),
+    )
+    .await
+    .assert_problem(422, "invalid_request");
+    let user = s.user_with_session("meddler@example.com").await;
+    s.patch("/v1/providers/vault", &user, json!({ "enabled": false }))
+        .await
+        .assert_problem(403, "forbidden");
+}
