@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bulkhead::plugins::{PluginEnv, PluginHost, PluginLimits};
 use bulkhead_plugin_example::Example;
 use bulkhead_sdk::Provider;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 
 /// The example plugin, built by the build script.
 fn example_wasm() -> Vec<u8> {
@@ -43,25 +43,37 @@ fn benches(c: &mut Criterion) {
     });
     calls.finish();
 
+    // Each load runs on a new host (made outside the measurement), so that the host's own
+    // memo of compiled components does not answer instead of the compiler or the cache.
     let cache_dir = tempfile::tempdir().unwrap();
-    let cached_host = PluginHost::new(Some(cache_dir.path())).unwrap();
-    cached_host
+    PluginHost::new(Some(cache_dir.path()))
+        .unwrap()
         .plugin_load(&bytes, PluginLimits::default())
         .unwrap();
     let mut load = c.benchmark_group("plugin load");
     load.sample_size(10)
         .measurement_time(Duration::from_secs(10));
     load.bench_function("cold compile", |b| {
-        b.iter(|| host.plugin_load(&bytes, PluginLimits::default()).unwrap())
+        b.iter_batched(
+            || PluginHost::new(None).unwrap(),
+            |fresh| {
+                let plugin = fresh.plugin_load(&bytes, PluginLimits::default()).unwrap();
+                assert!(!plugin.from_cache);
+                (plugin, fresh)
+            },
+            BatchSize::PerIteration,
+        )
     });
     load.bench_function("from the compiled-code cache", |b| {
-        b.iter(|| {
-            let plugin = cached_host
-                .plugin_load(&bytes, PluginLimits::default())
-                .unwrap();
-            assert!(plugin.from_cache);
-            plugin
-        })
+        b.iter_batched(
+            || PluginHost::new(Some(cache_dir.path())).unwrap(),
+            |fresh| {
+                let plugin = fresh.plugin_load(&bytes, PluginLimits::default()).unwrap();
+                assert!(plugin.from_cache);
+                (plugin, fresh)
+            },
+            BatchSize::PerIteration,
+        )
     });
     load.finish();
 
