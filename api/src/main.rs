@@ -196,19 +196,26 @@ fn logging_init(format: LogFormat) {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler can be installed");
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
+/// the future is first polled, so a signal sent while the server starts is not lost.
+#[cfg(unix)]
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
         tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
+            _ = terminate.recv() => {},
+            _ = interrupt.recv() => {},
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 #[tokio::main]
@@ -217,10 +224,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => {
             let settings = Settings::resolve(args)?;
             logging_init(settings.log_format);
+            let stop = shutdown_signal()?;
             let server = bulkhead::server::start(settings).await?;
             println!("bulkhead listening on http://{}", server.addr);
             tracing::info!(addr = %server.addr, "listening");
-            shutdown_signal().await;
+            stop.await;
             tracing::info!("shutting down: finishing in-flight requests");
             server.shutdown().await?;
         }
