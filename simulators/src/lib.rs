@@ -1,0 +1,52 @@
+//! Simulators of the cloud APIs that Bulkhead's provider plugins speak, for the tests and the
+//! local platform (`bulkhead dev`).
+//!
+//! Each simulator implements exactly the subset of its API that the plugin uses and checks
+//! what the real service checks (token signatures, request signatures). Its instances are
+//! real: each serves HTTP on its own loopback address ([`instances`]), answering with its id,
+//! so that routing and health checks can be exercised. Faults are injected through an admin
+//! endpoint ([`faults`]): account suspended (as that cloud reports it), rate limited, added
+//! latency, failing with 5xx, and recovery.
+
+pub mod faults;
+pub mod instances;
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A simulator serving on a local port.
+pub struct RunningSimulator {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningSimulator {
+    /// Serves `router` on `listen` (port 0 picks one).
+    pub async fn serve(listen: SocketAddr, router: axum::Router) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.wait_for(|stopped| *stopped).await;
+                })
+                .await
+        });
+        Ok(Self { addr, stop, task })
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        let _ = self.stop.send(true);
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
