@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// Log format: `text` or `json`.
     #[arg(long, env = "BULKHEAD_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Milliseconds between health probes of each provider (an unavailable provider is
+    /// probed with backoff, from half of this up to six times it).
+    #[arg(long, env = "BULKHEAD_PROVIDER_PROBE_INTERVAL_MS")]
+    pub provider_probe_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -72,6 +76,7 @@ struct FileSettings {
     refresh_token_ttl_secs: Option<u64>,
     admin_email: Option<String>,
     log_format: Option<LogFormat>,
+    provider_probe_interval_ms: Option<u64>,
 }
 
 /// Resolved settings of a running server.
@@ -87,6 +92,8 @@ pub struct Settings {
     pub refresh_token_ttl: Duration,
     pub admin_email: String,
     pub log_format: LogFormat,
+    /// Time between health probes of each provider.
+    pub provider_probe_interval: Duration,
     /// `BULKHEAD_BOOTSTRAP_TOKEN`: the first administrator's API token, if set.
     pub bootstrap_token: Option<SecretString>,
 }
@@ -142,6 +149,12 @@ impl Settings {
                 .or(file.admin_email)
                 .unwrap_or_else(|| "admin@bulkhead.local".into()),
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
+            provider_probe_interval: Duration::from_millis(
+                args.provider_probe_interval_ms
+                    .or(file.provider_probe_interval_ms)
+                    .unwrap_or(10_000)
+                    .max(100),
+            ),
             bootstrap_token,
         })
     }

@@ -17,6 +17,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub detail: String,
+    /// Seconds after which retrying may succeed (sent as `Retry-After`).
+    pub retry_after_secs: Option<u64>,
 }
 
 /// The body of every error response (RFC 9457 problem details).
@@ -45,7 +47,14 @@ impl ApiError {
             status,
             code,
             detail: detail.into(),
+            retry_after_secs: None,
         }
+    }
+
+    /// Adds `Retry-After`.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs);
+        self
     }
 
     /// The request is malformed: bad JSON, wrong types, unknown fields, bad path or query.
@@ -162,6 +171,11 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, PROBLEM_JSON);
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

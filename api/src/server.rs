@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::App;
 use crate::app::bootstrap::Bootstrap;
+use crate::app::provider_health::HealthBoard;
 use crate::auth::JwtKeys;
 use crate::config::Settings;
 use crate::plugins::PluginHost;
@@ -46,8 +47,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let app = App {
         db,
         jwt,
-        settings: Arc::new(settings),
         providers: Arc::new(ProviderRegistry::new(host)),
+        health: Arc::new(HealthBoard::new(settings.provider_probe_interval)),
+        settings: Arc::new(settings),
     };
     match app.bootstrap().await? {
         Bootstrap::AlreadyDone => {}
@@ -62,14 +64,15 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
             );
         }
     }
+    let _ = crate::http::metrics_handle();
     app.providers_start()
         .await
         .map_err(|err| anyhow::anyhow!("loading the providers: {err:?}"))?;
-    let _ = crate::http::metrics_handle();
     let listener = TcpListener::bind(app.settings.listen).await?;
     let addr = listener.local_addr()?;
     let router = crate::http::router(app.clone());
     let (shutdown, mut stop) = watch::channel(false);
+    tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
     let task = tokio::spawn(async move {
         axum::serve(listener, router)
             .with_graceful_shutdown(async move {

@@ -15,6 +15,7 @@ mod m20261130_000004_services_and_domains;
 mod m20261130_000005_idempotency;
 mod m20261130_000006_user_last_login;
 mod m20261130_000007_plugin_registry;
+mod m20261130_000008_provider_health;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000005_idempotency::Migration),
             Box::new(m20261130_000006_user_last_login::Migration),
             Box::new(m20261130_000007_plugin_registry::Migration),
+            Box::new(m20261130_000008_provider_health::Migration),
         ]
     }
 }

@@ -103,7 +103,8 @@ async fn bundled_example_is_registered_once_and_serves(s: TestServer) {
     let digest = example["plugin"]["digest"].as_str().unwrap().to_owned();
     assert_eq!(probe_digest(&s, "example").await, digest);
     let view = s.get("/v1/providers/example", ADMIN_TOKEN).await;
-    assert_eq!(view.assert_status(200)["calls"]["ok"], 1);
+    // The probe above, and the background health probes.
+    assert!(view.assert_status(200)["calls"]["ok"].as_u64().unwrap() >= 1);
 
     // A user (read scope) sees providers but cannot probe or change them.
     let user = s.user_with_session("viewer@example.com").await;
@@ -394,10 +395,9 @@ async fn hot_swap_under_concurrent_calls_loses_no_call(s: TestServer) {
     );
     let view = s.get("/v1/providers/swap", ADMIN_TOKEN).await;
     let calls = &view.assert_status(200)["calls"];
-    assert_eq!(
-        calls["ok"].as_u64().unwrap() as usize,
-        answers.len(),
-        "the provider's stats count every call across versions (not the activation's own check): {calls}"
+    assert!(
+        calls["ok"].as_u64().unwrap() as usize >= answers.len(),
+        "the provider's stats count every call across versions (and the background probes): {calls}"
     );
 }
 
@@ -492,4 +492,222 @@ async fn secrets_are_write_only_and_settings_validated(s: TestServer) {
     s.patch("/v1/providers/vault", &user, json!({ "enabled": false }))
         .await
         .assert_problem(403, "forbidden");
+}
+
+/// A stand-in for a provider's status page: answers `GET /status` with the status code in
+/// `status`, counting the requests.
+async fn status_page(status: Arc<std::sync::atomic::AtomicU16>) -> u16 {
+    let app = axum::Router::new().route(
+        "/status",
+        axum::routing::get(move || {
+            let code = status.load(Relaxed);
+            async move { axum::http::StatusCode::from_u16(code).unwrap() }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+async fn provider_state(s: &TestServer, name: &str) -> String {
+    let view = s.get(&format!("/v1/providers/{name}"), ADMIN_TOKEN).await;
+    view.assert_status(200)["state"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Polls until `name` is in `state`; returns how long that took.
+async fn state_wait(s: &TestServer, name: &str, state: &str) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    loop {
+        if provider_state(s, name).await == state {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "{name} did not become {state}; it is {}",
+            provider_state(s, name).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+db_tests!(
+    instances_are_provisioned_through_the_plugin,
+    a_failing_provider_opens_its_breaker_alone_and_recovers,
+);
+
+async fn instances_are_provisioned_through_the_plugin(s: TestServer) {
+    let create = json!({ "instance_key": "web-1", "region": "local", "artifact": "shop/web:1", "port": 8080, "env": { "A": "1" } });
+    let made = s
+        .post(
+            "/v1/providers/example/instances",
+            ADMIN_TOKEN,
+            create.clone(),
+        )
+        .await;
+    let body = made.assert_status(201).clone();
+    assert_eq!(body["provider_id"], "example-web-1");
+    assert_eq!(body["state"], "running");
+    assert_eq!(
+        made.header("location"),
+        Some("/v1/providers/example/instances/web-1")
+    );
+    let again = s
+        .post(
+            "/v1/providers/example/instances",
+            ADMIN_TOKEN,
+            create.clone(),
+        )
+        .await;
+    assert_eq!(again.assert_status(201)["provider_id"], "example-web-1");
+    let view = s
+        .get("/v1/providers/example/instances/web-1", ADMIN_TOKEN)
+        .await;
+    assert_eq!(view.assert_status(200)["instance_key"], "web-1");
+    let list = s.get("/v1/providers/example/instances", ADMIN_TOKEN).await;
+    assert!(list.assert_status(200)["items"].is_array());
+    s.delete("/v1/providers/example/instances/web-1", ADMIN_TOKEN)
+        .await
+        .assert_status(204);
+
+    let mars = json!({ "instance_key": "web-2", "region": "mars", "artifact": "x", "port": 80 });
+    s.post("/v1/providers/example/instances", ADMIN_TOKEN, mars)
+        .await
+        .assert_problem(422, "invalid_spec");
+    s.post(
+        "/v1/providers/example/instances",
+        ADMIN_TOKEN,
+        json!({ "instance_key": "Bad Key", "region": "local", "artifact": "x", "port": 80 }),
+    )
+    .await
+    .assert_problem(422, "invalid_request");
+    s.post(
+        "/v1/providers/nowhere/instances",
+        ADMIN_TOKEN,
+        create.clone(),
+    )
+    .await
+    .assert_problem(404, "not_found");
+    let user = s.user_with_session("operator@example.com").await;
+    s.post("/v1/providers/example/instances", &user, create.clone())
+        .await
+        .assert_problem(403, "forbidden");
+
+    // Drained: no new instances, but existing ones can still be described and removed.
+    let drained = s
+        .patch(
+            "/v1/providers/example",
+            ADMIN_TOKEN,
+            json!({ "drained": true }),
+        )
+        .await;
+    assert_eq!(drained.assert_status(200)["state"], "drained");
+    s.post(
+        "/v1/providers/example/instances",
+        ADMIN_TOKEN,
+        create.clone(),
+    )
+    .await
+    .assert_problem(409, "provider_drained");
+    s.get("/v1/providers/example/instances/web-1", ADMIN_TOKEN)
+        .await
+        .assert_status(200);
+    let disabled = s
+        .patch(
+            "/v1/providers/example",
+            ADMIN_TOKEN,
+            json!({ "drained": false, "enabled": false }),
+        )
+        .await;
+    assert_eq!(disabled.assert_status(200)["state"], "disabled");
+    s.get("/v1/providers/example/instances/web-1", ADMIN_TOKEN)
+        .await
+        .assert_problem(409, "provider_disabled");
+}
+
+async fn a_failing_provider_opens_its_breaker_alone_and_recovers(s: TestServer) {
+    let status = Arc::new(std::sync::atomic::AtomicU16::new(200));
+    let port = status_page(status.clone()).await;
+    s.patch(
+        "/v1/providers/example",
+        ADMIN_TOKEN,
+        json!({ "config": { "regions": "local", "health_url": format!("http://127.0.0.1:{port}/status") }, "allowlist": [format!("127.0.0.1:{port}")] }),
+    )
+    .await
+    .assert_status(200);
+    let other = upload(&s, ADMIN_TOKEN, example_variant("bystander")).await;
+    let other = other.assert_status(201)["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    provider_with(&s, "bystander", &other).await;
+    state_wait(&s, "example", "healthy").await;
+
+    // The provider starts refusing the plugin's credentials: unavailable at once.
+    status.store(401, Relaxed);
+    let opened_after = state_wait(&s, "example", "unavailable").await;
+    assert!(
+        opened_after < std::time::Duration::from_secs(5),
+        "{opened_after:?}"
+    );
+    let refused = s
+        .post(
+            "/v1/providers/example/instances",
+            ADMIN_TOKEN,
+            json!({ "instance_key": "web-1", "region": "local", "artifact": "x", "port": 80 }),
+        )
+        .await;
+    refused.assert_problem(503, "provider_unavailable");
+    assert!(refused.header("retry-after").is_some());
+    // The other provider is untouched and keeps serving.
+    assert_eq!(provider_state(&s, "bystander").await, "healthy");
+    s.post(
+        "/v1/providers/bystander/instances",
+        ADMIN_TOKEN,
+        json!({ "instance_key": "web-1", "region": "local", "artifact": "x", "port": 80 }),
+    )
+    .await
+    .assert_status(201);
+    let metrics = TestServer::send(s.request(Method::GET, "/metrics", None)).await;
+    assert!(
+        metrics
+            .text
+            .contains(r#"provider_health{provider="example",health="unavailable"} 1"#),
+        "{}",
+        metrics.text
+    );
+
+    // Recovery: a probe half-opens the breaker and the next success closes it.
+    status.store(200, Relaxed);
+    state_wait(&s, "example", "healthy").await;
+    let events = s.get("/v1/providers/example/events", ADMIN_TOKEN).await;
+    let changes: Vec<(String, String)> = events.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["from"].as_str().unwrap().to_owned(),
+                e["to"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("healthy".to_owned(), "unavailable".to_owned()),
+            ("unavailable".to_owned(), "degraded".to_owned()),
+            ("degraded".to_owned(), "healthy".to_owned()),
+        ]
+    );
+    let first = &events.body["items"][0];
+    assert!(
+        first["reason"].as_str().unwrap().contains("unauthorized"),
+        "{first}"
+    );
+    let bystander = s.get("/v1/providers/bystander/events", ADMIN_TOKEN).await;
+    assert_eq!(bystander.assert_status(200)["items"], json!([]));
 }

@@ -115,6 +115,7 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         refresh_token_ttl: Duration::from_secs(3600),
         admin_email: "admin@example.com".into(),
         log_format: LogFormat::Text,
+        provider_probe_interval: Duration::from_millis(500),
         bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
     }
 }

@@ -47,6 +47,26 @@ pub async fn audit_record(
     Ok(())
 }
 
+/// Writes `entry` for a change the server made by itself (no user, no request), inside the
+/// caller's transaction.
+pub async fn audit_record_system(db: &impl ConnectionTrait, entry: AuditEntry) -> ApiResult<()> {
+    audit_event::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        occurred_at: Set(Utc::now()),
+        actor_user_id: Set(None),
+        actor_token_id: Set(None),
+        action: Set(entry.action.into()),
+        resource_type: Set(entry.resource_type.into()),
+        resource_id: Set(entry.resource_id),
+        project_id: Set(entry.project_id),
+        request_id: Set(String::new()),
+        details: Set(entry.details),
+    }
+    .insert(db)
+    .await?;
+    Ok(())
+}
+
 /// One recorded mutation.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct AuditEventView {

@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod bootstrap;
+pub mod breaker;
 pub mod domains;
 pub mod environments;
 pub mod idempotency;
@@ -13,6 +14,8 @@ pub mod members;
 pub mod pagination;
 pub mod plugin_binaries;
 pub mod projects;
+pub mod provider_health;
+pub mod provider_instances;
 pub mod providers;
 pub mod services;
 pub mod sessions;
@@ -37,6 +40,8 @@ pub struct App {
     pub settings: Arc<Settings>,
     /// The plugin host and each provider's running plugin.
     pub providers: Arc<ProviderRegistry>,
+    /// Each provider's circuit breaker.
+    pub health: Arc<provider_health::HealthBoard>,
 }
 
 /// A strong entity tag for a resource at `revision`.

@@ -21,6 +21,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::audit::{AuditEntry, audit_record};
+use super::breaker::ProviderHealth;
 use super::pagination::{Page, PageParams, paginate};
 use super::plugin_binaries::{Stored, digest_validate, plugin_binary_find, plugin_wasm};
 use super::{App, if_match_check, slug_validate};
@@ -125,7 +126,15 @@ pub struct ProviderCallsView {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderView {
     pub name: String,
+    /// `healthy`, `degraded`, `unavailable`, or the operator's `drained` or `disabled`.
+    pub state: String,
+    /// What its circuit breaker last decided, and why.
+    pub health: ProviderHealth,
+    pub health_reason: String,
+    pub health_changed_at: Option<DateTime<Utc>>,
     pub enabled: bool,
+    /// No new instances; existing ones are kept.
+    pub drained: bool,
     /// The active plugin; absent until one is activated.
     pub plugin: Option<ProviderPluginView>,
     /// Whether the plugin is loaded and taking calls on this server.
@@ -183,6 +192,8 @@ pub struct ProviderUpdate {
     pub limits: Option<ProviderLimits>,
     /// A disabled provider takes no calls.
     pub enabled: Option<bool>,
+    /// A drained provider takes no new instances; its existing instances are kept.
+    pub drained: Option<bool>,
 }
 
 /// The stored binary to switch a provider to.
@@ -397,7 +408,20 @@ impl App {
         let limits = limits_of(&row);
         let mut secret_names: Vec<String> = json_map(&row.secrets).into_keys().collect();
         secret_names.sort();
+        let health = ProviderHealth::parse(&row.health);
+        let state = if !row.enabled {
+            "disabled"
+        } else if row.drained {
+            "drained"
+        } else {
+            health.as_str()
+        };
         ProviderView {
+            state: state.into(),
+            health,
+            health_reason: row.health_reason,
+            health_changed_at: row.health_changed_at,
+            drained: row.drained,
             serving: slot.active().is_some(),
             enabled: row.enabled,
             plugin: binary.map(|binary| ProviderPluginView {
@@ -446,6 +470,10 @@ impl App {
             allowlist: Set(serde_json::to_value(&create.allowlist).map_err(ApiError::internal)?),
             limits: Set(serde_json::to_value(&create.limits).map_err(ApiError::internal)?),
             enabled: Set(create.enabled),
+            health: Set("healthy".into()),
+            health_reason: Set(String::new()),
+            health_changed_at: Set(None),
+            drained: Set(false),
             revision: Set(1),
             created_at: Set(now),
             updated_at: Set(now),
@@ -505,6 +533,9 @@ impl App {
         if let Some(enabled) = update.enabled {
             row.enabled = Set(enabled);
         }
+        if let Some(drained) = update.drained {
+            row.drained = Set(drained);
+        }
         row.config = Set(serde_json::to_value(&config).map_err(ApiError::internal)?);
         row.secrets = Set(serde_json::to_value(&secrets).map_err(ApiError::internal)?);
         row.revision = Set(current.revision + 1);
@@ -516,6 +547,7 @@ impl App {
             "allowlist": update.allowlist,
             "limits": update.limits,
             "enabled": update.enabled,
+            "drained": update.drained,
         });
         audit_record(
             &txn,
@@ -773,6 +805,10 @@ impl App {
                     ),
                     limits: Set(serde_json::json!({})),
                     enabled: Set(true),
+                    health: Set("healthy".into()),
+                    health_reason: Set(String::new()),
+                    health_changed_at: Set(None),
+                    drained: Set(false),
                     revision: Set(1),
                     created_at: Set(now),
                     updated_at: Set(now),
@@ -784,6 +820,7 @@ impl App {
             }
             txn.commit().await?;
         }
+        self.provider_health_gauges_init().await?;
         for row in provider::Entity::find().all(&self.db).await? {
             match self.provider_prepare(&self.db, &row).await {
                 Ok(Some((plugin, env))) => self.providers.slot(&row.name).activate(plugin, env),

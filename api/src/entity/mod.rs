@@ -12,6 +12,7 @@ pub mod project;
 pub mod project_member;
 pub mod provider;
 pub mod provider_activation;
+pub mod provider_event;
 pub mod refresh_token;
 pub mod service;
 pub mod signing_key;

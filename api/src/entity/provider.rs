@@ -20,6 +20,13 @@ pub struct Model {
     /// Overrides of the default plugin limits (`ProviderLimits`).
     pub limits: Json,
     pub enabled: bool,
+    /// `healthy`, `degraded` or `unavailable`: what its circuit breaker last decided.
+    pub health: String,
+    /// Why it last changed.
+    pub health_reason: String,
+    pub health_changed_at: Option<DateTimeUtc>,
+    /// Drained by an operator: no new instances; existing ones are kept.
+    pub drained: bool,
     pub revision: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

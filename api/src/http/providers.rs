@@ -3,7 +3,8 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::response::Response;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -11,6 +12,8 @@ use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
 use crate::app::pagination::{Page, PageParams};
+use crate::app::provider_health::ProviderEventView;
+use crate::app::provider_instances::{InstanceCreate, InstanceView};
 use crate::app::providers::{
     ProviderActivate, ProviderActivationView, ProviderCreate, ProviderProbeView, ProviderUpdate,
     ProviderView,
@@ -26,6 +29,9 @@ pub fn router() -> OpenApiRouter<App> {
         .routes(routes!(provider_rollback))
         .routes(routes!(provider_activation_list))
         .routes(routes!(provider_probe))
+        .routes(routes!(provider_event_list))
+        .routes(routes!(provider_instance_list, provider_instance_create))
+        .routes(routes!(provider_instance_view, provider_instance_delete))
 }
 
 /// List providers with their active plugin and call statistics.
@@ -144,4 +150,89 @@ async fn provider_probe(
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<ProviderProbeView>> {
     Ok(Json(app.provider_probe(&ctx.principal, &name).await?))
+}
+
+/// The changes of a provider's health, oldest first.
+#[utoipa::path(get, path = "/v1/providers/{name}/events", tag = "providers",
+    params(("name" = String, Path, description = "Provider name"), PageParams),
+    responses((status = 200, body = Page<ProviderEventView>)))]
+async fn provider_event_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Json<Page<ProviderEventView>>> {
+    Ok(Json(
+        app.provider_event_list(&principal, &name, params)
+            .await?
+            .map(ProviderEventView::from),
+    ))
+}
+
+/// Every instance the provider has made for the control plane, as its plugin lists them
+/// (administrators).
+#[utoipa::path(get, path = "/v1/providers/{name}/instances", tag = "providers",
+    params(("name" = String, Path, description = "Provider name")),
+    responses((status = 200, body = Page<InstanceView>)))]
+async fn provider_instance_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<Page<InstanceView>>> {
+    Ok(Json(app.provider_instance_list(&principal, &name).await?))
+}
+
+/// Provision an instance through the provider's plugin (administrators). Idempotent on
+/// `instance_key`: provisioning a key again returns the instance made for it. Refused while
+/// the provider is disabled, drained or unavailable.
+#[utoipa::path(post, path = "/v1/providers/{name}/instances", tag = "providers", request_body = InstanceCreate,
+    params(("name" = String, Path, description = "Provider name")),
+    responses(
+        (status = 201, body = InstanceView, headers(("Location" = String))),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem),
+    ))]
+async fn provider_instance_create(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(create): ApiJson<InstanceCreate>,
+) -> ApiResult<Response> {
+    let instance = app.provider_instance_create(&ctx, &name, create).await?;
+    let location = format!("/v1/providers/{name}/instances/{}", instance.instance_key);
+    Ok((
+        StatusCode::CREATED,
+        [(axum::http::header::LOCATION, location)],
+        Json(instance),
+    )
+        .into_response())
+}
+
+/// Describe an instance through the provider's plugin (administrators).
+#[utoipa::path(get, path = "/v1/providers/{name}/instances/{instance_key}", tag = "providers",
+    params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key")),
+    responses((status = 200, body = InstanceView)))]
+async fn provider_instance_view(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath((name, key)): ApiPath<(String, String)>,
+) -> ApiResult<Json<InstanceView>> {
+    Ok(Json(
+        app.provider_instance_view(&principal, &name, &key).await?,
+    ))
+}
+
+/// Deprovision an instance through the provider's plugin (administrators); deleting a
+/// deleted instance succeeds.
+#[utoipa::path(delete, path = "/v1/providers/{name}/instances/{instance_key}", tag = "providers",
+    params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key")),
+    responses((status = 204, description = "Deleted")))]
+async fn provider_instance_delete(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((name, key)): ApiPath<(String, String)>,
+) -> ApiResult<StatusCode> {
+    app.provider_instance_delete(&ctx, &name, &key).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,305 @@
+//! Provider health: one circuit breaker per provider ([`super::breaker`]), fed by the outcome
+//! of every plugin call and by periodic `health` probes, and every change of health recorded:
+//! the provider row, a `provider_events` row, an audit event, a log line and the
+//! `provider_health` gauge.
+//!
+//! A provider whose API is unavailable is refused new calls (503 with `Retry-After`) until a
+//! probe succeeds; nothing is done to its instances: the health of a provider's API is not
+//! the health of its workloads.
+//!
+//! The breakers live in this server's memory; with several replicas each probes on its own
+//! and the stored health is the last one written.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::App;
+use super::audit::{AuditEntry, audit_record_system};
+use super::breaker::{Breaker, BreakerConfig, Change, ProviderHealth, Signal};
+use super::pagination::{Page, PageParams, paginate};
+use crate::authz::{Principal, Scope};
+use crate::entity::{provider, provider_event};
+use crate::error::{ApiError, ApiResult};
+use crate::plugins::{HealthReport, HealthStatus, PluginError, ProviderError};
+
+/// Every provider's breaker, and which are being probed.
+pub struct HealthBoard {
+    config: BreakerConfig,
+    breakers: Mutex<HashMap<String, Breaker>>,
+    probing: Mutex<HashSet<String>>,
+}
+
+impl HealthBoard {
+    pub fn new(probe_interval: Duration) -> Self {
+        Self {
+            config: BreakerConfig::for_interval(probe_interval),
+            breakers: Mutex::default(),
+            probing: Mutex::default(),
+        }
+    }
+
+    /// Runs `f` on the breaker of `provider`, made from its stored health on first use.
+    fn with<R>(
+        &self,
+        provider: &str,
+        stored: ProviderHealth,
+        f: impl FnOnce(&mut Breaker) -> R,
+    ) -> R {
+        let mut breakers = self.breakers.lock().expect("not poisoned");
+        let breaker = breakers
+            .entry(provider.to_owned())
+            .or_insert_with(|| Breaker::new(self.config.clone(), stored, Instant::now()));
+        f(breaker)
+    }
+
+    /// Refuses a call while the breaker is open.
+    pub fn call_check(&self, row: &provider::Model) -> ApiResult<()> {
+        let stored = ProviderHealth::parse(&row.health);
+        self.with(&row.name, stored, |breaker| {
+            if breaker.allows_calls() {
+                Ok(())
+            } else {
+                let wait = breaker.retry_after(Instant::now()).as_secs().max(1);
+                Err(ApiError::new(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "provider_unavailable",
+                    format!(
+                        "provider `{}` is unavailable ({}); calls resume once a health probe succeeds",
+                        row.name, row.health_reason
+                    ),
+                )
+                .retry_after(wait))
+            }
+        })
+    }
+}
+
+/// What a call's outcome says about the provider's health.
+pub fn call_signal<R>(result: &Result<R, PluginError>) -> Signal {
+    match result {
+        Ok(_) => Signal::Success,
+        Err(PluginError::Provider(error)) => match error {
+            ProviderError::Unauthorized(m) => Signal::Fatal(format!("unauthorized: {m}")),
+            ProviderError::AccountSuspended(m) => Signal::Fatal(format!("account suspended: {m}")),
+            ProviderError::RateLimited(limit) => {
+                Signal::Transient(format!("rate limited: {}", limit.message))
+            }
+            ProviderError::Unavailable(m) => Signal::Transient(format!("unavailable: {m}")),
+            ProviderError::Internal(m) => Signal::Transient(format!("internal error: {m}")),
+            ProviderError::NotFound(_)
+            | ProviderError::InvalidSpec(_)
+            | ProviderError::QuotaExceeded(_) => Signal::Neutral,
+        },
+        Err(other) => Signal::Transient(other.to_string()),
+    }
+}
+
+fn probe_signal(result: &Result<HealthReport, PluginError>) -> Signal {
+    match result {
+        Ok(report) => match report.status {
+            HealthStatus::Healthy => Signal::Success,
+            HealthStatus::Degraded => Signal::Degraded(report.message.clone()),
+            HealthStatus::Unavailable => Signal::Transient(format!(
+                "the plugin reports unavailable: {}",
+                report.message
+            )),
+        },
+        Err(_) => call_signal(result),
+    }
+}
+
+/// A change of a provider's health.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderEventView {
+    pub id: Uuid,
+    pub from: ProviderHealth,
+    pub to: ProviderHealth,
+    pub reason: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<provider_event::Model> for ProviderEventView {
+    fn from(m: provider_event::Model) -> Self {
+        Self {
+            id: m.id,
+            from: ProviderHealth::parse(&m.from_health),
+            to: ProviderHealth::parse(&m.to_health),
+            reason: m.reason,
+            created_at: m.created_at,
+        }
+    }
+}
+
+impl App {
+    /// Feeds what a call or probe of `row`'s plugin said to its breaker, and records a change.
+    pub(super) async fn provider_health_record(
+        &self,
+        row: &provider::Model,
+        signal: Signal,
+        probe: bool,
+    ) {
+        let stored = ProviderHealth::parse(&row.health);
+        let jitter: f64 = rand::random();
+        let change = self.health.with(&row.name, stored, |breaker| {
+            breaker.record(signal, probe, Instant::now(), jitter)
+        });
+        if let Some(change) = change
+            && let Err(err) = self.provider_health_change_store(&row.name, &change).await
+        {
+            tracing::error!(provider = %row.name, error = %err.detail, "could not record a provider health change");
+        }
+    }
+
+    async fn provider_health_change_store(&self, name: &str, change: &Change) -> ApiResult<()> {
+        let now = Utc::now();
+        let reason: String = change.reason.chars().take(1000).collect();
+        let txn = crate::db::begin_write(&self.db).await?;
+        provider::Entity::update_many()
+            .col_expr(provider::Column::Health, change.to.as_str().into())
+            .col_expr(provider::Column::HealthReason, reason.clone().into())
+            .col_expr(provider::Column::HealthChangedAt, Some(now).into())
+            .filter(provider::Column::Name.eq(name))
+            .exec(&txn)
+            .await?;
+        provider_event::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            provider: Set(name.to_owned()),
+            from_health: Set(change.from.as_str().into()),
+            to_health: Set(change.to.as_str().into()),
+            reason: Set(reason.clone()),
+            created_at: Set(now),
+        }
+        .insert(&txn)
+        .await?;
+        audit_record_system(
+            &txn,
+            AuditEntry {
+                action: "provider.health_change",
+                resource_type: "provider",
+                resource_id: name.to_owned(),
+                project_id: None,
+                details: serde_json::json!({ "from": change.from, "to": change.to, "reason": reason }),
+            },
+        )
+        .await?;
+        txn.commit().await?;
+        health_gauge_set(name, change.to);
+        metrics::counter!("provider_health_changes_total", "provider" => name.to_owned(), "to" => change.to.as_str())
+            .increment(1);
+        tracing::warn!(provider = name, from = change.from.as_str(), to = change.to.as_str(), reason = %reason, "provider health changed");
+        Ok(())
+    }
+
+    /// The health changes of a provider, oldest first.
+    pub async fn provider_event_list(
+        &self,
+        principal: &Principal,
+        name: &str,
+        params: PageParams,
+    ) -> ApiResult<Page<provider_event::Model>> {
+        principal.require_scope(Scope::Read)?;
+        provider::Entity::find_by_id(name.to_owned())
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| ApiError::not_found("provider"))?;
+        let select =
+            provider_event::Entity::find().filter(provider_event::Column::Provider.eq(name));
+        paginate(
+            &self.db,
+            select,
+            provider_event::Column::Id,
+            |m| m.id,
+            &params,
+        )
+        .await
+    }
+
+    /// Probes every serving provider whose probe is due, each in its own task (a slow
+    /// provider never delays another's probe), until `stop` turns true.
+    pub async fn provider_health_run(self, mut stop: watch::Receiver<bool>) {
+        let tick = (self.health.config.probe_interval / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            let rows = match provider::Entity::find()
+                .filter(provider::Column::Enabled.eq(true))
+                .all(&self.db)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(err) => {
+                    tracing::warn!(error = %err, "provider health: could not list providers");
+                    continue;
+                }
+            };
+            for row in rows {
+                let Some(active) = self.providers.active(&row.name) else {
+                    continue;
+                };
+                let due =
+                    self.health
+                        .with(&row.name, ProviderHealth::parse(&row.health), |breaker| {
+                            breaker.probe_due(Instant::now())
+                        });
+                if !due
+                    || !self
+                        .health
+                        .probing
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(row.name.clone())
+                {
+                    continue;
+                }
+                let app = self.clone();
+                tokio::spawn(async move {
+                    let result = app
+                        .providers
+                        .host
+                        .plugin_health(&active.plugin, &active.env)
+                        .await;
+                    app.provider_health_record(&row, probe_signal(&result), true)
+                        .await;
+                    app.health
+                        .probing
+                        .lock()
+                        .expect("not poisoned")
+                        .remove(&row.name);
+                });
+            }
+        }
+    }
+
+    /// Sets the health gauge of every provider from the stored health (at start-up).
+    pub(super) async fn provider_health_gauges_init(&self) -> ApiResult<()> {
+        for row in provider::Entity::find().all(&self.db).await? {
+            health_gauge_set(&row.name, ProviderHealth::parse(&row.health));
+        }
+        Ok(())
+    }
+}
+
+/// `provider_health{provider, health}`: 1 for the provider's current health, 0 for the others.
+fn health_gauge_set(name: &str, health: ProviderHealth) {
+    for candidate in [
+        ProviderHealth::Healthy,
+        ProviderHealth::Degraded,
+        ProviderHealth::Unavailable,
+    ] {
+        metrics::gauge!("provider_health", "provider" => name.to_owned(), "health" => candidate.as_str())
+            .set(if candidate == health { 1.0 } else { 0.0 });
+    }
+}

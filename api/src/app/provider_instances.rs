@@ -1,0 +1,253 @@
+//! Instances through a provider, for operators: provision, describe, list and deprovision by
+//! calling the provider's plugin directly (deploys use the same path later). Every call goes
+//! through [`App::provider_call`]: refused while the provider is disabled or its breaker is
+//! open, fed back to the breaker afterwards, and its failure mapped to one HTTP answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::StatusCode;
+use sea_orm::EntityTrait;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::pagination::Page;
+use super::provider_health::call_signal;
+use super::{App, slug_validate, text_validate};
+use crate::authz::{OpContext, Principal};
+use crate::entity::provider;
+use crate::error::{ApiError, ApiResult};
+use crate::plugins::registry::ActivePlugin;
+use crate::plugins::{
+    Instance, InstanceSpec, InstanceState, PluginError, PluginHost, ProviderError,
+};
+
+/// An instance to create. Provisioning is idempotent on `instance_key`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceCreate {
+    /// Lowercase letters, digits and `-`, at most 63; chosen by the caller.
+    pub instance_key: String,
+    /// One of the provider's regions.
+    pub region: String,
+    /// What to run: an image reference or a command line, as the provider understands it.
+    pub artifact: String,
+    /// The port the workload listens on.
+    pub port: u16,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// An instance as the provider reports it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct InstanceView {
+    pub instance_key: String,
+    /// The provider's own id for it.
+    pub provider_id: String,
+    pub region: String,
+    /// `pending`, `running`, `stopping`, `stopped` or `failed`.
+    pub state: String,
+    /// Where the workload answers (`host:port`), once known.
+    pub address: Option<String>,
+}
+
+impl From<Instance> for InstanceView {
+    fn from(i: Instance) -> Self {
+        Self {
+            state: match i.state {
+                InstanceState::Pending => "pending",
+                InstanceState::Running => "running",
+                InstanceState::Stopping => "stopping",
+                InstanceState::Stopped => "stopped",
+                InstanceState::Failed => "failed",
+            }
+            .into(),
+            instance_key: i.instance_key,
+            provider_id: i.provider_id,
+            region: i.region,
+            address: i.address,
+        }
+    }
+}
+
+/// The HTTP answer for a failed plugin call.
+fn plugin_error_to_api(provider: &str, err: PluginError) -> ApiError {
+    use StatusCode as S;
+    match err {
+        PluginError::Provider(error) => match error {
+            ProviderError::Unauthorized(m) => ApiError::new(
+                S::BAD_GATEWAY,
+                "provider_unauthorized",
+                format!("provider `{provider}` refused the plugin's credentials: {m}"),
+            ),
+            ProviderError::AccountSuspended(m) => ApiError::new(
+                S::BAD_GATEWAY,
+                "provider_account_suspended",
+                format!("the account of provider `{provider}` is suspended: {m}"),
+            ),
+            ProviderError::RateLimited(limit) => ApiError::new(
+                S::SERVICE_UNAVAILABLE,
+                "provider_rate_limited",
+                format!("provider `{provider}` is rate limiting: {}", limit.message),
+            )
+            .retry_after(limit.retry_after_secs.max(1).into()),
+            ProviderError::QuotaExceeded(m) => ApiError::conflict(
+                "provider_quota_exceeded",
+                format!("provider `{provider}`: quota or capacity reached: {m}"),
+            ),
+            ProviderError::NotFound(m) => ApiError::new(
+                S::NOT_FOUND,
+                "instance_not_found",
+                format!("provider `{provider}` has no such instance: {m}"),
+            ),
+            ProviderError::InvalidSpec(m) => ApiError::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_spec",
+                format!("provider `{provider}` cannot do this as given: {m}"),
+            ),
+            ProviderError::Unavailable(m) => ApiError::new(
+                S::SERVICE_UNAVAILABLE,
+                "provider_unavailable",
+                format!("provider `{provider}` is unavailable: {m}"),
+            )
+            .retry_after(5),
+            ProviderError::Internal(m) => ApiError::new(
+                S::BAD_GATEWAY,
+                "provider_error",
+                format!("provider `{provider}` answered unexpectedly: {m}"),
+            ),
+        },
+        PluginError::Timeout(_) => ApiError::new(
+            S::GATEWAY_TIMEOUT,
+            "provider_timeout",
+            format!("provider `{provider}`: {err}"),
+        ),
+        other => ApiError::new(
+            S::BAD_GATEWAY,
+            "plugin_failed",
+            format!("provider `{provider}`: {other}"),
+        ),
+    }
+}
+
+fn instance_key_validate(key: &str) -> ApiResult<String> {
+    slug_validate("instance_key", key)
+}
+
+impl App {
+    /// Runs one plugin call of provider `name`: refused when it is disabled, not serving or
+    /// its breaker is open, or, for `new_work`, drained; its outcome feeds the breaker.
+    pub(crate) async fn provider_call<R>(
+        &self,
+        name: &str,
+        new_work: bool,
+        call: impl AsyncFnOnce(&PluginHost, Arc<ActivePlugin>) -> Result<R, PluginError>,
+    ) -> ApiResult<(provider::Model, R)> {
+        let row = provider::Entity::find_by_id(name.to_owned())
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| ApiError::not_found("provider"))?;
+        if !row.enabled {
+            return Err(ApiError::conflict(
+                "provider_disabled",
+                format!("provider `{name}` is disabled"),
+            ));
+        }
+        if new_work && row.drained {
+            return Err(ApiError::conflict(
+                "provider_drained",
+                format!("provider `{name}` is drained: it takes no new instances"),
+            ));
+        }
+        self.health.call_check(&row)?;
+        let active = self.providers.active(name).ok_or_else(|| {
+            ApiError::conflict("provider_not_serving", "this provider has no active plugin")
+        })?;
+        let result = call(&self.providers.host, active).await;
+        self.provider_health_record(&row, call_signal(&result), false)
+            .await;
+        match result {
+            Ok(value) => Ok((row, value)),
+            Err(err) => Err(plugin_error_to_api(name, err)),
+        }
+    }
+
+    pub async fn provider_instance_create(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+        create: InstanceCreate,
+    ) -> ApiResult<InstanceView> {
+        ctx.principal.require_admin()?;
+        let spec = InstanceSpec {
+            instance_key: instance_key_validate(&create.instance_key)?,
+            region: text_validate("region", &create.region, 63)?,
+            artifact: text_validate("artifact", &create.artifact, 1024)?,
+            port: match create.port {
+                0 => return Err(ApiError::invalid("`port` must be between 1 and 65535")),
+                port => port,
+            },
+            env: create.env.into_iter().collect(),
+            labels: create.labels.into_iter().collect(),
+        };
+        let (_, instance) = self
+            .provider_call(name, true, async move |host, active| {
+                host.plugin_provision(&active.plugin, &active.env, spec)
+                    .await
+            })
+            .await?;
+        tracing::info!(provider = name, instance = %instance.instance_key, provider_id = %instance.provider_id, "instance provisioned");
+        Ok(instance.into())
+    }
+
+    pub async fn provider_instance_view(
+        &self,
+        principal: &Principal,
+        name: &str,
+        key: &str,
+    ) -> ApiResult<InstanceView> {
+        principal.require_admin()?;
+        let key = instance_key_validate(key)?;
+        let (_, instance) = self
+            .provider_call(name, false, async move |host, active| {
+                host.plugin_describe(&active.plugin, &active.env, key).await
+            })
+            .await?;
+        Ok(instance.into())
+    }
+
+    pub async fn provider_instance_list(
+        &self,
+        principal: &Principal,
+        name: &str,
+    ) -> ApiResult<Page<InstanceView>> {
+        principal.require_admin()?;
+        let (_, instances) = self
+            .provider_call(name, false, async move |host, active| {
+                host.plugin_list(&active.plugin, &active.env).await
+            })
+            .await?;
+        Ok(Page {
+            items: instances.into_iter().map(InstanceView::from).collect(),
+            next_cursor: None,
+        })
+    }
+
+    pub async fn provider_instance_delete(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+        key: &str,
+    ) -> ApiResult<()> {
+        ctx.principal.require_admin()?;
+        let key = instance_key_validate(key)?;
+        self.provider_call(name, false, async move |host, active| {
+            host.plugin_deprovision(&active.plugin, &active.env, key)
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+}
