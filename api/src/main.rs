@@ -29,11 +29,30 @@ enum Command {
     },
     /// Print the OpenAPI document (the committed copy is `openapi/openapi.json`).
     Openapi,
+    /// Run the host agent of a machine of the platform's own fleet: workloads of the `metal`
+    /// provider run here as supervised processes.
+    Agent(AgentArgs),
     /// Tools for plugin authors.
     Plugin {
         #[command(subcommand)]
         action: PluginAction,
     },
+}
+
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// Address to listen on.
+    #[arg(long, env = "BULKHEAD_AGENT_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: std::net::SocketAddr,
+    /// Where the agent keeps its state and its workloads' logs.
+    #[arg(long, env = "BULKHEAD_AGENT_DATA_DIR", default_value = "data/agent")]
+    data_dir: std::path::PathBuf,
+    /// Workloads this machine may run at once.
+    #[arg(long, env = "BULKHEAD_AGENT_SLOTS", default_value_t = bulkhead_agent::DEFAULT_SLOTS)]
+    slots: u32,
+    /// Host name or IP put in workload addresses (how the platform reaches this machine).
+    #[arg(long, env = "BULKHEAD_AGENT_ADVERTISE_HOST", default_value = bulkhead_agent::DEFAULT_ADVERTISE_HOST)]
+    advertise_host: String,
 }
 
 #[derive(Subcommand)]
@@ -231,6 +250,26 @@ async fn main() -> anyhow::Result<()> {
             stop.await;
             tracing::info!("shutting down: finishing in-flight requests");
             server.shutdown().await?;
+        }
+        Command::Agent(args) => {
+            logging_init(LogFormat::Text);
+            // The token is a secret: from the environment only, never a flag.
+            let token = std::env::var("BULKHEAD_AGENT_TOKEN").map_err(|_| {
+                anyhow::anyhow!(
+                    "set BULKHEAD_AGENT_TOKEN (at least {} characters)",
+                    bulkhead_agent::MIN_TOKEN_LEN
+                )
+            })?;
+            let mut settings =
+                bulkhead_agent::AgentSettings::new(args.listen, args.data_dir, token);
+            settings.slots = args.slots;
+            settings.advertise_host = args.advertise_host;
+            let stop = shutdown_signal()?;
+            let agent = bulkhead_agent::start(settings).await?;
+            println!("bulkhead agent listening on {}", agent.url());
+            stop.await;
+            // Workloads keep running: the next agent on this data directory adopts them.
+            agent.shutdown().await;
         }
         Command::Migrate { args, action } => {
             let settings = Settings::resolve(args)?;

@@ -285,9 +285,12 @@ mod wasi_transport {
     use crate::bindings::wasi::http::outgoing_handler;
     use crate::bindings::wasi::http::types::{
         ErrorCode, Fields, IncomingBody, Method as WasiMethod, OutgoingBody, OutgoingRequest,
-        Scheme,
+        RequestOptions, Scheme,
     };
     use crate::bindings::wasi::io::streams::StreamError;
+
+    /// How long a connection may take to open (5 s), in nanoseconds.
+    const CONNECT_TIMEOUT_NS: u64 = 5_000_000_000;
 
     pub(super) fn send(request: Request) -> Result<Response, HttpError> {
         let url = request.url.clone();
@@ -324,9 +327,12 @@ mod wasi_transport {
             .body()
             .map_err(|_| HttpError::Transport("request body taken twice".into()))?;
 
-        let pending =
-            outgoing_handler::handle(outgoing, None).map_err(|err| code_error(&url, err))?;
-        {
+        let options = RequestOptions::new();
+        // A machine that never answers fails the request after this, not at the deadline.
+        let _ = options.set_connect_timeout(Some(CONNECT_TIMEOUT_NS));
+        let pending = outgoing_handler::handle(outgoing, Some(options))
+            .map_err(|err| code_error(&url, err))?;
+        let written = (|| {
             let stream = body
                 .write()
                 .map_err(|_| HttpError::Transport("request body stream taken twice".into()))?;
@@ -335,8 +341,12 @@ mod wasi_transport {
                     .blocking_write_and_flush(chunk)
                     .map_err(|err| stream_error(&url, err))?;
             }
-        }
-        OutgoingBody::finish(body, None).map_err(|err| code_error(&url, err))?;
+            Ok(())
+        })();
+        // When the host refused the request (or could not connect), the body cannot be
+        // written; the response says why, so it is asked first.
+        let finished = written
+            .and_then(|()| OutgoingBody::finish(body, None).map_err(|err| code_error(&url, err)));
 
         pending.subscribe().block();
         let response = pending
@@ -344,6 +354,8 @@ mod wasi_transport {
             .ok_or_else(|| HttpError::Transport("response not ready after waiting".into()))?
             .map_err(|_| HttpError::Transport("response taken twice".into()))?
             .map_err(|err| code_error(&url, err))?;
+        // The server answered (perhaps early, before the whole body): its answer is the result.
+        drop(finished);
         let status = response.status();
         let headers = response
             .headers()

@@ -62,7 +62,10 @@ async fn faults_view(State(faults): State<Faults>) -> Json<FaultState> {
     Json(faults.now())
 }
 
-async fn faults_set(State(faults): State<Faults>, Json(state): Json<FaultState>) -> Json<FaultState> {
+async fn faults_set(
+    State(faults): State<Faults>,
+    Json(state): Json<FaultState>,
+) -> Json<FaultState> {
     tracing::info!(?state, "simulator faults set");
     faults.set(state.clone());
     Json(state)

@@ -8,7 +8,9 @@
 //! endpoint ([`faults`]): account suspended (as that cloud reports it), rate limited, added
 //! latency, failing with 5xx, and recovery.
 
+pub mod aws;
 pub mod faults;
+pub mod gcp;
 pub mod instances;
 
 use std::net::SocketAddr;

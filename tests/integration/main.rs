@@ -7,6 +7,7 @@ mod support;
 mod audit;
 mod auth;
 mod cli;
+mod clouds;
 mod contracts;
 mod conventions;
 mod coverage;

@@ -265,6 +265,7 @@ async fn outbound_http_reaches_only_the_allowlist_and_is_capped() {
         format!("http://localhost:{port}/ping"),
         format!("http://127.0.0.1:{}/ping", port.wrapping_add(1)),
         "https://example.com/".to_owned(),
+        format!("post:http://localhost:{port}/ping"),
     ] {
         let report = hostile_fetch(&host, &plugin, &allowing, &refused).await;
         assert!(
@@ -505,5 +506,36 @@ async fn compiled_code_is_cached_across_hosts() {
             .plugin_load(&bytes, PluginLimits::default())
             .unwrap()
             .from_cache
+    );
+}
+
+/// The plugins' own unit tests (native, against the SDK's in-memory host) run with the rest:
+/// the plugins are a workspace of their own, so `cargo test --workspace` would skip them.
+#[test]
+fn plugin_unit_tests_pass_natively() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args(["test", "--quiet", "--manifest-path"])
+        .arg(root.join("plugins/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", root.join("plugins/target"))
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .expect("cargo runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "plugin unit tests failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let passed: usize = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("test result: ok. "))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    assert!(
+        passed >= 40,
+        "only {passed} plugin unit tests ran:\n{stdout}"
     );
 }

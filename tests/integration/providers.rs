@@ -19,6 +19,16 @@ db_tests!(
     secrets_are_write_only_and_settings_validated,
 );
 
+/// The bundled providers, in name order.
+fn bundled_names() -> Vec<&'static str> {
+    let mut names: Vec<&str> = bulkhead::plugins::bundled::BUNDLED
+        .iter()
+        .map(|bundled| bundled.provider)
+        .collect();
+    names.sort();
+    names
+}
+
 async fn upload(s: &TestServer, token: &str, bytes: Vec<u8>) -> Reply {
     TestServer::send(
         s.request(Method::POST, "/v1/plugins", Some(token))
@@ -94,8 +104,9 @@ async fn probe_digest(s: &TestServer, name: &str) -> String {
 async fn bundled_example_is_registered_once_and_serves(s: TestServer) {
     let list = s.get("/v1/providers", ADMIN_TOKEN).await;
     let items = list.assert_status(200)["items"].as_array().unwrap().clone();
-    assert_eq!(items.len(), 1, "{items:?}");
-    let example = &items[0];
+    let names: Vec<&str> = items.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names, bundled_names(), "every bundled plugin is a provider");
+    let example = items.iter().find(|p| p["name"] == "example").unwrap();
     assert_eq!(example["name"], "example");
     assert_eq!(example["serving"], true);
     assert_eq!(example["plugin"]["name"], "example");
@@ -120,7 +131,7 @@ async fn bundled_example_is_registered_once_and_serves(s: TestServer) {
     let list = s.get("/v1/providers", ADMIN_TOKEN).await;
     assert_eq!(
         list.assert_status(200)["items"].as_array().unwrap().len(),
-        1
+        bundled_names().len()
     );
     let history = s
         .get("/v1/providers/example/activations", ADMIN_TOKEN)
@@ -165,9 +176,10 @@ async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
     .await
     .assert_status(200);
     let list = s.get("/v1/plugins", ADMIN_TOKEN).await;
+    let stored = bundled_names().len() + 1;
     assert_eq!(
         list.assert_status(200)["items"].as_array().unwrap().len(),
-        2
+        stored
     );
     let view = s.get(&format!("/v1/plugins/{digest}"), ADMIN_TOKEN).await;
     assert_eq!(view.assert_status(200)["contract_version"], "0.2.0");
@@ -215,7 +227,7 @@ async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
     let list = s.get("/v1/plugins", ADMIN_TOKEN).await;
     assert_eq!(
         list.assert_status(200)["items"].as_array().unwrap().len(),
-        2,
+        stored,
         "a rejected upload stores nothing"
     );
 }

@@ -146,6 +146,11 @@ impl Breaker {
         now >= self.next_probe
     }
 
+    /// Makes a probe due now (the provider's plugin or settings changed).
+    pub fn probe_now(&mut self, now: Instant) {
+        self.next_probe = now;
+    }
+
     /// When an open breaker will be probed next.
     pub fn retry_after(&self, now: Instant) -> Duration {
         self.next_probe.saturating_duration_since(now)

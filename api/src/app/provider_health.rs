@@ -11,7 +11,7 @@
 //! and the stored health is the last one written.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -28,6 +28,7 @@ use super::pagination::{Page, PageParams, paginate};
 use crate::authz::{Principal, Scope};
 use crate::entity::{provider, provider_event};
 use crate::error::{ApiError, ApiResult};
+use crate::plugins::registry::ActivePlugin;
 use crate::plugins::{HealthReport, HealthStatus, PluginError, ProviderError};
 
 /// Every provider's breaker, and which are being probed.
@@ -58,6 +59,18 @@ impl HealthBoard {
             .entry(provider.to_owned())
             .or_insert_with(|| Breaker::new(self.config.clone(), stored, Instant::now()));
         f(breaker)
+    }
+
+    /// Makes a probe of `provider` due now, if it has a breaker.
+    pub fn probe_soon(&self, provider: &str) {
+        if let Some(breaker) = self
+            .breakers
+            .lock()
+            .expect("not poisoned")
+            .get_mut(provider)
+        {
+            breaker.probe_now(Instant::now());
+        }
     }
 
     /// Refuses a call while the breaker is open.
@@ -102,7 +115,7 @@ pub fn call_signal<R>(result: &Result<R, PluginError>) -> Signal {
     }
 }
 
-fn probe_signal(result: &Result<HealthReport, PluginError>) -> Signal {
+pub(super) fn probe_signal(result: &Result<HealthReport, PluginError>) -> Signal {
     match result {
         Ok(report) => match report.status {
             HealthStatus::Healthy => Signal::Success,
@@ -139,13 +152,20 @@ impl From<provider_event::Model> for ProviderEventView {
 }
 
 impl App {
-    /// Feeds what a call or probe of `row`'s plugin said to its breaker, and records a change.
+    /// Feeds what a call or probe of `row`'s plugin (as `called`) said to its breaker, and
+    /// records a change. An outcome of a version or settings replaced meanwhile is dropped:
+    /// it says nothing about what runs now.
     pub(super) async fn provider_health_record(
         &self,
         row: &provider::Model,
+        called: &Arc<ActivePlugin>,
         signal: Signal,
         probe: bool,
     ) {
+        let current = self.providers.active(&row.name);
+        if !current.is_some_and(|current| Arc::ptr_eq(&current, called)) {
+            return;
+        }
         let stored = ProviderHealth::parse(&row.health);
         let jitter: f64 = rand::random();
         let change = self.health.with(&row.name, stored, |breaker| {
@@ -271,7 +291,7 @@ impl App {
                         .host
                         .plugin_health(&active.plugin, &active.env)
                         .await;
-                    app.provider_health_record(&row, probe_signal(&result), true)
+                    app.provider_health_record(&row, &active, probe_signal(&result), true)
                         .await;
                     app.health
                         .probing

@@ -165,8 +165,8 @@ impl App {
         let active = self.providers.active(name).ok_or_else(|| {
             ApiError::conflict("provider_not_serving", "this provider has no active plugin")
         })?;
-        let result = call(&self.providers.host, active).await;
-        self.provider_health_record(&row, call_signal(&result), false)
+        let result = call(&self.providers.host, active.clone()).await;
+        self.provider_health_record(&row, &active, call_signal(&result), false)
             .await;
         match result {
             Ok(value) => Ok((row, value)),

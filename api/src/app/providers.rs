@@ -179,7 +179,7 @@ fn enabled_default() -> bool {
 }
 
 /// Changes to a provider; absent fields are kept.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderUpdate {
     /// Replaces the whole configuration.
@@ -562,6 +562,7 @@ impl App {
             Some((plugin, env)) => slot.activate(plugin, env),
             None => slot.deactivate(),
         }
+        self.health.probe_soon(name);
         self.provider_view_load(updated).await
     }
 
@@ -690,6 +691,7 @@ impl App {
         if let Some((plugin, env)) = prepared {
             self.providers.slot(&updated.name).activate(plugin, env);
         }
+        self.health.probe_soon(&updated.name);
         self.provider_view_load(updated).await
     }
 
@@ -741,7 +743,8 @@ impl App {
         .await
     }
 
-    /// Calls `health` on the provider's active plugin now.
+    /// Calls `health` on the provider's active plugin now; the answer feeds its breaker like
+    /// a background probe's.
     pub async fn provider_probe(
         &self,
         principal: &Principal,
@@ -762,6 +765,9 @@ impl App {
             .plugin_health(&active.plugin, &active.env)
             .await;
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let signal = super::provider_health::probe_signal(&result);
+        self.provider_health_record(&row, &active, signal, true)
+            .await;
         let (status, message, error) = match result {
             Ok(report) => (status_name(report.status), report.message, None),
             Err(PluginError::Provider(err)) => {

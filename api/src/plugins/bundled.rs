@@ -16,9 +16,31 @@ macro_rules! plugin_wasm {
     };
 }
 
-pub const BUNDLED: &[Bundled] = &[Bundled {
-    provider: "example",
-    wasm: plugin_wasm!("bulkhead_plugin_example.wasm"),
-    config: &[("regions", "local")],
-    allowlist: &[],
-}];
+/// Each starts with the configuration and allowlist of the real service; credentials are
+/// secrets an operator sets (until then its calls fail as unauthorized).
+pub const BUNDLED: &[Bundled] = &[
+    Bundled {
+        provider: "example",
+        wasm: plugin_wasm!("bulkhead_plugin_example.wasm"),
+        config: &[("regions", "local")],
+        allowlist: &[],
+    },
+    Bundled {
+        provider: "aws",
+        wasm: plugin_wasm!("bulkhead_plugin_aws.wasm"),
+        config: &[("regions", "us-east-1")],
+        allowlist: &["*.amazonaws.com:443"],
+    },
+    Bundled {
+        provider: "gcp",
+        wasm: plugin_wasm!("bulkhead_plugin_gcp.wasm"),
+        config: &[("regions", "us-central1-a")],
+        allowlist: &["compute.googleapis.com:443", "oauth2.googleapis.com:443"],
+    },
+    Bundled {
+        provider: "metal",
+        wasm: plugin_wasm!("bulkhead_plugin_metal.wasm"),
+        config: &[("regions", "local"), ("agents", "")],
+        allowlist: &[],
+    },
+];

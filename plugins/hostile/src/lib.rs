@@ -1,7 +1,8 @@
 //! A plugin that misbehaves on purpose, one way per call, for the host's sandbox tests:
 //! `health` never returns, `provision` allocates until it is stopped, `describe` panics,
 //! `list` looks for what a sandboxed plugin must not see (environment, files) and reports it,
-//! and `deprovision` of a URL fetches it (allowed or not) and reports the outcome.
+//! and `deprovision` of a URL fetches it (allowed or not; `post:URL` posts a body) and reports
+//! the outcome.
 
 use bulkhead_sdk::{HealthReport, Instance, InstanceSpec, Provider, ProviderError, ProviderInfo};
 
@@ -34,8 +35,18 @@ impl Provider for Hostile {
 
     fn deprovision(instance_key: String) -> Result<(), ProviderError> {
         // `deprovision("http://host:port/path")` fetches that URL and reports what came back.
-        if instance_key.starts_with("http://") || instance_key.starts_with("https://") {
-            return match bulkhead_sdk::http::Request::get(&instance_key).send() {
+        // `deprovision("post:http://...")` sends a POST with a body instead.
+        let (post, url) = match instance_key.strip_prefix("post:") {
+            Some(url) => (true, url.to_owned()),
+            None => (false, instance_key.clone()),
+        };
+        if url.starts_with("http://") || url.starts_with("https://") {
+            let request = if post {
+                bulkhead_sdk::http::Request::post(&url).json(&vec!["payload"; 4096])
+            } else {
+                bulkhead_sdk::http::Request::get(&url)
+            };
+            return match request.send() {
                 Ok(response) => Err(ProviderError::Internal(format!(
                     "fetched status={} bytes={} body={}",
                     response.status,

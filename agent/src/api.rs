@@ -1,0 +1,275 @@
+//! The agent's HTTP API: routes, bearer-token authentication (constant-time comparison) and
+//! errors as `application/problem+json` (`{type, title, status, code, detail}`, the same shape
+//! as Bulkhead's own API).
+//!
+//! - `PUT /v1/workloads/{key}` `{"command": "...", "env": {...}, "port": 8080}` → 201 (started)
+//!   or 200 (it existed: returned unchanged); 409 `capacity_exhausted` when every slot is used.
+//! - `GET /v1/workloads/{key}`, `GET /v1/workloads` (`{"items": [...]}`),
+//!   `DELETE /v1/workloads/{key}` (204, also when already deleted),
+//!   `GET /v1/workloads/{key}/logs` (`{"key", "lines": [...]}`), `GET /v1/capacity`.
+//! - `GET /healthz`, the only route without authentication.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+
+use crate::spec::{NewWorkload, valid_key};
+use crate::supervisor::{Capacity, Put, Supervisor, SupervisorError, WorkloadView};
+
+#[derive(Clone)]
+struct AppState {
+    supervisor: Arc<Supervisor>,
+    token: Arc<str>,
+}
+
+/// The API's router over `supervisor`, accepting `token`.
+pub(crate) fn router(supervisor: Arc<Supervisor>, token: &str) -> Router {
+    let state = AppState {
+        supervisor,
+        token: token.into(),
+    };
+    let v1 = Router::new()
+        .route(
+            "/v1/workloads/{key}",
+            get(get_workload).put(put_workload).delete(delete_workload),
+        )
+        .route("/v1/workloads/{key}/logs", get(workload_logs))
+        .route("/v1/workloads", get(list_workloads))
+        .route("/v1/capacity", get(capacity))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(v1)
+        .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
+        .with_state(state)
+}
+
+/// An error answer: `application/problem+json`.
+#[derive(Debug)]
+pub(crate) struct Problem {
+    status: StatusCode,
+    code: &'static str,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct ProblemBody<'a> {
+    #[serde(rename = "type")]
+    problem_type: &'a str,
+    title: &'a str,
+    status: u16,
+    code: &'a str,
+    detail: &'a str,
+}
+
+impl Problem {
+    fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            detail: detail.into(),
+        }
+    }
+
+    fn not_found(key: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no workload `{key}` on this agent"),
+        )
+    }
+
+    fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!("internal error: {detail}");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            detail.to_string(),
+        )
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = ProblemBody {
+            problem_type: "about:blank",
+            title: self.status.canonical_reason().unwrap_or("Error"),
+            status: self.status.as_u16(),
+            code: self.code,
+            detail: &self.detail,
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<SupervisorError> for Problem {
+    fn from(err: SupervisorError) -> Self {
+        match err {
+            SupervisorError::Full { slots } => Self::new(
+                StatusCode::CONFLICT,
+                "capacity_exhausted",
+                format!("all {slots} workload slots of this agent are in use"),
+            ),
+            SupervisorError::Stopping => Self::new(
+                StatusCode::CONFLICT,
+                "workload_stopping",
+                "the workload is being stopped; make it again once it is gone",
+            ),
+            SupervisorError::Invalid(detail) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_workload", detail)
+            }
+            SupervisorError::Internal(err) => Self::internal(format!("{err:#}")),
+        }
+    }
+}
+
+/// Lets through requests with `Authorization: Bearer <the agent's token>`.
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match presented {
+        Some(token) if bool::from(token.as_bytes().ct_eq(state.token.as_bytes())) => {
+            next.run(request).await
+        }
+        Some(_) => Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the bearer token is not this agent's",
+        )
+        .into_response(),
+        None => Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "an `Authorization: Bearer <agent token>` header is required",
+        )
+        .into_response(),
+    }
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutWorkload {
+    command: String,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    port: Option<u16>,
+}
+
+async fn put_workload(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    body: Result<Json<PutWorkload>, JsonRejection>,
+) -> Result<(StatusCode, Json<WorkloadView>), Problem> {
+    if !valid_key(&key) {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_key",
+            "a workload key is 1 to 63 characters of `a-z`, `0-9` and `-`",
+        ));
+    }
+    let Json(body) = body.map_err(|rejection| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            rejection.body_text(),
+        )
+    })?;
+    let new = NewWorkload {
+        command: body.command,
+        env: body.env,
+        port: body.port,
+    };
+    match state.supervisor.put(&key, new).await? {
+        Put::Created(view) => Ok((StatusCode::CREATED, Json(view))),
+        Put::Existing(view) => Ok((StatusCode::OK, Json(view))),
+    }
+}
+
+async fn get_workload(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Json<WorkloadView>, Problem> {
+    state
+        .supervisor
+        .get(&key)
+        .map(Json)
+        .ok_or_else(|| Problem::not_found(&key))
+}
+
+#[derive(Serialize)]
+struct Items {
+    items: Vec<WorkloadView>,
+}
+
+async fn list_workloads(State(state): State<AppState>) -> Json<Items> {
+    Json(Items {
+        items: state.supervisor.list(),
+    })
+}
+
+async fn delete_workload(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<StatusCode, Problem> {
+    state.supervisor.delete(&key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Serialize)]
+struct Logs {
+    key: String,
+    /// Oldest first: the workload's stdout and stderr, and the agent's own lines about it
+    /// (prefixed `[bulkhead-agent]`).
+    lines: Vec<String>,
+}
+
+async fn workload_logs(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Json<Logs>, Problem> {
+    match state.supervisor.logs(&key).await {
+        None => Err(Problem::not_found(&key)),
+        Some(Err(err)) => Err(Problem::internal(format!("reading the log: {err}"))),
+        Some(Ok(lines)) => Ok(Json(Logs { key, lines })),
+    }
+}
+
+async fn capacity(State(state): State<AppState>) -> Json<Capacity> {
+    Json(state.supervisor.capacity())
+}

@@ -1,0 +1,159 @@
+//! What a workload may be: its key, its command (split shell-style into words, `$PORT`
+//! expanded) and its environment, checked before anything starts.
+
+use std::collections::BTreeMap;
+
+/// Limits on what a workload may be given.
+const MAX_COMMAND_LEN: usize = 8192;
+const MAX_ENV_VARS: usize = 512;
+const MAX_ENV_BYTES: usize = 128 * 1024;
+
+/// A workload to start.
+#[derive(Debug, Clone)]
+pub(crate) struct NewWorkload {
+    pub command: String,
+    pub env: BTreeMap<String, String>,
+    pub port: Option<u16>,
+}
+
+/// Whether `key` is a workload key: 1–63 characters of `[a-z0-9-]`.
+pub(crate) fn valid_key(key: &str) -> bool {
+    (1..=63).contains(&key.len())
+        && key
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+}
+
+/// The command's words, split shell-style (quotes and backslashes; no expansion, no shell).
+pub(crate) fn split_command(command: &str) -> Result<Vec<String>, String> {
+    let argv = shell_words::split(command).map_err(|err| format!("`command`: {err}"))?;
+    if argv.is_empty() {
+        return Err("`command` is empty".into());
+    }
+    Ok(argv)
+}
+
+/// Replaces `$PORT` and `${PORT}` in the command's words by the assigned port, for programs
+/// that take their port as an argument (`python3 -m http.server $PORT`): there is no shell to
+/// expand it. Other `$` words are left as they are.
+pub(crate) fn expand_port(argv: Vec<String>, port: u16) -> Vec<String> {
+    let port = port.to_string();
+    argv.into_iter()
+        .map(|word| {
+            let mut out = String::with_capacity(word.len());
+            let mut rest = word.as_str();
+            while let Some(at) = rest.find('$') {
+                out.push_str(&rest[..at]);
+                let tail = &rest[at..];
+                if let Some(after) = tail.strip_prefix("${PORT}") {
+                    out.push_str(&port);
+                    rest = after;
+                } else if let Some(after) = tail.strip_prefix("$PORT").filter(|after| {
+                    !after
+                        .bytes()
+                        .next()
+                        .is_some_and(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+                }) {
+                    out.push_str(&port);
+                    rest = after;
+                } else {
+                    out.push('$');
+                    rest = &tail[1..];
+                }
+            }
+            out.push_str(rest);
+            out
+        })
+        .collect()
+}
+
+/// Checks a new workload; its command's words on success.
+pub(crate) fn validate(new: &NewWorkload) -> Result<Vec<String>, String> {
+    if new.command.len() > MAX_COMMAND_LEN {
+        return Err(format!("`command` is longer than {MAX_COMMAND_LEN} bytes"));
+    }
+    if new.command.contains('\0') {
+        return Err("`command` contains a NUL character".into());
+    }
+    let argv = split_command(&new.command)?;
+    if new.port == Some(0) {
+        return Err("`port` must be between 1 and 65535".into());
+    }
+    if new.env.len() > MAX_ENV_VARS {
+        return Err(format!("more than {MAX_ENV_VARS} variables in `env`"));
+    }
+    let mut bytes = 0;
+    for (name, value) in &new.env {
+        let valid_name = name
+            .bytes()
+            .next()
+            .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+            && name
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_');
+        if !valid_name {
+            return Err(format!(
+                "`env`: `{name}` is not a variable name (letters, digits and `_`, not starting with a digit)"
+            ));
+        }
+        if value.contains('\0') {
+            return Err(format!("`env`: `{name}` contains a NUL character"));
+        }
+        bytes += name.len() + value.len();
+    }
+    if bytes > MAX_ENV_BYTES {
+        return Err(format!("`env` is larger than {MAX_ENV_BYTES} bytes"));
+    }
+    Ok(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_is_expanded_in_the_command_words() {
+        let words = |text: &str| text.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            expand_port(
+                words("serve $PORT --listen=:${PORT} $PORTS $HOME $ a$PORT"),
+                4100
+            ),
+            words("serve 4100 --listen=:4100 $PORTS $HOME $ a4100")
+        );
+    }
+
+    #[test]
+    fn keys_and_workloads_are_validated() {
+        assert!(valid_key("web-1"));
+        assert!(valid_key(&"a".repeat(63)));
+        assert!(!valid_key(&"a".repeat(64)));
+        assert!(!valid_key(""));
+        assert!(!valid_key("Web"));
+        assert!(!valid_key("a_b"));
+        assert!(!valid_key("../x"));
+
+        let new = |command: &str, env: &[(&str, &str)]| NewWorkload {
+            command: command.into(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            port: Some(8080),
+        };
+        assert_eq!(
+            validate(&new("python3 -c 'print(1)'", &[("A_1", "x")])).unwrap(),
+            ["python3", "-c", "print(1)"]
+        );
+        for bad in [
+            new("", &[]),
+            new("   ", &[]),
+            new("echo 'unclosed", &[]),
+            new("echo", &[("1A", "x")]),
+            new("echo", &[("A=B", "x")]),
+            new("echo", &[("A", "x\0y")]),
+        ] {
+            assert!(validate(&bad).is_err());
+        }
+    }
+}

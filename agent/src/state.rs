@@ -1,0 +1,169 @@
+//! Durable state: the workloads this agent runs, kept in `DATA_DIR/agent-state.json` so that a
+//! restarted agent finds (and re-adopts) them. The file is rewritten whole on every change,
+//! atomically (a temporary file, synced, then renamed over the old one), so a crash leaves
+//! either the old or the new version, never a torn one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The name of the state file inside the data directory.
+pub(crate) const STATE_FILE: &str = "agent-state.json";
+
+const FORMAT_VERSION: u32 = 1;
+
+/// What the agent remembers of one workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WorkloadRecord {
+    pub key: String,
+    /// The command as given (split shell-style when started).
+    pub command: String,
+    pub env: BTreeMap<String, String>,
+    /// The port the workload asked for (informational).
+    pub port: u16,
+    /// The host port the agent assigned (the workload's `PORT`).
+    pub host_port: u16,
+    /// The process (and process group) running it, if any.
+    pub pid: Option<u32>,
+    /// The process's start time (`/proc/PID/stat` field 22), to tell it from a reused pid.
+    pub proc_start: Option<u64>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub restarts: u32,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StateFile {
+    version: u32,
+    workloads: Vec<WorkloadRecord>,
+}
+
+/// The state file, written by one writer at a time.
+pub(crate) struct StateStore {
+    path: PathBuf,
+    write: tokio::sync::Mutex<()>,
+}
+
+impl StateStore {
+    pub(crate) fn new(data_dir: &Path) -> Self {
+        Self {
+            path: data_dir.join(STATE_FILE),
+            write: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The workloads of the state file; none when it does not exist yet. A file that cannot be
+    /// read or parsed is an error: starting empty would forget workloads that still run.
+    pub(crate) fn load(&self) -> anyhow::Result<Vec<WorkloadRecord>> {
+        let text = match std::fs::read(&self.path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) => {
+                return Err(err).with_context(|| format!("reading {}", self.path.display()));
+            }
+        };
+        let state: StateFile = serde_json::from_slice(&text)
+            .with_context(|| format!("parsing {}", self.path.display()))?;
+        anyhow::ensure!(
+            state.version == FORMAT_VERSION,
+            "{} has format version {}, this agent reads version {FORMAT_VERSION}",
+            self.path.display(),
+            state.version
+        );
+        Ok(state.workloads)
+    }
+
+    /// Writes the records that `snapshot` returns. The snapshot is taken while holding the
+    /// writer's lock, so that the last write always carries the latest state.
+    pub(crate) async fn save(
+        &self,
+        snapshot: impl FnOnce() -> Vec<WorkloadRecord>,
+    ) -> anyhow::Result<()> {
+        let _writer = self.write.lock().await;
+        let state = StateFile {
+            version: FORMAT_VERSION,
+            workloads: snapshot(),
+        };
+        let bytes = serde_json::to_vec_pretty(&state)?;
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+            .await
+            .context("state writer task")?
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let temporary = path.with_extension("json.tmp");
+    // A leftover of a crash keeps its mode when reopened: start afresh.
+    let _ = std::fs::remove_file(&temporary);
+    {
+        // Owner-only: the workloads' environments may hold secrets.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&temporary, path)?;
+    // Make the rename itself durable.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &str) -> WorkloadRecord {
+        WorkloadRecord {
+            key: key.into(),
+            command: "sleep 100".into(),
+            env: BTreeMap::from([("A".into(), "1".into())]),
+            port: 8080,
+            host_port: 40000,
+            pid: Some(42),
+            proc_start: Some(7),
+            started_at: Some(Utc::now()),
+            restarts: 2,
+            created_at: Utc::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn saves_and_loads_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        assert!(store.load().unwrap().is_empty());
+        let records = vec![record("a"), record("b")];
+        store.save(|| records.clone()).await.unwrap();
+        assert_eq!(store.load().unwrap(), records);
+        assert!(!dir.path().join("agent-state.json.tmp").exists());
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join(STATE_FILE))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        store.save(Vec::new).await.unwrap();
+        assert!(store.load().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_not_an_empty_state() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(STATE_FILE), "{not json").unwrap();
+        let err = StateStore::new(dir.path()).load().unwrap_err();
+        assert!(format!("{err:#}").contains("parsing"));
+    }
+}

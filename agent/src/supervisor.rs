@@ -1,0 +1,816 @@
+//! The supervisor: the workloads of this machine and their processes.
+//!
+//! Each workload has a monitor task that starts its process, waits for it to end and starts it
+//! again after a capped exponential backoff ([`Backoff`]), and an observer task that probes its
+//! health over HTTP and keeps its log bounded. Every change of a workload's process is written
+//! to the state file ([`crate::state`]). When the agent starts it re-adopts the processes of the
+//! state file that still run (watching them by polling `/proc`, since it cannot `wait()` for a
+//! process that is not its child) and starts the others again.
+//!
+//! The agent stopping (detach) leaves the processes running; deleting a workload, or stopping
+//! the agent together with its workloads, stops them: `SIGTERM` to the process group, `SIGKILL`
+//! after [`STOP_GRACE`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use tokio::process::Child;
+use tokio::sync::watch;
+
+use crate::health;
+use crate::logs::LogDir;
+use crate::ports;
+use crate::process::{self, Launch};
+use crate::spec::{NewWorkload, expand_port, split_command, validate};
+use crate::state::{StateStore, WorkloadRecord};
+
+/// How long a stopped workload has between `SIGTERM` and `SIGKILL`.
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
+/// The first restart delay, doubled after each exit up to [`BACKOFF_MAX`].
+pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_millis(500);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A process that ran this long resets the backoff.
+pub(crate) const BACKOFF_RESET_UPTIME: Duration = Duration::from_secs(60);
+/// How often an adopted process (not the agent's child) is checked for having ended.
+const ADOPTED_POLL: Duration = Duration::from_millis(500);
+/// Health probes: quick while a process starts, then every few seconds.
+const PROBE_INTERVAL_STARTING: Duration = Duration::from_millis(300);
+const PROBE_INTERVAL: Duration = Duration::from_secs(3);
+/// A started process that has not answered HTTP by then is `running` (but not healthy).
+const STARTUP_GRACE: Duration = Duration::from_secs(10);
+
+/// Where a workload's process is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadState {
+    /// Started, not yet answering HTTP (for up to ten seconds).
+    Starting,
+    /// Up: answering HTTP, adopted, or up for ten seconds.
+    Running,
+    /// Ended, to be started again after the backoff delay.
+    Restarting,
+    /// Being stopped (deleted), or stopped with the agent.
+    Stopped,
+    /// Its command could not be started (e.g. not found); tried again after the backoff.
+    Failed,
+}
+
+/// A workload as the API shows it. Its environment is not shown (it may hold secrets).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadView {
+    pub key: String,
+    pub command: String,
+    /// The port the workload asked for (informational: it listens on `PORT`).
+    pub port: Option<u16>,
+    /// `advertise_host:PORT`, where it answers.
+    pub address: String,
+    pub pid: Option<u32>,
+    pub state: WorkloadState,
+    pub restarts: u32,
+    /// Whether it answered the last health probe; `null` before the first one.
+    pub healthy: Option<bool>,
+    /// How its last process ended.
+    pub last_exit: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    /// Whether its process was started by an earlier run of the agent (re-adopted).
+    pub adopted: bool,
+}
+
+/// The slots of this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Capacity {
+    pub slots_total: u32,
+    pub slots_used: u32,
+    pub slots_free: u32,
+}
+
+/// What a `put` did.
+pub(crate) enum Put {
+    Created(WorkloadView),
+    Existing(WorkloadView),
+}
+
+#[derive(Debug)]
+pub(crate) enum SupervisorError {
+    /// Every slot is used.
+    Full {
+        slots: u32,
+    },
+    /// The workload is being stopped; it can be made again once it is gone.
+    Stopping,
+    /// The workload's definition is not acceptable.
+    Invalid(String),
+    Internal(anyhow::Error),
+}
+
+/// What the monitor and observer tasks are told to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Control {
+    Run,
+    /// End supervision, leave the process running (agent shutdown).
+    Detach,
+    /// Stop the process and end supervision.
+    Stop,
+}
+
+struct Workload {
+    key: String,
+    command: String,
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    port: Option<u16>,
+    host_port: u16,
+    created_at: DateTime<Utc>,
+    status: Mutex<Status>,
+    control: watch::Sender<Control>,
+    /// Set when the monitor task has ended.
+    finished: watch::Sender<bool>,
+}
+
+struct Status {
+    state: WorkloadState,
+    pid: Option<u32>,
+    proc_start: Option<u64>,
+    restarts: u32,
+    healthy: Option<bool>,
+    last_exit: Option<String>,
+    started_at: Option<DateTime<Utc>>,
+    /// When the current process started, on this agent's clock.
+    since: Instant,
+    adopted: bool,
+    /// Counts processes, so that a health result is applied only to the process probed.
+    generation: u64,
+}
+
+impl Workload {
+    fn status(&self) -> MutexGuard<'_, Status> {
+        self.status
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Status)) {
+        change(&mut self.status());
+    }
+
+    fn record(&self) -> WorkloadRecord {
+        let status = self.status();
+        WorkloadRecord {
+            key: self.key.clone(),
+            command: self.command.clone(),
+            env: self.env.clone(),
+            port: self.port.unwrap_or(0),
+            host_port: self.host_port,
+            pid: status.pid,
+            proc_start: status.proc_start,
+            started_at: status.started_at,
+            restarts: status.restarts,
+            created_at: self.created_at,
+        }
+    }
+
+    fn view(&self, advertise_host: &str) -> WorkloadView {
+        let status = self.status();
+        let host = if advertise_host.contains(':') && !advertise_host.starts_with('[') {
+            format!("[{advertise_host}]") // an IPv6 address
+        } else {
+            advertise_host.to_owned()
+        };
+        WorkloadView {
+            key: self.key.clone(),
+            command: self.command.clone(),
+            port: self.port,
+            address: format!("{host}:{}", self.host_port),
+            pid: status.pid,
+            state: status.state,
+            restarts: status.restarts,
+            healthy: status.healthy,
+            last_exit: status.last_exit.clone(),
+            started_at: status.started_at,
+            adopted: status.adopted,
+        }
+    }
+
+    fn control(&self) -> Control {
+        *self.control.borrow()
+    }
+
+    async fn wait_finished(&self) {
+        let mut finished = self.finished.subscribe();
+        let _ = finished.wait_for(|done| *done).await;
+    }
+}
+
+/// Marks the monitor task finished however it ends.
+struct FinishedGuard(Arc<Workload>);
+
+impl Drop for FinishedGuard {
+    fn drop(&mut self) {
+        self.0.finished.send_replace(true);
+    }
+}
+
+/// A workload's current process.
+enum Process {
+    Child(Child),
+    Adopted { pid: u32, start_time: Option<u64> },
+}
+
+impl Process {
+    /// Waits for the process to end and says how it did.
+    async fn ended(&mut self) -> String {
+        match self {
+            Process::Child(child) => match child.wait().await {
+                Ok(status) => process::describe_exit(status),
+                Err(err) => format!("lost: waiting for it failed: {err}"),
+            },
+            Process::Adopted { pid, start_time } => loop {
+                tokio::time::sleep(ADOPTED_POLL).await;
+                let alive = process::proc_info(*pid)
+                    .is_some_and(|info| start_time.is_none_or(|start| start == info.start_time));
+                if !alive {
+                    break "exited (adopted process: its exit status is unknown)".to_owned();
+                }
+            },
+        }
+    }
+}
+
+/// Restart delays: [`BACKOFF_INITIAL`] doubling to [`BACKOFF_MAX`], back to the start after a
+/// process ran for [`BACKOFF_RESET_UPTIME`].
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            next: BACKOFF_INITIAL,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before the next start, after a process that ran for `uptime`.
+    pub(crate) fn after_exit(&mut self, uptime: Duration) -> Duration {
+        if uptime >= BACKOFF_RESET_UPTIME {
+            self.next = BACKOFF_INITIAL;
+        }
+        let delay = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        delay
+    }
+}
+
+/// Resolves when the control is no longer `Run`, with the new control. A dropped sender
+/// (cannot happen while the workload exists) counts as detach: never kill by accident.
+async fn until_not_run(control: &mut watch::Receiver<Control>) -> Control {
+    loop {
+        let current = *control.borrow_and_update();
+        if current != Control::Run {
+            return current;
+        }
+        if control.changed().await.is_err() {
+            return Control::Detach;
+        }
+    }
+}
+
+/// The workloads of this machine.
+pub(crate) struct Supervisor {
+    slots: u32,
+    advertise_host: String,
+    work_root: PathBuf,
+    workloads: Mutex<BTreeMap<String, Arc<Workload>>>,
+    store: StateStore,
+    logs: LogDir,
+}
+
+impl Supervisor {
+    /// Loads the state file of `data_dir` and resumes supervising its workloads: adopts the
+    /// processes that still run, starts the others.
+    pub(crate) async fn open(
+        data_dir: &Path,
+        slots: u32,
+        advertise_host: String,
+    ) -> anyhow::Result<Arc<Self>> {
+        let work_root = data_dir.join("workloads");
+        std::fs::create_dir_all(&work_root)?;
+        let supervisor = Arc::new(Self {
+            slots,
+            advertise_host,
+            work_root,
+            workloads: Mutex::new(BTreeMap::new()),
+            store: StateStore::new(data_dir),
+            logs: LogDir::new(data_dir)?,
+        });
+        let mut resumed = Vec::new();
+        for record in supervisor.store.load()? {
+            let argv = match split_command(&record.command) {
+                Ok(argv) => expand_port(argv, record.host_port),
+                Err(err) => {
+                    tracing::error!(key = record.key, "dropping a stored workload: {err}");
+                    continue;
+                }
+            };
+            let adopt = record.pid.filter(|pid| {
+                let same = process::is_same_process(*pid, record.proc_start, &argv);
+                if same {
+                    tracing::info!(key = record.key, pid, "re-adopting the running workload");
+                } else {
+                    tracing::info!(
+                        key = record.key,
+                        pid,
+                        "the workload's process is gone (or its pid was reused): starting it again"
+                    );
+                }
+                same
+            });
+            let workload = Arc::new(Workload {
+                key: record.key,
+                command: record.command,
+                argv,
+                env: record.env,
+                port: (record.port != 0).then_some(record.port),
+                host_port: record.host_port,
+                created_at: record.created_at,
+                status: Mutex::new(Status {
+                    state: if adopt.is_some() {
+                        WorkloadState::Running
+                    } else {
+                        WorkloadState::Starting
+                    },
+                    pid: adopt,
+                    proc_start: adopt.and(record.proc_start),
+                    restarts: record.restarts,
+                    healthy: None,
+                    last_exit: None,
+                    started_at: adopt.and(record.started_at),
+                    since: Instant::now(),
+                    adopted: adopt.is_some(),
+                    generation: 0,
+                }),
+                control: watch::Sender::new(Control::Run),
+                finished: watch::Sender::new(false),
+            });
+            supervisor
+                .lock()
+                .insert(workload.key.clone(), workload.clone());
+            resumed.push((workload, adopt.map(|pid| (pid, record.proc_start))));
+        }
+        for (workload, adopt) in resumed {
+            supervisor.launch_tasks(workload, adopt);
+        }
+        supervisor.persist().await;
+        Ok(supervisor)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Workload>>> {
+        self.workloads
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn find(&self, key: &str) -> Option<Arc<Workload>> {
+        self.lock().get(key).cloned()
+    }
+
+    fn launch_tasks(self: &Arc<Self>, workload: Arc<Workload>, adopt: Option<(u32, Option<u64>)>) {
+        tokio::spawn(self.clone().monitor(workload.clone(), adopt));
+        tokio::spawn(self.clone().observe(workload));
+    }
+
+    /// Starts the workload `key`, or returns it if it exists.
+    pub(crate) async fn put(
+        self: &Arc<Self>,
+        key: &str,
+        new: NewWorkload,
+    ) -> Result<Put, SupervisorError> {
+        let argv = validate(&new).map_err(SupervisorError::Invalid)?;
+        let workload = {
+            let mut workloads = self.lock();
+            if let Some(existing) = workloads.get(key) {
+                if existing.control() != Control::Run {
+                    return Err(SupervisorError::Stopping);
+                }
+                return Ok(Put::Existing(existing.view(&self.advertise_host)));
+            }
+            if workloads.len() >= self.slots as usize {
+                return Err(SupervisorError::Full { slots: self.slots });
+            }
+            let taken: HashSet<u16> = workloads.values().map(|w| w.host_port).collect();
+            let host_port = ports::allocate(&taken).map_err(|err| {
+                SupervisorError::Internal(anyhow::anyhow!("no port for the workload: {err}"))
+            })?;
+            let workload = Arc::new(Workload {
+                key: key.to_owned(),
+                command: new.command,
+                argv: expand_port(argv, host_port),
+                env: new.env,
+                port: new.port,
+                host_port,
+                created_at: Utc::now(),
+                status: Mutex::new(Status {
+                    state: WorkloadState::Starting,
+                    pid: None,
+                    proc_start: None,
+                    restarts: 0,
+                    healthy: None,
+                    last_exit: None,
+                    started_at: None,
+                    since: Instant::now(),
+                    adopted: false,
+                    generation: 0,
+                }),
+                control: watch::Sender::new(Control::Run),
+                finished: watch::Sender::new(false),
+            });
+            workloads.insert(key.to_owned(), workload.clone());
+            workload
+        };
+        tracing::info!(
+            key,
+            port = workload.host_port,
+            command = workload.command,
+            "starting a workload"
+        );
+        // The first start happens here, so that the answer already shows the process; nothing
+        // waits between inserting the workload and handing its process to the monitor, so a
+        // request dropped half-way cannot leave a process unsupervised.
+        let first = self.spawn_process(&workload);
+        tokio::spawn(self.clone().monitor_from(workload.clone(), first));
+        tokio::spawn(self.clone().observe(workload.clone()));
+        let view = workload.view(&self.advertise_host);
+        self.persist_detached().await;
+        Ok(Put::Created(view))
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<WorkloadView> {
+        self.find(key).map(|w| w.view(&self.advertise_host))
+    }
+
+    pub(crate) fn list(&self) -> Vec<WorkloadView> {
+        self.lock()
+            .values()
+            .map(|w| w.view(&self.advertise_host))
+            .collect()
+    }
+
+    pub(crate) fn capacity(&self) -> Capacity {
+        let used = u32::try_from(self.lock().len()).unwrap_or(u32::MAX);
+        Capacity {
+            slots_total: self.slots,
+            slots_used: used,
+            slots_free: self.slots.saturating_sub(used),
+        }
+    }
+
+    /// The last lines of the workload's output; `None` when there is no such workload.
+    pub(crate) async fn logs(&self, key: &str) -> Option<std::io::Result<Vec<String>>> {
+        self.find(key)?;
+        let logs = self.logs.clone();
+        let key = key.to_owned();
+        Some(
+            tokio::task::spawn_blocking(move || logs.tail(&key))
+                .await
+                .unwrap_or_else(|err| Err(std::io::Error::other(err))),
+        )
+    }
+
+    /// Stops the workload and forgets it; a workload that does not exist is already deleted.
+    /// Runs in a task of its own, so that it completes even if the request is dropped.
+    pub(crate) async fn delete(self: &Arc<Self>, key: &str) -> Result<(), SupervisorError> {
+        let supervisor = self.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move { supervisor.delete_now(&key).await })
+            .await
+            .map_err(|err| SupervisorError::Internal(anyhow::anyhow!("delete task: {err}")))
+    }
+
+    async fn delete_now(&self, key: &str) {
+        let Some(workload) = self.find(key) else {
+            return;
+        };
+        workload.control.send_replace(Control::Stop);
+        workload.wait_finished().await;
+        let removed = {
+            let mut workloads = self.lock();
+            match workloads.get(key) {
+                Some(current) if Arc::ptr_eq(current, &workload) => workloads.remove(key),
+                _ => None, // a concurrent delete got there first
+            }
+        };
+        if removed.is_some() {
+            tracing::info!(key, "deleted the workload");
+            self.persist().await;
+            self.logs.remove(key);
+            let work_dir = self.work_dir(key);
+            if let Err(err) = tokio::fs::remove_dir_all(&work_dir).await
+                && err.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(key, "removing {} failed: {err}", work_dir.display());
+            }
+        }
+    }
+
+    /// Ends supervision and leaves every process running, to be re-adopted by the next agent.
+    pub(crate) async fn detach_all(&self) {
+        self.end_all(Control::Detach).await;
+    }
+
+    /// Stops every workload's process. The workloads stay in the state file: the next agent
+    /// on this data directory starts them again.
+    pub(crate) async fn stop_all(&self) {
+        self.end_all(Control::Stop).await;
+    }
+
+    async fn end_all(&self, control: Control) {
+        let workloads: Vec<Arc<Workload>> = self.lock().values().cloned().collect();
+        for workload in &workloads {
+            workload.control.send_if_modified(|current| {
+                let change = *current == Control::Run;
+                if change {
+                    *current = control;
+                }
+                change
+            });
+        }
+        for workload in &workloads {
+            workload.wait_finished().await;
+        }
+        self.persist().await;
+    }
+
+    fn work_dir(&self, key: &str) -> PathBuf {
+        self.work_root.join(key)
+    }
+
+    /// [`Self::persist`] in a task of its own: the write happens even if the caller is dropped.
+    async fn persist_detached(self: &Arc<Self>) {
+        let supervisor = self.clone();
+        let _ = tokio::spawn(async move { supervisor.persist().await }).await;
+    }
+
+    /// Writes the state file; a failure is logged (the workloads run on regardless, and the
+    /// next change writes the file again).
+    async fn persist(&self) {
+        if let Err(err) = self
+            .store
+            .save(|| self.lock().values().map(|w| w.record()).collect())
+            .await
+        {
+            tracing::error!("saving the agent's state failed: {err:#}");
+        }
+    }
+
+    /// Starts a process for `workload` and records it; `None` (and the workload `failed`)
+    /// when it could not be started.
+    async fn start_process(&self, workload: &Workload) -> Option<Process> {
+        let process = self.spawn_process(workload);
+        self.persist().await;
+        process
+    }
+
+    /// [`Self::start_process`] without writing the state file: it does not wait, so it cannot
+    /// be interrupted between starting the process and handing it to its monitor.
+    fn spawn_process(&self, workload: &Workload) -> Option<Process> {
+        let key = &workload.key;
+        let work_dir = self.work_dir(key);
+        let spawned = std::fs::create_dir_all(&work_dir)
+            .and_then(|()| self.logs.open_output(key))
+            .and_then(|output| {
+                process::spawn(Launch {
+                    argv: &workload.argv,
+                    env: &workload.env,
+                    port: workload.host_port,
+                    work_dir: &work_dir,
+                    output,
+                })
+            });
+        match spawned {
+            Ok(child) => {
+                let pid = child.id();
+                let proc_start = pid.and_then(process::proc_info).map(|info| info.start_time);
+                workload.update(|status| {
+                    status.generation += 1;
+                    status.state = WorkloadState::Starting;
+                    status.pid = pid;
+                    status.proc_start = proc_start;
+                    status.healthy = None;
+                    status.started_at = Some(Utc::now());
+                    status.since = Instant::now();
+                    status.adopted = false;
+                });
+                let shown = pid.map_or_else(|| "unknown".to_owned(), |pid| pid.to_string());
+                self.logs.note(
+                    key,
+                    &format!(
+                        "started `{}` (pid {shown}, PORT={})",
+                        workload.command, workload.host_port
+                    ),
+                );
+                tracing::info!(key, pid, "workload process started");
+                Some(Process::Child(child))
+            }
+            Err(err) => {
+                let reason = format!("could not start `{}`: {err}", workload.argv[0]);
+                workload.update(|status| {
+                    status.generation += 1;
+                    status.state = WorkloadState::Failed;
+                    status.pid = None;
+                    status.proc_start = None;
+                    status.healthy = None;
+                    status.last_exit = Some(reason.clone());
+                });
+                self.logs.note(key, &reason);
+                tracing::warn!(key, "{reason}");
+                None
+            }
+        }
+    }
+
+    /// The monitor of a workload resumed at agent start: adopts `adopt` when given.
+    async fn monitor(self: Arc<Self>, workload: Arc<Workload>, adopt: Option<(u32, Option<u64>)>) {
+        let first = match adopt {
+            Some((pid, start_time)) => {
+                self.logs.note(
+                    &workload.key,
+                    &format!("re-adopted pid {pid} after an agent restart"),
+                );
+                Some(Process::Adopted { pid, start_time })
+            }
+            None => self.start_process(&workload).await,
+        };
+        self.monitor_from(workload, first).await;
+    }
+
+    /// Supervises `workload` from its first process (`None`: it failed to start) until told
+    /// to detach or stop.
+    async fn monitor_from(self: Arc<Self>, workload: Arc<Workload>, first: Option<Process>) {
+        let _finished = FinishedGuard(workload.clone());
+        let key = workload.key.clone();
+        let mut control = workload.control.subscribe();
+        let mut backoff = Backoff::default();
+        let mut current = first;
+        loop {
+            let delay = match current.as_mut() {
+                Some(process) => {
+                    let started = workload.status().since;
+                    let pid = workload.status().pid;
+                    let ended = tokio::select! {
+                        ended = process.ended() => Ok(ended),
+                        control = until_not_run(&mut control) => Err(control),
+                    };
+                    match ended {
+                        Err(Control::Stop) => {
+                            self.stop_process(&workload, process).await;
+                            return;
+                        }
+                        Err(_) => return, // detach: leave it running
+                        Ok(how) => {
+                            // Whatever it left behind in its group goes with it.
+                            if let Some(pid) = pid {
+                                process::signal_group(pid, Signal::SIGKILL);
+                            }
+                            let delay = backoff.after_exit(started.elapsed());
+                            workload.update(|status| {
+                                status.generation += 1;
+                                status.state = WorkloadState::Restarting;
+                                status.restarts += 1;
+                                status.pid = None;
+                                status.proc_start = None;
+                                status.healthy = None;
+                                status.last_exit = Some(how.clone());
+                            });
+                            let message = format!("process {how}; restarting in {delay:?}");
+                            self.logs.note(&key, &message);
+                            tracing::warn!(key, "workload {message}");
+                            self.persist().await;
+                            delay
+                        }
+                    }
+                }
+                None => backoff.after_exit(Duration::ZERO),
+            };
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                control = until_not_run(&mut control) => {
+                    if control == Control::Stop {
+                        self.mark_stopped(&workload);
+                    }
+                    return;
+                }
+            }
+            current = self.start_process(&workload).await;
+        }
+    }
+
+    /// Stops a running process: `SIGTERM` to its group, `SIGKILL` after [`STOP_GRACE`].
+    async fn stop_process(&self, workload: &Workload, process: &mut Process) {
+        let pid = workload.status().pid;
+        if let Some(pid) = pid {
+            self.logs
+                .note(&workload.key, &format!("stopping pid {pid} (SIGTERM)"));
+            process::signal_group(pid, Signal::SIGTERM);
+            let ended = match tokio::time::timeout(STOP_GRACE, process.ended()).await {
+                Ok(how) => how,
+                Err(_) => {
+                    self.logs.note(
+                        &workload.key,
+                        &format!("pid {pid} did not stop in {STOP_GRACE:?}: SIGKILL"),
+                    );
+                    process::signal_group(pid, Signal::SIGKILL);
+                    tokio::time::timeout(STOP_GRACE, process.ended())
+                        .await
+                        .unwrap_or_else(|_| "did not end even after SIGKILL".into())
+                }
+            };
+            // Members of its group that outlived it.
+            process::signal_group(pid, Signal::SIGKILL);
+            tracing::info!(key = workload.key, pid, "workload process stopped: {ended}");
+            workload.status().last_exit = Some(ended);
+        }
+        self.mark_stopped(workload);
+    }
+
+    fn mark_stopped(&self, workload: &Workload) {
+        let mut status = workload.status();
+        status.generation += 1;
+        status.state = WorkloadState::Stopped;
+        status.pid = None;
+        status.proc_start = None;
+        status.healthy = None;
+    }
+
+    /// Probes the workload's health and keeps its log bounded, until supervision ends.
+    async fn observe(self: Arc<Self>, workload: Arc<Workload>) {
+        let mut control = workload.control.subscribe();
+        loop {
+            let interval = {
+                let status = workload.status();
+                if status.state == WorkloadState::Starting || status.healthy.is_none() {
+                    PROBE_INTERVAL_STARTING
+                } else {
+                    PROBE_INTERVAL
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                _ = until_not_run(&mut control) => return,
+            }
+            if let Err(err) = self.logs.rotate_if_large(&workload.key) {
+                tracing::warn!(
+                    key = workload.key,
+                    "rotating the workload's log failed: {err}"
+                );
+            }
+            let generation = {
+                let status = workload.status();
+                if !matches!(
+                    status.state,
+                    WorkloadState::Starting | WorkloadState::Running
+                ) {
+                    continue;
+                }
+                status.generation
+            };
+            let healthy = tokio::select! {
+                healthy = health::probe(workload.host_port, health::PROBE_TIMEOUT) => healthy,
+                _ = until_not_run(&mut control) => return,
+            };
+            let mut status = workload.status();
+            if status.generation == generation {
+                status.healthy = Some(healthy);
+                if status.state == WorkloadState::Starting
+                    && (healthy || status.since.elapsed() >= STARTUP_GRACE)
+                {
+                    status.state = WorkloadState::Running;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_resets_after_a_long_run() {
+        let mut backoff = Backoff::default();
+        let quick = Duration::from_secs(1);
+        let delays: Vec<_> = (0..8).map(|_| backoff.after_exit(quick)).collect();
+        assert_eq!(delays[0], Duration::from_millis(500));
+        assert_eq!(delays[1], Duration::from_secs(1));
+        assert_eq!(delays[2], Duration::from_secs(2));
+        assert_eq!(delays[7], BACKOFF_MAX);
+        assert_eq!(backoff.after_exit(BACKOFF_RESET_UPTIME), BACKOFF_INITIAL);
+        assert_eq!(backoff.after_exit(quick), Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,149 @@
+//! A complete local platform in one process, for `bulkhead dev` and the end-to-end tests:
+//! the GCP and AWS simulators, a host agent, and the settings that point the bundled `gcp`,
+//! `aws` and `metal` providers at them (endpoints, credentials, allowlists).
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+
+use bulkhead_agent::{AgentSettings, RunningAgent};
+use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
+use bulkhead_simulators::gcp::{GcpSimulator, service_account_generate};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+
+use crate::app::providers::ProviderUpdate;
+
+pub const GCP_PROJECT: &str = "bulkhead-dev";
+pub const GCP_ZONE: &str = "us-central1-a";
+pub const AWS_REGION: &str = "us-east-1";
+
+/// The simulators and the agent of a local platform.
+pub struct DevPlatform {
+    pub gcp: GcpSimulator,
+    pub aws: AwsSimulator,
+    pub agent: RunningAgent,
+    gcp_client_email: String,
+    gcp_private_key: String,
+    aws_credentials: (String, String),
+    agent_token: String,
+}
+
+fn secret_random(len: usize) -> String {
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}
+
+impl DevPlatform {
+    /// Starts the simulators and an agent (its state in `data_dir/agent`) on loopback ports,
+    /// with fresh credentials.
+    pub async fn start(data_dir: &Path) -> anyhow::Result<Self> {
+        let any_port = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let gcp_client_email = format!("bulkhead@{GCP_PROJECT}.iam.gserviceaccount.com");
+        let (account, gcp_private_key) =
+            tokio::task::spawn_blocking(move || service_account_generate(&gcp_client_email))
+                .await?;
+        let gcp_client_email = account.client_email.clone();
+        let gcp = GcpSimulator::start(any_port, GCP_PROJECT, account).await?;
+        let aws_credentials = (
+            format!("AKID{}", secret_random(16).to_uppercase()),
+            secret_random(40),
+        );
+        let aws = AwsSimulator::start(
+            any_port,
+            AWS_REGION,
+            AwsCredentials {
+                access_key_id: aws_credentials.0.clone(),
+                secret_access_key: aws_credentials.1.clone(),
+            },
+        )
+        .await?;
+        let agent_token = secret_random(32);
+        let agent = bulkhead_agent::start(AgentSettings::new(
+            any_port,
+            data_dir.join("agent"),
+            agent_token.clone(),
+        ))
+        .await?;
+        Ok(Self {
+            gcp,
+            aws,
+            agent,
+            gcp_client_email,
+            gcp_private_key,
+            aws_credentials,
+            agent_token,
+        })
+    }
+
+    /// The changes that point each bundled provider at this platform.
+    pub fn provider_updates(&self) -> Vec<(&'static str, ProviderUpdate)> {
+        let map = |pairs: &[(&str, String)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), value.clone()))
+                .collect()
+        };
+        let secrets = |pairs: &[(&str, String)]| {
+            pairs
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), Some(value.clone())))
+                .collect()
+        };
+        let update = |config, secrets, allowlist: SocketAddr| ProviderUpdate {
+            config: Some(config),
+            secrets: Some(secrets),
+            allowlist: Some(vec![allowlist.to_string()]),
+            limits: None,
+            enabled: Some(true),
+            drained: Some(false),
+        };
+        vec![
+            (
+                "gcp",
+                update(
+                    map(&[
+                        ("project", GCP_PROJECT.into()),
+                        ("regions", GCP_ZONE.into()),
+                        ("compute_endpoint", self.gcp.url()),
+                        ("token_uri", self.gcp.token_url()),
+                    ]),
+                    secrets(&[
+                        ("client_email", self.gcp_client_email.clone()),
+                        ("private_key", self.gcp_private_key.clone()),
+                    ]),
+                    self.gcp.server.addr,
+                ),
+            ),
+            (
+                "aws",
+                update(
+                    map(&[("endpoint", self.aws.url()), ("regions", AWS_REGION.into())]),
+                    secrets(&[
+                        ("access_key_id", self.aws_credentials.0.clone()),
+                        ("secret_access_key", self.aws_credentials.1.clone()),
+                    ]),
+                    self.aws.server.addr,
+                ),
+            ),
+            (
+                "metal",
+                update(
+                    map(&[("agents", self.agent.url()), ("regions", "local".into())]),
+                    secrets(&[("agent_token", self.agent_token.clone())]),
+                    self.agent.addr,
+                ),
+            ),
+        ]
+    }
+
+    /// Stops the agent's workloads and the simulators.
+    pub async fn shutdown(self) {
+        self.agent.shutdown_and_stop_workloads().await;
+        let _ = self.gcp.server.shutdown().await;
+        let _ = self.aws.server.shutdown().await;
+    }
+}

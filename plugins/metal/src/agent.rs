@@ -1,0 +1,162 @@
+//! The client of one Bulkhead host agent's HTTP API (`bulkhead-agent`): the calls the plugin
+//! makes, their wire types, and the agent's answers mapped to contract errors (401 →
+//! unauthorized, 404 → not found, a network failure or 5xx → unavailable, and a full agent
+//! told apart from other conflicts). Every error names the agent it came from.
+
+use std::collections::BTreeMap;
+
+use bulkhead_sdk::ProviderError;
+use bulkhead_sdk::http::{Request, Response};
+use serde::{Deserialize, Serialize};
+
+/// A workload as the agent shows it (the fields the plugin uses).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Workload {
+    pub key: String,
+    pub address: Option<String>,
+    /// `starting`, `running`, `restarting`, `stopped` or `failed`.
+    pub state: String,
+}
+
+/// An agent's slots.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Capacity {
+    pub slots_total: u32,
+    pub slots_used: u32,
+    pub slots_free: u32,
+}
+
+#[derive(Deserialize)]
+struct Items {
+    items: Vec<Workload>,
+}
+
+#[derive(Serialize)]
+struct PutWorkload<'a> {
+    command: &'a str,
+    env: BTreeMap<&'a str, &'a str>,
+    port: u16,
+}
+
+#[derive(Deserialize)]
+struct Problem {
+    code: String,
+}
+
+/// What a `PUT` of a workload came to.
+pub enum Placed {
+    /// Started (or found: the agent returns an existing workload of the same key).
+    Workload(Workload),
+    /// The agent has no free slot.
+    Full,
+}
+
+/// One agent, at its base URL (`http://10.0.0.2:7070`), with the fleet's token.
+pub struct Agent<'a> {
+    pub url: &'a str,
+    pub token: &'a str,
+}
+
+impl Agent<'_> {
+    fn workload_url(&self, key: &str) -> String {
+        format!("{}/v1/workloads/{key}", self.url)
+    }
+
+    fn send(&self, request: Request) -> Result<Response, ProviderError> {
+        request
+            .bearer(self.token)
+            .send()
+            .map_err(|err| self.blame(err.into()))
+    }
+
+    /// The error with the agent's URL in its message.
+    pub fn blame(&self, err: ProviderError) -> ProviderError {
+        let at = |message: String| format!("agent {}: {message}", self.url);
+        match err {
+            ProviderError::Unauthorized(m) => ProviderError::Unauthorized(at(m)),
+            ProviderError::AccountSuspended(m) => ProviderError::AccountSuspended(at(m)),
+            ProviderError::RateLimited(mut limit) => {
+                limit.message = at(limit.message);
+                ProviderError::RateLimited(limit)
+            }
+            ProviderError::QuotaExceeded(m) => ProviderError::QuotaExceeded(at(m)),
+            ProviderError::NotFound(m) => ProviderError::NotFound(at(m)),
+            ProviderError::InvalidSpec(m) => ProviderError::InvalidSpec(at(m)),
+            ProviderError::Unavailable(m) => ProviderError::Unavailable(at(m)),
+            ProviderError::Internal(m) => ProviderError::Internal(at(m)),
+        }
+    }
+
+    fn checked(&self, response: Response) -> Result<Response, ProviderError> {
+        response.error_for_status().map_err(|err| self.blame(err))
+    }
+
+    /// `GET /v1/capacity`.
+    pub fn capacity(&self) -> Result<Capacity, ProviderError> {
+        let response = self.send(Request::get(format!("{}/v1/capacity", self.url)))?;
+        self.checked(response)?
+            .json()
+            .map_err(|err| self.blame(err))
+    }
+
+    /// `GET /v1/workloads/{key}`; `None` when the agent does not have it.
+    pub fn find(&self, key: &str) -> Result<Option<Workload>, ProviderError> {
+        let response = self.send(Request::get(self.workload_url(key)))?;
+        if response.status == 404 {
+            return Ok(None);
+        }
+        self.checked(response)?
+            .json()
+            .map(Some)
+            .map_err(|err| self.blame(err))
+    }
+
+    /// `GET /v1/workloads`.
+    pub fn list(&self) -> Result<Vec<Workload>, ProviderError> {
+        let response = self.send(Request::get(format!("{}/v1/workloads", self.url)))?;
+        let items: Items = self
+            .checked(response)?
+            .json()
+            .map_err(|err| self.blame(err))?;
+        Ok(items.items)
+    }
+
+    /// `PUT /v1/workloads/{key}`: starts the workload (or returns the one of that key).
+    pub fn put(
+        &self,
+        key: &str,
+        command: &str,
+        env: &[(String, String)],
+        port: u16,
+    ) -> Result<Placed, ProviderError> {
+        let body = PutWorkload {
+            command,
+            env: env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            port,
+        };
+        let response = self.send(Request::put(self.workload_url(key)).json(&body))?;
+        if response.status == 409 {
+            let code = response.json::<Problem>().map(|problem| problem.code);
+            return match code.as_deref() {
+                Ok("capacity_exhausted") => Ok(Placed::Full),
+                _ => Err(self.blame(ProviderError::Unavailable(format!(
+                    "HTTP 409: {} (retry later)",
+                    response.text()
+                )))),
+            };
+        }
+        self.checked(response)?
+            .json()
+            .map(Placed::Workload)
+            .map_err(|err| self.blame(err))
+    }
+
+    /// `DELETE /v1/workloads/{key}` (the agent answers 204 for a workload it does not have).
+    pub fn delete(&self, key: &str) -> Result<(), ProviderError> {
+        let response = self.send(Request::delete(self.workload_url(key)))?;
+        if response.status == 404 {
+            return Ok(());
+        }
+        self.checked(response).map(drop)
+    }
+}

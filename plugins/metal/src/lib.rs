@@ -1,0 +1,761 @@
+//! The `metal` provider plugin: the platform's own machines. Each runs a Bulkhead host agent
+//! (`bulkhead-agent`), which runs workloads as supervised processes; this plugin places
+//! instances on those agents over their HTTP API ([`agent`]) and finds them there again.
+//!
+//! Configuration: `agents` (comma-separated agent base URLs, e.g.
+//! `http://127.0.0.1:7070,http://10.0.0.2:7070`; each must be on the provider's allowlist) and
+//! `regions` (comma-separated, default `local`; every agent serves every region for now).
+//! Secret: `agent_token` (the agents' bearer token).
+//!
+//! - An instance is the agent workload of the same key: `provider_id` is `AGENT_URL#key`,
+//!   `address` the workload's, the artifact its command (split shell-style by the agent, which
+//!   gives it its port in `PORT` and replaces `$PORT` in its words).
+//! - `provision` looks for the key on every agent first (idempotency), then places it on the
+//!   agent with the most free slots. An agent that cannot be reached is skipped: a machine
+//!   down must not stop placement on the others (were the key on it, `deprovision` deletes the
+//!   key on every agent, so a duplicate does not outlive the instance).
+//! - `describe` says `unavailable`, not `not-found`, when the key is on no reachable agent but
+//!   some agent could not be asked; `deprovision` succeeds only once every agent has deleted
+//!   it; `list` returns what the reachable agents run.
+//! - A 401 from any agent is `unauthorized` (the token is wrong); every agent full is
+//!   `quota-exceeded`; no agent reachable is `unavailable`.
+//!
+//! The agents are asked one after the other, within the call's deadline (10 s, 2 s for
+//! `health`), so the fleet one provider serves should stay small or respond fast.
+
+pub mod agent;
+
+use agent::{Agent, Placed, Workload};
+use bulkhead_sdk::{
+    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError,
+    ProviderInfo,
+};
+
+pub struct Metal;
+
+/// The configured agents and the token they take.
+struct Fleet {
+    urls: Vec<String>,
+    token: String,
+}
+
+impl Fleet {
+    fn from_config() -> Result<Self, ProviderError> {
+        let urls: Vec<String> = bulkhead_sdk::config("agents")
+            .unwrap_or_default()
+            .split(',')
+            .map(|url| url.trim().trim_end_matches('/').to_owned())
+            .filter(|url| !url.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(ProviderError::InvalidSpec(
+                "no agents configured: set `agents` to the agents' base URLs, comma-separated"
+                    .into(),
+            ));
+        }
+        let token = bulkhead_sdk::secret("agent_token")
+            .filter(|token| !token.is_empty())
+            .ok_or_else(|| {
+                ProviderError::Unauthorized("the `agent_token` secret is not set".into())
+            })?;
+        Ok(Self { urls, token })
+    }
+
+    fn agents(&self) -> impl Iterator<Item = Agent<'_>> {
+        self.urls.iter().map(|url| Agent {
+            url,
+            token: &self.token,
+        })
+    }
+}
+
+/// The agents that could not be asked, and why.
+#[derive(Default)]
+struct Failures(Vec<ProviderError>);
+
+impl Failures {
+    /// Keeps `err` for later, unless it must end the call now: a refused token is the same
+    /// for the whole fleet and takes the provider out of service.
+    fn absorb(&mut self, err: ProviderError) -> Result<(), ProviderError> {
+        match err {
+            ProviderError::Unauthorized(_) => Err(err),
+            other => {
+                self.0.push(other);
+                Ok(())
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn summary(&self) -> String {
+        self.0.iter().map(message).collect::<Vec<_>>().join("; ")
+    }
+
+    /// The error of a call that no agent could answer: unavailable (retried later), unless
+    /// an agent answered something unexpected (internal).
+    fn into_error(self, what: &str) -> ProviderError {
+        let summary = format!("{what}: {}", self.summary());
+        if self
+            .0
+            .iter()
+            .any(|err| matches!(err, ProviderError::Internal(_)))
+        {
+            ProviderError::Internal(summary)
+        } else {
+            ProviderError::Unavailable(summary)
+        }
+    }
+}
+
+fn message(err: &ProviderError) -> String {
+    match err {
+        ProviderError::Unauthorized(m)
+        | ProviderError::AccountSuspended(m)
+        | ProviderError::QuotaExceeded(m)
+        | ProviderError::NotFound(m)
+        | ProviderError::InvalidSpec(m)
+        | ProviderError::Unavailable(m)
+        | ProviderError::Internal(m) => m.clone(),
+        ProviderError::RateLimited(limit) => limit.message.clone(),
+    }
+}
+
+fn regions() -> Vec<String> {
+    let regions: Vec<String> = bulkhead_sdk::config("regions")
+        .unwrap_or_default()
+        .split(',')
+        .map(|region| region.trim().to_owned())
+        .filter(|region| !region.is_empty())
+        .collect();
+    if regions.is_empty() {
+        vec!["local".into()]
+    } else {
+        regions
+    }
+}
+
+/// The region reported for instances found on an agent (agents do not keep one).
+fn default_region() -> String {
+    regions().swap_remove(0)
+}
+
+/// Whether `key` can be a workload key of an agent: 1–63 characters of `[a-z0-9-]`.
+fn valid_key(key: &str) -> bool {
+    (1..=63).contains(&key.len())
+        && key
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+}
+
+fn state_of(workload: &Workload) -> InstanceState {
+    match workload.state.as_str() {
+        "running" => InstanceState::Running,
+        "stopped" => InstanceState::Stopped,
+        "failed" => InstanceState::Failed,
+        // `starting`, `restarting`, and anything newer.
+        _ => InstanceState::Pending,
+    }
+}
+
+fn instance(agent_url: &str, workload: Workload, region: String) -> Instance {
+    Instance {
+        provider_id: format!("{agent_url}#{}", workload.key),
+        state: state_of(&workload),
+        instance_key: workload.key,
+        region,
+        address: workload.address,
+    }
+}
+
+impl Provider for Metal {
+    fn info() -> ProviderInfo {
+        ProviderInfo {
+            name: "metal".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            regions: regions(),
+            capabilities: vec![],
+        }
+    }
+
+    fn health() -> Result<HealthReport, ProviderError> {
+        let fleet = Fleet::from_config()?;
+        let mut failures = Failures::default();
+        let (mut answering, mut free, mut total) = (0, 0, 0);
+        for agent in fleet.agents() {
+            match agent.capacity() {
+                Ok(capacity) => {
+                    answering += 1;
+                    free += capacity.slots_free;
+                    total += capacity.slots_total;
+                }
+                Err(err) => failures.absorb(err)?,
+            }
+        }
+        let agents = fleet.urls.len();
+        if answering == 0 {
+            return Err(failures.into_error("no agent answers"));
+        }
+        let slots = format!("{free} of {total} slots free");
+        Ok(if failures.is_empty() {
+            HealthReport {
+                status: HealthStatus::Healthy,
+                message: format!("{agents} of {agents} agents answer; {slots}"),
+            }
+        } else {
+            HealthReport {
+                status: HealthStatus::Degraded,
+                message: format!(
+                    "{answering} of {agents} agents answer; {slots}; {}",
+                    failures.summary()
+                ),
+            }
+        })
+    }
+
+    fn provision(spec: InstanceSpec) -> Result<Instance, ProviderError> {
+        if !regions().contains(&spec.region) {
+            return Err(ProviderError::InvalidSpec(format!(
+                "unknown region `{}` (this provider serves {})",
+                spec.region,
+                regions().join(", ")
+            )));
+        }
+        if !valid_key(&spec.instance_key) {
+            return Err(ProviderError::InvalidSpec(format!(
+                "instance key `{}` is not 1 to 63 characters of `a-z`, `0-9` and `-`",
+                spec.instance_key
+            )));
+        }
+        let fleet = Fleet::from_config()?;
+        let key = spec.instance_key.as_str();
+
+        // Idempotency: the instance may have been made already.
+        let mut failures = Failures::default();
+        let mut reachable = Vec::new();
+        for agent in fleet.agents() {
+            match agent.find(key) {
+                Ok(Some(workload)) => return Ok(instance(agent.url, workload, spec.region)),
+                Ok(None) => reachable.push(agent),
+                Err(err) => failures.absorb(err)?,
+            }
+        }
+        if !failures.is_empty() {
+            bulkhead_sdk::warn!(
+                "placing {key} without asking every agent whether it runs it already: {}",
+                failures.summary()
+            );
+        }
+
+        // Placement: the agent with the most free slots (the first configured among equals).
+        let mut candidates = Vec::new();
+        for agent in reachable {
+            match agent.capacity() {
+                Ok(capacity) => candidates.push((agent, capacity.slots_free)),
+                Err(err) => failures.absorb(err)?,
+            }
+        }
+        if candidates.is_empty() {
+            return Err(failures.into_error(&format!("no agent can take {key}")));
+        }
+        candidates.sort_by_key(|(_, free)| std::cmp::Reverse(*free));
+        let reachable = candidates.len();
+        let mut full = 0;
+        for (agent, free) in candidates {
+            if free == 0 {
+                full += 1;
+                continue;
+            }
+            match agent.put(key, &spec.artifact, &spec.env, spec.port) {
+                Ok(Placed::Workload(workload)) => {
+                    bulkhead_sdk::info!("placed {key} on {} ({free} slots were free)", agent.url);
+                    return Ok(instance(agent.url, workload, spec.region));
+                }
+                Ok(Placed::Full) => full += 1,
+                Err(err @ ProviderError::InvalidSpec(_)) => return Err(err),
+                Err(err) => failures.absorb(err)?,
+            }
+        }
+        if full == reachable {
+            let mut message = format!("all {reachable} reachable agents are full");
+            if !failures.is_empty() {
+                message = format!("{message} ({})", failures.summary());
+            }
+            return Err(ProviderError::QuotaExceeded(message));
+        }
+        Err(failures.into_error(&format!("placing {key} failed")))
+    }
+
+    fn deprovision(instance_key: String) -> Result<(), ProviderError> {
+        if !valid_key(&instance_key) {
+            return Ok(()); // no agent can have it
+        }
+        let fleet = Fleet::from_config()?;
+        let mut failures = Failures::default();
+        // On every agent: a duplicate left on an agent that was down at placement goes too.
+        for agent in fleet.agents() {
+            if let Err(err) = agent.delete(&instance_key) {
+                failures.absorb(err)?;
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(ProviderError::Unavailable(format!(
+                "{instance_key} may still run on an agent that could not be asked: {}",
+                failures.summary()
+            )))
+        }
+    }
+
+    fn describe(instance_key: String) -> Result<Instance, ProviderError> {
+        if !valid_key(&instance_key) {
+            return Err(ProviderError::NotFound(format!(
+                "no instance `{instance_key}`"
+            )));
+        }
+        let fleet = Fleet::from_config()?;
+        let mut failures = Failures::default();
+        for agent in fleet.agents() {
+            match agent.find(&instance_key) {
+                Ok(Some(workload)) => return Ok(instance(agent.url, workload, default_region())),
+                Ok(None) => {}
+                Err(err) => failures.absorb(err)?,
+            }
+        }
+        if failures.is_empty() {
+            Err(ProviderError::NotFound(format!(
+                "no agent runs `{instance_key}`"
+            )))
+        } else {
+            // It may be on an agent that did not answer: not-found would be final.
+            Err(failures.into_error(&format!(
+                "`{instance_key}` is on no reachable agent, and some could not be asked"
+            )))
+        }
+    }
+
+    fn list() -> Result<Vec<Instance>, ProviderError> {
+        let fleet = Fleet::from_config()?;
+        let region = default_region();
+        let mut failures = Failures::default();
+        let mut instances = Vec::new();
+        let mut answered = 0;
+        for agent in fleet.agents() {
+            match agent.list() {
+                Ok(workloads) => {
+                    answered += 1;
+                    instances.extend(
+                        workloads
+                            .into_iter()
+                            .map(|workload| instance(agent.url, workload, region.clone())),
+                    );
+                }
+                Err(err) => failures.absorb(err)?,
+            }
+        }
+        if answered == 0 {
+            return Err(failures.into_error("no agent answers"));
+        }
+        if !failures.is_empty() {
+            bulkhead_sdk::warn!(
+                "listing without the agents that did not answer: {}",
+                failures.summary()
+            );
+        }
+        Ok(instances)
+    }
+}
+
+bulkhead_sdk::export_provider!(Metal);
+
+#[cfg(test)]
+mod tests {
+    //! A fake fleet behind `testing::set_http_handler`: each agent has its slots, workloads
+    //! and whether it is reachable; every request is recorded.
+
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::rc::Rc;
+
+    use bulkhead_sdk::http::{HttpError, Method, Request, Response};
+    use bulkhead_sdk::testing;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const TOKEN: &str = "fleet-token-0123456789";
+
+    #[derive(Default)]
+    struct FakeAgent {
+        slots: u32,
+        workloads: BTreeMap<String, Value>,
+        unreachable: bool,
+        token: Option<String>,
+        /// Free slots to report instead of the truth (a placement race).
+        reported_free: Option<u32>,
+    }
+
+    #[derive(Default)]
+    struct FakeFleet {
+        agents: BTreeMap<String, FakeAgent>,
+        requests: Vec<(Method, String, Value)>,
+    }
+
+    type Shared = Rc<RefCell<FakeFleet>>;
+
+    fn fleet(agents: &[(&str, u32)]) -> Shared {
+        let fleet = Rc::new(RefCell::new(FakeFleet::default()));
+        for (url, slots) in agents {
+            fleet.borrow_mut().agents.insert(
+                url.trim_end_matches('/').to_owned(),
+                FakeAgent {
+                    slots: *slots,
+                    ..FakeAgent::default()
+                },
+            );
+        }
+        let urls: Vec<&str> = agents.iter().map(|(url, _)| *url).collect();
+        testing::set_config("agents", &urls.join(", "));
+        testing::set_secret("agent_token", TOKEN);
+        let handler_fleet = fleet.clone();
+        testing::set_http_handler(move |request| answer(&mut handler_fleet.borrow_mut(), request));
+        fleet
+    }
+
+    fn workload(key: &str, state: &str, port: u16) -> Value {
+        json!({"key": key, "command": "x", "port": 8080, "address": format!("10.0.0.9:{port}"),
+               "pid": 42, "state": state, "restarts": 0, "healthy": null, "last_exit": null,
+               "started_at": null, "adopted": false})
+    }
+
+    fn problem(status: u16, code: &str) -> Response {
+        Response::json_body(
+            status,
+            &json!({"type": "about:blank", "title": "", "status": status, "code": code, "detail": code}),
+        )
+    }
+
+    /// What an agent answers, like `bulkhead-agent` does.
+    fn answer(fleet: &mut FakeFleet, request: &Request) -> Result<Response, HttpError> {
+        let body = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        fleet
+            .requests
+            .push((request.method, request.url.clone(), body.clone()));
+        let (base, path) = request
+            .url
+            .split_at(request.url.find("/v1/").expect("an API path"));
+        let agent = fleet.agents.get_mut(base).expect("a configured agent");
+        if agent.unreachable {
+            return Err(HttpError::Transport(format!("{base}: connection refused")));
+        }
+        let token = agent.token.as_deref().unwrap_or(TOKEN);
+        if request.header_value("authorization") != Some(&format!("Bearer {token}")) {
+            return Ok(problem(401, "unauthorized"));
+        }
+        let used = agent.workloads.len() as u32;
+        Ok(match (request.method, path) {
+            (Method::Get, "/v1/capacity") => Response::json_body(
+                200,
+                &json!({"slots_total": agent.slots, "slots_used": used,
+                         "slots_free": agent.reported_free.unwrap_or(agent.slots.saturating_sub(used))}),
+            ),
+            (Method::Get, "/v1/workloads") => Response::json_body(
+                200,
+                &json!({"items": agent.workloads.values().collect::<Vec<_>>()}),
+            ),
+            (method, path) => {
+                let key = path.strip_prefix("/v1/workloads/").unwrap().to_owned();
+                match method {
+                    Method::Get => match agent.workloads.get(&key) {
+                        Some(found) => Response::json_body(200, found),
+                        None => problem(404, "not_found"),
+                    },
+                    Method::Put => {
+                        if let Some(found) = agent.workloads.get(&key) {
+                            Response::json_body(200, found)
+                        } else if used >= agent.slots {
+                            problem(409, "capacity_exhausted")
+                        } else {
+                            let made = workload(&key, "starting", 40000 + used as u16);
+                            agent.workloads.insert(key, made.clone());
+                            Response::json_body(201, &made)
+                        }
+                    }
+                    Method::Delete => {
+                        agent.workloads.remove(&key);
+                        Response::new(204, "")
+                    }
+                    _ => problem(405, "method_not_allowed"),
+                }
+            }
+        })
+    }
+
+    fn spec(key: &str) -> InstanceSpec {
+        InstanceSpec {
+            instance_key: key.into(),
+            region: "local".into(),
+            artifact: "python3 -m http.server $PORT".into(),
+            port: 8080,
+            env: vec![("GREETING".into(), "hello".into())],
+            labels: vec![],
+        }
+    }
+
+    fn puts(fleet: &Shared) -> Vec<(String, Value)> {
+        fleet
+            .borrow()
+            .requests
+            .iter()
+            .filter(|(method, _, _)| *method == Method::Put)
+            .map(|(_, url, body)| (url.clone(), body.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn info_names_the_plugin_and_its_regions() {
+        assert_eq!(Metal::info().name, "metal");
+        assert_eq!(Metal::info().regions, ["local"]);
+        testing::set_config("regions", "eu-1, us-1");
+        assert_eq!(Metal::info().regions, ["eu-1", "us-1"]);
+    }
+
+    #[test]
+    fn provision_places_on_the_agent_with_the_most_free_slots() {
+        let fleet = fleet(&[
+            ("http://a:7070", 1),
+            ("http://b:7070/", 5),
+            ("http://c:7070", 3),
+        ]);
+        let made = Metal::provision(spec("web-1")).unwrap();
+        assert_eq!(made.provider_id, "http://b:7070#web-1");
+        assert_eq!(made.instance_key, "web-1");
+        assert_eq!(made.region, "local");
+        assert_eq!(made.address.as_deref(), Some("10.0.0.9:40000"));
+        assert!(matches!(made.state, InstanceState::Pending));
+        assert_eq!(
+            puts(&fleet),
+            [(
+                "http://b:7070/v1/workloads/web-1".to_owned(),
+                json!({"command": "python3 -m http.server $PORT", "env": {"GREETING": "hello"}, "port": 8080})
+            )]
+        );
+        assert!(
+            testing::logs_take()
+                .iter()
+                .any(|(_, line)| line.contains("placed web-1 on http://b:7070"))
+        );
+
+        // b now has 4 free, c 3: the next goes to b too; once b is fuller, to c.
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://b:7070")
+            .unwrap()
+            .slots = 3;
+        let made = Metal::provision(spec("web-2")).unwrap();
+        assert_eq!(made.provider_id, "http://c:7070#web-2");
+    }
+
+    #[test]
+    fn provision_is_idempotent_and_finds_the_existing_workload() {
+        let fleet = fleet(&[("http://a:7070", 9), ("http://c:7070", 1)]);
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://c:7070")
+            .unwrap()
+            .workloads
+            .insert("web-1".into(), workload("web-1", "running", 41000));
+        let found = Metal::provision(spec("web-1")).unwrap();
+        assert_eq!(found.provider_id, "http://c:7070#web-1");
+        assert!(matches!(found.state, InstanceState::Running));
+        assert_eq!(found.address.as_deref(), Some("10.0.0.9:41000"));
+        assert!(puts(&fleet).is_empty(), "nothing started");
+
+        let described = Metal::describe("web-1".into()).unwrap();
+        assert_eq!(described.provider_id, "http://c:7070#web-1");
+        let listed = Metal::list().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].instance_key, "web-1");
+
+        Metal::deprovision("web-1".into()).unwrap();
+        Metal::deprovision("web-1".into()).unwrap();
+        assert!(matches!(
+            Metal::describe("web-1".into()),
+            Err(ProviderError::NotFound(_))
+        ));
+        assert!(Metal::list().unwrap().is_empty());
+    }
+
+    #[test]
+    fn workload_states_map_to_instance_states() {
+        let state = |name: &str| state_of(&serde_json::from_value(workload("k", name, 1)).unwrap());
+        assert!(matches!(state("running"), InstanceState::Running));
+        assert!(matches!(state("starting"), InstanceState::Pending));
+        assert!(matches!(state("restarting"), InstanceState::Pending));
+        assert!(matches!(state("stopped"), InstanceState::Stopped));
+        assert!(matches!(state("failed"), InstanceState::Failed));
+    }
+
+    #[test]
+    fn a_refused_token_is_unauthorized() {
+        let fleet = fleet(&[("http://a:7070", 4), ("http://b:7070", 4)]);
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://b:7070")
+            .unwrap()
+            .token = Some("other".into());
+        for result in [
+            Metal::provision(spec("web-1")).map(drop),
+            Metal::describe("web-1".into()).map(drop),
+            Metal::deprovision("web-1".into()),
+            Metal::list().map(drop),
+            Metal::health().map(drop),
+        ] {
+            assert!(
+                matches!(&result, Err(ProviderError::Unauthorized(m)) if m.contains("http://b:7070")),
+                "{result:?}"
+            );
+        }
+        testing::set_secret("agent_token", "");
+        assert!(matches!(
+            Metal::provision(spec("web-1")),
+            Err(ProviderError::Unauthorized(m)) if m.contains("agent_token")
+        ));
+    }
+
+    #[test]
+    fn every_agent_full_is_quota_exceeded() {
+        let fleet = fleet(&[("http://a:7070", 1), ("http://b:7070", 1)]);
+        Metal::provision(spec("one")).unwrap();
+        Metal::provision(spec("two")).unwrap();
+        assert!(matches!(
+            Metal::provision(spec("three")),
+            Err(ProviderError::QuotaExceeded(m)) if m.contains("all 2 reachable agents are full")
+        ));
+        // The capacity seen and the agent's answer can differ (a race): a 409 moves on.
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://a:7070")
+            .unwrap()
+            .reported_free = Some(3);
+        assert!(matches!(
+            Metal::provision(spec("three")),
+            Err(ProviderError::QuotaExceeded(_))
+        ));
+        assert_eq!(
+            puts(&fleet).last().unwrap().0,
+            "http://a:7070/v1/workloads/three"
+        );
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://b:7070")
+            .unwrap()
+            .slots = 2;
+        let made = Metal::provision(spec("three")).unwrap();
+        assert_eq!(made.provider_id, "http://b:7070#three", "after a's 409, b");
+    }
+
+    #[test]
+    fn unreachable_agents_are_skipped_or_unavailable() {
+        let fleet = fleet(&[("http://a:7070", 4), ("http://b:7070", 8)]);
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://b:7070")
+            .unwrap()
+            .unreachable = true;
+
+        let report = Metal::health().unwrap();
+        assert!(matches!(report.status, HealthStatus::Degraded));
+        assert!(
+            report.message.contains("1 of 2 agents answer"),
+            "{}",
+            report.message
+        );
+
+        // Placement goes on without the unreachable agent, saying so.
+        let made = Metal::provision(spec("web-1")).unwrap();
+        assert_eq!(made.provider_id, "http://a:7070#web-1");
+        assert!(
+            testing::logs_take()
+                .iter()
+                .any(|(_, line)| line.contains("without asking every agent"))
+        );
+        assert_eq!(Metal::list().unwrap().len(), 1);
+        // Not found on the agents that answered is not final while one did not.
+        assert!(matches!(
+            Metal::describe("web-2".into()),
+            Err(ProviderError::Unavailable(m)) if m.contains("connection refused")
+        ));
+        // Nor is a deletion (a deletes it; b may still have it).
+        assert!(matches!(
+            Metal::deprovision("web-1".into()),
+            Err(ProviderError::Unavailable(_))
+        ));
+
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://a:7070")
+            .unwrap()
+            .unreachable = true;
+        for result in [
+            Metal::provision(spec("web-3")).map(drop),
+            Metal::list().map(drop),
+            Metal::health().map(drop),
+        ] {
+            assert!(
+                matches!(result, Err(ProviderError::Unavailable(_))),
+                "{result:?}"
+            );
+        }
+
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://a:7070")
+            .unwrap()
+            .unreachable = false;
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://b:7070")
+            .unwrap()
+            .unreachable = false;
+        let report = Metal::health().unwrap();
+        assert!(matches!(report.status, HealthStatus::Healthy));
+        assert_eq!(report.message, "2 of 2 agents answer; 12 of 12 slots free");
+    }
+
+    #[test]
+    fn bad_specs_and_configuration_are_refused() {
+        let _fleet = fleet(&[("http://a:7070", 4)]);
+        let mut bad_region = spec("web-1");
+        bad_region.region = "mars".into();
+        assert!(matches!(
+            Metal::provision(bad_region),
+            Err(ProviderError::InvalidSpec(_))
+        ));
+        assert!(matches!(
+            Metal::provision(spec("Web_1")),
+            Err(ProviderError::InvalidSpec(_))
+        ));
+        assert!(matches!(
+            Metal::describe("../x".into()),
+            Err(ProviderError::NotFound(_))
+        ));
+        testing::set_config("agents", " , ");
+        assert!(matches!(
+            Metal::health(),
+            Err(ProviderError::InvalidSpec(m)) if m.contains("no agents configured")
+        ));
+    }
+}

@@ -1,0 +1,448 @@
+//! The bundled cloud plugins end to end: the real server, each plugin (Wasm, sandboxed)
+//! against its simulator, through the instances API. Provision, describe, list, deprovision,
+//! idempotent re-provisioning, each fault mapped to the right answer, and the provider's
+//! breaker following the simulated cloud's health.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use bulkhead::dev::{AWS_REGION, DevPlatform, GCP_ZONE};
+use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
+use bulkhead_simulators::faults::FaultState;
+
+use crate::db_tests;
+use crate::support::{ADMIN_TOKEN, Reply, TestServer};
+
+db_tests!(
+    aws_instances_against_the_simulator,
+    gcp_instances_against_the_simulator,
+    metal_instances_run_as_processes_on_the_agent,
+    suspending_one_cloud_leaves_the_others_alone,
+);
+
+/// A local platform (simulators and an agent) with the bundled providers pointed at it.
+async fn platform(s: &TestServer) -> (DevPlatform, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let platform = DevPlatform::start(dir.path()).await.unwrap();
+    for (name, update) in platform.provider_updates() {
+        s.patch(
+            &format!("/v1/providers/{name}"),
+            ADMIN_TOKEN,
+            serde_json::to_value(update).unwrap(),
+        )
+        .await
+        .assert_status(200);
+        healthy_probe(s, name).await;
+    }
+    (platform, dir)
+}
+
+/// Provision (twice: no duplicate), answer over HTTP, describe, list, deprovision (twice).
+async fn lifecycle_check(s: &TestServer, provider: &str, region: &str, artifact: &str) -> Value {
+    let create =
+        json!({ "instance_key": "web-1", "region": region, "artifact": artifact, "port": 8080 });
+    let path = format!("/v1/providers/{provider}/instances");
+    let made = s.post(&path, ADMIN_TOKEN, create.clone()).await;
+    let made = made.assert_status(201).clone();
+    let again = s.post(&path, ADMIN_TOKEN, create).await;
+    assert_eq!(again.assert_status(201)["provider_id"], made["provider_id"]);
+    let address = made["address"].as_str().expect("an address").to_owned();
+    let started = Instant::now();
+    while reqwest::get(format!("http://{address}/")).await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{address} never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let view = s.get(&format!("{path}/web-1"), ADMIN_TOKEN).await;
+    assert_eq!(view.assert_status(200)["provider_id"], made["provider_id"]);
+    let list = s.get(&path, ADMIN_TOKEN).await;
+    let listed = list.assert_status(200)["items"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    s.delete(&format!("{path}/web-1"), ADMIN_TOKEN)
+        .await
+        .assert_status(204);
+    s.delete(&format!("{path}/web-1"), ADMIN_TOKEN)
+        .await
+        .assert_status(204);
+    s.get(&format!("{path}/web-1"), ADMIN_TOKEN)
+        .await
+        .assert_problem(404, "instance_not_found");
+    made
+}
+
+const LOOPBACK: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// Points provider `name` at a simulator: configuration, secrets and an allowlist of just it.
+async fn provider_point(
+    s: &TestServer,
+    name: &str,
+    sim_addr: SocketAddr,
+    config: Value,
+    secrets: Value,
+) {
+    s.patch(
+        &format!("/v1/providers/{name}"),
+        ADMIN_TOKEN,
+        json!({ "config": config, "secrets": secrets, "allowlist": [sim_addr.to_string()] }),
+    )
+    .await
+    .assert_status(200);
+}
+
+async fn provider_state(s: &TestServer, name: &str) -> String {
+    let view = s.get(&format!("/v1/providers/{name}"), ADMIN_TOKEN).await;
+    view.assert_status(200)["state"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Probes provider `name` until it is healthy: after a change of its settings, the probes
+/// (not a stale state) say so.
+async fn healthy_probe(s: &TestServer, name: &str) {
+    let started = Instant::now();
+    loop {
+        let probe = s
+            .post(
+                &format!("/v1/providers/{name}/probe"),
+                ADMIN_TOKEN,
+                json!({}),
+            )
+            .await;
+        if probe.status == 200 && provider_state(s, name).await == "healthy" {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{name} did not become healthy: {}",
+            probe.text
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls until provider `name` is in `state`; returns how long that took.
+pub async fn state_wait(s: &TestServer, name: &str, state: &str) -> Duration {
+    let started = Instant::now();
+    while provider_state(s, name).await != state {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{name} did not become {state}; it is {}",
+            provider_state(s, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+async fn fault_set(sim_url: &str, faults: FaultState) {
+    let status = reqwest::Client::new()
+        .put(format!("{sim_url}/_sim/faults"))
+        .json(&faults)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success());
+}
+
+async fn instance_create(s: &TestServer, provider: &str, key: &str, region: &str) -> Reply {
+    s.post(
+        &format!("/v1/providers/{provider}/instances"),
+        ADMIN_TOKEN,
+        json!({ "instance_key": key, "region": region, "artifact": "shop/web:1", "port": 8080 }),
+    )
+    .await
+}
+
+/// What the instance at `address` answers over HTTP.
+async fn instance_answer(address: &str) -> String {
+    reqwest::get(format!("http://{address}/"))
+        .await
+        .expect("the instance answers")
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn aws_instances_against_the_simulator(s: TestServer) {
+    let credentials = AwsCredentials {
+        access_key_id: "AKIDBULKHEADTEST".into(),
+        secret_access_key: "aws-simulator-secret-key-for-tests".into(),
+    };
+    let sim = AwsSimulator::start(LOOPBACK, "us-east-1", credentials)
+        .await
+        .unwrap();
+    provider_point(
+        &s,
+        "aws",
+        sim.server.addr,
+        json!({ "endpoint": sim.url(), "regions": "us-east-1" }),
+        json!({ "access_key_id": "AKIDBULKHEADTEST", "secret_access_key": "aws-simulator-secret-key-for-tests" }),
+    )
+    .await;
+    healthy_probe(&s, "aws").await;
+
+    let made = instance_create(&s, "aws", "web-1", "us-east-1").await;
+    let made = made.assert_status(201).clone();
+    let id = made["provider_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("i-"), "{made}");
+    let address = made["address"].as_str().unwrap().to_owned();
+    assert!(address.ends_with(":8080"), "{address}");
+    assert!(instance_answer(&address).await.contains(&id));
+
+    let again = instance_create(&s, "aws", "web-1", "us-east-1").await;
+    assert_eq!(again.assert_status(201)["provider_id"], id.as_str());
+    assert_eq!(
+        sim.instance_count(),
+        1,
+        "re-provisioning the same key made no duplicate"
+    );
+    let view = s
+        .get("/v1/providers/aws/instances/web-1", ADMIN_TOKEN)
+        .await;
+    assert_eq!(view.assert_status(200)["provider_id"], id.as_str());
+    let list = s.get("/v1/providers/aws/instances", ADMIN_TOKEN).await;
+    let items = list.assert_status(200)["items"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 1);
+    s.delete("/v1/providers/aws/instances/web-1", ADMIN_TOKEN)
+        .await
+        .assert_status(204);
+    assert_eq!(sim.instance_count(), 0);
+    s.delete("/v1/providers/aws/instances/web-1", ADMIN_TOKEN)
+        .await
+        .assert_status(204);
+    s.get("/v1/providers/aws/instances/web-1", ADMIN_TOKEN)
+        .await
+        .assert_problem(404, "instance_not_found");
+
+    // Each fault, as the plugin's typed error and the API's answer.
+    fault_set(
+        &sim.url(),
+        FaultState {
+            rate_limited_secs: Some(7),
+            ..Default::default()
+        },
+    )
+    .await;
+    let limited = instance_create(&s, "aws", "web-2", "us-east-1").await;
+    limited.assert_problem(503, "provider_rate_limited");
+    assert_eq!(limited.header("retry-after"), Some("7"));
+    fault_set(
+        &sim.url(),
+        FaultState {
+            failing: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    instance_create(&s, "aws", "web-2", "us-east-1")
+        .await
+        .assert_problem(503, "provider_unavailable");
+    fault_set(&sim.url(), FaultState::default()).await;
+    healthy_probe(&s, "aws").await;
+
+    // A wrong secret: the simulator's signature check refuses it; the breaker opens at once.
+    s.patch(
+        "/v1/providers/aws",
+        ADMIN_TOKEN,
+        json!({ "secrets": { "secret_access_key": "not-the-secret" } }),
+    )
+    .await
+    .assert_status(200);
+    let refused = instance_create(&s, "aws", "web-3", "us-east-1").await;
+    refused.assert_problem(502, "provider_unauthorized");
+    assert!(
+        refused.text.contains("SignatureDoesNotMatch"),
+        "{}",
+        refused.text
+    );
+    assert!(!refused.text.contains("not-the-secret"));
+    assert_eq!(provider_state(&s, "aws").await, "unavailable");
+    s.patch(
+        "/v1/providers/aws",
+        ADMIN_TOKEN,
+        json!({ "secrets": { "secret_access_key": "aws-simulator-secret-key-for-tests" } }),
+    )
+    .await
+    .assert_status(200);
+    healthy_probe(&s, "aws").await;
+
+    // Suspended, as EC2 reports it (`Blocked`).
+    fault_set(
+        &sim.url(),
+        FaultState {
+            suspended: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    instance_create(&s, "aws", "web-4", "us-east-1")
+        .await
+        .assert_problem(502, "provider_account_suspended");
+    assert_eq!(provider_state(&s, "aws").await, "unavailable");
+    fault_set(&sim.url(), FaultState::default()).await;
+    healthy_probe(&s, "aws").await;
+}
+
+async fn gcp_instances_against_the_simulator(s: TestServer) {
+    let (platform, _dir) = platform(&s).await;
+    let made = lifecycle_check(&s, "gcp", GCP_ZONE, "shop/web:1").await;
+    assert!(
+        made["address"].as_str().unwrap().ends_with(":8080"),
+        "{made}"
+    );
+    assert_eq!(platform.gcp.instance_count(), 0);
+    let gcp = platform.gcp.url();
+
+    fault_set(
+        &gcp,
+        FaultState {
+            rate_limited_secs: Some(9),
+            ..Default::default()
+        },
+    )
+    .await;
+    let limited = instance_create(&s, "gcp", "web-2", GCP_ZONE).await;
+    limited.assert_problem(503, "provider_rate_limited");
+    assert_eq!(limited.header("retry-after"), Some("9"));
+    fault_set(
+        &gcp,
+        FaultState {
+            failing: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    instance_create(&s, "gcp", "web-2", GCP_ZONE)
+        .await
+        .assert_problem(503, "provider_unavailable");
+    fault_set(&gcp, FaultState::default()).await;
+    healthy_probe(&s, "gcp").await;
+
+    // A key the account does not have: the simulator's signature check refuses the assertion.
+    let (_, other_key) = tokio::task::spawn_blocking(|| {
+        bulkhead_simulators::gcp::service_account_generate("intruder@example.com")
+    })
+    .await
+    .unwrap();
+    s.patch(
+        "/v1/providers/gcp",
+        ADMIN_TOKEN,
+        json!({ "secrets": { "private_key": other_key } }),
+    )
+    .await
+    .assert_status(200);
+    let refused = instance_create(&s, "gcp", "web-3", GCP_ZONE).await;
+    refused.assert_problem(502, "provider_unauthorized");
+    assert!(!refused.text.contains("PRIVATE KEY"));
+    assert_eq!(provider_state(&s, "gcp").await, "unavailable");
+
+    // Suspended, as Google reports it.
+    for (name, update) in platform.provider_updates() {
+        if name == "gcp" {
+            s.patch(
+                "/v1/providers/gcp",
+                ADMIN_TOKEN,
+                serde_json::to_value(update).unwrap(),
+            )
+            .await
+            .assert_status(200);
+        }
+    }
+    healthy_probe(&s, "gcp").await;
+    fault_set(
+        &gcp,
+        FaultState {
+            suspended: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    instance_create(&s, "gcp", "web-4", GCP_ZONE)
+        .await
+        .assert_problem(502, "provider_account_suspended");
+    assert_eq!(provider_state(&s, "gcp").await, "unavailable");
+    platform.shutdown().await;
+}
+
+async fn metal_instances_run_as_processes_on_the_agent(s: TestServer) {
+    let (platform, _dir) = platform(&s).await;
+    let made = lifecycle_check(&s, "metal", "local", "python3 -m http.server $PORT").await;
+    assert!(
+        made["provider_id"]
+            .as_str()
+            .unwrap()
+            .starts_with(&platform.agent.url()),
+        "{made}"
+    );
+    platform.shutdown().await;
+}
+
+async fn suspending_one_cloud_leaves_the_others_alone(s: TestServer) {
+    let (platform, _dir) = platform(&s).await;
+    fault_set(
+        &platform.gcp.url(),
+        FaultState {
+            suspended: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    // No call needed: the periodic probes find it.
+    let opened_after = state_wait(&s, "gcp", "unavailable").await;
+    assert!(opened_after < Duration::from_secs(5), "{opened_after:?}");
+    let events = s.get("/v1/providers/gcp/events", ADMIN_TOKEN).await;
+    let last = events.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        last["reason"].as_str().unwrap().contains("suspended"),
+        "{last}"
+    );
+
+    // The others keep their health and serve calls meanwhile.
+    for (provider, region, artifact) in [
+        ("aws", AWS_REGION, "ami-0bulkhead"),
+        ("metal", "local", "python3 -m http.server $PORT"),
+    ] {
+        let before = s
+            .get(&format!("/v1/providers/{provider}/events"), ADMIN_TOKEN)
+            .await;
+        let before = before.assert_status(200)["items"].as_array().unwrap().len();
+        s.post(
+            &format!("/v1/providers/{provider}/instances"),
+            ADMIN_TOKEN,
+            json!({ "instance_key": "during-outage", "region": region, "artifact": artifact, "port": 8080 }),
+        )
+        .await
+        .assert_status(201);
+        assert_eq!(provider_state(&s, provider).await, "healthy");
+        let after = s
+            .get(&format!("/v1/providers/{provider}/events"), ADMIN_TOKEN)
+            .await;
+        assert_eq!(
+            after.assert_status(200)["items"].as_array().unwrap().len(),
+            before,
+            "{provider} changed state during another provider's outage"
+        );
+    }
+    instance_create(&s, "gcp", "during-outage", GCP_ZONE)
+        .await
+        .assert_problem(503, "provider_unavailable");
+
+    fault_set(&platform.gcp.url(), FaultState::default()).await;
+    state_wait(&s, "gcp", "healthy").await;
+    instance_create(&s, "gcp", "after-outage", GCP_ZONE)
+        .await
+        .assert_status(201);
+    platform.shutdown().await;
+}
