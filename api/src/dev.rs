@@ -12,7 +12,12 @@ use bulkhead_simulators::gcp::{GcpSimulator, service_account_generate};
 use rand::Rng;
 use rand::distr::Alphanumeric;
 
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+
+use crate::app::App;
 use crate::app::providers::ProviderUpdate;
+use crate::authz::{Credential, OpContext, Principal, Scope};
+use crate::entity::user;
 
 pub const GCP_PROJECT: &str = "bulkhead-dev";
 pub const GCP_ZONE: &str = "us-central1-a";
@@ -77,6 +82,11 @@ impl DevPlatform {
             aws_credentials,
             agent_token,
         })
+    }
+
+    /// The simulated GCP service account: its email and private key (PKCS#8 PEM).
+    pub fn gcp_service_account(&self) -> (&str, &str) {
+        (&self.gcp_client_email, &self.gcp_private_key)
     }
 
     /// The changes that point each bundled provider at this platform.
@@ -146,4 +156,52 @@ impl DevPlatform {
         let _ = self.gcp.server.shutdown().await;
         let _ = self.aws.server.shutdown().await;
     }
+}
+
+impl DevPlatform {
+    /// Points the bundled providers of `app` at this platform (as its administrator) and
+    /// checks that each works.
+    pub async fn providers_configure(&self, app: &App) -> anyhow::Result<()> {
+        let admin = user::Entity::find()
+            .filter(user::Column::Email.eq(&app.settings.admin_email))
+            .one(&app.db)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no administrator {}", app.settings.admin_email))?;
+        let ctx = OpContext {
+            principal: Principal {
+                user: admin,
+                credential: Credential::Session,
+                scopes: [Scope::Admin].into(),
+            },
+            request_id: "bulkhead-dev".into(),
+        };
+        for (name, update) in self.provider_updates() {
+            app.provider_update(&ctx, name, None, update)
+                .await
+                .map_err(|err| anyhow::anyhow!("configuring provider {name}: {}", err.detail))?;
+            // Probed with its credentials now, so that a breaker opened at start-up (when it
+            // had none) lets calls through at once instead of at its next scheduled probe.
+            let probe = app
+                .provider_probe(&ctx.principal, name)
+                .await
+                .map_err(|err| anyhow::anyhow!("probing provider {name}: {}", err.detail))?;
+            if let Some(error) = probe.error {
+                anyhow::bail!("provider {name} does not work against the local platform: {error}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The demo workload (`bulkhead hello`): answers every request on `port` with
+/// `{"instance": name, "port": port}`, until the process is stopped.
+pub async fn hello_serve(port: u16, name: String) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "instance": name, "port": port }).to_string() + "\n";
+    let router = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { ([(http::header::CONTENT_TYPE, "application/json")], body) }
+    });
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await?;
+    axum::serve(listener, router).await?;
+    Ok(())
 }

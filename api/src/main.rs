@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use bulkhead::config::{LogFormat, ServeArgs, Settings};
+use bulkhead::dev::DevPlatform;
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +30,16 @@ enum Command {
     },
     /// Print the OpenAPI document (the committed copy is `openapi/openapi.json`).
     Openapi,
+    /// Run a complete local platform: the server with the bundled providers, a host agent and
+    /// the GCP and AWS simulators, the providers configured to use them.
+    Dev(DevArgs),
+    /// A demo workload: answers every HTTP request on $PORT with its name.
+    Hello {
+        #[arg(long, env = "PORT", default_value_t = 8080)]
+        port: u16,
+        #[arg(long, env = "BULKHEAD_INSTANCE_KEY", default_value = "hello")]
+        name: String,
+    },
     /// Run the host agent of a machine of the platform's own fleet: workloads of the `metal`
     /// provider run here as supervised processes.
     Agent(AgentArgs),
@@ -37,6 +48,12 @@ enum Command {
         #[command(subcommand)]
         action: PluginAction,
     },
+}
+
+#[derive(clap::Args)]
+struct DevArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 #[derive(clap::Args)]
@@ -237,6 +254,38 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
+/// What `bulkhead dev` prints once everything runs: where things are, and how to try them.
+fn dev_guide(server: &bulkhead::server::RunningServer, platform: &DevPlatform) {
+    let hello = std::env::current_exe()
+        .map(|exe| format!("{} hello", exe.display()))
+        .unwrap_or_else(|_| "bulkhead hello".into());
+    println!(
+        r#"bulkhead listening on http://{addr}
+
+A local platform is running:
+  control plane   http://{addr}   (API reference: http://{addr}/docs/)
+  gcp simulator   {gcp}   (faults: PUT {gcp}/_sim/faults '{{"suspended":true}}')
+  aws simulator   {aws}
+  host agent      {agent}
+The providers gcp, aws and metal use them. With A="Authorization: Bearer <admin token>"
+(BULKHEAD_BOOTSTRAP_TOKEN, or the token printed above on a first start):
+
+  curl -s -H "$A" http://{addr}/v1/providers | jq '.items[] | {{name, state}}'
+  curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/gcp/instances -d '{{"instance_key":"web-1","region":"{zone}","artifact":"shop/web:1","port":8080}}'
+  curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/aws/instances -d '{{"instance_key":"web-1","region":"{region}","artifact":"ami-0bulkhead","port":8080}}'
+  curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/metal/instances -d '{{"instance_key":"web-1","region":"local","artifact":"{hello}","port":8080}}'
+  curl -s http://<the "address" of an answer>/        # the instance's own answer
+
+Stop with Ctrl-C (the agent's workloads are stopped too)."#,
+        addr = server.addr,
+        gcp = platform.gcp.url(),
+        aws = platform.aws.url(),
+        agent = platform.agent.url(),
+        zone = bulkhead::dev::GCP_ZONE,
+        region = bulkhead::dev::AWS_REGION,
+    );
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
@@ -251,6 +300,22 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("shutting down: finishing in-flight requests");
             server.shutdown().await?;
         }
+        Command::Dev(DevArgs { mut serve }) => {
+            serve.data_dir.get_or_insert_with(|| "data/dev".into());
+            let settings = Settings::resolve(serve)?;
+            logging_init(settings.log_format);
+            let stop = shutdown_signal()?;
+            std::fs::create_dir_all(&settings.data_dir)?;
+            let platform = DevPlatform::start(&settings.data_dir).await?;
+            let server = bulkhead::server::start(settings).await?;
+            platform.providers_configure(&server.app).await?;
+            dev_guide(&server, &platform);
+            stop.await;
+            tracing::info!("shutting down the local platform");
+            server.shutdown().await?;
+            platform.shutdown().await;
+        }
+        Command::Hello { port, name } => bulkhead::dev::hello_serve(port, name).await?,
         Command::Agent(args) => {
             logging_init(LogFormat::Text);
             // The token is a secret: from the environment only, never a flag.

@@ -186,3 +186,67 @@ async fn migrate_up_down_status() {
     let status = run(&["status"]);
     assert_eq!(status.matches("Pending").count(), 2, "{status}");
 }
+
+/// `bulkhead dev`, the README's run command: one instance on each provider, each answering
+/// over HTTP; stopping it stops the agent's workloads.
+#[tokio::test]
+async fn dev_runs_a_complete_local_platform() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "dev-platform-test-token-0001";
+    let (child, addr, _) = serve({
+        let mut c = bulkhead(dir.path());
+        c.arg("dev").env("BULKHEAD_BOOTSTRAP_TOKEN", token);
+        c
+    });
+    let client = reqwest::Client::new();
+    let hello = format!("{BIN} hello");
+    let mut workload_address = String::new();
+    for (provider, region, artifact) in [
+        ("gcp", bulkhead::dev::GCP_ZONE, "shop/web:1"),
+        ("aws", bulkhead::dev::AWS_REGION, "ami-0bulkhead"),
+        ("metal", "local", hello.as_str()),
+    ] {
+        let made: serde_json::Value = client
+            .post(format!("http://{addr}/v1/providers/{provider}/instances"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "instance_key": "web-1", "region": region, "artifact": artifact, "port": 8080 }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let address = made["address"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{provider}: {made}"))
+            .to_owned();
+        let mut answer = Err(String::new());
+        for _ in 0..100 {
+            answer = match reqwest::get(format!("http://{address}/")).await {
+                Ok(response) => Ok(response.text().await.unwrap()),
+                Err(err) => Err(err.to_string()),
+            };
+            if answer.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let answer =
+            answer.unwrap_or_else(|err| panic!("{provider}'s instance at {address}: {err}"));
+        assert!(answer.contains("\"instance\""), "{provider}: {answer}");
+        if provider == "metal" {
+            assert!(
+                answer.contains("web-1"),
+                "the workload knows its key: {answer}"
+            );
+            workload_address = address;
+        }
+    }
+    terminate(child);
+    assert!(
+        reqwest::get(format!("http://{workload_address}/"))
+            .await
+            .is_err(),
+        "stopping `bulkhead dev` stops the agent's workloads"
+    );
+}

@@ -373,7 +373,8 @@ async fn gcp_instances_against_the_simulator(s: TestServer) {
 
 async fn metal_instances_run_as_processes_on_the_agent(s: TestServer) {
     let (platform, _dir) = platform(&s).await;
-    let made = lifecycle_check(&s, "metal", "local", "python3 -m http.server $PORT").await;
+    let hello = format!("{} hello", env!("CARGO_BIN_EXE_bulkhead"));
+    let made = lifecycle_check(&s, "metal", "local", &hello).await;
     assert!(
         made["provider_id"]
             .as_str()
@@ -410,9 +411,10 @@ async fn suspending_one_cloud_leaves_the_others_alone(s: TestServer) {
     );
 
     // The others keep their health and serve calls meanwhile.
+    let hello = format!("{} hello", env!("CARGO_BIN_EXE_bulkhead"));
     for (provider, region, artifact) in [
         ("aws", AWS_REGION, "ami-0bulkhead"),
-        ("metal", "local", "python3 -m http.server $PORT"),
+        ("metal", "local", hello.as_str()),
     ] {
         let before = s
             .get(&format!("/v1/providers/{provider}/events"), ADMIN_TOKEN)

@@ -129,11 +129,11 @@ impl Agent<'_> {
         env: &[(String, String)],
         port: u16,
     ) -> Result<Placed, ProviderError> {
-        let body = PutWorkload {
-            command,
-            env: env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
-            port,
-        };
+        // The workload learns its own key, as instances on the clouds do from their metadata.
+        let mut env: BTreeMap<&str, &str> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        env.entry("BULKHEAD_INSTANCE_KEY").or_insert(key);
+        let body = PutWorkload { command, env, port };
         let response = self.send(Request::put(self.workload_url(key)).json(&body))?;
         if response.status == 409 {
             let code = response.json::<Problem>().map(|problem| problem.code);

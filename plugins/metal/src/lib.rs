@@ -540,7 +540,7 @@ mod tests {
             puts(&fleet),
             [(
                 "http://b:7070/v1/workloads/web-1".to_owned(),
-                json!({"command": "python3 -m http.server $PORT", "env": {"GREETING": "hello"}, "port": 8080})
+                json!({"command": "python3 -m http.server $PORT", "env": {"BULKHEAD_INSTANCE_KEY": "web-1", "GREETING": "hello"}, "port": 8080})
             )]
         );
         assert!(

@@ -1,0 +1,196 @@
+//! Provider benchmarks on the local platform (`bulkhead::dev`), against the running server:
+//!
+//! 1. The overhead of provisioning through the API and the sandboxed `gcp` plugin, against
+//!    the same HTTP calls made natively to the simulator (sign the token assertion, exchange
+//!    it, insert the instance, read it back) — what the plugin does per provision.
+//! 2. The time from a provider fault (the GCP account suspended in the simulator) to its
+//!    breaker opening, with calls flowing (one every 20 ms) and with only the periodic probes
+//!    (every 10 s, the default).
+//!
+//! Run: `cargo bench -p bulkhead-api --bench providers` (release). Prints medians and ratios.
+
+use std::time::{Duration, Instant};
+
+use bulkhead::config::{ServeArgs, Settings};
+use bulkhead::dev::{DevPlatform, GCP_PROJECT, GCP_ZONE};
+use bulkhead_simulators::faults::FaultState;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "benchmark-admin-token-0001";
+const ROUNDS: usize = 60;
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// The plugin's provision, natively: RS256 assertion, token exchange, insert, get.
+async fn provision_raw(http: &reqwest::Client, platform: &DevPlatform, key: &str) {
+    let (email, private_key) = platform.gcp_service_account();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({ "iss": email, "scope": "https://www.googleapis.com/auth/compute",
+        "aud": platform.gcp.token_url(), "iat": now, "exp": now + 3600 });
+    let assertion = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_rsa_pem(private_key.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let token: Value = http
+        .post(platform.gcp.token_url())
+        .form(&[
+            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+            ("assertion", assertion.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let bearer = token["access_token"].as_str().unwrap();
+    let zone_url = format!(
+        "{}/compute/v1/projects/{GCP_PROJECT}/zones/{GCP_ZONE}",
+        platform.gcp.url()
+    );
+    let body = json!({
+        "name": key, "machineType": format!("zones/{GCP_ZONE}/machineTypes/e2-small"),
+        "labels": { "bulkhead-key": key, "bulkhead-managed": "true" },
+        "metadata": { "items": [{ "key": "bulkhead-port", "value": "8080" }, { "key": "bulkhead-artifact", "value": "shop/web:1" }] },
+        "disks": [{ "boot": true, "autoDelete": true, "initializeParams": { "sourceImage": "projects/cos-cloud/global/images/family/cos-stable" } }],
+        "networkInterfaces": [{ "network": "global/networks/default" }],
+    });
+    let inserted = http
+        .post(format!("{zone_url}/instances"))
+        .bearer_auth(bearer)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(inserted.status().is_success(), "{}", inserted.text().await.unwrap());
+    let got = http
+        .get(format!("{zone_url}/instances/{key}"))
+        .bearer_auth(bearer)
+        .send()
+        .await
+        .unwrap();
+    assert!(got.status().is_success());
+}
+
+async fn provision_api(http: &reqwest::Client, base: &str, key: &str) {
+    let made = http
+        .post(format!("{base}/v1/providers/gcp/instances"))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "instance_key": key, "region": GCP_ZONE, "artifact": "shop/web:1", "port": 8080 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), 201, "{}", made.text().await.unwrap());
+}
+
+async fn state(http: &reqwest::Client, base: &str, provider: &str) -> String {
+    let view: Value = http
+        .get(format!("{base}/v1/providers/{provider}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    view["state"].as_str().unwrap().to_owned()
+}
+
+async fn suspend(http: &reqwest::Client, platform: &DevPlatform, suspended: bool) {
+    http.put(format!("{}/_sim/faults", platform.gcp.url()))
+        .json(&FaultState { suspended, ..Default::default() })
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Suspends the GCP account and waits until the provider is unavailable (with calls every
+/// 20 ms when `calls`), then recovers it; returns the time to open.
+async fn fault_to_open(http: &reqwest::Client, base: &str, platform: &DevPlatform, calls: bool) -> Duration {
+    suspend(http, platform, true).await;
+    let started = Instant::now();
+    let mut round = 0;
+    while state(http, base, "gcp").await != "unavailable" {
+        if calls {
+            round += 1;
+            let _ = http
+                .get(format!("{base}/v1/providers/gcp/instances/probe-{round}"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let opened = started.elapsed();
+    suspend(http, platform, false).await;
+    while state(http, base, "gcp").await != "healthy" {
+        let _ = http
+            .post(format!("{base}/v1/providers/gcp/probe"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    opened
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: set before any other thread of this program reads the environment.
+    unsafe { std::env::set_var("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN) };
+    let settings = Settings::resolve(ServeArgs {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        data_dir: Some(dir.path().join("server")),
+        ..Default::default()
+    })
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("server")).unwrap();
+    let platform = DevPlatform::start(dir.path()).await.unwrap();
+    let server = bulkhead::server::start(settings).await.unwrap();
+    platform.providers_configure(&server.app).await.unwrap();
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::new();
+
+    // Warm up both paths (connections, compiled code, the breaker closed).
+    for round in 0..10 {
+        provision_raw(&http, &platform, &format!("warm-raw-{round}")).await;
+        provision_api(&http, &base, &format!("warm-api-{round}")).await;
+    }
+    let (mut raw, mut api) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let started = Instant::now();
+        provision_raw(&http, &platform, &format!("raw-{round}")).await;
+        raw.push(started.elapsed());
+        let started = Instant::now();
+        provision_api(&http, &base, &format!("api-{round}")).await;
+        api.push(started.elapsed());
+    }
+    let (raw, api) = (median(raw), median(api));
+    println!(
+        "gcp provision, median of {ROUNDS}: native HTTP to the simulator {raw:?}; through the API and the plugin {api:?}; ratio {:.2}",
+        api.as_secs_f64() / raw.as_secs_f64()
+    );
+
+    let mut with_calls = Vec::new();
+    for _ in 0..5 {
+        with_calls.push(fault_to_open(&http, &base, &platform, true).await);
+    }
+    println!("fault to breaker open with calls flowing (5 runs): median {:?}, all {with_calls:?}", median(with_calls.clone()));
+    let mut probes_only = Vec::new();
+    for _ in 0..3 {
+        probes_only.push(fault_to_open(&http, &base, &platform, false).await);
+    }
+    println!("fault to breaker open with probes only, every 10 s (3 runs): median {:?}, all {probes_only:?}", median(probes_only.clone()));
+
+    server.shutdown().await.unwrap();
+    platform.shutdown().await;
+}
