@@ -70,7 +70,11 @@ async fn provision_raw(http: &reqwest::Client, platform: &DevPlatform, key: &str
         .send()
         .await
         .unwrap();
-    assert!(inserted.status().is_success(), "{}", inserted.text().await.unwrap());
+    assert!(
+        inserted.status().is_success(),
+        "{}",
+        inserted.text().await.unwrap()
+    );
     let got = http
         .get(format!("{zone_url}/instances/{key}"))
         .bearer_auth(bearer)
@@ -106,7 +110,10 @@ async fn state(http: &reqwest::Client, base: &str, provider: &str) -> String {
 
 async fn suspend(http: &reqwest::Client, platform: &DevPlatform, suspended: bool) {
     http.put(format!("{}/_sim/faults", platform.gcp.url()))
-        .json(&FaultState { suspended, ..Default::default() })
+        .json(&FaultState {
+            suspended,
+            ..Default::default()
+        })
         .send()
         .await
         .unwrap();
@@ -114,7 +121,12 @@ async fn suspend(http: &reqwest::Client, platform: &DevPlatform, suspended: bool
 
 /// Suspends the GCP account and waits until the provider is unavailable (with calls every
 /// 20 ms when `calls`), then recovers it; returns the time to open.
-async fn fault_to_open(http: &reqwest::Client, base: &str, platform: &DevPlatform, calls: bool) -> Duration {
+async fn fault_to_open(
+    http: &reqwest::Client,
+    base: &str,
+    platform: &DevPlatform,
+    calls: bool,
+) -> Duration {
     suspend(http, platform, true).await;
     let started = Instant::now();
     let mut round = 0;
@@ -184,12 +196,18 @@ async fn main() {
     for _ in 0..5 {
         with_calls.push(fault_to_open(&http, &base, &platform, true).await);
     }
-    println!("fault to breaker open with calls flowing (5 runs): median {:?}, all {with_calls:?}", median(with_calls.clone()));
+    println!(
+        "fault to breaker open with calls flowing (5 runs): median {:?}, all {with_calls:?}",
+        median(with_calls.clone())
+    );
     let mut probes_only = Vec::new();
     for _ in 0..3 {
         probes_only.push(fault_to_open(&http, &base, &platform, false).await);
     }
-    println!("fault to breaker open with probes only, every 10 s (3 runs): median {:?}, all {probes_only:?}", median(probes_only.clone()));
+    println!(
+        "fault to breaker open with probes only, every 10 s (3 runs): median {:?}, all {probes_only:?}",
+        median(probes_only.clone())
+    );
 
     server.shutdown().await.unwrap();
     platform.shutdown().await;

@@ -38,6 +38,8 @@ fn serve(mut command: Command) -> (Child, String, Vec<String>) {
             panic!("bulkhead exited ({status}) before listening: {before:?}");
         }
         if let Some(addr) = line.trim().strip_prefix("bulkhead listening on http://") {
+            // Keep reading what it prints later, so that its writes never meet a closed pipe.
+            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
             return (child, addr.to_owned(), before);
         }
         before.push(line.trim().to_owned());
