@@ -103,10 +103,11 @@ impl DevPlatform {
                 .map(|(key, value)| ((*key).to_owned(), Some(value.clone())))
                 .collect()
         };
-        let update = |config, secrets, allowlist: SocketAddr| ProviderUpdate {
+        // No allowlist: each provider may reach the endpoints in its configuration.
+        let update = |config, secrets| ProviderUpdate {
             config: Some(config),
             secrets: Some(secrets),
-            allowlist: Some(vec![allowlist.to_string()]),
+            allowlist: None,
             limits: None,
             enabled: Some(true),
             drained: Some(false),
@@ -125,7 +126,6 @@ impl DevPlatform {
                         ("client_email", self.gcp_client_email.clone()),
                         ("private_key", self.gcp_private_key.clone()),
                     ]),
-                    self.gcp.server.addr,
                 ),
             ),
             (
@@ -136,7 +136,6 @@ impl DevPlatform {
                         ("access_key_id", self.aws_credentials.0.clone()),
                         ("secret_access_key", self.aws_credentials.1.clone()),
                     ]),
-                    self.aws.server.addr,
                 ),
             ),
             (
@@ -144,7 +143,6 @@ impl DevPlatform {
                 update(
                     map(&[("agents", self.agent.url()), ("regions", "local".into())]),
                     secrets(&[("agent_token", self.agent_token.clone())]),
-                    self.agent.addr,
                 ),
             ),
         ]

@@ -436,6 +436,24 @@ async fn secrets_are_write_only_and_settings_validated(s: TestServer) {
     let body = patched.assert_status(200).clone();
     assert_eq!(body["secret_names"], json!(["other"]));
     assert_eq!(body["config"], json!({ "zone": "z1" }));
+    // The endpoints in its configuration are reachable without listing them.
+    let endpoints = s
+        .patch(
+            "/v1/providers/vault",
+            ADMIN_TOKEN,
+            json!({ "config": { "zone": "z1", "endpoint": "https://api.example.com:8443/v1", "agents": "http://10.0.0.1:7070, http://10.0.0.2:7070", "note": "not a URL" } }),
+        )
+        .await;
+    assert_eq!(
+        endpoints.assert_status(200)["effective_allowlist"],
+        json!([
+            "api.example.com:443",
+            "10.0.0.1:7070",
+            "10.0.0.2:7070",
+            "api.example.com:8443"
+        ])
+    );
+    assert_eq!(endpoints.body["allowlist"], json!(["api.example.com:443"]));
     assert!(!patched.text.contains("x-secret-2"));
     TestServer::send(
         s.request(Method::PATCH, "/v1/providers/vault", Some(ADMIN_TOKEN))
@@ -683,11 +701,13 @@ async fn a_failing_provider_opens_its_breaker_alone_and_recovers(s: TestServer) 
     )
     .await
     .assert_status(201);
+    // (The metrics registry is the process's, shared by this binary's test servers: only the
+    // counter of changes, which never goes down, is checked.)
     let metrics = TestServer::send(s.request(Method::GET, "/metrics", None)).await;
     assert!(
         metrics
             .text
-            .contains(r#"provider_health{provider="example",health="unavailable"} 1"#),
+            .contains(r#"provider_health_changes_total{provider="example",to="unavailable"}"#),
         "{}",
         metrics.text
     );

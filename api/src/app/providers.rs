@@ -28,7 +28,7 @@ use super::{App, if_match_check, slug_validate};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{plugin_binary, provider, provider_activation};
 use crate::error::{ApiError, ApiResult, unique_violation_as};
-use crate::plugins::{Allowlist, HealthStatus, PluginEnv, PluginError, PluginLimits};
+use crate::plugins::{Allowlist, HealthStatus, HostPattern, PluginEnv, PluginError, PluginLimits};
 
 /// Overrides of the default plugin limits; absent fields keep the default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -144,8 +144,11 @@ pub struct ProviderView {
     pub config: BTreeMap<String, String>,
     /// Names of the secrets set; their values are never returned.
     pub secret_names: Vec<String>,
-    /// `host:port` patterns the plugin may send HTTP requests to.
+    /// `host:port` patterns the plugin may send HTTP requests to, as configured.
     pub allowlist: Vec<String>,
+    /// What the plugin runs with: `allowlist` and the `host:port` of every `http(s)://` URL in
+    /// `config` (its endpoints).
+    pub effective_allowlist: Vec<String>,
     /// Overrides set on this provider.
     pub limits: ProviderLimits,
     /// The limits its calls run with.
@@ -293,13 +296,48 @@ fn settings_validate(
 
 /// What a provider's plugin sees, from its stored record.
 fn plugin_env(row: &provider::Model) -> ApiResult<Arc<PluginEnv>> {
-    let patterns: Vec<String> = serde_json::from_value(row.allowlist.clone()).unwrap_or_default();
+    let patterns = allowlist_effective(row);
     Ok(Arc::new(PluginEnv {
         provider: row.name.as_str().into(),
         config: json_map(&row.config),
         secrets: json_map(&row.secrets),
         allowlist: Arc::new(Allowlist::parse(&patterns).map_err(ApiError::internal)?),
     }))
+}
+
+/// `host:port` of every `http(s)://` URL in a provider's configuration (a value, or one of
+/// comma-separated values): a provider may always reach the endpoints it is configured with.
+fn allowlist_derived(config: &BTreeMap<String, String>) -> Vec<String> {
+    let mut derived: Vec<String> = config
+        .values()
+        .flat_map(|value| value.split(','))
+        .filter_map(|item| item.trim().parse::<http::Uri>().ok())
+        .filter_map(|uri| {
+            let port = match uri.scheme_str()? {
+                "http" => uri.port_u16().unwrap_or(80),
+                "https" => uri.port_u16().unwrap_or(443),
+                _ => return None,
+            };
+            Some(format!("{}:{port}", uri.host()?))
+        })
+        .filter(|pattern| pattern.parse::<HostPattern>().is_ok())
+        .collect();
+    derived.sort();
+    derived.dedup();
+    derived
+}
+
+/// The allowlist a provider's plugin runs with: the configured patterns and the endpoints
+/// derived from its configuration.
+fn allowlist_effective(row: &provider::Model) -> Vec<String> {
+    let mut patterns: Vec<String> =
+        serde_json::from_value(row.allowlist.clone()).unwrap_or_default();
+    for derived in allowlist_derived(&json_map(&row.config)) {
+        if !patterns.contains(&derived) {
+            patterns.push(derived);
+        }
+    }
+    patterns
 }
 
 fn limits_of(row: &provider::Model) -> ProviderLimits {
@@ -408,6 +446,7 @@ impl App {
         let limits = limits_of(&row);
         let mut secret_names: Vec<String> = json_map(&row.secrets).into_keys().collect();
         secret_names.sort();
+        let effective_allowlist = allowlist_effective(&row);
         let health = ProviderHealth::parse(&row.health);
         let state = if !row.enabled {
             "disabled"
@@ -433,6 +472,7 @@ impl App {
             previous_digest: row.previous_digest,
             config: json_map(&row.config),
             secret_names,
+            effective_allowlist,
             allowlist: serde_json::from_value(row.allowlist).unwrap_or_default(),
             effective_limits: ProviderLimits::of(&limits.effective()),
             limits,
