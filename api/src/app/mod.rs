@@ -16,6 +16,7 @@ pub mod plugin_binaries;
 pub mod projects;
 pub mod provider_health;
 pub mod provider_instances;
+pub mod provider_versions;
 pub mod providers;
 pub mod services;
 pub mod sessions;

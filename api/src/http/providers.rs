@@ -14,10 +14,8 @@ use crate::app::App;
 use crate::app::pagination::{Page, PageParams};
 use crate::app::provider_health::ProviderEventView;
 use crate::app::provider_instances::{InstanceCreate, InstanceView};
-use crate::app::providers::{
-    ProviderActivate, ProviderActivationView, ProviderCreate, ProviderProbeView, ProviderUpdate,
-    ProviderView,
-};
+use crate::app::provider_versions::{ProviderActivate, ProviderActivationView, ProviderProbeView};
+use crate::app::providers::{ProviderCreate, ProviderUpdate, ProviderView};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

@@ -1,0 +1,374 @@
+//! Which plugin version a provider runs: activation (health-checked first), rollback, the
+//! activation history, manual probes, and the start-up that registers the bundled plugins
+//! and loads every provider's plugin.
+//!
+//! Activation checks the new version's `health` first and refuses one that fails it; the
+//! switch is then recorded (provider row, activation history, audit log) in one transaction
+//! and made in the registry atomically, so calls in flight finish on the old version and new
+//! calls use the new one. Rollback returns to the version active before the last switch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::App;
+use super::audit::audit_record;
+use super::pagination::{Page, PageParams, paginate};
+use super::plugin_binaries::{Stored, digest_validate, plugin_binary_find, plugin_wasm};
+use super::providers::{ProviderView, limits_of, plugin_env, provider_audit, provider_find};
+use crate::authz::{OpContext, Principal, Scope};
+use crate::entity::{provider, provider_activation};
+use crate::error::{ApiError, ApiResult};
+use crate::plugins::{HealthStatus, PluginEnv, PluginError};
+
+/// The stored binary to switch a provider to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderActivate {
+    pub digest: String,
+}
+
+/// One switch of a provider's plugin.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderActivationView {
+    pub id: Uuid,
+    pub digest: String,
+    /// `activate`, `rollback` or `bundled`.
+    pub action: String,
+    pub actor_user_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<provider_activation::Model> for ProviderActivationView {
+    fn from(m: provider_activation::Model) -> Self {
+        Self {
+            id: m.id,
+            digest: m.digest,
+            action: m.action,
+            actor_user_id: m.actor_user_id,
+            created_at: m.created_at,
+        }
+    }
+}
+
+/// The answer of a health probe of the active plugin.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderProbeView {
+    /// `healthy`, `degraded` or `unavailable` (also when the call failed).
+    pub status: String,
+    pub message: String,
+    /// Why the call failed, when it did.
+    pub error: Option<String>,
+    /// The plugin version that answered.
+    pub digest: String,
+    pub duration_ms: f64,
+}
+
+fn status_name(status: HealthStatus) -> &'static str {
+    match status {
+        HealthStatus::Healthy => "healthy",
+        HealthStatus::Degraded => "degraded",
+        HealthStatus::Unavailable => "unavailable",
+    }
+}
+
+async fn activation_record(
+    db: &impl ConnectionTrait,
+    provider: &str,
+    digest: &str,
+    action: &str,
+    actor: Option<Uuid>,
+) -> ApiResult<()> {
+    provider_activation::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        provider: Set(provider.to_owned()),
+        digest: Set(digest.to_owned()),
+        action: Set(action.to_owned()),
+        actor_user_id: Set(actor),
+        created_at: Set(Utc::now()),
+    }
+    .insert(db)
+    .await?;
+    Ok(())
+}
+
+impl App {
+    /// Switches `name` to the stored binary `digest` after checking its health.
+    pub async fn provider_activate(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+        activate: ProviderActivate,
+    ) -> ApiResult<(i64, ProviderView)> {
+        ctx.principal.require_admin()?;
+        let digest = digest_validate(&activate.digest)?;
+        self.provider_switch(ctx, name, Some(digest), "activate")
+            .await
+    }
+
+    /// Switches `name` back to the binary active before its last switch.
+    pub async fn provider_rollback(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+    ) -> ApiResult<(i64, ProviderView)> {
+        ctx.principal.require_admin()?;
+        self.provider_switch(ctx, name, None, "rollback").await
+    }
+
+    /// Activation and rollback. A rollback returns to a version that ran before, so it skips
+    /// the health check (an outage of the provider's API must not prevent it); an activation
+    /// refuses a version whose `health` fails or reports `unavailable`.
+    async fn provider_switch(
+        &self,
+        ctx: &OpContext,
+        name: &str,
+        digest: Option<String>,
+        action: &'static str,
+    ) -> ApiResult<(i64, ProviderView)> {
+        let slot = self.providers.slot(name);
+        let _changing = slot.changing.lock().await;
+        let current = provider_find(&self.db, name).await?;
+        let target = match digest {
+            Some(digest) => digest,
+            None => current.previous_digest.clone().ok_or_else(|| {
+                ApiError::conflict(
+                    "nothing_to_roll_back",
+                    "this provider has no previous version",
+                )
+            })?,
+        };
+        let binary = plugin_binary_find(&self.db, &target).await?;
+        let mut next = current.clone();
+        next.plugin_digest = Some(target.clone());
+        let wasm = plugin_wasm(&self.db, &target).await?;
+        let plugin = self.plugin_load_for(&wasm, &next)?;
+        let env = plugin_env(&next)?;
+        if action == "activate" {
+            self.provider_health_gate(&plugin, &env).await?;
+        }
+        let serve = next.enabled.then_some((plugin, env));
+        let (revision, view) = self
+            .provider_switch_record(ctx, current, &target, action, serve)
+            .await?;
+        tracing::info!(provider = %name, digest = %target, version = %binary.version, action, "provider plugin switched");
+        Ok((revision, view))
+    }
+
+    async fn provider_health_gate(
+        &self,
+        plugin: &crate::plugins::Plugin,
+        env: &Arc<PluginEnv>,
+    ) -> ApiResult<()> {
+        let refused = |why: String| {
+            ApiError::conflict(
+                "plugin_unhealthy",
+                format!("activation refused: the new version's health check {why}"),
+            )
+        };
+        match self.providers.host.plugin_health(plugin, env).await {
+            Ok(report) if report.status == HealthStatus::Unavailable => {
+                Err(refused(format!("reports unavailable: {}", report.message)))
+            }
+            Ok(_) => Ok(()),
+            Err(err) => Err(refused(format!("failed: {err}"))),
+        }
+    }
+
+    /// Records a switch to `target` and, once committed, serves `prepared`.
+    async fn provider_switch_record(
+        &self,
+        ctx: &OpContext,
+        current: provider::Model,
+        target: &str,
+        action: &'static str,
+        prepared: Option<(crate::plugins::Plugin, Arc<PluginEnv>)>,
+    ) -> ApiResult<(i64, ProviderView)> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        let fresh = provider_find(&txn, &current.name).await?;
+        if fresh.revision != current.revision {
+            return Err(ApiError::conflict(
+                "provider_changed",
+                "the provider changed during the activation; try again",
+            ));
+        }
+        let mut row: provider::ActiveModel = fresh.clone().into();
+        row.previous_digest = Set(fresh.plugin_digest.clone());
+        row.plugin_digest = Set(Some(target.to_owned()));
+        row.revision = Set(fresh.revision + 1);
+        row.updated_at = Set(Utc::now());
+        let updated = row.update(&txn).await?;
+        activation_record(
+            &txn,
+            &updated.name,
+            target,
+            action,
+            Some(ctx.principal.user_id()),
+        )
+        .await?;
+        let details =
+            serde_json::json!({ "digest": target, "previous_digest": fresh.plugin_digest });
+        let audit_action = if action == "rollback" {
+            "provider.rollback"
+        } else {
+            "provider.activate"
+        };
+        audit_record(&txn, ctx, provider_audit(audit_action, &updated, details)).await?;
+        txn.commit().await?;
+        if let Some((plugin, env)) = prepared {
+            self.providers.slot(&updated.name).activate(plugin, env);
+        }
+        self.health.probe_soon(&updated.name);
+        self.provider_view_load(updated).await
+    }
+
+    fn plugin_load_for(
+        &self,
+        wasm: &[u8],
+        row: &provider::Model,
+    ) -> ApiResult<crate::plugins::Plugin> {
+        self.providers
+            .host
+            .plugin_load(wasm, limits_of(row).effective())
+            .map_err(|rejection| {
+                ApiError::invalid(format!("plugin rejected: {rejection}"))
+                    .with_code("plugin_rejected")
+            })
+    }
+
+    /// Loads what `row` should run: its plugin with its limits and settings, or nothing when
+    /// it is disabled or has no plugin.
+    pub(super) async fn provider_prepare(
+        &self,
+        db: &impl ConnectionTrait,
+        row: &provider::Model,
+    ) -> ApiResult<Option<(crate::plugins::Plugin, Arc<PluginEnv>)>> {
+        let Some(digest) = row.plugin_digest.as_deref().filter(|_| row.enabled) else {
+            return Ok(None);
+        };
+        let wasm = plugin_wasm(db, digest).await?;
+        Ok(Some((self.plugin_load_for(&wasm, row)?, plugin_env(row)?)))
+    }
+
+    pub async fn provider_activation_list(
+        &self,
+        principal: &Principal,
+        name: &str,
+        params: PageParams,
+    ) -> ApiResult<Page<provider_activation::Model>> {
+        principal.require_scope(Scope::Read)?;
+        provider_find(&self.db, name).await?;
+        let select = provider_activation::Entity::find()
+            .filter(provider_activation::Column::Provider.eq(name));
+        paginate(
+            &self.db,
+            select,
+            provider_activation::Column::Id,
+            |m| m.id,
+            &params,
+        )
+        .await
+    }
+
+    /// Calls `health` on the provider's active plugin now; the answer feeds its breaker like
+    /// a background probe's.
+    pub async fn provider_probe(
+        &self,
+        principal: &Principal,
+        name: &str,
+    ) -> ApiResult<ProviderProbeView> {
+        principal.require_admin()?;
+        let row = provider_find(&self.db, name).await?;
+        let active = self.providers.active(&row.name).ok_or_else(|| {
+            ApiError::conflict(
+                "provider_not_serving",
+                "this provider has no active plugin, or is disabled",
+            )
+        })?;
+        let started = Instant::now();
+        let result = self
+            .providers
+            .host
+            .plugin_health(&active.plugin, &active.env)
+            .await;
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let signal = super::provider_health::probe_signal(&result);
+        self.provider_health_record(&row, &active, signal, true)
+            .await;
+        let (status, message, error) = match result {
+            Ok(report) => (status_name(report.status), report.message, None),
+            Err(PluginError::Provider(err)) => {
+                ("unavailable", String::new(), Some(format!("{err:?}")))
+            }
+            Err(err) => ("unavailable", String::new(), Some(err.to_string())),
+        };
+        Ok(ProviderProbeView {
+            status: status.into(),
+            message,
+            error,
+            digest: active.plugin.digest.clone(),
+            duration_ms,
+        })
+    }
+
+    /// At start-up: stores the bundled plugins, makes each the provider of its name when no
+    /// such provider exists, and loads every enabled provider's plugin. A provider whose
+    /// plugin cannot be loaded is logged and left out of service; the server still starts.
+    pub async fn providers_start(&self) -> ApiResult<()> {
+        for bundled in crate::plugins::bundled::BUNDLED {
+            let binary = match self.plugin_binary_store(bundled.wasm, None).await? {
+                Stored::Created(binary) | Stored::AlreadyStored(binary) => binary,
+            };
+            let txn = crate::db::begin_write(&self.db).await?;
+            if provider::Entity::find_by_id(bundled.provider.to_owned())
+                .one(&txn)
+                .await?
+                .is_none()
+            {
+                let now = Utc::now();
+                let config: BTreeMap<&str, &str> = bundled.config.iter().copied().collect();
+                provider::ActiveModel {
+                    name: Set(bundled.provider.to_owned()),
+                    plugin_digest: Set(Some(binary.digest.clone())),
+                    previous_digest: Set(None),
+                    config: Set(serde_json::to_value(config).map_err(ApiError::internal)?),
+                    secrets: Set(serde_json::json!({})),
+                    allowlist: Set(
+                        serde_json::to_value(bundled.allowlist).map_err(ApiError::internal)?
+                    ),
+                    limits: Set(serde_json::json!({})),
+                    enabled: Set(true),
+                    health: Set("healthy".into()),
+                    health_reason: Set(String::new()),
+                    health_changed_at: Set(None),
+                    drained: Set(false),
+                    revision: Set(1),
+                    created_at: Set(now),
+                    updated_at: Set(now),
+                }
+                .insert(&txn)
+                .await?;
+                activation_record(&txn, bundled.provider, &binary.digest, "bundled", None).await?;
+                tracing::info!(provider = bundled.provider, digest = %binary.digest, "registered the bundled plugin");
+            }
+            txn.commit().await?;
+        }
+        self.provider_health_gauges_init().await?;
+        for row in provider::Entity::find().all(&self.db).await? {
+            match self.provider_prepare(&self.db, &row).await {
+                Ok(Some((plugin, env))) => self.providers.slot(&row.name).activate(plugin, env),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::error!(provider = %row.name, error = %err, "provider plugin not loaded; the provider is out of service")
+                }
+            }
+        }
+        Ok(())
+    }
+}
