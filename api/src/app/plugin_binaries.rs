@@ -7,6 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, Set};
 use serde::Serialize;
+use sha2::Digest;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -138,6 +139,15 @@ impl App {
                 "body_too_large",
                 format!("a plugin binary may be at most {PLUGIN_MAX_BYTES} bytes"),
             ));
+        }
+        // A stored binary was validated when it was stored: not again (at every start-up, for
+        // the bundled ones).
+        let digest = hex::encode(sha2::Sha256::digest(wasm));
+        if let Some(existing) = plugin_binary::Entity::find_by_id(digest)
+            .one(&self.db)
+            .await?
+        {
+            return Ok(Stored::AlreadyStored(existing));
         }
         let host = &self.providers.host;
         let plugin = host
