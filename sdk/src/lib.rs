@@ -127,6 +127,22 @@ pub fn config(key: &str) -> Option<String> {
     return testing::config_get(key);
 }
 
+/// A comma-separated configuration value as a list (items trimmed, empty ones dropped), or
+/// `default` when it is unset or empty: e.g. `config_list("regions", &["us-east-1"])`.
+pub fn config_list(key: &str, default: &[&str]) -> Vec<String> {
+    let items: Vec<String> = config(key)
+        .unwrap_or_default()
+        .split(',')
+        .map(|item| item.trim().to_owned())
+        .filter(|item| !item.is_empty())
+        .collect();
+    if items.is_empty() {
+        default.iter().map(|item| (*item).to_owned()).collect()
+    } else {
+        items
+    }
+}
+
 /// A secret of the plugin (credentials). Never log it.
 pub fn secret(key: &str) -> Option<String> {
     #[cfg(target_family = "wasm")]
@@ -227,5 +243,17 @@ pub mod testing {
 
     pub(crate) fn log(level: LogLevel, message: &str) {
         LOGS.with(|l| l.borrow_mut().push((level, message.to_owned())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn config_lists_are_trimmed_and_default_when_empty() {
+        assert_eq!(super::config_list("zones", &["z1"]), ["z1"]);
+        super::testing::set_config("zones", " a, ,b ,");
+        assert_eq!(super::config_list("zones", &["z1"]), ["a", "b"]);
+        super::testing::set_config("zones", " , ");
+        assert_eq!(super::config_list("zones", &[]), Vec::<String>::new());
     }
 }

@@ -57,17 +57,7 @@ const TAG_ARTIFACT: &str = "bulkhead-artifact";
 pub struct Aws;
 
 fn regions() -> Vec<String> {
-    let regions: Vec<String> = bulkhead_sdk::config("regions")
-        .unwrap_or_default()
-        .split(',')
-        .map(|region| region.trim().to_owned())
-        .filter(|region| !region.is_empty())
-        .collect();
-    if regions.is_empty() {
-        vec![DEFAULT_REGION.to_owned()]
-    } else {
-        regions
-    }
+    bulkhead_sdk::config_list("regions", &[DEFAULT_REGION])
 }
 
 /// The EC2 endpoint of `region`: the configured `endpoint`, or AWS's regional one.

@@ -13,12 +13,7 @@ use bulkhead_sdk::{
 pub struct Example;
 
 fn regions() -> Vec<String> {
-    bulkhead_sdk::config("regions")
-        .unwrap_or_else(|| "local".into())
-        .split(',')
-        .map(|region| region.trim().to_owned())
-        .filter(|region| !region.is_empty())
-        .collect()
+    bulkhead_sdk::config_list("regions", &["local"])
 }
 
 fn instance(instance_key: String, region: String) -> Instance {

@@ -104,17 +104,7 @@ fn config_or(key: &str, default: &str) -> String {
 
 /// The configured zones (`regions`), or the default one.
 fn zones() -> Vec<String> {
-    let zones: Vec<String> = bulkhead_sdk::config("regions")
-        .unwrap_or_default()
-        .split(',')
-        .map(|zone| zone.trim().to_owned())
-        .filter(|zone| !zone.is_empty())
-        .collect();
-    if zones.is_empty() {
-        vec![DEFAULT_ZONE.to_owned()]
-    } else {
-        zones
-    }
+    bulkhead_sdk::config_list("regions", &[DEFAULT_ZONE])
 }
 
 impl Settings {

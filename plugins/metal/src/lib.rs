@@ -41,11 +41,9 @@ struct Fleet {
 
 impl Fleet {
     fn from_config() -> Result<Self, ProviderError> {
-        let urls: Vec<String> = bulkhead_sdk::config("agents")
-            .unwrap_or_default()
-            .split(',')
-            .map(|url| url.trim().trim_end_matches('/').to_owned())
-            .filter(|url| !url.is_empty())
+        let urls: Vec<String> = bulkhead_sdk::config_list("agents", &[])
+            .into_iter()
+            .map(|url| url.trim_end_matches('/').to_owned())
             .collect();
         if urls.is_empty() {
             return Err(ProviderError::InvalidSpec(
@@ -124,17 +122,7 @@ fn message(err: &ProviderError) -> String {
 }
 
 fn regions() -> Vec<String> {
-    let regions: Vec<String> = bulkhead_sdk::config("regions")
-        .unwrap_or_default()
-        .split(',')
-        .map(|region| region.trim().to_owned())
-        .filter(|region| !region.is_empty())
-        .collect();
-    if regions.is_empty() {
-        vec!["local".into()]
-    } else {
-        regions
-    }
+    bulkhead_sdk::config_list("regions", &["local"])
 }
 
 /// The region reported for instances found on an agent (agents do not keep one).
