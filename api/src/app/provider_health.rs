@@ -61,6 +61,15 @@ impl HealthBoard {
         f(breaker)
     }
 
+    /// Whether `provider` should be probed now (a provider without a breaker yet: yes).
+    fn probe_due(&self, provider: &str) -> bool {
+        self.breakers
+            .lock()
+            .expect("not poisoned")
+            .get(provider)
+            .is_none_or(|breaker| breaker.probe_due(Instant::now()))
+    }
+
     /// Makes a probe of `provider` due now, if it has a breaker.
     pub fn probe_soon(&self, provider: &str) {
         if let Some(breaker) = self
@@ -254,53 +263,52 @@ impl App {
                 _ = interval.tick() => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
             }
-            let rows = match provider::Entity::find()
-                .filter(provider::Column::Enabled.eq(true))
-                .all(&self.db)
-                .await
-            {
-                Ok(rows) => rows,
-                Err(err) => {
-                    tracing::warn!(error = %err, "provider health: could not list providers");
-                    continue;
-                }
-            };
-            for row in rows {
-                let Some(active) = self.providers.active(&row.name) else {
-                    continue;
-                };
-                let due =
-                    self.health
-                        .with(&row.name, ProviderHealth::parse(&row.health), |breaker| {
-                            breaker.probe_due(Instant::now())
-                        });
-                if !due
+            // Only the providers whose probe is due are read from the database: most ticks
+            // touch nothing but memory.
+            for (name, active) in self.providers.serving() {
+                if !self.health.probe_due(&name)
                     || !self
                         .health
                         .probing
                         .lock()
                         .expect("not poisoned")
-                        .insert(row.name.clone())
+                        .insert(name.clone())
                 {
                     continue;
                 }
                 let app = self.clone();
                 tokio::spawn(async move {
-                    let result = app
-                        .providers
-                        .host
-                        .plugin_health(&active.plugin, &active.env)
-                        .await;
-                    app.provider_health_record(&row, &active, probe_signal(&result), true)
-                        .await;
+                    app.provider_probe_run(&name, &active).await;
                     app.health
                         .probing
                         .lock()
                         .expect("not poisoned")
-                        .remove(&row.name);
+                        .remove(&name);
                 });
             }
         }
+    }
+
+    /// One background probe of `name`'s plugin `active`, recorded on its breaker.
+    async fn provider_probe_run(&self, name: &str, active: &Arc<ActivePlugin>) {
+        let row = match provider::Entity::find_by_id(name.to_owned())
+            .one(&self.db)
+            .await
+        {
+            Ok(Some(row)) => row,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::warn!(provider = name, error = %err, "provider health: could not read the provider");
+                return;
+            }
+        };
+        let result = self
+            .providers
+            .host
+            .plugin_health(&active.plugin, &active.env)
+            .await;
+        self.provider_health_record(&row, active, probe_signal(&result), true)
+            .await;
     }
 
     /// Sets the health gauge of every provider from the stored health (at start-up).

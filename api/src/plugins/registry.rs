@@ -79,6 +79,16 @@ impl ProviderRegistry {
             .clone()
     }
 
+    /// Every provider taking calls, with the version new calls use.
+    pub fn serving(&self) -> Vec<(String, Arc<ActivePlugin>)> {
+        self.slots
+            .read()
+            .expect("not poisoned")
+            .iter()
+            .filter_map(|(name, slot)| Some((name.clone(), slot.active()?)))
+            .collect()
+    }
+
     /// The version of `provider` that new calls use.
     pub fn active(&self, provider: &str) -> Option<Arc<ActivePlugin>> {
         self.slots
