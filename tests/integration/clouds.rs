@@ -13,7 +13,7 @@ use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
 use bulkhead_simulators::faults::FaultState;
 
 use crate::db_tests;
-use crate::support::{ADMIN_TOKEN, Reply, TestServer};
+use crate::support::{ADMIN_TOKEN, Reply, TestServer, provider_state, state_wait};
 
 db_tests!(
     aws_instances_against_the_simulator,
@@ -94,14 +94,6 @@ async fn provider_point(
     .assert_status(200);
 }
 
-async fn provider_state(s: &TestServer, name: &str) -> String {
-    let view = s.get(&format!("/v1/providers/{name}"), ADMIN_TOKEN).await;
-    view.assert_status(200)["state"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// Probes provider `name` until it is healthy: after a change of its settings, the probes
 /// (not a stale state) say so.
 async fn healthy_probe(s: &TestServer, name: &str) {
@@ -124,20 +116,6 @@ async fn healthy_probe(s: &TestServer, name: &str) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Polls until provider `name` is in `state`; returns how long that took.
-pub async fn state_wait(s: &TestServer, name: &str, state: &str) -> Duration {
-    let started = Instant::now();
-    while provider_state(s, name).await != state {
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "{name} did not become {state}; it is {}",
-            provider_state(s, name).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    started.elapsed()
 }
 
 async fn fault_set(sim_url: &str, faults: FaultState) {

@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::db_tests;
-use crate::support::{ADMIN_TOKEN, Reply, TestServer, plugin_bytes};
+use crate::support::{ADMIN_TOKEN, Reply, TestServer, plugin_bytes, provider_state, state_wait};
 
 db_tests!(
     bundled_example_is_registered_once_and_serves,
@@ -538,30 +538,6 @@ async fn status_page(status: Arc<std::sync::atomic::AtomicU16>) -> u16 {
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, app).await });
     port
-}
-
-async fn provider_state(s: &TestServer, name: &str) -> String {
-    let view = s.get(&format!("/v1/providers/{name}"), ADMIN_TOKEN).await;
-    view.assert_status(200)["state"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-/// Polls until `name` is in `state`; returns how long that took.
-async fn state_wait(s: &TestServer, name: &str, state: &str) -> std::time::Duration {
-    let started = std::time::Instant::now();
-    loop {
-        if provider_state(s, name).await == state {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(15),
-            "{name} did not become {state}; it is {}",
-            provider_state(s, name).await
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
 }
 
 db_tests!(

@@ -350,3 +350,26 @@ pub fn plugins_dir() -> &'static Path {
 pub fn plugin_bytes(file: &str) -> Vec<u8> {
     std::fs::read(plugins_dir().join(file)).unwrap_or_else(|err| panic!("{file}: {err}"))
 }
+
+/// The `state` of provider `name` (healthy, degraded, unavailable, drained, disabled).
+pub async fn provider_state(s: &TestServer, name: &str) -> String {
+    let view = s.get(&format!("/v1/providers/{name}"), ADMIN_TOKEN).await;
+    view.assert_status(200)["state"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Polls until provider `name` is in `state` (at most 15 s); returns how long that took.
+pub async fn state_wait(s: &TestServer, name: &str, state: &str) -> Duration {
+    let started = std::time::Instant::now();
+    while provider_state(s, name).await != state {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{name} did not become {state}; it is {}",
+            provider_state(s, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
