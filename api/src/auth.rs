@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::entity::signing_key;
+use crate::secrets::SecretBox;
 
 /// Issuer (`iss`) of Bulkhead's access tokens.
 pub const JWT_ISSUER: &str = "bulkhead";
@@ -66,6 +67,18 @@ pub fn opaque_token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
+fn signing_key_purpose(id: &str) -> String {
+    format!("jwt-signing-key:{id}")
+}
+
+/// The private half of a stored signing key, opened.
+pub fn signing_key_private_pem(
+    secrets: &SecretBox,
+    key: &signing_key::Model,
+) -> anyhow::Result<String> {
+    secrets.open_value(&signing_key_purpose(&key.id), &key.private_key_pem)
+}
+
 /// Claims of an access token.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct AccessClaims {
@@ -77,6 +90,13 @@ pub struct AccessClaims {
     pub nbf: i64,
     pub exp: i64,
     pub jti: Uuid,
+    /// The session (refresh-token family) the token belongs to.
+    #[serde(default)]
+    pub sid: Uuid,
+    /// The user's session epoch when the token was issued: a password change or disabling the
+    /// user moves the epoch on, and tokens of an earlier one are refused.
+    #[serde(default)]
+    pub sep: i64,
 }
 
 /// The key pair that signs and verifies access tokens.
@@ -88,8 +108,13 @@ pub struct JwtKeys {
 }
 
 impl JwtKeys {
-    /// Loads the newest signing key from the database, generating and storing one on first start.
-    pub async fn load_or_create(db: &DatabaseConnection) -> anyhow::Result<Self> {
+    /// Loads the newest signing key from the database, generating and storing one on first
+    /// start. Its private half is stored sealed (a plaintext one, from an earlier version, is
+    /// sealed in place).
+    pub async fn load_or_create(
+        db: &DatabaseConnection,
+        secrets: &SecretBox,
+    ) -> anyhow::Result<Self> {
         let stored = signing_key::Entity::find()
             .order_by_desc(signing_key::Column::CreatedAt)
             .one(db)
@@ -102,10 +127,11 @@ impl JwtKeys {
                 let signing = SigningKey::from_bytes(&seed);
                 let private_pem = signing.to_pkcs8_pem(LineEnding::LF)?.to_string();
                 let public_pem = signing.verifying_key().to_public_key_pem(LineEnding::LF)?;
+                let id = Uuid::now_v7().to_string();
                 let candidate = signing_key::ActiveModel {
-                    id: Set(Uuid::now_v7().to_string()),
+                    private_key_pem: Set(secrets.seal(&signing_key_purpose(&id), &private_pem)),
+                    id: Set(id),
                     algorithm: Set("EdDSA".into()),
-                    private_key_pem: Set(private_pem),
                     public_key_pem: Set(public_pem),
                     created_at: Set(Utc::now()),
                 };
@@ -118,6 +144,16 @@ impl JwtKeys {
                     .ok_or_else(|| anyhow::anyhow!("signing key vanished after insert"))?
             }
         };
+        let purpose = signing_key_purpose(&key.id);
+        let private_pem = if SecretBox::is_sealed(&key.private_key_pem) {
+            signing_key_private_pem(secrets, &key)?
+        } else {
+            let plaintext = key.private_key_pem.clone();
+            let mut active: signing_key::ActiveModel = key.clone().into();
+            active.private_key_pem = Set(secrets.seal(&purpose, &plaintext));
+            active.update(db).await?;
+            plaintext
+        };
         let mut validation = Validation::new(Algorithm::EdDSA);
         validation.set_issuer(&[JWT_ISSUER]);
         validation.set_audience(&[JWT_AUDIENCE]);
@@ -126,16 +162,19 @@ impl JwtKeys {
         validation.leeway = 5;
         Ok(Self {
             key_id: key.id,
-            encoding: EncodingKey::from_ed_pem(key.private_key_pem.as_bytes())?,
+            encoding: EncodingKey::from_ed_pem(private_pem.as_bytes())?,
             decoding: DecodingKey::from_ed_pem(key.public_key_pem.as_bytes())?,
             validation,
         })
     }
 
-    /// Signs an access token for `user_id` valid for `ttl`.
+    /// Signs an access token for `user_id` in session `family` and epoch `epoch`, valid for
+    /// `ttl`.
     pub fn access_token_issue(
         &self,
         user_id: Uuid,
+        family: Uuid,
+        epoch: i64,
         ttl: std::time::Duration,
     ) -> anyhow::Result<String> {
         let now = Utc::now().timestamp();
@@ -147,6 +186,8 @@ impl JwtKeys {
             nbf: now,
             exp: now + ttl.as_secs() as i64,
             jti: Uuid::new_v4(),
+            sid: family,
+            sep: epoch,
         };
         let mut header = Header::new(Algorithm::EdDSA);
         header.kid = Some(self.key_id.clone());

@@ -22,7 +22,7 @@ pub enum Scope {
     /// Everything the user may do, including administration if the user is an administrator.
     #[serde(rename = "admin")]
     Admin,
-    /// Create, change and delete resources (implies `read`).
+    /// Create, change and delete resources (implies `read` and `deploy`).
     #[serde(rename = "write")]
     Write,
     /// Read resources.
@@ -89,8 +89,9 @@ impl ProjectRole {
 /// How the caller authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Credential {
-    /// A JWT access token from a password login: all of the user's powers.
-    Session,
+    /// A JWT access token from a password login, in the session (refresh-token family) it
+    /// names: all of the user's powers.
+    Session(Uuid),
     /// An API token, limited to its scopes.
     ApiToken(Uuid),
 }
@@ -111,7 +112,29 @@ impl Principal {
     pub fn token_id(&self) -> Option<Uuid> {
         match self.credential {
             Credential::ApiToken(id) => Some(id),
-            Credential::Session => None,
+            Credential::Session(_) => None,
+        }
+    }
+
+    /// A stable name of the credential (not of the user): `t:<token id>` or `s:<session id>`.
+    /// Idempotency keys are scoped to it.
+    pub fn credential_key(&self) -> String {
+        match self.credential {
+            Credential::ApiToken(id) => format!("t:{id}"),
+            Credential::Session(family) => format!("s:{family}"),
+        }
+    }
+
+    /// Requires a password session (not an API token): for changing credentials.
+    pub fn require_session(&self) -> ApiResult<()> {
+        AuthzCheck::Session.record();
+        match self.credential {
+            Credential::Session(_) => Ok(()),
+            Credential::ApiToken(_) => Err(ApiError::new(
+                http::StatusCode::FORBIDDEN,
+                "session_required",
+                "this needs a password session, not an API token",
+            )),
         }
     }
 
@@ -121,14 +144,16 @@ impl Principal {
         self.user.is_admin && self.scopes.contains(&Scope::Admin)
     }
 
-    /// Whether the credential allows `scope`: `admin` allows everything, `write` allows `read`.
+    /// Whether the credential allows `scope`: `admin` allows everything, `write` allows `read`
+    /// and `deploy`.
     pub fn has_scope(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)
             || self.scopes.contains(&Scope::Admin)
-            || (scope == Scope::Read && self.scopes.contains(&Scope::Write))
+            || (matches!(scope, Scope::Read | Scope::Deploy) && self.scopes.contains(&Scope::Write))
     }
 
     pub fn require_scope(&self, scope: Scope) -> ApiResult<()> {
+        AuthzCheck::Scope(scope).record();
         if self.has_scope(scope) {
             Ok(())
         } else {
@@ -142,6 +167,7 @@ impl Principal {
 
     /// Requires an administrator (and the `admin` scope).
     pub fn require_admin(&self) -> ApiResult<()> {
+        AuthzCheck::Admin.record();
         self.require_scope(Scope::Admin)?;
         if self.user.is_admin {
             Ok(())
@@ -151,9 +177,76 @@ impl Principal {
     }
 }
 
+/// The scope a route requires of its caller, checked by the [`Scoped`] extractor before the
+/// request body is read (so that a too-narrow token is told 403, not a complaint about its
+/// body). The application layer checks again, close to each action.
+pub trait RouteScope: Send + Sync + 'static {
+    const SCOPE: Scope;
+}
+
+/// Routes that create, change or delete resources: what a plain [`OpContext`] requires.
+pub struct WriteScope;
+
+impl RouteScope for WriteScope {
+    const SCOPE: Scope = Scope::Write;
+}
+
+/// Routes that start and manage deployments (a `deploy` token may call them, and nothing else).
+pub struct DeployScope;
+
+impl RouteScope for DeployScope {
+    const SCOPE: Scope = Scope::Deploy;
+}
+
+/// The [`OpContext`] of a route that states the scope `S` it needs. A handler taking
+/// `OpContext` itself requires [`WriteScope`].
+pub struct Scoped<S: RouteScope>(pub OpContext, pub std::marker::PhantomData<S>);
+
 /// The principal and request id that an application operation runs for (recorded in the audit log).
 #[derive(Debug, Clone)]
 pub struct OpContext {
     pub principal: Principal,
     pub request_id: String,
+}
+
+/// One authorization check that a request passed. The checks of a request with an
+/// `Idempotency-Key` are stored with its response, and a replay must pass them again, as a
+/// fresh request would (a member demoted since, or an administrator no longer one, gets the
+/// refusal, not the stored answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "check", rename_all = "snake_case")]
+pub enum AuthzCheck {
+    Scope(Scope),
+    Admin,
+    Session,
+    Project {
+        project_id: Uuid,
+        role: ProjectRole,
+        scope: Scope,
+    },
+}
+
+tokio::task_local! {
+    static AUTHZ_TRAIL: std::sync::Arc<std::sync::Mutex<Vec<AuthzCheck>>>;
+}
+
+impl AuthzCheck {
+    /// Adds this check to the trail of the request being handled, if one is being kept.
+    pub fn record(self) {
+        let _ = AUTHZ_TRAIL.try_with(|trail| {
+            let mut trail = trail.lock().expect("not poisoned");
+            if !trail.contains(&self) {
+                trail.push(self);
+            }
+        });
+    }
+}
+
+/// Runs `work` keeping the trail of the authorization checks it makes; returns its output and
+/// the checks.
+pub async fn authz_trail_keep<T>(work: impl Future<Output = T>) -> (T, Vec<AuthzCheck>) {
+    let trail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let output = AUTHZ_TRAIL.scope(trail.clone(), work).await;
+    let checks = std::mem::take(&mut *trail.lock().expect("not poisoned"));
+    (output, checks)
 }

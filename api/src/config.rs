@@ -2,14 +2,17 @@
 //! then an optional TOML file, then defaults, in that order of precedence.
 //!
 //! Clap resolves flags over environment variables; [`FileSettings`] fills whatever neither set.
-//! The bootstrap token is a secret and comes from the environment only (never a flag, which
-//! would show in the process list, nor the file).
+//! The bootstrap token and the secret key are secrets and come from the environment only (never
+//! a flag, which would show in the process list, nor the file); the secret key may also be in a
+//! key file of its own.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrecy::SecretString;
+
+use crate::app::login_throttle::LoginLimits;
 use serde::Deserialize;
 
 /// Flags (and their environment variables) of `bulkhead serve`.
@@ -52,6 +55,19 @@ pub struct ServeArgs {
     /// probed with backoff, from half of this up to six times it).
     #[arg(long, env = "BULKHEAD_PROVIDER_PROBE_INTERVAL_MS")]
     pub provider_probe_interval_ms: Option<u64>,
+    /// A file holding the master key that encrypts secrets at rest (base64 of 32 bytes, mode
+    /// 0600). Default: `BULKHEAD_SECRET_KEY` if set, else `<data-dir>/secret.key` (generated).
+    #[arg(long, env = "BULKHEAD_SECRET_KEY_FILE")]
+    pub secret_key_file: Option<PathBuf>,
+    /// Login attempts a minute from one client address.
+    #[arg(long, env = "BULKHEAD_LOGIN_RATE_PER_IP")]
+    pub login_rate_per_ip: Option<u32>,
+    /// Login attempts a minute for one account.
+    #[arg(long, env = "BULKHEAD_LOGIN_RATE_PER_ACCOUNT")]
+    pub login_rate_per_account: Option<u32>,
+    /// Password hashes computed at once (each takes ~19 MiB); default: the number of cores.
+    #[arg(long, env = "BULKHEAD_PASSWORD_HASH_CONCURRENCY")]
+    pub password_hash_concurrency: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -77,6 +93,10 @@ struct FileSettings {
     admin_email: Option<String>,
     log_format: Option<LogFormat>,
     provider_probe_interval_ms: Option<u64>,
+    secret_key_file: Option<PathBuf>,
+    login_rate_per_ip: Option<u32>,
+    login_rate_per_account: Option<u32>,
+    password_hash_concurrency: Option<usize>,
 }
 
 /// Resolved settings of a running server.
@@ -96,6 +116,12 @@ pub struct Settings {
     pub provider_probe_interval: Duration,
     /// `BULKHEAD_BOOTSTRAP_TOKEN`: the first administrator's API token, if set.
     pub bootstrap_token: Option<SecretString>,
+    /// Login rate limits and the password-hashing cap.
+    pub login_limits: LoginLimits,
+    /// `BULKHEAD_SECRET_KEY`: the master key of secrets at rest (base64), if set.
+    pub secret_key: Option<SecretString>,
+    /// The key file of the master key, if not the environment's or the data directory's.
+    pub secret_key_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -156,6 +182,28 @@ impl Settings {
                     .max(100),
             ),
             bootstrap_token,
+            secret_key: std::env::var("BULKHEAD_SECRET_KEY")
+                .ok()
+                .filter(|key| !key.is_empty())
+                .map(SecretString::from),
+            secret_key_file: args.secret_key_file.or(file.secret_key_file),
+            login_limits: {
+                let default = LoginLimits::default();
+                LoginLimits {
+                    per_ip_per_minute: args
+                        .login_rate_per_ip
+                        .or(file.login_rate_per_ip)
+                        .unwrap_or(default.per_ip_per_minute),
+                    per_account_per_minute: args
+                        .login_rate_per_account
+                        .or(file.login_rate_per_account)
+                        .unwrap_or(default.per_account_per_minute),
+                    concurrent_hashes: args
+                        .password_hash_concurrency
+                        .or(file.password_hash_concurrency)
+                        .unwrap_or(default.concurrent_hashes),
+                }
+            },
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The database connection: opening SQLite (created if missing) or PostgreSQL, running
 //! migrations, and the checks behind `/readyz`.
 
+use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -40,7 +41,10 @@ async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<Da
             .parent()
             .filter(|dir| !dir.as_os_str().is_empty())
         {
-            std::fs::create_dir_all(dir)?;
+            private_dir_create(dir)?;
+        }
+        if parsed.get_filename() != Path::new(":memory:") {
+            private_file_create(parsed.get_filename())?;
         }
         options.map_sqlx_sqlite_opts(|opts| {
             opts.create_if_missing(true)
@@ -52,6 +56,33 @@ async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<Da
     }
     options.max_connections(max_connections);
     Ok(Database::connect(options).await?)
+}
+
+/// Creates `dir` (and its parents) if missing, readable by this user only (0700).
+pub fn private_dir_create(dir: &Path) -> std::io::Result<()> {
+    if dir.exists() {
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Creates an empty `file` readable by this user only (0600) if it does not exist, so that
+/// SQLite, which gives its WAL and shared-memory files the database file's mode, keeps them
+/// private too.
+fn private_file_create(file: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(file) {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) => Err(err),
+    }
 }
 
 /// Starts a transaction that will write. On SQLite it takes the write lock at once, so that two

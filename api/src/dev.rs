@@ -168,7 +168,7 @@ impl DevPlatform {
         let ctx = OpContext {
             principal: Principal {
                 user: admin,
-                credential: Credential::Session,
+                credential: Credential::Session(uuid::Uuid::nil()),
                 scopes: [Scope::Admin].into(),
             },
             request_id: "bulkhead-dev".into(),

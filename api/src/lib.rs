@@ -14,4 +14,5 @@ pub mod entity;
 pub mod error;
 pub mod http;
 pub mod plugins;
+pub mod secrets;
 pub mod server;

@@ -30,6 +30,13 @@ enum Command {
     },
     /// Print the OpenAPI document (the committed copy is `openapi/openapi.json`).
     Openapi,
+    /// Manage the master key that encrypts secrets at rest.
+    Secrets {
+        #[command(flatten)]
+        args: ServeArgs,
+        #[command(subcommand)]
+        action: SecretsAction,
+    },
     /// Run a complete local platform: the server with the bundled providers, a host agent and
     /// the GCP and AWS simulators, the providers configured to use them.
     Dev(DevArgs),
@@ -70,6 +77,18 @@ struct AgentArgs {
     /// Host name or IP put in workload addresses (how the platform reaches this machine).
     #[arg(long, env = "BULKHEAD_AGENT_ADVERTISE_HOST", default_value = bulkhead_agent::DEFAULT_ADVERTISE_HOST)]
     advertise_host: String,
+}
+
+#[derive(Subcommand)]
+enum SecretsAction {
+    /// Re-wrap the database's data keys with a new master key (nothing else changes, and an
+    /// interrupted rotation loses nothing). Without --new-key-file, the data directory's key is
+    /// replaced by a new one.
+    RotateKey {
+        /// Where the new key is (generated there, 0600, if the file does not exist).
+        #[arg(long)]
+        new_key_file: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -354,6 +373,17 @@ async fn main() -> anyhow::Result<()> {
         Command::Plugin { action } => {
             logging_init(LogFormat::Text);
             plugin_command(action).await?;
+        }
+        Command::Secrets {
+            args,
+            action: SecretsAction::RotateKey { new_key_file },
+        } => {
+            let settings = Settings::resolve(args)?;
+            logging_init(settings.log_format);
+            let report =
+                bulkhead::secrets::master_key_rotate_command(&settings, new_key_file.as_deref())
+                    .await?;
+            println!("{report}");
         }
         Command::Openapi => {
             println!("{}", bulkhead::http::openapi_document().to_pretty_json()?);

@@ -16,6 +16,10 @@ mod m20261130_000005_idempotency;
 mod m20261130_000006_user_last_login;
 mod m20261130_000007_plugin_registry;
 mod m20261130_000008_provider_health;
+mod m20261130_000009_invitations;
+mod m20261130_000010_credential_lineage;
+mod m20261130_000011_data_keys;
+mod m20261130_000012_deployments;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -32,6 +36,10 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000006_user_last_login::Migration),
             Box::new(m20261130_000007_plugin_registry::Migration),
             Box::new(m20261130_000008_provider_health::Migration),
+            Box::new(m20261130_000009_invitations::Migration),
+            Box::new(m20261130_000010_credential_lineage::Migration),
+            Box::new(m20261130_000011_data_keys::Migration),
+            Box::new(m20261130_000012_deployments::Migration),
         ]
     }
 }

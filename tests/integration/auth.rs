@@ -276,7 +276,8 @@ async fn jwt_attacks_are_refused(s: TestServer) {
     let now = chrono::Utc::now().timestamp();
     let claims = |iss: &str, aud: &str, nbf: i64, exp: i64| json!({ "iss": iss, "aud": aud, "sub": user_id, "iat": now, "nbf": nbf, "exp": exp, "jti": uuid::Uuid::new_v4() });
     let sign = |claims: &Value| {
-        let encoding = EncodingKey::from_ed_pem(key.private_key_pem.as_bytes()).unwrap();
+        let private_pem = bulkhead::auth::signing_key_private_pem(&s.app().secrets, &key).unwrap();
+        let encoding = EncodingKey::from_ed_pem(private_pem.as_bytes()).unwrap();
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), claims, &encoding).unwrap()
     };
     // Control: a token signed by the server's key with good claims works, so the refusals

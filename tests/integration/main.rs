@@ -18,4 +18,6 @@ mod plugins;
 mod projects;
 mod providers;
 mod resources;
+mod secrets;
+mod security;
 mod terms;

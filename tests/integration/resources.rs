@@ -142,7 +142,12 @@ async fn services_keep_secrets_write_only(s: TestServer) {
         .unwrap()
         .unwrap();
     assert!(
-        row.variables.to_string().contains("hunter2-very-secret"),
+        !row.variables.to_string().contains("hunter2"),
+        "the secret is stored sealed"
+    );
+    assert_eq!(
+        s.app().service_environment(&row).unwrap()["DATABASE_PASSWORD"],
+        "hunter2-very-secret",
         "the secret value was kept"
     );
     // A new variable without a value is refused.

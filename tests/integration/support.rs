@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use bulkhead::app::login_throttle::LoginLimits;
 use bulkhead::config::{LogFormat, Settings};
 use bulkhead::server::RunningServer;
 use reqwest::Method;
@@ -117,6 +118,14 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         log_format: LogFormat::Text,
         provider_probe_interval: Duration::from_millis(500),
         bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
+        // The suite logs in often from one address; the limits have tests of their own.
+        login_limits: LoginLimits {
+            per_ip_per_minute: 100_000,
+            per_account_per_minute: 100_000,
+            ..LoginLimits::default()
+        },
+        secret_key: None,
+        secret_key_file: None,
     }
 }
 
@@ -332,12 +341,34 @@ impl TestServer {
         reply.assert_status(201)["id"].as_str().unwrap().to_owned()
     }
 
-    /// Adds `email` to the project with `role` (as the administrator).
+    /// Invites `email` to the project with `role` (as `inviter`) and returns the invitation's id.
+    pub async fn invite(&self, inviter: &str, project_id: &str, email: &str, role: &str) -> String {
+        let path = format!("/v1/projects/{project_id}/invitations");
+        let invited = self
+            .post(&path, inviter, json!({ "email": email, "role": role }))
+            .await;
+        invited.assert_status(201)["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Adds `email` (a user with [`PASSWORD`]) to the project with `role`: the administrator
+    /// invites, the user logs in and accepts.
     pub async fn member_add(&self, project_id: &str, email: &str, role: &str) {
-        let path = format!("/v1/projects/{project_id}/members");
-        self.post(&path, ADMIN_TOKEN, json!({ "email": email, "role": role }))
-            .await
-            .assert_status(201);
+        let invitation = self.invite(ADMIN_TOKEN, project_id, email, role).await;
+        let session = self.login(email).await["access_token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        self.call(
+            Method::POST,
+            &format!("/v1/me/invitations/{invitation}/accept"),
+            Some(&session),
+            None,
+        )
+        .await
+        .assert_status(201);
     }
 }
 

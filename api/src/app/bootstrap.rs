@@ -57,6 +57,7 @@ impl App {
             created_at: Set(now),
             updated_at: Set(now),
             last_login_at: Set(None),
+            session_epoch: Set(0),
         }
         .insert(&txn)
         .await?;
@@ -71,6 +72,7 @@ impl App {
             revoked_at: Set(None),
             last_used_at: Set(None),
             created_at: Set(now),
+            parent_token_id: Set(None),
         }
         .insert(&txn)
         .await?;

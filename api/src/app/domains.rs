@@ -7,10 +7,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::audit::{AuditEntry, audit_record};
+use super::App;
+use super::audit::AuditEntry;
 use super::pagination::{Page, PageParams, paginate};
-use super::projects::project_authorize_in;
-use super::{App, if_match_check};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
 use crate::error::{ApiError, ApiResult, unique_violation_as};
@@ -139,16 +138,10 @@ impl App {
         create: DomainCreate,
     ) -> ApiResult<domain::Model> {
         let hostname = hostname_validate(&create.hostname)?;
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
-        service_of_project(&txn, project_id, create.service_id).await?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        service_of_project(&write.txn, project_id, create.service_id).await?;
         let now = Utc::now();
         let created = domain::ActiveModel {
             id: Set(Uuid::now_v7()),
@@ -159,14 +152,15 @@ impl App {
             created_at: Set(now),
             updated_at: Set(now),
         }
-        .insert(&txn)
+        .insert(&write.txn)
         .await
         .map_err(unique_violation_as(
             "hostname_taken",
             "this hostname is already bound",
         ))?;
-        audit_record(&txn, ctx, domain_audit("domain.create", &created)).await?;
-        txn.commit().await?;
+        write
+            .commit(domain_audit("domain.create", &created))
+            .await?;
         Ok(created)
     }
 
@@ -178,25 +172,18 @@ impl App {
         if_match: Option<&str>,
         update: DomainUpdate,
     ) -> ApiResult<domain::Model> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
-        let current = domain_find(&txn, project_id, id).await?;
-        if_match_check(if_match, current.revision)?;
-        service_of_project(&txn, project_id, update.service_id).await?;
-        let mut active: domain::ActiveModel = current.clone().into();
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let current =
+            write.precondition(domain_find(&write.txn, project_id, id).await?, if_match)?;
+        service_of_project(&write.txn, project_id, update.service_id).await?;
+        let mut active: domain::ActiveModel = current.into();
         active.service_id = Set(update.service_id);
-        active.revision = Set(current.revision + 1);
-        active.updated_at = Set(Utc::now());
-        let updated = active.update(&txn).await?;
-        audit_record(&txn, ctx, domain_audit("domain.update", &updated)).await?;
-        txn.commit().await?;
+        let updated = write.save(active).await?;
+        write
+            .commit(domain_audit("domain.update", &updated))
+            .await?;
         Ok(updated)
     }
 
@@ -207,20 +194,15 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
     ) -> ApiResult<()> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
-        let current = domain_find(&txn, project_id, id).await?;
-        if_match_check(if_match, current.revision)?;
-        domain::Entity::delete_by_id(id).exec(&txn).await?;
-        audit_record(&txn, ctx, domain_audit("domain.delete", &current)).await?;
-        txn.commit().await?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let current =
+            write.precondition(domain_find(&write.txn, project_id, id).await?, if_match)?;
+        domain::Entity::delete_by_id(id).exec(&write.txn).await?;
+        write
+            .commit(domain_audit("domain.delete", &current))
+            .await?;
         Ok(())
     }
 }

@@ -8,10 +8,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::audit::{AuditEntry, audit_record};
+use super::audit::AuditEntry;
 use super::pagination::{Page, PageParams, paginate};
-use super::projects::project_authorize_in;
-use super::{App, if_match_check, slug_validate};
+use super::{App, slug_validate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{environment, service};
 use crate::error::{ApiError, ApiResult, unique_violation_as};
@@ -90,15 +89,9 @@ impl App {
         create: EnvironmentWrite,
     ) -> ApiResult<environment::Model> {
         let name = slug_validate("name", &create.name)?;
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
         let now = Utc::now();
         let created = environment::ActiveModel {
             id: Set(Uuid::now_v7()),
@@ -108,14 +101,12 @@ impl App {
             created_at: Set(now),
             updated_at: Set(now),
         }
-        .insert(&txn)
+        .insert(&write.txn)
         .await
-        .map_err(unique_violation_as(
-            "name_taken",
-            "the project has an environment with this name",
-        ))?;
-        audit_record(&txn, ctx, environment_audit("environment.create", &created)).await?;
-        txn.commit().await?;
+        .map_err(name_taken)?;
+        write
+            .commit(environment_audit("environment.create", &created))
+            .await?;
         Ok(created)
     }
 
@@ -128,27 +119,19 @@ impl App {
         update: EnvironmentWrite,
     ) -> ApiResult<environment::Model> {
         let name = slug_validate("name", &update.name)?;
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
-        let current = environment_find(&txn, project_id, id).await?;
-        if_match_check(if_match, current.revision)?;
-        let mut active: environment::ActiveModel = current.clone().into();
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let current = write.precondition(
+            environment_find(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
+        let mut active: environment::ActiveModel = current.into();
         active.name = Set(name);
-        active.revision = Set(current.revision + 1);
-        active.updated_at = Set(Utc::now());
-        let updated = active.update(&txn).await.map_err(unique_violation_as(
-            "name_taken",
-            "the project has an environment with this name",
-        ))?;
-        audit_record(&txn, ctx, environment_audit("environment.update", &updated)).await?;
-        txn.commit().await?;
+        let updated = write.save(active).await.map_err(name_taken)?;
+        write
+            .commit(environment_audit("environment.update", &updated))
+            .await?;
         Ok(updated)
     }
 
@@ -160,20 +143,16 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
     ) -> ApiResult<()> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Admin,
-            Scope::Write,
-        )
-        .await?;
-        let current = environment_find(&txn, project_id, id).await?;
-        if_match_check(if_match, current.revision)?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
+            .await?;
+        let current = write.precondition(
+            environment_find(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
         let services = service::Entity::find()
             .filter(service::Column::EnvironmentId.eq(id))
-            .count(&txn)
+            .count(&write.txn)
             .await?;
         if services > 0 {
             return Err(ApiError::conflict(
@@ -181,11 +160,21 @@ impl App {
                 format!("the environment still has {services} service(s)"),
             ));
         }
-        environment::Entity::delete_by_id(id).exec(&txn).await?;
-        audit_record(&txn, ctx, environment_audit("environment.delete", &current)).await?;
-        txn.commit().await?;
+        environment::Entity::delete_by_id(id)
+            .exec(&write.txn)
+            .await?;
+        write
+            .commit(environment_audit("environment.delete", &current))
+            .await?;
         Ok(())
     }
+}
+
+fn name_taken(err: sea_orm::DbErr) -> ApiError {
+    unique_violation_as(
+        "name_taken",
+        "the project has an environment with this name",
+    )(err)
 }
 
 fn environment_audit(action: &'static str, environment: &environment::Model) -> AuditEntry {

@@ -1,23 +1,22 @@
-//! Project members and their roles. Admins manage members below owner; only owners add,
-//! change or remove owners; a project always keeps at least one owner.
+//! Project members and their roles. Users become members by accepting an invitation
+//! ([`super::invitations`]). Admins manage members below owner; only owners invite, change or
+//! remove owners; a project always keeps at least one owner.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set,
-};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::audit::{AuditEntry, audit_record};
+use super::App;
+use super::audit::AuditEntry;
 use super::pagination::{Page, PageParams, paginate};
 use super::projects::project_authorize_in;
-use super::{App, if_match_check};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project_member, user};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult};
 
 /// A user's membership in a project.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -28,14 +27,6 @@ pub struct MemberView {
     pub role: ProjectRole,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-/// Adds an existing user, found by email, to the project.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MemberAdd {
-    pub email: String,
-    pub role: ProjectRole,
 }
 
 /// A member's new role.
@@ -83,7 +74,7 @@ async fn members_load(
         .collect()
 }
 
-async fn member_load(
+pub(super) async fn member_load(
     db: &impl ConnectionTrait,
     membership: project_member::Model,
 ) -> ApiResult<Member> {
@@ -107,7 +98,7 @@ async fn membership_find(
 }
 
 /// The caller's power over memberships: the role needed to grant or take away `role`.
-fn role_to_manage(role: ProjectRole) -> ProjectRole {
+pub(super) fn role_to_manage(role: ProjectRole) -> ProjectRole {
     if role == ProjectRole::Owner {
         ProjectRole::Owner
     } else {
@@ -168,53 +159,6 @@ impl App {
         .await
     }
 
-    pub async fn member_add(
-        &self,
-        ctx: &OpContext,
-        project_id: Uuid,
-        add: MemberAdd,
-    ) -> ApiResult<Member> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            role_to_manage(add.role),
-            Scope::Write,
-        )
-        .await?;
-        let email = add.email.trim().to_lowercase();
-        let user = user::Entity::find()
-            .filter(user::Column::Email.eq(&email))
-            .one(&txn)
-            .await?
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "no user has this email; an administrator must create the user first",
-                )
-            })?;
-        let now = Utc::now();
-        let membership = project_member::ActiveModel {
-            id: Set(Uuid::now_v7()),
-            project_id: Set(project_id),
-            user_id: Set(user.id),
-            role: Set(add.role.as_str().into()),
-            revision: Set(1),
-            created_at: Set(now),
-            updated_at: Set(now),
-        }
-        .insert(&txn)
-        .await
-        .map_err(unique_violation_as(
-            "already_member",
-            "this user is already a member",
-        ))?;
-        audit_record(&txn, ctx, member_audit("member.add", &membership)).await?;
-        let member = member_load(&txn, membership).await?;
-        txn.commit().await?;
-        Ok(member)
-    }
-
     pub async fn member_update(
         &self,
         ctx: &OpContext,
@@ -223,37 +167,33 @@ impl App {
         if_match: Option<&str>,
         update: MemberUpdate,
     ) -> ApiResult<Member> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Admin,
-            Scope::Write,
-        )
-        .await?;
-        let current = membership_find(&txn, project_id, user_id).await?;
-        if_match_check(if_match, current.revision)?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
+            .await?;
+        let current = write.precondition(
+            membership_find(&write.txn, project_id, user_id).await?,
+            if_match,
+        )?;
         let current_role = ProjectRole::parse(&current.role)?;
         let needed = role_to_manage(current_role).max(role_to_manage(update.role));
-        project_authorize_in(&txn, &ctx.principal, project_id, needed, Scope::Write).await?;
+        project_authorize_in(&write.txn, &ctx.principal, project_id, needed, Scope::Write).await?;
         if current_role == ProjectRole::Owner
             && update.role != ProjectRole::Owner
-            && owners_count(&txn, project_id).await? <= 1
+            && owners_count(&write.txn, project_id).await? <= 1
         {
             return Err(ApiError::conflict(
                 "last_owner",
                 "a project must keep at least one owner",
             ));
         }
-        let mut active: project_member::ActiveModel = current.clone().into();
+        let mut active: project_member::ActiveModel = current.into();
         active.role = Set(update.role.as_str().into());
-        active.revision = Set(current.revision + 1);
-        active.updated_at = Set(Utc::now());
-        let updated = active.update(&txn).await?;
-        audit_record(&txn, ctx, member_audit("member.update", &updated)).await?;
-        let member = member_load(&txn, updated).await?;
-        txn.commit().await?;
+        let updated = write.save(active).await?;
+        let member = member_load(&write.txn, updated.clone()).await?;
+        write
+            .commit(member_audit("member.update", &updated))
+            .await?;
+        self.auth_changed();
         Ok(member)
     }
 
@@ -264,22 +204,18 @@ impl App {
         user_id: Uuid,
         if_match: Option<&str>,
     ) -> ApiResult<()> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Viewer,
-            Scope::Write,
-        )
-        .await?;
-        let current = membership_find(&txn, project_id, user_id).await?;
-        if_match_check(if_match, current.revision)?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Viewer, Scope::Write)
+            .await?;
+        let current = write.precondition(
+            membership_find(&write.txn, project_id, user_id).await?,
+            if_match,
+        )?;
         let role = ProjectRole::parse(&current.role)?;
         // Anyone may leave; removing someone else needs the power to manage their role.
         if user_id != ctx.principal.user_id() {
             project_authorize_in(
-                &txn,
+                &write.txn,
                 &ctx.principal,
                 project_id,
                 role_to_manage(role),
@@ -287,17 +223,19 @@ impl App {
             )
             .await?;
         }
-        if role == ProjectRole::Owner && owners_count(&txn, project_id).await? <= 1 {
+        if role == ProjectRole::Owner && owners_count(&write.txn, project_id).await? <= 1 {
             return Err(ApiError::conflict(
                 "last_owner",
                 "a project must keep at least one owner",
             ));
         }
         project_member::Entity::delete_by_id(current.id)
-            .exec(&txn)
+            .exec(&write.txn)
             .await?;
-        audit_record(&txn, ctx, member_audit("member.remove", &current)).await?;
-        txn.commit().await?;
+        write
+            .commit(member_audit("member.remove", &current))
+            .await?;
+        self.auth_changed();
         Ok(())
     }
 }

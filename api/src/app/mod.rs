@@ -5,14 +5,19 @@
 //! action, and writes its audit event in the same transaction as the change it records.
 
 pub mod audit;
+pub mod auth_cache;
 pub mod bootstrap;
 pub mod breaker;
 pub mod domains;
 pub mod environments;
 pub mod idempotency;
+pub mod invitations;
+pub mod login_throttle;
+pub mod maintenance;
 pub mod members;
 pub mod pagination;
 pub mod plugin_binaries;
+pub mod project_write;
 pub mod projects;
 pub mod provider_health;
 pub mod provider_instances;
@@ -43,6 +48,12 @@ pub struct App {
     pub providers: Arc<ProviderRegistry>,
     /// Each provider's circuit breaker.
     pub health: Arc<provider_health::HealthBoard>,
+    /// Login rate limits and the password-hashing cap.
+    pub login: Arc<login_throttle::LoginThrottle>,
+    /// Verified credentials and project accesses (see [`auth_cache`]).
+    pub auth_cache: Arc<auth_cache::AuthCache>,
+    /// Seals and opens secrets at rest.
+    pub secrets: Arc<crate::secrets::SecretBox>,
 }
 
 /// A strong entity tag for a resource at `revision`.

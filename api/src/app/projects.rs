@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::audit::{AuditEntry, audit_record};
 use super::pagination::{Page, PageParams, paginate};
 use super::{App, if_match_check, text_validate};
-use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::authz::{AuthzCheck, OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project, project_member};
 use crate::error::{ApiError, ApiResult};
 
@@ -71,6 +71,9 @@ impl App {
     /// Finds a project and checks that `principal` holds at least `role` in it and `scope` on
     /// its credential. Non-members get 404 (they may not learn that the project exists);
     /// members below `role` get 403. Administrators act as owners.
+    ///
+    /// Reads go through the [`super::auth_cache`]: the project and the caller's membership are
+    /// read from the database at most once per cache lifetime.
     pub async fn project_authorize(
         &self,
         principal: &Principal,
@@ -78,7 +81,41 @@ impl App {
         role: ProjectRole,
         scope: Scope,
     ) -> ApiResult<project::Model> {
-        project_authorize_in(&self.db, principal, project_id, role, scope).await
+        if scope != Scope::Read {
+            return project_authorize_in(&self.db, principal, project_id, role, scope).await;
+        }
+        AuthzCheck::Project {
+            project_id,
+            role,
+            scope,
+        }
+        .record();
+        let user_id = principal.user_id();
+        if let Some(access) = self.auth_cache.access(user_id, project_id) {
+            return access_decide(principal, access.project.clone(), access.role, role, scope);
+        }
+        let generation = self.auth_cache.generation();
+        let project = project::Entity::find_by_id(project_id)
+            .one(&self.db)
+            .await?;
+        let member_role = match &project {
+            None => None,
+            Some(_) => project_member::Entity::find()
+                .filter(project_member::Column::ProjectId.eq(project_id))
+                .filter(project_member::Column::UserId.eq(user_id))
+                .one(&self.db)
+                .await?
+                .map(|membership| ProjectRole::parse(&membership.role))
+                .transpose()?,
+        };
+        self.auth_cache.access_insert(
+            user_id,
+            project_id,
+            generation,
+            project.clone(),
+            member_role,
+        );
+        access_decide(principal, project, member_role, role, scope)
     }
 
     pub async fn project_list(
@@ -137,6 +174,7 @@ impl App {
         .await?;
         audit_record(&txn, ctx, project_audit("project.create", &created)).await?;
         txn.commit().await?;
+        self.auth_changed();
         Ok(created)
     }
 
@@ -164,6 +202,7 @@ impl App {
         let updated = active.update(&txn).await?;
         audit_record(&txn, ctx, project_audit("project.update", &updated)).await?;
         txn.commit().await?;
+        self.auth_changed();
         Ok(updated)
     }
 
@@ -182,12 +221,14 @@ impl App {
         project::Entity::delete_by_id(id).exec(&txn).await?;
         audit_record(&txn, ctx, project_audit("project.delete", &current)).await?;
         txn.commit().await?;
+        self.auth_changed();
         Ok(())
     }
 }
 
-/// [`App::project_authorize`] inside a transaction. On PostgreSQL the project row is locked
-/// until the transaction ends, so that checks and writes on it are serialized.
+/// [`App::project_authorize`] inside a transaction, without the cache. For writes the
+/// project row is locked until the transaction ends (`FOR UPDATE OF projects` on PostgreSQL),
+/// so that checks and writes on one project are serialized.
 pub async fn project_authorize_in(
     db: &impl ConnectionTrait,
     principal: &Principal,
@@ -195,21 +236,22 @@ pub async fn project_authorize_in(
     role: ProjectRole,
     scope: Scope,
 ) -> ApiResult<project::Model> {
+    AuthzCheck::Project {
+        project_id,
+        role,
+        scope,
+    }
+    .record();
     let lock = scope != Scope::Read;
     if principal.is_admin() {
         let mut select = project::Entity::find_by_id(project_id);
         if lock {
             select = select.lock_exclusive();
         }
-        let project = select
-            .one(db)
-            .await?
-            .ok_or_else(|| ApiError::not_found("project"))?;
-        principal.require_scope(scope)?;
-        return Ok(project);
+        let project = select.one(db).await?;
+        return access_decide(principal, project, None, role, scope);
     }
     // The membership and its project in one query: this runs on every project-scoped request.
-    // For writes, the project row is locked (`FOR UPDATE OF projects` on PostgreSQL).
     let mut select = project_member::Entity::find()
         .filter(project_member::Column::ProjectId.eq(project_id))
         .filter(project_member::Column::UserId.eq(principal.user_id()))
@@ -218,13 +260,33 @@ pub async fn project_authorize_in(
     if lock {
         QueryTrait::query(&mut select).lock_with_tables(LockType::Update, [project::Entity]);
     }
-    let (membership, project) = select
-        .one(db)
-        .await?
-        .ok_or_else(|| ApiError::not_found("project"))?;
+    match select.one(db).await? {
+        Some((membership, project)) => {
+            let member_role = ProjectRole::parse(&membership.role)?;
+            access_decide(principal, project, Some(member_role), role, scope)
+        }
+        None => access_decide(principal, None, None, role, scope),
+    }
+}
+
+/// The rule: an administrator (with the `admin` scope) acts as an owner of every project; a
+/// non-member may not learn that the project exists (404); a member below `role`, or a
+/// credential without `scope`, gets 403.
+fn access_decide(
+    principal: &Principal,
+    project: Option<project::Model>,
+    member_role: Option<ProjectRole>,
+    role: ProjectRole,
+    scope: Scope,
+) -> ApiResult<project::Model> {
     let project = project.ok_or_else(|| ApiError::not_found("project"))?;
+    if principal.is_admin() {
+        principal.require_scope(scope)?;
+        return Ok(project);
+    }
+    let member_role = member_role.ok_or_else(|| ApiError::not_found("project"))?;
     principal.require_scope(scope)?;
-    if ProjectRole::parse(&membership.role)? < role {
+    if member_role < role {
         return Err(ApiError::forbidden(format!(
             "this requires the `{}` role in the project",
             role.as_str()

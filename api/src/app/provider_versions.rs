@@ -149,7 +149,7 @@ impl App {
         next.plugin_digest = Some(target.clone());
         let wasm = plugin_wasm(&self.db, &target).await?;
         let plugin = self.plugin_load_for(&wasm, &next)?;
-        let env = plugin_env(&next)?;
+        let env = plugin_env(&next, &self.secrets)?;
         if action == "activate" {
             self.provider_health_gate(&plugin, &env).await?;
         }
@@ -253,7 +253,10 @@ impl App {
             return Ok(None);
         };
         let wasm = plugin_wasm(db, digest).await?;
-        Ok(Some((self.plugin_load_for(&wasm, row)?, plugin_env(row)?)))
+        Ok(Some((
+            self.plugin_load_for(&wasm, row)?,
+            plugin_env(row, &self.secrets)?,
+        )))
     }
 
     pub async fn provider_activation_list(

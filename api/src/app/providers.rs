@@ -24,6 +24,7 @@ use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{plugin_binary, provider};
 use crate::error::{ApiError, ApiResult, unique_violation_as};
 use crate::plugins::{Allowlist, HostPattern, PluginEnv, PluginLimits};
+use crate::secrets::SecretBox;
 
 /// Overrides of the default plugin limits; absent fields keep the default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -228,7 +229,8 @@ fn settings_validate(
                     "`{field}` keys are 1 to 64 letters, digits, `_`, `-` or `.`"
                 )));
             }
-            if value.len() > 16 * 1024 {
+            // A stored secret is sealed (longer than its value, which was checked when set).
+            if value.len() > 16 * 1024 && !SecretBox::is_sealed(value) {
                 return Err(ApiError::invalid(format!(
                     "`{field}.{key}` may be at most 16 KiB"
                 )));
@@ -238,13 +240,40 @@ fn settings_validate(
     Ok(())
 }
 
-/// What a provider's plugin sees, from its stored record.
-pub(super) fn plugin_env(row: &provider::Model) -> ApiResult<Arc<PluginEnv>> {
+fn secret_purpose(provider: &str, key: &str) -> String {
+    format!("provider-secret:{provider}:{key}")
+}
+
+/// Seals the values of `secrets` that are not sealed yet (the ones just set).
+fn secrets_seal(
+    sealer: &SecretBox,
+    provider: &str,
+    mut secrets: BTreeMap<String, String>,
+) -> ApiResult<serde_json::Value> {
+    for (key, value) in secrets.iter_mut() {
+        if !SecretBox::is_sealed(value) {
+            *value = sealer.seal(&secret_purpose(provider, key), value);
+        }
+    }
+    serde_json::to_value(&secrets).map_err(ApiError::internal)
+}
+
+/// What a provider's plugin sees, from its stored record (its secrets opened).
+pub(super) fn plugin_env(row: &provider::Model, sealer: &SecretBox) -> ApiResult<Arc<PluginEnv>> {
     let patterns = allowlist_effective(row);
+    let secrets = json_map(&row.secrets)
+        .into_iter()
+        .map(|(key, sealed)| {
+            let value = sealer
+                .open_value(&secret_purpose(&row.name, &key), &sealed)
+                .map_err(|err| ApiError::internal(format!("{err:#}")))?;
+            Ok((key, value))
+        })
+        .collect::<ApiResult<_>>()?;
     Ok(Arc::new(PluginEnv {
         provider: row.name.as_str().into(),
         config: json_map(&row.config),
-        secrets: json_map(&row.secrets),
+        secrets,
         allowlist: Arc::new(Allowlist::parse(&patterns).map_err(ApiError::internal)?),
     }))
 }
@@ -313,6 +342,37 @@ pub(super) fn provider_audit(
 }
 
 impl App {
+    /// Seals the provider secrets that an earlier version stored in plaintext; returns how
+    /// many values it sealed.
+    pub(crate) async fn provider_secrets_seal_plaintext(&self) -> ApiResult<u64> {
+        let mut sealed = 0;
+        for row in provider::Entity::find().all(&self.db).await? {
+            let secrets = json_map(&row.secrets);
+            let plaintext = secrets
+                .values()
+                .filter(|v| !SecretBox::is_sealed(v))
+                .count();
+            if plaintext == 0 {
+                continue;
+            }
+            provider::Entity::update_many()
+                .col_expr(
+                    provider::Column::Secrets,
+                    sea_orm::sea_query::Expr::value(secrets_seal(
+                        &self.secrets,
+                        &row.name,
+                        secrets,
+                    )?),
+                )
+                .filter(provider::Column::Name.eq(&row.name))
+                .filter(provider::Column::Revision.eq(row.revision))
+                .exec(&self.db)
+                .await?;
+            sealed += plaintext as u64;
+        }
+        Ok(sealed)
+    }
+
     pub async fn provider_list(
         &self,
         principal: &Principal,
@@ -432,11 +492,11 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         let now = Utc::now();
         let row = provider::ActiveModel {
-            name: Set(name),
+            name: Set(name.clone()),
             plugin_digest: Set(None),
             previous_digest: Set(None),
             config: Set(serde_json::to_value(&create.config).map_err(ApiError::internal)?),
-            secrets: Set(serde_json::to_value(&create.secrets).map_err(ApiError::internal)?),
+            secrets: Set(secrets_seal(&self.secrets, &name, create.secrets.clone())?),
             allowlist: Set(serde_json::to_value(&create.allowlist).map_err(ApiError::internal)?),
             limits: Set(serde_json::to_value(&create.limits).map_err(ApiError::internal)?),
             enabled: Set(create.enabled),
@@ -507,7 +567,7 @@ impl App {
             row.drained = Set(drained);
         }
         row.config = Set(serde_json::to_value(&config).map_err(ApiError::internal)?);
-        row.secrets = Set(serde_json::to_value(&secrets).map_err(ApiError::internal)?);
+        row.secrets = Set(secrets_seal(&self.secrets, name, secrets)?);
         row.revision = Set(current.revision + 1);
         row.updated_at = Set(Utc::now());
         let updated = row.update(&txn).await?;

@@ -13,14 +13,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::audit::{AuditEntry, audit_record};
+use super::audit::AuditEntry;
 use super::environments::environment_find;
 use super::pagination::{Page, PageParams, paginate};
-use super::projects::project_authorize_in;
-use super::{App, if_match_check, slug_validate};
+use super::{App, slug_validate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::service;
 use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::secrets::SecretBox;
 
 pub const MAX_REPLICAS: u32 = 100;
 pub const MAX_VARIABLES: usize = 200;
@@ -53,9 +53,9 @@ pub struct VariableInput {
     /// The value. On update, leaving it out keeps the stored value of an existing variable
     /// (so that a dashboard can resubmit secrets it cannot read).
     pub value: Option<String>,
-    /// A secret's value is never returned.
-    #[serde(default)]
-    pub secret: bool,
+    /// A secret's value is never returned. Left out: the stored flag of an existing variable
+    /// (`false` for a new one). A secret becomes plain only with a new `value`.
+    pub secret: Option<bool>,
 }
 
 /// An environment variable as shown: secret values are withheld.
@@ -207,11 +207,18 @@ fn regions_validate(regions: Vec<String>) -> ApiResult<serde_json::Value> {
     serde_json::to_value(regions).map_err(ApiError::internal)
 }
 
-/// Validates `inputs` and merges them with the `existing` variables (whose values are kept
-/// where an input leaves its value out).
+fn variable_purpose(service_id: Uuid, name: &str) -> String {
+    format!("service-variable:{service_id}:{name}")
+}
+
+/// Validates `inputs` and merges them with the `existing` variables of service `service_id`
+/// (whose values are kept where an input leaves its value out). Secret values are stored
+/// sealed.
 fn variables_validate(
     inputs: Vec<VariableInput>,
     existing: &[StoredVariable],
+    secrets: &SecretBox,
+    service_id: Uuid,
 ) -> ApiResult<serde_json::Value> {
     if inputs.len() > MAX_VARIABLES {
         return Err(ApiError::invalid(format!(
@@ -241,27 +248,46 @@ fn variables_validate(
                 input.name
             )));
         }
-        let value = match input.value {
-            Some(value) => value,
-            None => existing
-                .iter()
-                .find(|v| v.name == input.name)
-                .map(|v| v.value.clone())
-                .ok_or_else(|| {
-                    ApiError::invalid(format!("variable `{}` needs a value", input.name))
-                })?,
+        let stored_before = existing.iter().find(|v| v.name == input.name);
+        let secret = input
+            .secret
+            .unwrap_or(stored_before.is_some_and(|v| v.secret));
+        let kept = input.value.is_none();
+        let value = match (input.value, stored_before) {
+            (Some(value), _) => value,
+            // Keeping a secret's value while making it plain would reveal it.
+            (None, Some(before)) if before.secret && !secret => {
+                return Err(ApiError::invalid(format!(
+                    "variable `{}` is secret: making it plain needs a new `value`",
+                    input.name
+                )));
+            }
+            (None, Some(before)) => before.value.clone(),
+            (None, None) => {
+                return Err(ApiError::invalid(format!(
+                    "variable `{}` needs a value",
+                    input.name
+                )));
+            }
         };
-        if value.len() > MAX_VARIABLE_VALUE_BYTES || value.contains('\0') {
+        // A kept secret value is stored sealed already (a kept plain one, made secret now, is not).
+        let already_sealed = kept && stored_before.is_some_and(|v| v.secret);
+        if !already_sealed && (value.len() > MAX_VARIABLE_VALUE_BYTES || value.contains('\0')) {
             // The message never repeats the value: it may be a secret.
             return Err(ApiError::invalid(format!(
                 "the value of `{}` must be at most {MAX_VARIABLE_VALUE_BYTES} bytes, without NUL",
                 input.name
             )));
         }
+        let value = if secret && !already_sealed {
+            secrets.seal(&variable_purpose(service_id, &input.name), &value)
+        } else {
+            value
+        };
         stored.push(StoredVariable {
             name: input.name,
             value,
-            secret: input.secret,
+            secret,
         });
     }
     serde_json::to_value(stored).map_err(ApiError::internal)
@@ -280,6 +306,64 @@ async fn service_find(
 }
 
 impl App {
+    /// The environment a service's workload gets: every variable, secrets opened. For the
+    /// deploy pipeline only; never for an API response, a log or an event.
+    pub fn service_environment(
+        &self,
+        service: &service::Model,
+    ) -> ApiResult<std::collections::BTreeMap<String, String>> {
+        let variables: Vec<StoredVariable> =
+            serde_json::from_value(service.variables.clone()).map_err(ApiError::internal)?;
+        variables
+            .into_iter()
+            .map(|v| {
+                let value = if v.secret {
+                    self.secrets
+                        .open_value(&variable_purpose(service.id, &v.name), &v.value)
+                        .map_err(|err| ApiError::internal(format!("{err:#}")))?
+                } else {
+                    v.value
+                };
+                Ok((v.name, value))
+            })
+            .collect()
+    }
+
+    /// Seals the secret variables that an earlier version stored in plaintext; returns how
+    /// many values it sealed.
+    pub(crate) async fn service_secrets_seal_plaintext(&self) -> ApiResult<u64> {
+        let mut sealed = 0;
+        for service in service::Entity::find().all(&self.db).await? {
+            let mut variables: Vec<StoredVariable> =
+                serde_json::from_value(service.variables.clone()).map_err(ApiError::internal)?;
+            let mut changed = false;
+            for v in variables
+                .iter_mut()
+                .filter(|v| v.secret && !SecretBox::is_sealed(&v.value))
+            {
+                v.value = self
+                    .secrets
+                    .seal(&variable_purpose(service.id, &v.name), &v.value);
+                changed = true;
+                sealed += 1;
+            }
+            if changed {
+                service::Entity::update_many()
+                    .col_expr(
+                        service::Column::Variables,
+                        sea_orm::sea_query::Expr::value(
+                            serde_json::to_value(&variables).map_err(ApiError::internal)?,
+                        ),
+                    )
+                    .filter(service::Column::Id.eq(service.id))
+                    .filter(service::Column::Revision.eq(service.revision))
+                    .exec(&self.db)
+                    .await?;
+            }
+        }
+        Ok(sealed)
+    }
+
     pub async fn service_list(
         &self,
         principal: &Principal,
@@ -314,24 +398,19 @@ impl App {
         let port = port_validate(create.port)?;
         let replicas = replicas_validate(create.replicas)?;
         let regions = regions_validate(create.regions)?;
-        let variables = variables_validate(create.variables, &[])?;
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
-        environment_find(&txn, project_id, create.environment_id)
+        let id = Uuid::now_v7();
+        let variables = variables_validate(create.variables, &[], &self.secrets, id)?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        environment_find(&write.txn, project_id, create.environment_id)
             .await
             .map_err(|_| {
                 ApiError::invalid("`environment_id` is not an environment of this project")
             })?;
         let now = Utc::now();
         let created = service::ActiveModel {
-            id: Set(Uuid::now_v7()),
+            id: Set(id),
             project_id: Set(project_id),
             environment_id: Set(create.environment_id),
             name: Set(name),
@@ -344,14 +423,12 @@ impl App {
             created_at: Set(now),
             updated_at: Set(now),
         }
-        .insert(&txn)
+        .insert(&write.txn)
         .await
-        .map_err(unique_violation_as(
-            "name_taken",
-            "the environment has a service with this name",
-        ))?;
-        audit_record(&txn, ctx, service_audit("service.create", &created)).await?;
-        txn.commit().await?;
+        .map_err(name_taken)?;
+        write
+            .commit(service_audit("service.create", &created))
+            .await?;
         Ok(created)
     }
 
@@ -363,17 +440,11 @@ impl App {
         if_match: Option<&str>,
         update: ServiceUpdate,
     ) -> ApiResult<service::Model> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
-        let current = service_find(&txn, project_id, id).await?;
-        if_match_check(if_match, current.revision)?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let current =
+            write.precondition(service_find(&write.txn, project_id, id).await?, if_match)?;
         let mut active: service::ActiveModel = current.clone().into();
         if let Some(name) = update.name {
             active.name = Set(slug_validate("name", &name)?);
@@ -393,16 +464,12 @@ impl App {
         if let Some(variables) = update.variables {
             let existing: Vec<StoredVariable> =
                 serde_json::from_value(current.variables.clone()).map_err(ApiError::internal)?;
-            active.variables = Set(variables_validate(variables, &existing)?);
+            active.variables = Set(variables_validate(variables, &existing, &self.secrets, id)?);
         }
-        active.revision = Set(current.revision + 1);
-        active.updated_at = Set(Utc::now());
-        let updated = active.update(&txn).await.map_err(unique_violation_as(
-            "name_taken",
-            "the environment has a service with this name",
-        ))?;
-        audit_record(&txn, ctx, service_audit("service.update", &updated)).await?;
-        txn.commit().await?;
+        let updated = write.save(active).await.map_err(name_taken)?;
+        write
+            .commit(service_audit("service.update", &updated))
+            .await?;
         Ok(updated)
     }
 
@@ -414,22 +481,21 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
     ) -> ApiResult<()> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        project_authorize_in(
-            &txn,
-            &ctx.principal,
-            project_id,
-            ProjectRole::Member,
-            Scope::Write,
-        )
-        .await?;
-        let current = service_find(&txn, project_id, id).await?;
-        if_match_check(if_match, current.revision)?;
-        service::Entity::delete_by_id(id).exec(&txn).await?;
-        audit_record(&txn, ctx, service_audit("service.delete", &current)).await?;
-        txn.commit().await?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let current =
+            write.precondition(service_find(&write.txn, project_id, id).await?, if_match)?;
+        service::Entity::delete_by_id(id).exec(&write.txn).await?;
+        write
+            .commit(service_audit("service.delete", &current))
+            .await?;
         Ok(())
     }
+}
+
+fn name_taken(err: sea_orm::DbErr) -> ApiError {
+    unique_violation_as("name_taken", "the environment has a service with this name")(err)
 }
 
 /// Audit details name the variables that are set, never their values.

@@ -2,11 +2,14 @@
 //! bearer credential (JWT access token or opaque API token) into a [`Principal`].
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -57,13 +60,16 @@ fn bad_refresh_token() -> ApiError {
 }
 
 impl App {
-    /// Checks a password and opens a session.
+    /// Checks a password and opens a session. Attempts are rate-limited per client address
+    /// and per account, and the check waits for a hashing slot.
     pub async fn session_login(
         &self,
         request: LoginRequest,
+        client: IpAddr,
         request_id: &str,
     ) -> ApiResult<SessionTokens> {
         let email = request.email.trim().to_lowercase();
+        self.login.attempt(client, &email)?;
         let found = user::Entity::find()
             .filter(user::Column::Email.eq(&email))
             .one(&self.db)
@@ -71,15 +77,16 @@ impl App {
         let password = request.password;
         let hash = found.as_ref().and_then(|u| u.password_hash.clone());
         // Verify against a dummy hash when there is no user, so timing does not tell which emails exist.
-        let valid = tokio::task::spawn_blocking(move || match hash {
-            Some(hash) => password_verify(&password, &hash),
-            None => {
-                let _ = password_hash(&password);
-                false
-            }
-        })
-        .await
-        .map_err(ApiError::internal)?;
+        let valid = self
+            .login
+            .hash(move || match hash {
+                Some(hash) => password_verify(&password, &hash),
+                None => {
+                    let _ = password_hash(&password);
+                    false
+                }
+            })
+            .await?;
         let user = match found {
             Some(user) if valid && !user.disabled => user,
             _ => return Err(bad_credentials()),
@@ -88,13 +95,12 @@ impl App {
         let mut active: user::ActiveModel = user.clone().into();
         active.last_login_at = Set(Some(Utc::now()));
         active.update(&txn).await?;
-        let tokens = self
-            .session_tokens_issue(&txn, user.id, Uuid::now_v7())
-            .await?;
+        let family = Uuid::now_v7();
+        let tokens = self.session_tokens_issue(&txn, &user, family).await?;
         let ctx = OpContext {
             principal: Principal {
                 user: user.clone(),
-                credential: Credential::Session,
+                credential: Credential::Session(family),
                 scopes: Scope::ALL.into(),
             },
             request_id: request_id.to_owned(),
@@ -137,10 +143,10 @@ impl App {
         if stored.expires_at <= now {
             return Err(bad_refresh_token());
         }
-        let owner = user::Entity::find_by_id(stored.user_id).one(&txn).await?;
-        if owner.is_none_or(|u| u.disabled) {
-            return Err(bad_refresh_token());
-        }
+        let owner = match user::Entity::find_by_id(stored.user_id).one(&txn).await? {
+            Some(owner) if !owner.disabled => owner,
+            _ => return Err(bad_refresh_token()),
+        };
         let marked = refresh_token::Entity::update_many()
             .col_expr(refresh_token::Column::UsedAt, Expr::value(now))
             .filter(refresh_token::Column::Id.eq(stored.id))
@@ -148,10 +154,15 @@ impl App {
             .exec(&txn)
             .await?;
         if marked.rows_affected != 1 {
+            // Another use of this token got there first (on PostgreSQL, both read it unused):
+            // a second use is reuse, whichever came first.
+            family_revoke(&txn, stored.family_id).await?;
+            txn.commit().await?;
+            tracing::warn!(user_id = %stored.user_id, "refresh token used twice at once; session revoked");
             return Err(bad_refresh_token());
         }
         let tokens = self
-            .session_tokens_issue(&txn, stored.user_id, stored.family_id)
+            .session_tokens_issue(&txn, &owner, stored.family_id)
             .await?;
         txn.commit().await?;
         Ok(tokens)
@@ -176,9 +187,10 @@ impl App {
     async fn session_tokens_issue(
         &self,
         db: &impl ConnectionTrait,
-        user_id: Uuid,
+        user: &user::Model,
         family_id: Uuid,
     ) -> ApiResult<SessionTokens> {
+        let user_id = user.id;
         let refresh = opaque_token_generate(REFRESH_TOKEN_PREFIX);
         let now = Utc::now();
         let ttl = ChronoDuration::from_std(self.settings.refresh_token_ttl)
@@ -198,7 +210,7 @@ impl App {
         let ttl = self.settings.access_token_ttl;
         let access_token = self
             .jwt
-            .access_token_issue(user_id, ttl)
+            .access_token_issue(user_id, family_id, user.session_epoch, ttl)
             .map_err(ApiError::internal)?;
         Ok(SessionTokens {
             access_token,
@@ -209,28 +221,80 @@ impl App {
     }
 
     /// Authenticates a bearer credential: a JWT (three dot-separated parts) or an API token.
+    /// A credential verified in the last few seconds is taken from the [`super::auth_cache`]
+    /// (its expiry is still checked on every use).
     pub async fn principal_from_bearer(&self, bearer: &str) -> ApiResult<Principal> {
-        if bearer.split('.').count() == 3 {
-            let claims = self.jwt.access_token_verify(bearer).map_err(|err| {
-                tracing::debug!(error = %err, "access token refused");
-                ApiError::unauthenticated("the access token is invalid or expired")
-            })?;
-            let user = self.active_user(claims.sub).await?;
-            return Ok(Principal {
-                user,
-                credential: Credential::Session,
-                scopes: Scope::ALL.into(),
-            });
+        let digest: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
+        let now = Utc::now().timestamp();
+        if let Some(cached) = self.auth_cache.principal(&digest) {
+            if cached.expires_at.is_some_and(|at| at <= now) {
+                return Err(credential_expired(&cached.principal));
+            }
+            if let Some(token_id) = cached.principal.token_id() {
+                let last = cached.last_used_recorded.load(Ordering::Relaxed);
+                if now - last > TOKEN_USE_RECORD_SECS
+                    && cached
+                        .last_used_recorded
+                        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    self.token_use_record(token_id).await?;
+                }
+            }
+            return Ok(cached.principal.clone());
         }
-        // The token and its user in one query: this runs on every request.
+        let generation = self.auth_cache.generation();
+        let (principal, expires_at, last_used) = if bearer.split('.').count() == 3 {
+            self.session_principal(bearer).await?
+        } else {
+            self.token_principal(&hex::encode(digest), now).await?
+        };
+        self.auth_cache.principal_insert(
+            digest,
+            generation,
+            principal.clone(),
+            expires_at,
+            last_used,
+        );
+        Ok(principal)
+    }
+
+    /// A JWT access token's principal and expiry.
+    async fn session_principal(&self, bearer: &str) -> ApiResult<(Principal, Option<i64>, i64)> {
+        let claims = self.jwt.access_token_verify(bearer).map_err(|err| {
+            tracing::debug!(error = %err, "access token refused");
+            ApiError::unauthenticated("the access token is invalid or expired")
+        })?;
+        let user = self.active_user(claims.sub).await?;
+        if claims.sep != user.session_epoch {
+            return Err(ApiError::unauthenticated(
+                "the session has ended (the password changed or the user was disabled); log in again",
+            ));
+        }
+        let principal = Principal {
+            user,
+            credential: Credential::Session(claims.sid),
+            scopes: Scope::ALL.into(),
+        };
+        Ok((principal, Some(claims.exp), 0))
+    }
+
+    /// An API token's principal, its expiry and when its use was last recorded, by the hex
+    /// SHA-256 of the token.
+    async fn token_principal(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> ApiResult<(Principal, Option<i64>, i64)> {
+        // The token and its user in one query.
         let (token, user) = api_token::Entity::find()
-            .filter(api_token::Column::TokenHash.eq(opaque_token_hash(bearer)))
+            .filter(api_token::Column::TokenHash.eq(token_hash))
             .find_also_related(user::Entity)
             .one(&self.db)
             .await?
             .ok_or_else(|| ApiError::unauthenticated("the API token is invalid"))?;
-        let now = Utc::now();
-        if token.revoked_at.is_some() || token.expires_at.is_some_and(|at| at <= now) {
+        let expires_at = token.expires_at.map(|at| at.timestamp());
+        if token.revoked_at.is_some() || expires_at.is_some_and(|at| at <= now) {
             return Err(ApiError::unauthenticated(
                 "the API token is revoked or expired",
             ));
@@ -241,22 +305,28 @@ impl App {
             Some(user) if !user.disabled => user,
             _ => return Err(user_gone()),
         };
-        // Recording use costs a write; once a minute is precise enough to spot unused tokens.
-        if token
-            .last_used_at
-            .is_none_or(|at| now - at > ChronoDuration::seconds(60))
-        {
-            api_token::Entity::update_many()
-                .col_expr(api_token::Column::LastUsedAt, Expr::value(now))
-                .filter(api_token::Column::Id.eq(token.id))
-                .exec(&self.db)
-                .await?;
+        let mut last_used = token.last_used_at.map_or(0, |at| at.timestamp());
+        if now - last_used > TOKEN_USE_RECORD_SECS {
+            self.token_use_record(token.id).await?;
+            last_used = now;
         }
-        Ok(Principal {
+        let principal = Principal {
             user,
             credential: Credential::ApiToken(token.id),
             scopes,
-        })
+        };
+        Ok((principal, expires_at, last_used))
+    }
+
+    /// Records that a token was used now. It costs a write, so it is done at most once every
+    /// [`TOKEN_USE_RECORD_SECS`] a token: precise enough to spot unused tokens.
+    async fn token_use_record(&self, token_id: Uuid) -> ApiResult<()> {
+        api_token::Entity::update_many()
+            .col_expr(api_token::Column::LastUsedAt, Expr::value(Utc::now()))
+            .filter(api_token::Column::Id.eq(token_id))
+            .exec(&self.db)
+            .await?;
+        Ok(())
     }
 
     async fn active_user(&self, id: Uuid) -> ApiResult<user::Model> {
@@ -267,8 +337,42 @@ impl App {
     }
 }
 
+const TOKEN_USE_RECORD_SECS: i64 = 60;
+
+fn credential_expired(principal: &Principal) -> ApiError {
+    match principal.credential {
+        Credential::Session(_) => {
+            ApiError::unauthenticated("the access token is invalid or expired")
+        }
+        Credential::ApiToken(_) => ApiError::unauthenticated("the API token is revoked or expired"),
+    }
+}
+
 fn user_gone() -> ApiError {
     ApiError::unauthenticated("the user of this credential is disabled or gone")
+}
+
+/// Revokes every refresh token of `user_id` (all their sessions); returns how many sessions
+/// were still open.
+pub(super) async fn sessions_revoke_all(
+    db: &impl ConnectionTrait,
+    user_id: Uuid,
+) -> ApiResult<u64> {
+    let open = refresh_token::Entity::update_many()
+        .col_expr(refresh_token::Column::RevokedAt, Expr::value(Utc::now()))
+        .filter(refresh_token::Column::UserId.eq(user_id))
+        .filter(refresh_token::Column::RevokedAt.is_null())
+        .filter(refresh_token::Column::UsedAt.is_null())
+        .exec(db)
+        .await?
+        .rows_affected;
+    refresh_token::Entity::update_many()
+        .col_expr(refresh_token::Column::RevokedAt, Expr::value(Utc::now()))
+        .filter(refresh_token::Column::UserId.eq(user_id))
+        .filter(refresh_token::Column::RevokedAt.is_null())
+        .exec(db)
+        .await?;
+    Ok(open)
 }
 
 async fn family_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<()> {

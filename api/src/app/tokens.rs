@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -48,7 +49,8 @@ pub struct TokenCreate {
     pub name: String,
     /// At least one; a token cannot have a scope that the credential creating it lacks.
     pub scopes: Vec<Scope>,
-    /// When the token stops working (in the future); never if absent.
+    /// When the token stops working (in the future); never if absent. A token created with an
+    /// API token expires no later than that token (and is revoked with it).
     pub expires_at: Option<DateTime<Utc>>,
 }
 
@@ -122,6 +124,24 @@ impl App {
         }
         let secret = opaque_token_generate(API_TOKEN_PREFIX);
         let txn = crate::db::begin_write(&self.db).await?;
+        // A token minted by a token lives no longer than its parent, and dies with it.
+        let parent = match ctx.principal.token_id() {
+            Some(id) => Some(
+                api_token::Entity::find_by_id(id)
+                    .one(&txn)
+                    .await?
+                    .filter(|parent| parent.revoked_at.is_none())
+                    .ok_or_else(|| ApiError::unauthenticated("the API token is revoked"))?,
+            ),
+            None => None,
+        };
+        let expires_at = match (
+            create.expires_at,
+            parent.as_ref().and_then(|p| p.expires_at),
+        ) {
+            (Some(asked), Some(limit)) => Some(asked.min(limit)),
+            (asked, limit) => asked.or(limit),
+        };
         let created = api_token::ActiveModel {
             id: Set(Uuid::now_v7()),
             user_id: Set(ctx.principal.user_id()),
@@ -129,10 +149,11 @@ impl App {
             token_hash: Set(opaque_token_hash(&secret)),
             prefix: Set(secret.chars().take(7).collect()),
             scopes: Set(serde_json::to_value(&scopes).map_err(ApiError::internal)?),
-            expires_at: Set(create.expires_at),
+            expires_at: Set(expires_at),
             revoked_at: Set(None),
             last_used_at: Set(None),
             created_at: Set(Utc::now()),
+            parent_token_id: Set(parent.map(|p| p.id)),
         }
         .insert(&txn)
         .await?;
@@ -144,7 +165,8 @@ impl App {
         })
     }
 
-    /// Revokes a token; revoking a revoked token changes nothing.
+    /// Revokes a token and every token minted from it, at any depth; revoking a revoked
+    /// token changes nothing.
     pub async fn token_revoke(&self, ctx: &OpContext, id: Uuid) -> ApiResult<()> {
         ctx.principal.require_scope(Scope::Write)?;
         let token = self.token_own(&ctx.principal, id).await?;
@@ -152,11 +174,32 @@ impl App {
             return Ok(());
         }
         let txn = crate::db::begin_write(&self.db).await?;
-        let mut active: api_token::ActiveModel = token.into();
-        active.revoked_at = Set(Some(Utc::now()));
-        let revoked = active.update(&txn).await?;
-        audit_record(&txn, ctx, token_audit("token.revoke", &revoked)).await?;
+        let now = Utc::now();
+        let mut revoked = vec![token.id];
+        let mut frontier = vec![token.id];
+        while !frontier.is_empty() {
+            let children: Vec<Uuid> = api_token::Entity::find()
+                .filter(api_token::Column::ParentTokenId.is_in(frontier))
+                .filter(api_token::Column::RevokedAt.is_null())
+                .all(&txn)
+                .await?
+                .into_iter()
+                .map(|child| child.id)
+                .collect();
+            revoked.extend(&children);
+            frontier = children;
+        }
+        api_token::Entity::update_many()
+            .col_expr(api_token::Column::RevokedAt, Expr::value(now))
+            .filter(api_token::Column::Id.is_in(revoked.clone()))
+            .filter(api_token::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await?;
+        let mut entry = token_audit("token.revoke", &token);
+        entry.details["revoked_with_it"] = (revoked.len() - 1).into();
+        audit_record(&txn, ctx, entry).await?;
         txn.commit().await?;
+        self.auth_changed();
         Ok(())
     }
 

@@ -86,7 +86,7 @@ pub struct MeUpdate {
     pub current_password: Option<String>,
 }
 
-fn email_validate(email: &str) -> ApiResult<String> {
+pub(super) fn email_validate(email: &str) -> ApiResult<String> {
     let email = email.trim().to_lowercase();
     if email.len() <= 320 && email_address::EmailAddress::is_valid(&email) {
         Ok(email)
@@ -95,16 +95,31 @@ fn email_validate(email: &str) -> ApiResult<String> {
     }
 }
 
-async fn password_hash_checked(password: String) -> ApiResult<String> {
-    if password.chars().count() < 12 || password.len() > 1024 {
-        return Err(ApiError::invalid(
-            "`password` must be 12 to 1024 characters",
-        ));
+impl App {
+    /// Checks a new password's length and hashes it (outside any transaction: a hash takes
+    /// tens of milliseconds, and SQLite's write lock would stall every writer meanwhile).
+    async fn password_hash_new(&self, password: String) -> ApiResult<String> {
+        if password.chars().count() < 12 || password.len() > 1024 {
+            return Err(ApiError::invalid(
+                "`password` must be 12 to 1024 characters",
+            ));
+        }
+        self.login
+            .hash(move || password_hash(&password))
+            .await?
+            .map_err(ApiError::internal)
     }
-    tokio::task::spawn_blocking(move || password_hash(&password))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)
+}
+
+/// Ends every session of the user being saved: later access tokens of theirs are refused
+/// (the epoch moves on) and their refresh tokens revoked.
+async fn sessions_end(
+    db: &impl sea_orm::ConnectionTrait,
+    active: &mut user::ActiveModel,
+    current: &user::Model,
+) -> ApiResult<u64> {
+    active.session_epoch = Set(current.session_epoch + 1);
+    super::sessions::sessions_revoke_all(db, current.id).await
 }
 
 impl App {
@@ -113,6 +128,9 @@ impl App {
         Ok(principal.user.clone())
     }
 
+    /// Changes the caller's name or password. A password is changed only from a password
+    /// session (not an API token) and with the current password; a user without one gets a
+    /// first password from an administrator. A new password ends every session of the user.
     pub async fn me_update(
         &self,
         ctx: &OpContext,
@@ -120,6 +138,20 @@ impl App {
         update: MeUpdate,
     ) -> ApiResult<user::Model> {
         ctx.principal.require_scope(Scope::Write)?;
+        let name = update
+            .name
+            .map(|name| text_validate("name", &name, 200))
+            .transpose()?;
+        let password = match update.password {
+            None => None,
+            Some(password) => {
+                ctx.principal.require_session()?;
+                let verified = self
+                    .password_current_verify(ctx, update.current_password)
+                    .await?;
+                Some((verified, self.password_hash_new(password).await?))
+            }
+        };
         let txn = crate::db::begin_write(&self.db).await?;
         let current = user::Entity::find_by_id(ctx.principal.user_id())
             .one(&txn)
@@ -127,26 +159,64 @@ impl App {
             .ok_or_else(|| ApiError::not_found("user"))?;
         if_match_check(if_match, current.revision)?;
         let mut active: user::ActiveModel = current.clone().into();
-        if let Some(name) = update.name {
-            active.name = Set(text_validate("name", &name, 200)?);
+        if let Some(name) = name {
+            active.name = Set(name);
         }
-        if let Some(password) = update.password {
-            if let Some(existing) = &current.password_hash {
-                let given = update.current_password.unwrap_or_default();
-                let existing = existing.clone();
-                let ok = tokio::task::spawn_blocking(move || password_verify(&given, &existing))
-                    .await
-                    .map_err(ApiError::internal)?;
-                if !ok {
-                    return Err(ApiError::forbidden("`current_password` is wrong"));
-                }
+        let mut sessions_ended = None;
+        if let Some((verified_against, new_hash)) = password {
+            if current.password_hash.as_deref() != Some(verified_against.as_str()) {
+                return Err(ApiError::conflict(
+                    "password_changed",
+                    "the password changed while this request was checked; try again",
+                ));
             }
-            active.password_hash = Set(Some(password_hash_checked(password).await?));
+            active.password_hash = Set(Some(new_hash));
+            sessions_ended = Some(sessions_end(&txn, &mut active, &current).await?);
         }
         let updated = user_save(&txn, active, current.revision).await?;
-        audit_record(&txn, ctx, user_audit("user.update_self", &updated)).await?;
+        let mut entry = user_audit("user.update_self", &updated);
+        if let Some(sessions) = sessions_ended {
+            entry.details["password_changed"] = true.into();
+            entry.details["sessions_ended"] = sessions.into();
+        }
+        audit_record(&txn, ctx, entry).await?;
         txn.commit().await?;
+        self.auth_changed();
         Ok(updated)
+    }
+
+    /// Checks the caller's `current_password` and returns the hash it matched.
+    async fn password_current_verify(
+        &self,
+        ctx: &OpContext,
+        given: Option<String>,
+    ) -> ApiResult<String> {
+        let stored = user::Entity::find_by_id(ctx.principal.user_id())
+            .one(&self.db)
+            .await?
+            .and_then(|user| user.password_hash)
+            .ok_or_else(|| {
+                ApiError::forbidden(
+                    "you have no password yet: an administrator sets the first one (PATCH /v1/users/{id})",
+                )
+            })?;
+        let Some(given) = given else {
+            return Err(ApiError::invalid(
+                "`current_password` is required to change the password",
+            ));
+        };
+        // Guessing the current password through a stolen session counts as login attempts.
+        self.login.attempt_account(&ctx.principal.user.email)?;
+        let against = stored.clone();
+        if self
+            .login
+            .hash(move || password_verify(&given, &against))
+            .await?
+        {
+            Ok(stored)
+        } else {
+            Err(ApiError::forbidden("`current_password` is wrong"))
+        }
     }
 
     pub async fn user_list(
@@ -178,7 +248,7 @@ impl App {
         let email = email_validate(&create.email)?;
         let name = text_validate("name", &create.name, 200)?;
         let password_hash = match create.password {
-            Some(password) => Some(password_hash_checked(password).await?),
+            Some(password) => Some(self.password_hash_new(password).await?),
             None => None,
         };
         let now = Utc::now();
@@ -194,6 +264,7 @@ impl App {
             created_at: Set(now),
             updated_at: Set(now),
             last_login_at: Set(None),
+            session_epoch: Set(0),
         }
         .insert(&txn)
         .await
@@ -214,6 +285,14 @@ impl App {
         update: UserUpdate,
     ) -> ApiResult<user::Model> {
         ctx.principal.require_admin()?;
+        let name = update
+            .name
+            .map(|name| text_validate("name", &name, 200))
+            .transpose()?;
+        let password_hash = match update.password {
+            Some(password) => Some(self.password_hash_new(password).await?),
+            None => None,
+        };
         let txn = crate::db::begin_write(&self.db).await?;
         let current = user::Entity::find_by_id(id)
             .one(&txn)
@@ -228,11 +307,12 @@ impl App {
             ));
         }
         let mut active: user::ActiveModel = current.clone().into();
-        if let Some(name) = update.name {
-            active.name = Set(text_validate("name", &name, 200)?);
+        if let Some(name) = name {
+            active.name = Set(name);
         }
-        if let Some(password) = update.password {
-            active.password_hash = Set(Some(password_hash_checked(password).await?));
+        let ends_sessions = password_hash.is_some() || update.disabled == Some(true);
+        if let Some(password_hash) = password_hash {
+            active.password_hash = Set(Some(password_hash));
         }
         if let Some(is_admin) = update.is_admin {
             active.is_admin = Set(is_admin);
@@ -240,9 +320,19 @@ impl App {
         if let Some(disabled) = update.disabled {
             active.disabled = Set(disabled);
         }
+        let sessions_ended = if ends_sessions {
+            Some(sessions_end(&txn, &mut active, &current).await?)
+        } else {
+            None
+        };
         let updated = user_save(&txn, active, current.revision).await?;
-        audit_record(&txn, ctx, user_audit("user.update", &updated)).await?;
+        let mut entry = user_audit("user.update", &updated);
+        if let Some(sessions) = sessions_ended {
+            entry.details["sessions_ended"] = sessions.into();
+        }
+        audit_record(&txn, ctx, entry).await?;
         txn.commit().await?;
+        self.auth_changed();
         Ok(updated)
     }
 }

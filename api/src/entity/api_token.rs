@@ -17,6 +17,8 @@ pub struct Model {
     pub revoked_at: Option<DateTimeUtc>,
     pub last_used_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
+    /// The token that minted this one: it expires no later and is revoked with it.
+    pub parent_token_id: Option<Uuid>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

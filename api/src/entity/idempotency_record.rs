@@ -14,6 +14,8 @@ pub struct Model {
     pub response_headers: Option<Json>,
     pub response_body: Option<Vec<u8>>,
     pub created_at: DateTimeUtc,
+    /// The authorization checks the first request passed; a replay must pass them again.
+    pub authorization: Option<Json>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -3,12 +3,14 @@
 
 pub mod api_token;
 pub mod audit_event;
+pub mod data_key;
 pub mod domain;
 pub mod environment;
 pub mod idempotency_record;
 pub mod plugin_binary;
 pub mod plugin_blob;
 pub mod project;
+pub mod project_invitation;
 pub mod project_member;
 pub mod provider;
 pub mod provider_activation;

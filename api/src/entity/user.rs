@@ -17,6 +17,9 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
     pub last_login_at: Option<DateTimeUtc>,
+    /// Raised when the password changes or the user is disabled: access tokens of an earlier
+    /// epoch are refused.
+    pub session_epoch: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

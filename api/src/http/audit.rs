@@ -1,6 +1,5 @@
 //! `/v1/audit-events`: the audit log.
 
-use axum::Json;
 use axum::extract::State;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -23,6 +22,6 @@ async fn audit_event_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(query): ApiQuery<AuditQuery>,
-) -> ApiResult<Json<Page<AuditEventView>>> {
-    Ok(Json(app.audit_event_list(&principal, query).await?))
+) -> ApiResult<Page<AuditEventView>> {
+    Ok(app.audit_event_list(&principal, query).await?)
 }

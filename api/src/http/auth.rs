@@ -1,9 +1,11 @@
 //! `/v1/auth`: password login, token refresh and logout. These endpoints are public: they are
 //! how a caller gets a credential.
 
+use std::net::SocketAddr;
+
 use axum::Json;
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderName, StatusCode, header};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -19,26 +21,41 @@ pub fn router() -> OpenApiRouter<App> {
         .routes(routes!(session_logout))
 }
 
+/// Credentials in a response: never to be kept by a cache.
+type NoStore<T> = ([(HeaderName, &'static str); 1], Json<T>);
+
+fn no_store<T>(body: T) -> NoStore<T> {
+    ([(header::CACHE_CONTROL, "no-store")], Json(body))
+}
+
 /// Log in with email and password: returns a short-lived access token and a refresh token.
+/// Attempts are limited per client address and per account (429 with `Retry-After`).
 #[utoipa::path(post, path = "/v1/auth/login", tag = "auth", security(()), request_body = LoginRequest,
-    responses((status = 200, body = SessionTokens)))]
+    responses((status = 200, body = SessionTokens, headers(("Cache-Control" = String, description = "`no-store`"))),
+        (status = 401, description = "Wrong email or password", body = crate::error::Problem),
+        (status = 429, description = "Too many attempts from this address or for this account (see Retry-After)", body = crate::error::Problem),
+        (status = 503, description = "Too many password checks running (see Retry-After)", body = crate::error::Problem)))]
 async fn session_login(
     State(app): State<App>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     ApiJson(login): ApiJson<LoginRequest>,
-) -> ApiResult<Json<SessionTokens>> {
+) -> ApiResult<NoStore<SessionTokens>> {
     let request_id = super::middleware::current_request_id().unwrap_or_default();
-    Ok(Json(app.session_login(login, &request_id).await?))
+    Ok(no_store(
+        app.session_login(login, client.ip(), &request_id).await?,
+    ))
 }
 
 /// Exchange a refresh token for new tokens. Each refresh token works once; reusing one revokes
 /// the whole session.
 #[utoipa::path(post, path = "/v1/auth/refresh", tag = "auth", security(()), request_body = RefreshRequest,
-    responses((status = 200, body = SessionTokens)))]
+    responses((status = 200, body = SessionTokens, headers(("Cache-Control" = String, description = "`no-store`"))),
+        (status = 401, description = "The refresh token is invalid, expired, revoked or reused", body = crate::error::Problem)))]
 async fn session_refresh(
     State(app): State<App>,
     ApiJson(refresh): ApiJson<RefreshRequest>,
-) -> ApiResult<Json<SessionTokens>> {
-    Ok(Json(app.session_refresh(refresh).await?))
+) -> ApiResult<NoStore<SessionTokens>> {
+    Ok(no_store(app.session_refresh(refresh).await?))
 }
 
 /// Log out: revoke the session of a refresh token.

@@ -1,6 +1,5 @@
 //! `/v1/projects/{project_id}/domains`: domains of a project.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -31,12 +30,11 @@ async fn domain_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<DomainView>>> {
-    Ok(Json(
-        app.domain_list(&principal, project_id, params)
-            .await?
-            .map(DomainView::from),
-    ))
+) -> ApiResult<Page<DomainView>> {
+    Ok(app
+        .domain_list(&principal, project_id, params)
+        .await?
+        .map(DomainView::from))
 }
 
 /// Bind a hostname to a service of the project (members and above).

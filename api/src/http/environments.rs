@@ -1,6 +1,5 @@
 //! `/v1/projects/{project_id}/environments`: environments of a project.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -35,12 +34,11 @@ async fn environment_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<EnvironmentView>>> {
-    Ok(Json(
-        app.environment_list(&principal, project_id, params)
-            .await?
-            .map(EnvironmentView::from),
-    ))
+) -> ApiResult<Page<EnvironmentView>> {
+    Ok(app
+        .environment_list(&principal, project_id, params)
+        .await?
+        .map(EnvironmentView::from))
 }
 
 /// Create an environment (members and above).

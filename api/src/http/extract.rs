@@ -6,7 +6,7 @@ use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 
-use crate::authz::{OpContext, Principal, Scope};
+use crate::authz::{OpContext, Principal, RouteScope, Scoped, WriteScope};
 use crate::error::ApiError;
 
 /// A JSON body. Malformed JSON is 400, a wrong content type 415, a body over the limit 413, and
@@ -64,16 +64,25 @@ impl<S: Send + Sync> FromRequestParts<S> for OpContext {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Scoped(ctx, _) = Scoped::<WriteScope>::from_request_parts(parts, state).await?;
+        Ok(ctx)
+    }
+}
+
+impl<S: Send + Sync, R: RouteScope> FromRequestParts<S> for Scoped<R> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let principal = Principal::from_request_parts(parts, state).await?;
-        // Every mutation needs `write`; checking here, before the body is read, tells a
-        // too-narrow token 403 rather than a complaint about its body. The application layer
-        // checks again, close to each action.
-        principal.require_scope(Scope::Write)?;
+        principal.require_scope(R::SCOPE)?;
         let request_id = super::middleware::current_request_id().unwrap_or_default();
-        Ok(OpContext {
-            principal,
-            request_id,
-        })
+        Ok(Scoped(
+            OpContext {
+                principal,
+                request_id,
+            },
+            std::marker::PhantomData,
+        ))
     }
 }
 

@@ -1,6 +1,6 @@
-//! `/v1/projects/{project_id}/members`: who may act in a project, with which role.
+//! `/v1/projects/{project_id}/members`: who may act in a project, with which role. Members
+//! join by accepting an invitation (`invitations`).
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -9,16 +9,16 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
-use super::{created, tagged};
+use super::tagged;
 use crate::app::App;
-use crate::app::members::{MemberAdd, MemberUpdate, MemberView};
+use crate::app::members::{MemberUpdate, MemberView};
 use crate::app::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
-        .routes(routes!(member_list, member_add))
+        .routes(routes!(member_list))
         .routes(routes!(member_view, member_update, member_remove))
 }
 
@@ -31,23 +31,8 @@ async fn member_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<MemberView>>> {
-    Ok(Json(app.member_list(&principal, project_id, params).await?))
-}
-
-/// Add a user to the project with a role (admins; owners to add owners).
-#[utoipa::path(post, path = "/v1/projects/{project_id}/members", tag = "members", request_body = MemberAdd,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
-    responses((status = 201, body = MemberView, headers(("Location" = String), ("ETag" = String)))))]
-async fn member_add(
-    State(app): State<App>,
-    ctx: OpContext,
-    ApiPath(project_id): ApiPath<Uuid>,
-    ApiJson(add): ApiJson<MemberAdd>,
-) -> ApiResult<Response> {
-    let member = app.member_add(&ctx, project_id, add).await?;
-    let location = format!("/v1/projects/{project_id}/members/{}", member.view.user_id);
-    Ok(created(location, member.membership.revision, member.view))
+) -> ApiResult<Page<MemberView>> {
+    Ok(app.member_list(&principal, project_id, params).await?)
 }
 
 /// Get a member.

@@ -14,7 +14,7 @@ use super::plugins::UPLOAD_PATH;
 use crate::app::App;
 use crate::app::idempotency::{IdempotencyStart, StoredResponse};
 use crate::app::plugin_binaries::PLUGIN_MAX_BYTES;
-use crate::authz::Principal;
+use crate::authz::{Principal, authz_trail_keep};
 use crate::error::{ApiError, PROBLEM_JSON};
 
 /// Limits request bodies to `limit` bytes, or [`PLUGIN_MAX_BYTES`] for plugin uploads. A
@@ -32,12 +32,18 @@ pub async fn body_limit(State(limit): State<usize>, request: Request, next: Next
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
-        return ApiError::new(
+        let mut refused = ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("the request body is larger than the limit of {limit} bytes"),
         )
         .into_response();
+        // The body is left unread, so the connection cannot carry another request: say so,
+        // or a client reusing it would write its next request into a closed socket.
+        refused
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return refused;
     }
     next.run(request.map(|body| Body::new(http_body_util::Limited::new(body, limit))))
         .await
@@ -175,13 +181,10 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
     let Some(key) = request.headers().get(IDEMPOTENCY_KEY).cloned() else {
         return next.run(request).await;
     };
-    let Some(principal) = request
-        .extensions()
-        .get::<Principal>()
-        .map(|p| p.user_id().to_string())
-    else {
+    let Some(principal) = request.extensions().get::<Principal>().cloned() else {
         return next.run(request).await;
     };
+    let credential = principal.credential_key();
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -213,14 +216,23 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
     hasher.update(&body);
     let request_hash = hex::encode(hasher.finalize());
 
-    match app.idempotency_start(&principal, &key, &request_hash).await {
+    match app
+        .idempotency_start(&credential, &key, &request_hash)
+        .await
+    {
         Err(err) => err.into_response(),
-        Ok(IdempotencyStart::Replay(stored)) => stored_response_build(stored),
+        Ok(IdempotencyStart::Replay(stored, checks)) => {
+            match app.idempotency_replay_authorize(&principal, &checks).await {
+                Ok(()) => stored_response_build(stored),
+                Err(err) => err.into_response(),
+            }
+        }
         Ok(IdempotencyStart::Proceed) => {
-            let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+            let (response, checks) =
+                authz_trail_keep(next.run(Request::from_parts(parts, Body::from(body)))).await;
             let (parts, body) = response.into_parts();
             let Ok(body) = to_bytes(body, usize::MAX).await else {
-                let _ = app.idempotency_finish(&principal, &key, None).await;
+                let _ = app.idempotency_finish(&credential, &key, None, &[]).await;
                 return ApiError::internal("response body could not be read").into_response();
             };
             let stored = (!parts.status.is_server_error()).then(|| StoredResponse {
@@ -228,7 +240,10 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
                 headers: replayable_headers(&parts.headers),
                 body: body.to_vec(),
             });
-            if let Err(err) = app.idempotency_finish(&principal, &key, stored).await {
+            if let Err(err) = app
+                .idempotency_finish(&credential, &key, stored, &checks)
+                .await
+            {
                 tracing::error!(error = %err, "could not store an idempotent response");
             }
             Response::from_parts(parts, Body::from(body))
@@ -237,13 +252,18 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
 }
 
 fn replayable_headers(headers: &HeaderMap) -> Vec<(String, String)> {
-    [header::CONTENT_TYPE, header::LOCATION, header::ETAG]
-        .iter()
-        .filter_map(|name| {
-            let value = headers.get(name)?.to_str().ok()?;
-            Some((name.as_str().to_owned(), value.to_owned()))
-        })
-        .collect()
+    [
+        header::CONTENT_TYPE,
+        header::LOCATION,
+        header::ETAG,
+        header::CACHE_CONTROL,
+    ]
+    .iter()
+    .filter_map(|name| {
+        let value = headers.get(name)?.to_str().ok()?;
+        Some((name.as_str().to_owned(), value.to_owned()))
+    })
+    .collect()
 }
 
 fn stored_response_build(stored: StoredResponse) -> Response {
@@ -260,27 +280,19 @@ fn stored_response_build(stored: StoredResponse) -> Response {
     response
 }
 
-/// Gives GET responses without an `ETag` (lists) a weak one from their body, and answers a
-/// GET whose `If-None-Match` matches the response's `ETag` with 304.
+/// Answers a GET whose `If-None-Match` matches the response's `ETag` with 304.
+///
+/// It never reads a response body: a resource's handler sets its strong `ETag`, a list's comes
+/// from [`crate::app::pagination::Page`]'s `IntoResponse` (which has the serialized bytes), and a response without one
+/// (such as an event stream) passes through untouched, as it is produced.
 pub async fn conditional_get(request: Request, next: Next) -> Response {
     if request.method() != Method::GET {
         return next.run(request).await;
     }
     let if_none_match = request.headers().get(header::IF_NONE_MATCH).cloned();
-    let mut response = next.run(request).await;
+    let response = next.run(request).await;
     if response.status() != StatusCode::OK {
         return response;
-    }
-    if !response.headers().contains_key(header::ETAG) {
-        let (mut parts, body) = response.into_parts();
-        let Ok(body) = to_bytes(body, usize::MAX).await else {
-            return ApiError::internal("response body could not be read").into_response();
-        };
-        let digest = hex::encode(&Sha256::digest(&body)[..16]);
-        if let Ok(etag) = HeaderValue::from_str(&format!("W/\"{digest}\"")) {
-            parts.headers.insert(header::ETAG, etag);
-        }
-        response = Response::from_parts(parts, Body::from(body));
     }
     let (Some(if_none_match), Some(etag)) = (if_none_match, response.headers().get(header::ETAG))
     else {

@@ -9,6 +9,7 @@ mod auth;
 mod domains;
 mod environments;
 pub mod extract;
+mod invitations;
 mod members;
 pub mod middleware;
 mod ops;
@@ -25,6 +26,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
@@ -42,6 +44,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 pub use ops::metrics_handle;
 
+use crate::app::pagination::Page;
 use crate::app::{App, etag_for};
 use crate::error::Problem;
 
@@ -163,6 +166,7 @@ fn api_router() -> OpenApiRouter<App> {
         .merge(tokens::router())
         .merge(projects::router())
         .merge(members::router())
+        .merge(invitations::router())
         .merge(environments::router())
         .merge(services::router())
         .merge(domains::router())
@@ -266,6 +270,9 @@ pub fn router(app: App) -> Router {
             .layer(CatchPanicLayer::new())
             .layer(cors)
             .layer(CompressionLayer::new())
+            // The timeout bounds the time to the response head, not the body: an event
+            // stream answers at once and then streams for as long as the client listens. So no
+            // middleware may buffer a response body (it would hold the head back).
             .layer(TimeoutLayer::with_status_code(
                 StatusCode::REQUEST_TIMEOUT,
                 settings.request_timeout,
@@ -285,6 +292,31 @@ pub(crate) fn tagged<T: Serialize>(revision: i64, body: T) -> Response {
         response.headers_mut().insert(header::ETAG, etag);
     }
     response
+}
+
+/// A page of a list as JSON, with a weak `ETag` from a hash of exactly these bytes: lists have
+/// no revision of their own, and this is where their serialized body is at hand (middleware
+/// never buffers a body to tag it).
+impl<T: Serialize> IntoResponse for Page<T> {
+    fn into_response(self) -> Response {
+        let body = match serde_json::to_vec(&self) {
+            Ok(body) => body,
+            Err(err) => return crate::error::ApiError::internal(err).into_response(),
+        };
+        let digest = hex::encode(&Sha256::digest(&body)[..16]);
+        let mut response = (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response();
+        if let Ok(etag) = HeaderValue::from_str(&format!("W/\"{digest}\"")) {
+            response.headers_mut().insert(header::ETAG, etag);
+        }
+        response
+    }
 }
 
 /// A 201 response with `Location` and `ETag`.

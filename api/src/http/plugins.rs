@@ -31,12 +31,11 @@ async fn plugin_binary_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<PluginBinaryView>>> {
-    Ok(Json(
-        app.plugin_binary_list(&principal, params)
-            .await?
-            .map(PluginBinaryView::from),
-    ))
+) -> ApiResult<Page<PluginBinaryView>> {
+    Ok(app
+        .plugin_binary_list(&principal, params)
+        .await?
+        .map(PluginBinaryView::from))
 }
 
 /// Upload a plugin binary (administrators). The body is the component itself

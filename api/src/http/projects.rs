@@ -1,6 +1,5 @@
 //! `/v1/projects`: projects.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -29,12 +28,11 @@ async fn project_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<ProjectView>>> {
-    Ok(Json(
-        app.project_list(&principal, params)
-            .await?
-            .map(ProjectView::from),
-    ))
+) -> ApiResult<Page<ProjectView>> {
+    Ok(app
+        .project_list(&principal, params)
+        .await?
+        .map(ProjectView::from))
 }
 
 /// Create a project; the caller becomes its owner.

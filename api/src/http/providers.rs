@@ -39,8 +39,8 @@ async fn provider_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<ProviderView>>> {
-    Ok(Json(app.provider_list(&principal, params).await?))
+) -> ApiResult<Page<ProviderView>> {
+    Ok(app.provider_list(&principal, params).await?)
 }
 
 /// Configure a provider (administrators). It runs nothing until a plugin is activated.
@@ -130,12 +130,11 @@ async fn provider_activation_list(
     principal: Principal,
     ApiPath(name): ApiPath<String>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<ProviderActivationView>>> {
-    Ok(Json(
-        app.provider_activation_list(&principal, &name, params)
-            .await?
-            .map(ProviderActivationView::from),
-    ))
+) -> ApiResult<Page<ProviderActivationView>> {
+    Ok(app
+        .provider_activation_list(&principal, &name, params)
+        .await?
+        .map(ProviderActivationView::from))
 }
 
 /// Call the active plugin's `health` now (administrators).
@@ -159,12 +158,11 @@ async fn provider_event_list(
     principal: Principal,
     ApiPath(name): ApiPath<String>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<ProviderEventView>>> {
-    Ok(Json(
-        app.provider_event_list(&principal, &name, params)
-            .await?
-            .map(ProviderEventView::from),
-    ))
+) -> ApiResult<Page<ProviderEventView>> {
+    Ok(app
+        .provider_event_list(&principal, &name, params)
+        .await?
+        .map(ProviderEventView::from))
 }
 
 /// Every instance the provider has made for the control plane, as its plugin lists them
@@ -176,8 +174,8 @@ async fn provider_instance_list(
     State(app): State<App>,
     principal: Principal,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Json<Page<InstanceView>>> {
-    Ok(Json(app.provider_instance_list(&principal, &name).await?))
+) -> ApiResult<Page<InstanceView>> {
+    Ok(app.provider_instance_list(&principal, &name).await?)
 }
 
 /// Provision an instance through the provider's plugin (administrators). Idempotent on

@@ -1,6 +1,5 @@
 //! `/v1/projects/{project_id}/services`: services of a project.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -31,17 +30,17 @@ async fn service_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<ServiceView>>> {
+) -> ApiResult<Page<ServiceView>> {
     let page = app.service_list(&principal, project_id, params).await?;
     let items = page
         .items
         .into_iter()
         .map(ServiceView::try_from)
         .collect::<ApiResult<_>>()?;
-    Ok(Json(Page {
+    Ok(Page {
         items,
         next_cursor: page.next_cursor,
-    }))
+    })
 }
 
 /// Create a service (members and above).

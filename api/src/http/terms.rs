@@ -24,12 +24,11 @@ async fn terms_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<TermsView>>> {
-    Ok(Json(
-        app.terms_list(&principal, params)
-            .await?
-            .map(TermsView::from),
-    ))
+) -> ApiResult<Page<TermsView>> {
+    Ok(app
+        .terms_list(&principal, params)
+        .await?
+        .map(TermsView::from))
 }
 
 /// Publish a new version of the terms of service (administrators); it becomes current, and

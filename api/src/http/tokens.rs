@@ -27,8 +27,8 @@ async fn token_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<TokenView>>> {
-    Ok(Json(app.token_list(&principal, params).await?))
+) -> ApiResult<Page<TokenView>> {
+    Ok(app.token_list(&principal, params).await?)
 }
 
 /// Create an API token. Its secret value is in this response only.

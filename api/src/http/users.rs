@@ -63,8 +63,8 @@ async fn me_terms_acceptance_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<TermsAcceptanceView>>> {
-    Ok(Json(app.terms_acceptance_list(&principal, params).await?))
+) -> ApiResult<Page<TermsAcceptanceView>> {
+    Ok(app.terms_acceptance_list(&principal, params).await?)
 }
 
 /// Accept the current terms of service. Accepting again returns the first acceptance (200).
@@ -91,10 +91,8 @@ async fn user_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Json<Page<UserView>>> {
-    Ok(Json(
-        app.user_list(&principal, params).await?.map(UserView::from),
-    ))
+) -> ApiResult<Page<UserView>> {
+    Ok(app.user_list(&principal, params).await?.map(UserView::from))
 }
 
 /// Create a user (administrators).

@@ -1,0 +1,62 @@
+//! Housekeeping: expired idempotency records and invitations are purged, the login limiter
+//! forgets clients that stopped trying, and plaintext secrets of earlier versions are sealed.
+//! Each task is idempotent; running it on several replicas at once is harmless.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::App;
+use crate::error::ApiResult;
+
+/// How often the purges run (and once at start-up).
+const PURGE_EVERY: Duration = Duration::from_secs(600);
+/// How often the login limiter is trimmed.
+const TRIM_EVERY: Duration = Duration::from_secs(60);
+
+impl App {
+    /// Seals the secrets (service secret variables, provider secrets) that an earlier version
+    /// stored in plaintext; returns how many values it sealed. This is the data half of the
+    /// migration to secrets at rest: it runs at start-up, after the schema migrations, because
+    /// only the server holds the master key. Sealed values are left alone, so it is cheap to
+    /// run again. (The signing key is sealed where it is loaded, [`crate::auth::JwtKeys`].)
+    pub async fn secrets_seal_plaintext(&self) -> ApiResult<u64> {
+        Ok(self.service_secrets_seal_plaintext().await?
+            + self.provider_secrets_seal_plaintext().await?)
+    }
+
+    /// Runs the purges now; returns how many rows each removed.
+    pub async fn maintenance_purge(&self) -> (u64, u64) {
+        let idempotency = self.idempotency_purge().await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "idempotency purge failed");
+            0
+        });
+        let invitations = self.invitations_purge().await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "invitation purge failed");
+            0
+        });
+        if idempotency + invitations > 0 {
+            tracing::info!(idempotency, invitations, "purged expired records");
+        }
+        (idempotency, invitations)
+    }
+
+    /// The housekeeping loop, until `stop` turns true.
+    pub async fn maintenance_run(self, mut stop: watch::Receiver<bool>) {
+        let mut purge = tokio::time::interval(PURGE_EVERY);
+        let mut trim = tokio::time::interval(TRIM_EVERY);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    if *stop.borrow() {
+                        return;
+                    }
+                }
+                _ = purge.tick() => {
+                    self.maintenance_purge().await;
+                }
+                _ = trim.tick() => self.login.forget_idle(),
+            }
+        }
+    }
+}
