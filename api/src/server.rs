@@ -85,6 +85,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     crate::db::migrate_up(&migrator).await?;
     migrator.close().await?;
     let db = crate::db::connect(&settings.database_url).await?;
+    let (shutdown, mut stop) = watch::channel(false);
     let secrets = Arc::new(secrets_open(&db, &settings).await?);
     let jwt = Arc::new(JwtKeys::load_or_create(&db, &secrets).await?);
     let host = PluginHost::new(Some(&settings.data_dir.join("plugin-cache")))?;
@@ -96,6 +97,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         login: Arc::new(LoginThrottle::new(settings.login_limits)),
         secrets,
         auth_cache: Arc::default(),
+        changes: Default::default(),
+        stopping: shutdown.subscribe(),
         settings: Arc::new(settings),
     };
     match app.bootstrap().await? {
@@ -128,7 +131,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let listener = TcpListener::bind(app.settings.listen).await?;
     let addr = listener.local_addr()?;
     let router = crate::http::router(app.clone());
-    let (shutdown, mut stop) = watch::channel(false);
     tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
     let task = tokio::spawn(async move {

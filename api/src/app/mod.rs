@@ -8,6 +8,7 @@ pub mod audit;
 pub mod auth_cache;
 pub mod bootstrap;
 pub mod breaker;
+pub mod changes;
 pub mod domains;
 pub mod environments;
 pub mod idempotency;
@@ -54,6 +55,10 @@ pub struct App {
     pub auth_cache: Arc<auth_cache::AuthCache>,
     /// Seals and opens secrets at rest.
     pub secrets: Arc<crate::secrets::SecretBox>,
+    /// Change notifications inside this server.
+    pub changes: changes::Changes,
+    /// Turns true when the server begins to stop (event streams end, loops return).
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// A strong entity tag for a resource at `revision`.

@@ -17,6 +17,7 @@ mod plugins;
 mod projects;
 mod providers;
 mod services;
+pub mod sse;
 mod terms;
 mod tokens;
 mod users;

@@ -1,0 +1,167 @@
+//! Server-Sent Events, the one way Bulkhead streams: a stream replays what happened after the
+//! client's `Last-Event-ID`, then follows new events as they are written, with heartbeats, and
+//! ends when its source says there is nothing more to come. A client that drops reconnects
+//! with the id of the last event it saw and misses nothing.
+//!
+//! To add a streaming route, give [`event_stream`] a `fetch` that reads the events after a
+//! cursor (oldest first, at most a page) and a [`watch`] receiver that is bumped whenever one
+//! is written on this server; a periodic re-read covers writes made by other replicas. The
+//! request timeout does not cut a stream (it bounds only the response head), and no
+//! middleware buffers a body, so nothing else is needed.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use tokio::sync::watch;
+
+use crate::error::{ApiError, ApiResult};
+
+/// How often a stream re-reads its source without being woken (writes of other replicas).
+pub const POLL_EVERY: Duration = Duration::from_secs(1);
+/// How long a stream may stay silent before a heartbeat comment is sent.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(15);
+
+/// One event of a stream: its id (the cursor a client resumes after), its type and its data.
+#[derive(Debug, Clone)]
+pub struct StreamEvent {
+    pub id: i64,
+    pub kind: String,
+    /// JSON text.
+    pub data: String,
+}
+
+/// What a stream's source answered: the events after the cursor, and whether the stream ends
+/// once they are sent.
+pub struct StreamBatch {
+    pub events: Vec<StreamEvent>,
+    pub finished: bool,
+}
+
+/// The `Last-Event-ID` header, or a `last_event_id` query parameter given by the caller.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LastEventId(pub Option<i64>);
+
+impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get("last-event-id") {
+            None => Ok(Self(None)),
+            Some(value) => value
+                .to_str()
+                .ok()
+                .and_then(|text| text.trim().parse::<i64>().ok())
+                .filter(|id| *id >= 0)
+                .map(|id| Self(Some(id)))
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_header",
+                        "Last-Event-ID must be the id of an event of this stream",
+                    )
+                }),
+        }
+    }
+}
+
+/// Whether the client asked for an event stream (`Accept: text/event-stream`).
+pub fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("text/event-stream"))
+}
+
+/// An event stream starting after `cursor`, woken by `wake`, ended when the server stops
+/// (`stopping` turns true): see the module documentation.
+pub fn event_stream<F, Fut>(
+    cursor: Option<i64>,
+    wake: watch::Receiver<u64>,
+    stopping: watch::Receiver<bool>,
+    fetch: F,
+) -> Response
+where
+    F: FnMut(Option<i64>) -> Fut + Send + 'static,
+    Fut: Future<Output = ApiResult<StreamBatch>> + Send + 'static,
+{
+    Sse::new(events(cursor, wake, stopping, fetch))
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT_EVERY))
+        .into_response()
+}
+
+struct Follow<F> {
+    cursor: Option<i64>,
+    pending: VecDeque<StreamEvent>,
+    finished: bool,
+    wake: watch::Receiver<u64>,
+    stopping: watch::Receiver<bool>,
+    fetch: F,
+}
+
+fn events<F, Fut>(
+    cursor: Option<i64>,
+    wake: watch::Receiver<u64>,
+    stopping: watch::Receiver<bool>,
+    fetch: F,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send
+where
+    F: FnMut(Option<i64>) -> Fut + Send + 'static,
+    Fut: Future<Output = ApiResult<StreamBatch>> + Send + 'static,
+{
+    let state = Follow {
+        cursor,
+        pending: VecDeque::new(),
+        finished: false,
+        wake,
+        stopping,
+        fetch,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(next) = state.pending.pop_front() {
+                state.cursor = Some(next.id);
+                let event = Event::default()
+                    .id(next.id.to_string())
+                    .event(next.kind)
+                    .data(next.data);
+                return Some((Ok(event), state));
+            }
+            if state.finished || *state.stopping.borrow() {
+                return None;
+            }
+            // Mark what was seen before reading, so that a write during the read wakes us.
+            state.wake.borrow_and_update();
+            match (state.fetch)(state.cursor).await {
+                Ok(batch) => {
+                    state.finished = batch.finished;
+                    if !batch.events.is_empty() || batch.finished {
+                        state.pending.extend(batch.events);
+                        continue;
+                    }
+                }
+                Err(err) => {
+                    // The client reconnects with its Last-Event-ID and misses nothing.
+                    tracing::warn!(error = %err, "event stream ended by a failed read");
+                    return None;
+                }
+            }
+            tokio::select! {
+                changed = state.wake.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+                // A graceful shutdown waits for open connections: streams end first.
+                _ = state.stopping.changed() => {}
+                _ = tokio::time::sleep(POLL_EVERY) => {}
+            }
+        }
+    })
+}
