@@ -419,6 +419,8 @@ impl App {
             replicas: Set(replicas),
             regions: Set(regions),
             variables: Set(variables),
+            placement: Set(None),
+            health_check: Set(None),
             revision: Set(1),
             created_at: Set(now),
             updated_at: Set(now),

@@ -4,9 +4,13 @@
 pub mod api_token;
 pub mod audit_event;
 pub mod data_key;
+pub mod deploy_control;
+pub mod deployment;
+pub mod deployment_event;
 pub mod domain;
 pub mod environment;
 pub mod idempotency_record;
+pub mod instance;
 pub mod plugin_binary;
 pub mod plugin_blob;
 pub mod project;
