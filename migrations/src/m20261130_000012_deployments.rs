@@ -1,7 +1,7 @@
 //! The deploy pipeline: deployments of a service's spec, the instances the reconciler makes
 //! for them (each key chosen and stored before any provider is called, so that a crash at any
-//! point leaves nothing duplicated or orphaned), each deployment's events, and the operator's
-//! controls of the pipeline (pause, drain rate).
+//! point leaves nothing duplicated or orphaned), each deployment's events, evacuations of a
+//! provider, and the operator's controls of the pipeline (pause, drain rate).
 //!
 //! Instances do not cascade from services: a service or project with live instances cannot be
 //! deleted (their instances must be removed at their providers first).
@@ -45,6 +45,7 @@ impl MigrationTrait for Migration {
                     .col(timestamp_with_time_zone("created_at"))
                     .col(timestamp_with_time_zone("updated_at"))
                     .col(timestamp_with_time_zone_null("finished_at"))
+                    .col(timestamp_with_time_zone_null("healthy_at"))
                     .foreign_key(&mut cascade_fk("deployments", "project_id", "projects"))
                     .foreign_key(&mut cascade_fk("deployments", "service_id", "services"))
                     .to_owned(),
@@ -90,6 +91,7 @@ impl MigrationTrait for Migration {
                     .col(integer("attempts").default(0))
                     .col(timestamp_with_time_zone_null("next_attempt_at"))
                     .col(text("last_error").default(""))
+                    .col(uuid_null("replaces"))
                     .col(string_len_null("claimed_by", 64))
                     .col(timestamp_with_time_zone_null("claimed_until"))
                     .col(timestamp_with_time_zone("created_at"))
@@ -135,6 +137,23 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
+                    .table("evacuations")
+                    .col(pk_uuid("id"))
+                    .col(string_len("provider", 63))
+                    .col(string_len("state", 16))
+                    .col(integer("total").default(0))
+                    .col(integer("moved").default(0))
+                    .col(json("unremoved"))
+                    .col(uuid_null("created_by"))
+                    .col(timestamp_with_time_zone("created_at"))
+                    .col(timestamp_with_time_zone("updated_at"))
+                    .col(timestamp_with_time_zone_null("finished_at"))
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
                     .table("deploy_controls")
                     .col(integer("id").primary_key())
                     .col(boolean("paused").default(false))
@@ -151,6 +170,7 @@ impl MigrationTrait for Migration {
             manager,
             &[
                 "deploy_controls",
+                "evacuations",
                 "deployment_events",
                 "instances",
                 "deployments",

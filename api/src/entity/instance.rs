@@ -34,6 +34,9 @@ pub struct Model {
     /// No provider call for it before this.
     pub next_attempt_at: Option<DateTimeUtc>,
     pub last_error: String,
+    /// The instance this one takes over from (failover, evacuation): that one is drained and
+    /// removed once this one is healthy.
+    pub replaces: Option<Uuid>,
     /// The reconciler working on it, until `claimed_until`.
     pub claimed_by: Option<String>,
     pub claimed_until: Option<DateTimeUtc>,

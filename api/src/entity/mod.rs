@@ -8,6 +8,7 @@ pub mod deploy_control;
 pub mod deployment;
 pub mod deployment_event;
 pub mod domain;
+pub mod evacuation;
 pub mod environment;
 pub mod idempotency_record;
 pub mod instance;
