@@ -59,6 +59,19 @@ pub struct ServeArgs {
     /// 0600). Default: `BULKHEAD_SECRET_KEY` if set, else `<data-dir>/secret.key` (generated).
     #[arg(long, env = "BULKHEAD_SECRET_KEY_FILE")]
     pub secret_key_file: Option<PathBuf>,
+    /// Provider operations (provision, deprovision) the deploy pipeline runs at once.
+    #[arg(long, env = "BULKHEAD_DEPLOY_CONCURRENCY")]
+    pub deploy_concurrency: Option<usize>,
+    /// Provider operations the deploy pipeline starts per second on one provider.
+    #[arg(long, env = "BULKHEAD_DEPLOY_PROVIDER_RATE")]
+    pub deploy_provider_rate: Option<u32>,
+    /// Milliseconds between passes of the deploy reconciler when nothing wakes it.
+    #[arg(long, env = "BULKHEAD_RECONCILE_INTERVAL_MS")]
+    pub reconcile_interval_ms: Option<u64>,
+    /// Milliseconds a replaced instance keeps running after leaving the routes, before it is
+    /// removed.
+    #[arg(long, env = "BULKHEAD_DRAIN_GRACE_MS")]
+    pub drain_grace_ms: Option<u64>,
     /// Login attempts a minute from one client address.
     #[arg(long, env = "BULKHEAD_LOGIN_RATE_PER_IP")]
     pub login_rate_per_ip: Option<u32>,
@@ -94,6 +107,10 @@ struct FileSettings {
     log_format: Option<LogFormat>,
     provider_probe_interval_ms: Option<u64>,
     secret_key_file: Option<PathBuf>,
+    deploy_concurrency: Option<usize>,
+    deploy_provider_rate: Option<u32>,
+    reconcile_interval_ms: Option<u64>,
+    drain_grace_ms: Option<u64>,
     login_rate_per_ip: Option<u32>,
     login_rate_per_account: Option<u32>,
     password_hash_concurrency: Option<usize>,
@@ -122,6 +139,36 @@ pub struct Settings {
     pub secret_key: Option<SecretString>,
     /// The key file of the master key, if not the environment's or the data directory's.
     pub secret_key_file: Option<PathBuf>,
+    /// The deploy pipeline's limits and pace.
+    pub deploy: DeploySettings,
+}
+
+/// The deploy pipeline's limits and pace.
+#[derive(Debug, Clone)]
+pub struct DeploySettings {
+    /// Provider operations in flight at once, across providers.
+    pub concurrency: usize,
+    /// Provider operations started per second on one provider.
+    pub provider_rate: u32,
+    /// Time between reconciler passes when nothing wakes it.
+    pub reconcile_interval: Duration,
+    /// How long a replaced instance keeps running after leaving the routes.
+    pub drain_grace: Duration,
+    /// How long a claim on an instance lasts: a runner that dies mid-operation leaves its
+    /// instance to another pass after this.
+    pub claim_ttl: Duration,
+}
+
+impl Default for DeploySettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            provider_rate: 20,
+            reconcile_interval: Duration::from_secs(1),
+            drain_grace: Duration::from_secs(2),
+            claim_ttl: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Settings {
@@ -187,6 +234,32 @@ impl Settings {
                 .filter(|key| !key.is_empty())
                 .map(SecretString::from),
             secret_key_file: args.secret_key_file.or(file.secret_key_file),
+            deploy: {
+                let default = DeploySettings::default();
+                DeploySettings {
+                    concurrency: args
+                        .deploy_concurrency
+                        .or(file.deploy_concurrency)
+                        .unwrap_or(default.concurrency)
+                        .max(1),
+                    provider_rate: args
+                        .deploy_provider_rate
+                        .or(file.deploy_provider_rate)
+                        .unwrap_or(default.provider_rate)
+                        .max(1),
+                    reconcile_interval: args
+                        .reconcile_interval_ms
+                        .or(file.reconcile_interval_ms)
+                        .map(|ms| Duration::from_millis(ms.max(50)))
+                        .unwrap_or(default.reconcile_interval),
+                    drain_grace: args
+                        .drain_grace_ms
+                        .or(file.drain_grace_ms)
+                        .map(Duration::from_millis)
+                        .unwrap_or(default.drain_grace),
+                    claim_ttl: default.claim_ttl,
+                }
+            },
             login_limits: {
                 let default = LoginLimits::default();
                 LoginLimits {

@@ -14,6 +14,7 @@ use crate::app::App;
 use crate::app::bootstrap::Bootstrap;
 use crate::app::login_throttle::LoginThrottle;
 use crate::app::provider_health::HealthBoard;
+use crate::app::reconciler::Reconciler;
 use crate::auth::JwtKeys;
 use crate::config::Settings;
 use crate::plugins::PluginHost;
@@ -99,6 +100,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         auth_cache: Arc::default(),
         changes: Default::default(),
         stopping: shutdown.subscribe(),
+        reconciler: Arc::new(Reconciler::new(settings.deploy.clone())),
+        health_streaks: Arc::default(),
         settings: Arc::new(settings),
     };
     match app.bootstrap().await? {
@@ -133,6 +136,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let router = crate::http::router(app.clone());
     tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().instance_health_run(shutdown.subscribe()));
     let task = tokio::spawn(async move {
         axum::serve(
             listener,

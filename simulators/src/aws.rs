@@ -100,6 +100,10 @@ impl AwsSimulator {
         let router = Router::new()
             .route("/", post(ec2_endpoint).get(ec2_endpoint))
             .with_state(shared.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                faults.clone(),
+                Faults::observe,
+            ))
             .merge(faults.router());
         let server = RunningSimulator::serve(listen, router).await?;
         tracing::info!(addr = %server.addr, region, "EC2 simulator listening");

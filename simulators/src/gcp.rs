@@ -169,6 +169,10 @@ impl GcpSimulator {
                 get(instances_aggregated),
             )
             .with_state(sim.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                faults.clone(),
+                Faults::observe,
+            ))
             .merge(faults.router())
             .fallback(unknown_route);
         let server = RunningSimulator::serve(listen, router).await?;

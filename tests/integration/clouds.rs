@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use bulkhead::dev::{AWS_REGION, DevPlatform, GCP_ZONE};
+use bulkhead::dev::{AWS_REGION, GCP_ZONE};
 use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
 use bulkhead_simulators::faults::FaultState;
 
 use crate::db_tests;
-use crate::support::{ADMIN_TOKEN, Reply, TestServer, provider_state, state_wait};
+use crate::support::{
+    ADMIN_TOKEN, Reply, TestServer, healthy_probe, platform, provider_state, state_wait,
+};
 
 db_tests!(
     aws_instances_against_the_simulator,
@@ -21,23 +23,6 @@ db_tests!(
     metal_instances_run_as_processes_on_the_agent,
     suspending_one_cloud_leaves_the_others_alone,
 );
-
-/// A local platform (simulators and an agent) with the bundled providers pointed at it.
-async fn platform(s: &TestServer) -> (DevPlatform, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let platform = DevPlatform::start(dir.path()).await.unwrap();
-    for (name, update) in platform.provider_updates() {
-        s.patch(
-            &format!("/v1/providers/{name}"),
-            ADMIN_TOKEN,
-            serde_json::to_value(update).unwrap(),
-        )
-        .await
-        .assert_status(200);
-        healthy_probe(s, name).await;
-    }
-    (platform, dir)
-}
 
 /// Provision (twice: no duplicate), answer over HTTP, describe, list, deprovision (twice).
 async fn lifecycle_check(s: &TestServer, provider: &str, region: &str, artifact: &str) -> Value {
@@ -92,30 +77,6 @@ async fn provider_point(
     )
     .await
     .assert_status(200);
-}
-
-/// Probes provider `name` until it is healthy: after a change of its settings, the probes
-/// (not a stale state) say so.
-async fn healthy_probe(s: &TestServer, name: &str) {
-    let started = Instant::now();
-    loop {
-        let probe = s
-            .post(
-                &format!("/v1/providers/{name}/probe"),
-                ADMIN_TOKEN,
-                json!({}),
-            )
-            .await;
-        if probe.status == 200 && provider_state(s, name).await == "healthy" {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "{name} did not become healthy: {}",
-            probe.text
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn fault_set(sim_url: &str, faults: FaultState) {

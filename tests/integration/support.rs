@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bulkhead::app::login_throttle::LoginLimits;
-use bulkhead::config::{LogFormat, Settings};
+use bulkhead::config::{DeploySettings, LogFormat, Settings};
 use bulkhead::server::RunningServer;
 use reqwest::Method;
 use reqwest::header::HeaderMap;
@@ -126,6 +126,12 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         },
         secret_key: None,
         secret_key_file: None,
+        deploy: DeploySettings {
+            reconcile_interval: Duration::from_millis(200),
+            drain_grace: Duration::from_millis(300),
+            claim_ttl: Duration::from_secs(5),
+            ..DeploySettings::default()
+        },
     }
 }
 
@@ -403,4 +409,45 @@ pub async fn state_wait(s: &TestServer, name: &str, state: &str) -> Duration {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     started.elapsed()
+}
+
+/// A local platform (simulators and an agent) with the bundled providers pointed at it.
+pub async fn platform(s: &TestServer) -> (bulkhead::dev::DevPlatform, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let platform = bulkhead::dev::DevPlatform::start(dir.path()).await.unwrap();
+    for (name, update) in platform.provider_updates() {
+        s.patch(
+            &format!("/v1/providers/{name}"),
+            ADMIN_TOKEN,
+            serde_json::to_value(update).unwrap(),
+        )
+        .await
+        .assert_status(200);
+        healthy_probe(s, name).await;
+    }
+    (platform, dir)
+}
+
+/// Probes provider `name` until it is healthy: after a change of its settings, the probes
+/// (not a stale state) say so.
+pub async fn healthy_probe(s: &TestServer, name: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let probe = s
+            .post(
+                &format!("/v1/providers/{name}/probe"),
+                ADMIN_TOKEN,
+                json!({}),
+            )
+            .await;
+        if probe.status == 200 && provider_state(s, name).await == "healthy" {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{name} did not become healthy: {}",
+            probe.text
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -6,17 +6,27 @@
 
 pub mod audit;
 pub mod auth_cache;
+pub mod backpressure;
 pub mod bootstrap;
 pub mod breaker;
 pub mod changes;
+pub mod deploy_pipeline;
+pub mod deployment_events;
+pub mod deployments;
 pub mod domains;
 pub mod environments;
+pub mod evacuations;
+pub mod health_checks;
 pub mod idempotency;
+pub mod instance_health;
+pub mod instance_operations;
+pub mod instances;
 pub mod invitations;
 pub mod login_throttle;
 pub mod maintenance;
 pub mod members;
 pub mod pagination;
+pub mod placement;
 pub mod plugin_binaries;
 pub mod project_write;
 pub mod projects;
@@ -24,6 +34,7 @@ pub mod provider_health;
 pub mod provider_instances;
 pub mod provider_versions;
 pub mod providers;
+pub mod reconciler;
 pub mod services;
 pub mod sessions;
 pub mod terms;
@@ -59,6 +70,10 @@ pub struct App {
     pub changes: changes::Changes,
     /// Turns true when the server begins to stop (event streams end, loops return).
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// The deploy reconciler's limits and state in this server.
+    pub reconciler: Arc<reconciler::Reconciler>,
+    /// Health-check streaks of deployed instances.
+    pub health_streaks: Arc<instance_health::HealthStreaks>,
 }
 
 /// A strong entity tag for a resource at `revision`.

@@ -72,8 +72,9 @@ impl App {
     /// its credential. Non-members get 404 (they may not learn that the project exists);
     /// members below `role` get 403. Administrators act as owners.
     ///
-    /// Reads go through the [`super::auth_cache`]: the project and the caller's membership are
-    /// read from the database at most once per cache lifetime.
+    /// This is the path of reads, through the [`super::auth_cache`]: the project and the
+    /// caller's membership are read from the database at most once per cache lifetime. Writes
+    /// authorize inside their transaction ([`App::project_write`]).
     pub async fn project_authorize(
         &self,
         principal: &Principal,
@@ -81,9 +82,6 @@ impl App {
         role: ProjectRole,
         scope: Scope,
     ) -> ApiResult<project::Model> {
-        if scope != Scope::Read {
-            return project_authorize_in(&self.db, principal, project_id, role, scope).await;
-        }
         AuthzCheck::Project {
             project_id,
             role,
@@ -218,6 +216,11 @@ impl App {
             project_authorize_in(&txn, &ctx.principal, id, ProjectRole::Owner, Scope::Write)
                 .await?;
         if_match_check(if_match, current.revision)?;
+        super::services::instances_none_live(
+            &txn,
+            crate::entity::instance::Column::ProjectId.eq(id),
+        )
+        .await?;
         project::Entity::delete_by_id(id).exec(&txn).await?;
         audit_record(&txn, ctx, project_audit("project.delete", &current)).await?;
         txn.commit().await?;

@@ -15,10 +15,12 @@ use uuid::Uuid;
 
 use super::audit::AuditEntry;
 use super::environments::environment_find;
+use super::health_checks::HealthCheckSpec;
 use super::pagination::{Page, PageParams, paginate};
+use super::placement::PlacementPolicy;
 use super::{App, slug_validate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
-use crate::entity::service;
+use crate::entity::{instance, service};
 use crate::error::{ApiError, ApiResult, unique_violation_as};
 use crate::secrets::SecretBox;
 
@@ -81,17 +83,110 @@ pub struct ServiceView {
     /// Regions to run in, in order of preference.
     pub regions: Vec<String>,
     pub variables: Vec<VariableView>,
+    /// Where its instances may run.
+    pub placement: PlacementPolicy,
+    /// How the control plane checks its instances.
+    pub health_check: HealthCheckSpec,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// Variables as shown: secret values withheld.
+pub(super) fn variables_view(stored: &serde_json::Value) -> ApiResult<Vec<VariableView>> {
+    let variables: Vec<StoredVariable> =
+        serde_json::from_value(stored.clone()).map_err(ApiError::internal)?;
+    Ok(variables
+        .into_iter()
+        .map(|v| VariableView {
+            value: (!v.secret).then_some(v.value),
+            name: v.name,
+            secret: v.secret,
+        })
+        .collect())
+}
+
+fn json_or_default<T: serde::de::DeserializeOwned + Default>(
+    value: &Option<serde_json::Value>,
+) -> ApiResult<T> {
+    value
+        .clone()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(ApiError::internal)
+        .map(Option::unwrap_or_default)
+}
+
+/// What a deployment deploys: the service's spec when it was made. Secret values stay sealed
+/// in it (bound to the service, so they open for no other).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceSpec {
+    pub source: ServiceSource,
+    pub port: u16,
+    pub replicas: u32,
+    pub regions: Vec<String>,
+    /// As stored: `[{name, value, secret}]`, secret values sealed.
+    pub variables: serde_json::Value,
+    pub placement: PlacementPolicy,
+    pub health_check: HealthCheckSpec,
+}
+
+impl ServiceSpec {
+    pub fn of(service: &service::Model) -> ApiResult<Self> {
+        Ok(Self {
+            source: serde_json::from_value(service.source.clone()).map_err(ApiError::internal)?,
+            port: u16::try_from(service.port).map_err(ApiError::internal)?,
+            replicas: u32::try_from(service.replicas).map_err(ApiError::internal)?,
+            regions: serde_json::from_value(service.regions.clone()).map_err(ApiError::internal)?,
+            variables: service.variables.clone(),
+            placement: json_or_default(&service.placement)?,
+            health_check: json_or_default(&service.health_check)?,
+        })
+    }
+
+    /// What a provider runs: the image, or the command line (shell-quoted).
+    pub fn artifact(&self) -> String {
+        match &self.source {
+            ServiceSource::Artifact { image } => image.clone(),
+            ServiceSource::Command { command } => shell_words::join(command),
+        }
+    }
+}
+
+/// A service's spec as shown (secret values withheld).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ServiceSpecView {
+    pub source: ServiceSource,
+    pub port: u16,
+    pub replicas: u32,
+    pub regions: Vec<String>,
+    pub variables: Vec<VariableView>,
+    pub placement: PlacementPolicy,
+    pub health_check: HealthCheckSpec,
+}
+
+impl TryFrom<ServiceSpec> for ServiceSpecView {
+    type Error = ApiError;
+
+    fn try_from(spec: ServiceSpec) -> ApiResult<Self> {
+        Ok(Self {
+            variables: variables_view(&spec.variables)?,
+            source: spec.source,
+            port: spec.port,
+            replicas: spec.replicas,
+            regions: spec.regions,
+            placement: spec.placement,
+            health_check: spec.health_check,
+        })
+    }
 }
 
 impl TryFrom<service::Model> for ServiceView {
     type Error = ApiError;
 
     fn try_from(m: service::Model) -> ApiResult<Self> {
-        let variables: Vec<StoredVariable> =
-            serde_json::from_value(m.variables).map_err(ApiError::internal)?;
         Ok(Self {
+            placement: json_or_default(&m.placement)?,
+            health_check: json_or_default(&m.health_check)?,
             id: m.id,
             project_id: m.project_id,
             environment_id: m.environment_id,
@@ -100,14 +195,7 @@ impl TryFrom<service::Model> for ServiceView {
             port: u16::try_from(m.port).map_err(ApiError::internal)?,
             replicas: u32::try_from(m.replicas).map_err(ApiError::internal)?,
             regions: serde_json::from_value(m.regions).map_err(ApiError::internal)?,
-            variables: variables
-                .into_iter()
-                .map(|v| VariableView {
-                    value: (!v.secret).then_some(v.value),
-                    name: v.name,
-                    secret: v.secret,
-                })
-                .collect(),
+            variables: variables_view(&m.variables)?,
             created_at: m.created_at,
             updated_at: m.updated_at,
         })
@@ -134,6 +222,10 @@ pub struct ServiceCreate {
     pub regions: Vec<String>,
     #[serde(default)]
     pub variables: Vec<VariableInput>,
+    /// Where its instances may run; default: spread over every provider.
+    pub placement: Option<PlacementPolicy>,
+    /// How the control plane checks its instances; default: `GET /` every 2 s.
+    pub health_check: Option<HealthCheckSpec>,
 }
 
 /// Changes to a service; absent fields are unchanged. `variables`, when present, replaces the
@@ -147,6 +239,18 @@ pub struct ServiceUpdate {
     pub replicas: Option<u32>,
     pub regions: Option<Vec<String>>,
     pub variables: Option<Vec<VariableInput>>,
+    pub placement: Option<PlacementPolicy>,
+    pub health_check: Option<HealthCheckSpec>,
+}
+
+fn placement_json(policy: &PlacementPolicy) -> ApiResult<serde_json::Value> {
+    policy.validate()?;
+    serde_json::to_value(policy).map_err(ApiError::internal)
+}
+
+fn health_check_json(check: &HealthCheckSpec) -> ApiResult<serde_json::Value> {
+    check.validate()?;
+    serde_json::to_value(check).map_err(ApiError::internal)
 }
 
 fn source_validate(source: ServiceSource) -> ApiResult<serde_json::Value> {
@@ -293,7 +397,7 @@ fn variables_validate(
     serde_json::to_value(stored).map_err(ApiError::internal)
 }
 
-async fn service_find(
+pub(super) async fn service_find(
     db: &impl sea_orm::ConnectionTrait,
     project_id: Uuid,
     id: Uuid,
@@ -312,14 +416,24 @@ impl App {
         &self,
         service: &service::Model,
     ) -> ApiResult<std::collections::BTreeMap<String, String>> {
+        self.variables_open(service.id, &service.variables)
+    }
+
+    /// Variables of service `service_id` as stored (in a service or a deployment's spec),
+    /// secrets opened: a workload's environment.
+    pub fn variables_open(
+        &self,
+        service_id: Uuid,
+        stored: &serde_json::Value,
+    ) -> ApiResult<std::collections::BTreeMap<String, String>> {
         let variables: Vec<StoredVariable> =
-            serde_json::from_value(service.variables.clone()).map_err(ApiError::internal)?;
+            serde_json::from_value(stored.clone()).map_err(ApiError::internal)?;
         variables
             .into_iter()
             .map(|v| {
                 let value = if v.secret {
                     self.secrets
-                        .open_value(&variable_purpose(service.id, &v.name), &v.value)
+                        .open_value(&variable_purpose(service_id, &v.name), &v.value)
                         .map_err(|err| ApiError::internal(format!("{err:#}")))?
                 } else {
                     v.value
@@ -419,8 +533,12 @@ impl App {
             replicas: Set(replicas),
             regions: Set(regions),
             variables: Set(variables),
-            placement: Set(None),
-            health_check: Set(None),
+            placement: Set(create.placement.as_ref().map(placement_json).transpose()?),
+            health_check: Set(create
+                .health_check
+                .as_ref()
+                .map(health_check_json)
+                .transpose()?),
             revision: Set(1),
             created_at: Set(now),
             updated_at: Set(now),
@@ -463,6 +581,12 @@ impl App {
         if let Some(regions) = update.regions {
             active.regions = Set(regions_validate(regions)?);
         }
+        if let Some(placement) = &update.placement {
+            active.placement = Set(Some(placement_json(placement)?));
+        }
+        if let Some(check) = &update.health_check {
+            active.health_check = Set(Some(health_check_json(check)?));
+        }
         if let Some(variables) = update.variables {
             let existing: Vec<StoredVariable> =
                 serde_json::from_value(current.variables.clone()).map_err(ApiError::internal)?;
@@ -488,12 +612,36 @@ impl App {
             .await?;
         let current =
             write.precondition(service_find(&write.txn, project_id, id).await?, if_match)?;
+        instances_none_live(&write.txn, instance::Column::ServiceId.eq(id)).await?;
         service::Entity::delete_by_id(id).exec(&write.txn).await?;
         write
             .commit(service_audit("service.delete", &current))
             .await?;
         Ok(())
     }
+}
+
+/// Refuses (409) while instances matching `filter` still run somewhere: deleting their service
+/// or project would leave them running at their providers with nothing to remove them.
+pub(super) async fn instances_none_live(
+    db: &impl sea_orm::ConnectionTrait,
+    filter: impl sea_orm::sea_query::IntoCondition,
+) -> ApiResult<()> {
+    use sea_orm::PaginatorTrait;
+    let live = instance::Entity::find()
+        .filter(filter)
+        .filter(instance::Column::State.ne("removed"))
+        .count(db)
+        .await?;
+    if live > 0 {
+        return Err(ApiError::conflict(
+            "instances_running",
+            format!(
+                "{live} instance(s) still run: deploy the service with 0 replicas first, and wait for them to be removed"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn name_taken(err: sea_orm::DbErr) -> ApiError {

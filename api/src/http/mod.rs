@@ -6,6 +6,8 @@
 
 mod audit;
 mod auth;
+mod deploy_pipeline;
+mod deployments;
 mod domains;
 mod environments;
 pub mod extract;
@@ -57,7 +59,9 @@ use crate::error::Problem;
         (name = "auth", description = "Log in, refresh and log out"),
         (name = "users", description = "The caller's account and user administration"),
         (name = "tokens", description = "API tokens"),
-        (name = "projects"), (name = "members"), (name = "environments"), (name = "services"), (name = "domains"),
+        (name = "projects"), (name = "members"), (name = "environments"), (name = "services"),
+        (name = "deployments", description = "Deployments of services, their instances and events, and the deploy pipeline"),
+        (name = "domains"),
         (name = "terms", description = "Terms of service"),
         (name = "audit", description = "The audit log"),
         (name = "providers", description = "Cloud and fleet providers, and the plugin binaries they run"),
@@ -170,6 +174,8 @@ fn api_router() -> OpenApiRouter<App> {
         .merge(invitations::router())
         .merge(environments::router())
         .merge(services::router())
+        .merge(deployments::router())
+        .merge(deploy_pipeline::router())
         .merge(domains::router())
         .merge(terms::router())
         .merge(audit::router())

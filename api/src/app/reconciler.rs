@@ -1,0 +1,801 @@
+//! The deploy reconciler: a background loop, woken by each change and by a timer, that
+//! converges the instances at the providers towards the deployments in the database. Each pass
+//! is idempotent and keeps nothing that matters in memory:
+//!
+//! 1. **place** queued deployments: choose provider and region for each missing instance
+//!    ([`super::placement`]) and store the instance with its key *before* any provider is
+//!    called;
+//! 2. **settle** rolling-out deployments whose instances are all healthy: the deployment is
+//!    healthy, the one it replaces is superseded and its instances drain;
+//! 3. **drain**: instances out of the routes for the grace period go to removal;
+//! 4. **evacuate** providers being evacuated ([`super::evacuations`]);
+//! 5. **dispatch** provider operations (provision, deprovision) on due instances, each claimed
+//!    in the database by this runner for a while (so that several replicas never run one
+//!    operation twice, and a runner that dies leaves it to the next), within the limits of
+//!    [`super::backpressure`] — unless the operator paused the pipeline.
+//!
+//! A crash at any point is safe: provisioning is idempotent on the stored key, removal is
+//! idempotent, and every transition is a compare-and-set on the state the pass saw.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, Set,
+};
+use serde::Serialize;
+use tokio::sync::watch;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::App;
+use super::backpressure::{Throttle, Wait};
+use super::deployment_events::event_append;
+use super::deployments::{self, deployment_finish};
+use super::instances::{self as states, instance_key_new};
+use super::placement::{Candidate, Slot, place};
+use super::services::ServiceSpec;
+use crate::config::DeploySettings;
+use crate::entity::{deployment, evacuation, instance, provider, service};
+use crate::error::{ApiError, ApiResult};
+
+/// What an operator sees of the reconciler of this server.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct ReconcilerStatus {
+    /// This runner's id (claims in the database name it).
+    pub runner: String,
+    pub last_pass_at: Option<DateTime<Utc>>,
+    pub passes: u64,
+    /// Instances waiting for a provider operation (all runners).
+    pub queue_depth: u64,
+    /// Provider operations running on this server, by provider.
+    pub in_flight: BTreeMap<String, u64>,
+    /// The limit on operations in flight.
+    pub concurrency: usize,
+    /// The latest errors of passes and operations, newest last (at most 20).
+    pub recent_errors: Vec<String>,
+}
+
+/// The reconciler's state in this server: its limits and what it is doing now.
+pub struct Reconciler {
+    pub runner: String,
+    pub throttle: Throttle,
+    pub settings: DeploySettings,
+    status: Mutex<ReconcilerStatus>,
+    errors: Mutex<VecDeque<String>>,
+    /// Instances with an operation running here, and their provider.
+    in_flight: Mutex<HashMap<Uuid, String>>,
+    /// Regions of each provider's plugin, by plugin digest.
+    regions: Mutex<HashMap<(String, String), Vec<String>>>,
+    drain_rate: Mutex<f64>,
+}
+
+impl Reconciler {
+    pub fn new(settings: DeploySettings) -> Self {
+        let runner = format!("runner-{}", Uuid::new_v4().simple());
+        Self {
+            throttle: Throttle::new(settings.concurrency, settings.provider_rate),
+            status: Mutex::new(ReconcilerStatus {
+                runner: runner.clone(),
+                concurrency: settings.concurrency,
+                ..Default::default()
+            }),
+            runner,
+            settings,
+            errors: Mutex::default(),
+            in_flight: Mutex::default(),
+            regions: Mutex::default(),
+            drain_rate: Mutex::new(0.0),
+        }
+    }
+
+    /// Records an error for the status (never a secret: provider error kinds and ids only).
+    pub fn error_record(&self, error: String) {
+        tracing::warn!(%error, "deploy reconciler");
+        let mut errors = self.errors.lock().expect("not poisoned");
+        errors.push_back(format!("{} {error}", Utc::now().to_rfc3339()));
+        while errors.len() > 20 {
+            errors.pop_front();
+        }
+    }
+
+    pub fn status(&self) -> ReconcilerStatus {
+        let mut status = self.status.lock().expect("not poisoned").clone();
+        status.recent_errors = self
+            .errors
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .cloned()
+            .collect();
+        status.in_flight = BTreeMap::new();
+        for provider in self.in_flight.lock().expect("not poisoned").values() {
+            *status.in_flight.entry(provider.clone()).or_default() += 1;
+        }
+        status
+    }
+
+    /// Marks `instance` as having an operation here; false if it already has one.
+    pub(super) fn op_begin(&self, instance: Uuid, provider: &str) -> bool {
+        let mut in_flight = self.in_flight.lock().expect("not poisoned");
+        if in_flight.contains_key(&instance) {
+            return false;
+        }
+        in_flight.insert(instance, provider.to_owned());
+        metrics::gauge!("deploy_operations_in_flight", "provider" => provider.to_owned())
+            .increment(1.0);
+        true
+    }
+
+    pub(super) fn op_end(&self, instance: Uuid) {
+        if let Some(provider) = self
+            .in_flight
+            .lock()
+            .expect("not poisoned")
+            .remove(&instance)
+        {
+            metrics::gauge!("deploy_operations_in_flight", "provider" => provider).decrement(1.0);
+        }
+    }
+}
+
+impl App {
+    /// The reconciler loop, until the server stops.
+    pub async fn reconciler_run(self, mut stop: watch::Receiver<bool>) {
+        let mut wake = self.changes.deployments.subscribe();
+        let mut tick = tokio::time::interval(self.reconciler.settings.reconcile_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    if *stop.borrow() {
+                        return;
+                    }
+                }
+                changed = wake.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tick.tick() => {}
+            }
+            if let Err(err) = self.reconcile_pass().await {
+                self.reconciler
+                    .error_record(format!("pass failed: {}", err.detail));
+            }
+        }
+    }
+
+    /// One pass: see the module documentation.
+    pub async fn reconcile_pass(&self) -> ApiResult<()> {
+        let control = self.deploy_control().await?;
+        {
+            let mut rate = self.reconciler.drain_rate.lock().expect("not poisoned");
+            if *rate != control.drain_rate {
+                self.reconciler.throttle.drain_rate_set(control.drain_rate);
+                *rate = control.drain_rate;
+            }
+        }
+        self.deployments_place().await?;
+        self.deployments_settle().await?;
+        self.instances_drained_remove().await?;
+        self.evacuations_advance().await?;
+        let queue_depth = if control.paused {
+            self.operations_due_count().await?
+        } else {
+            self.operations_dispatch().await?
+        };
+        metrics::gauge!("deploy_queue_depth").set(queue_depth as f64);
+        let mut status = self.reconciler.status.lock().expect("not poisoned");
+        status.last_pass_at = Some(Utc::now());
+        status.passes += 1;
+        status.queue_depth = queue_depth;
+        Ok(())
+    }
+
+    /// Providers that may take new instances now (enabled, not drained, not evacuated, breaker
+    /// closed, a plugin serving), with their plugins' regions.
+    pub(super) async fn placement_candidates(&self) -> ApiResult<Vec<Candidate>> {
+        let evacuating: HashSet<String> = evacuation::Entity::find()
+            .filter(evacuation::Column::State.eq("running"))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|e| e.provider)
+            .collect();
+        let rows = provider::Entity::find()
+            .filter(provider::Column::Enabled.eq(true))
+            .filter(provider::Column::Drained.eq(false))
+            .all(&self.db)
+            .await?;
+        let mut candidates = Vec::new();
+        for row in rows {
+            if evacuating.contains(&row.name) || self.health.call_check(&row).is_err() {
+                continue;
+            }
+            let Some(active) = self.providers.active(&row.name) else {
+                continue;
+            };
+            let cache_key = (row.name.clone(), active.plugin.digest.clone());
+            let cached = self
+                .reconciler
+                .regions
+                .lock()
+                .expect("not poisoned")
+                .get(&cache_key)
+                .cloned();
+            let regions = match cached {
+                Some(regions) => regions,
+                None => match self
+                    .providers
+                    .host
+                    .plugin_info(&active.plugin, &active.env)
+                    .await
+                {
+                    Ok(info) => {
+                        self.reconciler
+                            .regions
+                            .lock()
+                            .expect("not poisoned")
+                            .insert(cache_key, info.regions.clone());
+                        info.regions
+                    }
+                    Err(err) => {
+                        self.reconciler
+                            .error_record(format!("provider {}: info failed: {err}", row.name));
+                        continue;
+                    }
+                },
+            };
+            candidates.push(Candidate {
+                name: row.name,
+                regions,
+            });
+        }
+        Ok(candidates)
+    }
+
+    /// Gives queued and placing deployments their missing instances.
+    async fn deployments_place(&self) -> ApiResult<()> {
+        let waiting = deployment::Entity::find()
+            .filter(deployment::Column::State.is_in([deployments::QUEUED, deployments::PLACING]))
+            .order_by_asc(deployment::Column::CreatedAt)
+            .all(&self.db)
+            .await?;
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let candidates = self.placement_candidates().await?;
+        for found in waiting {
+            if let Err(err) = self.deployment_place(found.id, &candidates).await {
+                self.reconciler
+                    .error_record(format!("placing deployment {}: {}", found.id, err.detail));
+            }
+        }
+        Ok(())
+    }
+
+    async fn deployment_place(&self, id: Uuid, candidates: &[Candidate]) -> ApiResult<()> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        let Some(found) = deployment::Entity::find_by_id(id)
+            .filter(deployment::Column::State.is_in([deployments::QUEUED, deployments::PLACING]))
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+        else {
+            return Ok(());
+        };
+        let spec: ServiceSpec =
+            serde_json::from_value(found.spec.clone()).map_err(ApiError::internal)?;
+        let service_name = service::Entity::find_by_id(found.service_id)
+            .one(&txn)
+            .await?
+            .map(|s| s.name)
+            .unwrap_or_else(|| "service".into());
+        let instances = instance::Entity::find()
+            .filter(instance::Column::DeploymentId.eq(found.id))
+            .all(&txn)
+            .await?;
+        let active = instances
+            .iter()
+            .filter(|i| states::ACTIVE.contains(&i.state.as_str()))
+            .count() as u32;
+        let needed = spec.replicas.saturating_sub(active);
+        // Providers that refused an instance of this deployment are not asked again for it.
+        let refused: HashSet<&str> = instances
+            .iter()
+            .filter(|i| i.last_error.starts_with("refused"))
+            .map(|i| i.provider.as_str())
+            .collect();
+        let allowed: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| !refused.contains(c.name.as_str()))
+            .cloned()
+            .collect();
+        let mut placed: BTreeMap<String, u32> = BTreeMap::new();
+        for i in instances
+            .iter()
+            .filter(|i| states::ACTIVE.contains(&i.state.as_str()))
+        {
+            *placed.entry(i.provider.clone()).or_default() += 1;
+        }
+        // Failed instances not yet taken over: their replacements say whom they replace.
+        let mut orphans: VecDeque<&instance::Model> = instances
+            .iter()
+            .filter(|i| {
+                i.last_error.starts_with("refused")
+                    && !instances.iter().any(|other| other.replaces == Some(i.id))
+            })
+            .collect();
+        let state: String;
+        let mut reason = found.reason.clone();
+        if needed > 0 {
+            match place(
+                &spec.placement,
+                &spec.regions,
+                &allowed,
+                &placed,
+                needed as usize,
+            ) {
+                Ok(slots) => {
+                    for slot in slots {
+                        let takeover = orphans.pop_front().map(|old| (old, Takeover::Failover));
+                        instance_insert(&txn, &found, &service_name, &slot, takeover).await?;
+                    }
+                    state = deployments::ROLLING_OUT.into();
+                    reason = String::new();
+                }
+                Err(why) => {
+                    let deadline = found.created_at
+                        + ChronoDuration::seconds(i64::from(spec.health_check.start_timeout_secs));
+                    if Utc::now() > deadline {
+                        deployment_finish(
+                            &txn,
+                            &found,
+                            deployments::FAILED,
+                            format!("could not place {needed} instance(s): {why}; the previous version keeps serving"),
+                        )
+                        .await?;
+                        txn.commit().await?;
+                        self.deployments_changed();
+                        return Ok(());
+                    }
+                    state = deployments::PLACING.into();
+                    if reason != why {
+                        event_append(
+                            &txn,
+                            found.id,
+                            "deployment.waiting",
+                            format!("waiting to place {needed} instance(s): {why}"),
+                            serde_json::json!({ "needed": needed }),
+                        )
+                        .await?;
+                        reason = why;
+                    }
+                }
+            }
+        } else {
+            state = deployments::ROLLING_OUT.into();
+        }
+        if state != found.state || reason != found.reason {
+            if state != found.state {
+                event_append(
+                    &txn,
+                    found.id,
+                    &format!("deployment.{state}"),
+                    match state.as_str() {
+                        deployments::ROLLING_OUT => {
+                            format!("rolling out {} instance(s)", spec.replicas)
+                        }
+                        _ => "placing instances".into(),
+                    },
+                    serde_json::json!({ "state": state }),
+                )
+                .await?;
+            }
+            deployment::Entity::update_many()
+                .col_expr(deployment::Column::State, Expr::value(state))
+                .col_expr(deployment::Column::Reason, Expr::value(reason))
+                .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+                .col_expr(
+                    deployment::Column::Revision,
+                    Expr::col(deployment::Column::Revision).add(1),
+                )
+                .filter(deployment::Column::Id.eq(found.id))
+                .exec(&txn)
+                .await?;
+        }
+        txn.commit().await?;
+        self.deployments_changed();
+        Ok(())
+    }
+
+    /// Rolling-out deployments whose instances are all running and healthy become healthy;
+    /// the deployment they replace is superseded and its instances drain.
+    async fn deployments_settle(&self) -> ApiResult<()> {
+        let rolling = deployment::Entity::find()
+            .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
+            .all(&self.db)
+            .await?;
+        for found in rolling {
+            let spec: ServiceSpec =
+                serde_json::from_value(found.spec.clone()).map_err(ApiError::internal)?;
+            let instances = instance::Entity::find()
+                .filter(instance::Column::DeploymentId.eq(found.id))
+                .all(&self.db)
+                .await?;
+            let making = instances.iter().any(|i| {
+                [states::PENDING, states::PROVISIONING, states::STARTING]
+                    .contains(&i.state.as_str())
+            });
+            let serving = instances
+                .iter()
+                .filter(|i| i.state == states::RUNNING && i.health == states::HEALTH_HEALTHY)
+                .count() as u32;
+            if making || serving < spec.replicas {
+                continue;
+            }
+            self.deployment_healthy(&found, spec.replicas).await?;
+        }
+        Ok(())
+    }
+
+    async fn deployment_healthy(&self, found: &deployment::Model, replicas: u32) -> ApiResult<()> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        let now = Utc::now();
+        let changed = deployment::Entity::update_many()
+            .col_expr(deployment::Column::State, Expr::value(deployments::HEALTHY))
+            .col_expr(deployment::Column::Reason, Expr::value(""))
+            .col_expr(deployment::Column::HealthyAt, Expr::value(now))
+            .col_expr(deployment::Column::FinishedAt, Expr::value(now))
+            .col_expr(deployment::Column::UpdatedAt, Expr::value(now))
+            .col_expr(
+                deployment::Column::Revision,
+                Expr::col(deployment::Column::Revision).add(1),
+            )
+            .filter(deployment::Column::Id.eq(found.id))
+            .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
+            .exec(&txn)
+            .await?;
+        if changed.rows_affected != 1 {
+            return Ok(());
+        }
+        event_append(
+            &txn,
+            found.id,
+            "deployment.healthy",
+            format!(
+                "deployment #{} is healthy: {replicas} instance(s) serving",
+                found.number
+            ),
+            serde_json::json!({ "replicas": replicas }),
+        )
+        .await?;
+        // The deployments it replaces: their instances leave the routes, then are removed.
+        let older = deployment::Entity::find()
+            .filter(deployment::Column::ServiceId.eq(found.service_id))
+            .filter(deployment::Column::Id.ne(found.id))
+            .filter(deployment::Column::State.eq(deployments::HEALTHY))
+            .all(&txn)
+            .await?;
+        for old in older {
+            deployment::Entity::update_many()
+                .col_expr(
+                    deployment::Column::State,
+                    Expr::value(deployments::SUPERSEDED),
+                )
+                .col_expr(
+                    deployment::Column::Reason,
+                    Expr::value(format!("replaced by deployment #{}", found.number)),
+                )
+                .col_expr(deployment::Column::UpdatedAt, Expr::value(now))
+                .col_expr(
+                    deployment::Column::Revision,
+                    Expr::col(deployment::Column::Revision).add(1),
+                )
+                .filter(deployment::Column::Id.eq(old.id))
+                .exec(&txn)
+                .await?;
+            let draining = instance::Entity::update_many()
+                .col_expr(instance::Column::State, Expr::value(states::DRAINING))
+                .col_expr(instance::Column::UpdatedAt, Expr::value(now))
+                .filter(instance::Column::DeploymentId.eq(old.id))
+                .filter(instance::Column::State.is_in(states::ACTIVE))
+                .exec(&txn)
+                .await?
+                .rows_affected;
+            event_append(
+                &txn,
+                old.id,
+                "deployment.superseded",
+                format!(
+                    "replaced by deployment #{}: draining {draining} instance(s)",
+                    found.number
+                ),
+                serde_json::json!({ "by": found.number, "draining": draining }),
+            )
+            .await?;
+        }
+        txn.commit().await?;
+        self.deployments_changed();
+        self.changes.routes.notify();
+        Ok(())
+    }
+
+    /// Instances that have been out of the routes for the grace period go to removal.
+    async fn instances_drained_remove(&self) -> ApiResult<()> {
+        let cutoff = Utc::now()
+            - ChronoDuration::from_std(self.reconciler.settings.drain_grace)
+                .map_err(ApiError::internal)?;
+        let due = instance::Entity::find()
+            .filter(instance::Column::State.eq(states::DRAINING))
+            .filter(instance::Column::UpdatedAt.lte(cutoff))
+            .all(&self.db)
+            .await?;
+        for row in due {
+            let txn = crate::db::begin_write(&self.db).await?;
+            let moved =
+                instance_transition(&txn, &row, states::DRAINING, states::REMOVING, |u| u).await?;
+            if moved {
+                event_append(
+                    &txn,
+                    row.deployment_id,
+                    "instance.removing",
+                    format!("removing {} from {}", row.instance_key, row.provider),
+                    serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider }),
+                )
+                .await?;
+            }
+            txn.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Instances waiting for a provider operation, for the status while paused.
+    async fn operations_due_count(&self) -> ApiResult<u64> {
+        use sea_orm::PaginatorTrait;
+        Ok(instance::Entity::find()
+            .filter(operations_due(Utc::now()))
+            .count(&self.db)
+            .await?)
+    }
+
+    /// Starts provider operations on due instances, as far as the limits allow; returns how
+    /// many instances wait for one.
+    async fn operations_dispatch(&self) -> ApiResult<u64> {
+        let now = Utc::now();
+        let due = instance::Entity::find()
+            .filter(operations_due(now))
+            .order_by_asc(instance::Column::NextAttemptAt)
+            .order_by_asc(instance::Column::CreatedAt)
+            .limit(500)
+            .all(&self.db)
+            .await?;
+        let depth = due.len() as u64;
+        let throttle = &self.reconciler.throttle;
+        let mut deferred_providers: HashSet<String> = HashSet::new();
+        for row in due {
+            if deferred_providers.contains(&row.provider) {
+                continue;
+            }
+            if self
+                .reconciler
+                .in_flight
+                .lock()
+                .expect("not poisoned")
+                .contains_key(&row.id)
+            {
+                continue;
+            }
+            let Some(permit) = throttle.slot() else {
+                break;
+            };
+            match throttle.admit(&row.provider, row.attempts > 0) {
+                Ok(()) => {}
+                Err(Wait::ProviderHold(_) | Wait::Rate(_) | Wait::RetryBudget) => {
+                    // This provider waits; others may go on.
+                    deferred_providers.insert(row.provider.clone());
+                    continue;
+                }
+            }
+            if !self.instance_claim(&row).await? {
+                continue;
+            }
+            if !self.reconciler.op_begin(row.id, &row.provider) {
+                continue;
+            }
+            let app = self.clone();
+            tokio::spawn(async move {
+                let id = row.id;
+                app.instance_operation(row).await;
+                app.reconciler.op_end(id);
+                drop(permit);
+                app.deployments_changed();
+            });
+        }
+        Ok(depth)
+    }
+
+    /// Claims `row` for this runner (and moves a pending instance to `provisioning`); false
+    /// when another runner got it first or its state changed.
+    async fn instance_claim(&self, row: &instance::Model) -> ApiResult<bool> {
+        let now = Utc::now();
+        let until = now
+            + ChronoDuration::from_std(self.reconciler.settings.claim_ttl)
+                .map_err(ApiError::internal)?;
+        let next_state = if row.state == states::PENDING {
+            states::PROVISIONING
+        } else {
+            row.state.as_str()
+        };
+        let claimed = instance::Entity::update_many()
+            .col_expr(
+                instance::Column::ClaimedBy,
+                Expr::value(self.reconciler.runner.clone()),
+            )
+            .col_expr(instance::Column::ClaimedUntil, Expr::value(until))
+            .col_expr(instance::Column::State, Expr::value(next_state))
+            .col_expr(instance::Column::UpdatedAt, Expr::value(now))
+            .filter(instance::Column::Id.eq(row.id))
+            .filter(instance::Column::State.eq(&row.state))
+            .filter(
+                Condition::any()
+                    .add(instance::Column::ClaimedUntil.is_null())
+                    .add(instance::Column::ClaimedUntil.lt(now)),
+            )
+            .exec(&self.db)
+            .await?;
+        Ok(claimed.rows_affected == 1)
+    }
+}
+
+/// Instances that need a provider operation now: pending ones (provision), ones whose
+/// provisioning was abandoned by a runner that died (provision again: it is idempotent), and
+/// ones to remove (removing, failed).
+fn operations_due(now: DateTime<Utc>) -> Condition {
+    let unclaimed = Condition::any()
+        .add(instance::Column::ClaimedUntil.is_null())
+        .add(instance::Column::ClaimedUntil.lt(now));
+    Condition::all()
+        .add(instance::Column::State.is_in([
+            states::PENDING,
+            states::PROVISIONING,
+            states::REMOVING,
+            states::FAILED,
+        ]))
+        .add(unclaimed)
+        .add(
+            Condition::any()
+                .add(instance::Column::NextAttemptAt.is_null())
+                .add(instance::Column::NextAttemptAt.lte(now)),
+        )
+}
+
+/// Why an instance takes over from another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Takeover {
+    /// The other's provider refused it.
+    Failover,
+    /// The other's provider is being evacuated.
+    Evacuation,
+}
+
+/// Inserts a pending instance of `found` at `slot` (its key chosen now, before any provider
+/// hears of it), taking over from `replaces` if given; records the placement.
+pub(super) async fn instance_insert(
+    db: &impl ConnectionTrait,
+    found: &deployment::Model,
+    service_name: &str,
+    slot: &Slot,
+    takeover: Option<(&instance::Model, Takeover)>,
+) -> ApiResult<instance::Model> {
+    let replaces = takeover.map(|(old, _)| old);
+    let now = Utc::now();
+    let row = instance::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        deployment_id: Set(found.id),
+        service_id: Set(found.service_id),
+        project_id: Set(found.project_id),
+        instance_key: Set(instance_key_new(service_name, found.number)),
+        provider: Set(slot.provider.clone()),
+        region: Set(slot.region.clone()),
+        address: Set(None),
+        provider_id: Set(None),
+        state: Set(states::PENDING.into()),
+        health: Set(states::HEALTH_UNKNOWN.into()),
+        health_checked_at: Set(None),
+        health_streak: Set(0),
+        attempts: Set(0),
+        next_attempt_at: Set(None),
+        last_error: Set(String::new()),
+        replaces: Set(replaces.map(|r| r.id)),
+        claimed_by: Set(None),
+        claimed_until: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await?;
+    let (kind, message) = match takeover {
+        Some((old, Takeover::Failover)) => (
+            "instance.failover",
+            format!(
+                "{} failed over from {} ({}) to {} in {}",
+                row.instance_key, old.provider, old.last_error, slot.provider, slot.region
+            ),
+        ),
+        Some((old, Takeover::Evacuation)) => (
+            "instance.replacement",
+            format!(
+                "{} replaces {} (evacuating {}) on {} in {}",
+                row.instance_key, old.instance_key, old.provider, slot.provider, slot.region
+            ),
+        ),
+        None => (
+            "instance.placed",
+            format!(
+                "{} placed on {} in {}",
+                row.instance_key, slot.provider, slot.region
+            ),
+        ),
+    };
+    event_append(
+        db,
+        found.id,
+        kind,
+        message,
+        serde_json::json!({
+            "instance_key": row.instance_key,
+            "provider": slot.provider,
+            "region": slot.region,
+            "from_provider": replaces.map(|r| r.provider.clone()),
+            "replaces": replaces.map(|r| r.instance_key.clone()),
+        }),
+    )
+    .await?;
+    Ok(row)
+}
+
+/// Moves `row` from state `from` to `to` (changing more with `change`), if it is still in
+/// `from`; false if it moved on meanwhile (a cancel, another runner). Clears its claim.
+pub(super) async fn instance_transition(
+    db: &impl ConnectionTrait,
+    row: &instance::Model,
+    from: &str,
+    to: &str,
+    change: impl FnOnce(sea_orm::UpdateMany<instance::Entity>) -> sea_orm::UpdateMany<instance::Entity>,
+) -> ApiResult<bool> {
+    let update = instance::Entity::update_many()
+        .col_expr(instance::Column::State, Expr::value(to))
+        .col_expr(instance::Column::UpdatedAt, Expr::value(Utc::now()))
+        .col_expr(
+            instance::Column::ClaimedBy,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(
+            instance::Column::ClaimedUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        );
+    let moved = change(update)
+        .filter(instance::Column::Id.eq(row.id))
+        .filter(instance::Column::State.eq(from))
+        .exec(db)
+        .await?;
+    Ok(moved.rows_affected == 1)
+}
+
+/// How long operations of one kind took, for `/metrics`.
+pub(super) fn operation_record(
+    provider: &str,
+    operation: &'static str,
+    outcome: &'static str,
+    started: Instant,
+) {
+    metrics::counter!("deploy_operations_total", "provider" => provider.to_owned(), "operation" => operation, "outcome" => outcome).increment(1);
+    metrics::histogram!("deploy_operation_duration_seconds", "provider" => provider.to_owned(), "operation" => operation)
+        .record(started.elapsed().as_secs_f64());
+}

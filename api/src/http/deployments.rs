@@ -1,0 +1,214 @@
+//! `/v1/projects/{project_id}/services/{service_id}/deployments` (deployments, their events as
+//! a list or a stream, cancel, rollback) and `/v1/projects/{project_id}/services/{service_id}/instances`.
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Json, Response};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::extract::{ApiPath, ApiQuery};
+use super::sse::{LastEventId, StreamBatch, StreamEvent, event_stream, wants_event_stream};
+use super::{created, tagged};
+use crate::app::App;
+use crate::app::deployment_events::{DeploymentEventView, EventPage, EventParams};
+use crate::app::deployments::DeploymentView;
+use crate::app::instances::DeployedInstanceView;
+use crate::app::pagination::{Page, PageParams};
+use crate::authz::{DeployScope, Principal, Scoped};
+use crate::error::ApiResult;
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(deployment_list, deployment_create))
+        .routes(routes!(deployment_view))
+        .routes(routes!(deployment_cancel))
+        .routes(routes!(deployment_rollback))
+        .routes(routes!(deployment_event_list))
+        .routes(routes!(service_instance_list))
+}
+
+/// A service's deployments, oldest first.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/deployments", tag = "deployments",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"), PageParams),
+    responses((status = 200, body = Page<DeploymentView>)))]
+async fn deployment_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Page<DeploymentView>> {
+    let page = app
+        .deployment_list(&principal, project_id, service_id, params)
+        .await?;
+    Ok(Page {
+        items: page
+            .items
+            .into_iter()
+            .map(|m| DeploymentView::new(m, None))
+            .collect::<ApiResult<_>>()?,
+        next_cursor: page.next_cursor,
+    })
+}
+
+/// Deploy the service's current spec (members and above; a `deploy` token may). It is queued,
+/// placed and rolled out make-before-break by the reconciler; follow it with its events. A
+/// deployment still rolling out is superseded by this one.
+#[utoipa::path(post, path = "/v1/projects/{project_id}/services/{service_id}/deployments", tag = "deployments",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    responses((status = 201, body = DeploymentView, headers(("Location" = String), ("ETag" = String)))))]
+async fn deployment_create(
+    State(app): State<App>,
+    Scoped(ctx, _): Scoped<DeployScope>,
+    ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
+) -> ApiResult<Response> {
+    let made = app.deployment_create(&ctx, project_id, service_id).await?;
+    deployment_created(project_id, service_id, made)
+}
+
+fn deployment_created(
+    project_id: Uuid,
+    service_id: Uuid,
+    made: crate::entity::deployment::Model,
+) -> ApiResult<Response> {
+    let location = format!(
+        "/v1/projects/{project_id}/services/{service_id}/deployments/{}",
+        made.id
+    );
+    let revision = made.revision;
+    Ok(created(
+        location,
+        revision,
+        DeploymentView::new(made, Some(Vec::new()))?,
+    ))
+}
+
+/// A deployment with its instances.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}", tag = "deployments",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
+        ("deployment_id" = Uuid, Path, description = "Deployment id")),
+    responses((status = 200, body = DeploymentView)))]
+async fn deployment_view(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+) -> ApiResult<Json<DeploymentView>> {
+    Ok(Json(
+        app.deployment_view(&principal, project_id, service_id, id)
+            .await?,
+    ))
+}
+
+/// Cancel a deployment that has not finished: it stops, and the instances it made are
+/// removed (the last healthy deployment keeps serving). Cancelling again answers the same;
+/// a deployment that finished otherwise answers 409.
+#[utoipa::path(post, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}/cancel", tag = "deployments",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
+        ("deployment_id" = Uuid, Path, description = "Deployment id")),
+    responses((status = 200, body = DeploymentView, headers(("ETag" = String)))))]
+async fn deployment_cancel(
+    State(app): State<App>,
+    Scoped(ctx, _): Scoped<DeployScope>,
+    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+) -> ApiResult<Response> {
+    let cancelled = app
+        .deployment_cancel(&ctx, project_id, service_id, id)
+        .await?;
+    let revision = cancelled.revision;
+    Ok(tagged(revision, DeploymentView::new(cancelled, None)?))
+}
+
+/// Roll back: deploy again the spec of the last deployment before this one that became
+/// healthy (409 if none did).
+#[utoipa::path(post, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}/rollback", tag = "deployments",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
+        ("deployment_id" = Uuid, Path, description = "The deployment to roll back from"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    responses((status = 201, body = DeploymentView, headers(("Location" = String), ("ETag" = String)))))]
+async fn deployment_rollback(
+    State(app): State<App>,
+    Scoped(ctx, _): Scoped<DeployScope>,
+    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+) -> ApiResult<Response> {
+    let made = app
+        .deployment_rollback(&ctx, project_id, service_id, id)
+        .await?;
+    deployment_created(project_id, service_id, made)
+}
+
+/// A deployment's events: a page as JSON, or, with `Accept: text/event-stream`, a stream of
+/// Server-Sent Events (`id` = `seq`, `event` = `kind`, `data` = the event as JSON) that sends
+/// what already happened (after `Last-Event-ID`, if given), then new events as they happen,
+/// with heartbeat comments, and ends once the deployment has finished and its removals are
+/// done.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}/events", tag = "deployments",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
+        ("deployment_id" = Uuid, Path, description = "Deployment id"), EventParams,
+        ("Last-Event-ID" = Option<i64>, Header, description = "Streams: resume after this event")),
+    responses((status = 200, description = "Events", content(
+        (EventPage = "application/json"),
+        (String = "text/event-stream"),
+    ))))]
+async fn deployment_event_list(
+    State(app): State<App>,
+    principal: Principal,
+    headers: HeaderMap,
+    last_event_id: LastEventId,
+    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+    ApiQuery(params): ApiQuery<EventParams>,
+) -> ApiResult<Response> {
+    let limit = params.limit()?;
+    // Authorizes the caller (and finds the deployment) before anything is read or streamed.
+    app.deployment_visible(&principal, project_id, service_id, id)
+        .await?;
+    if !wants_event_stream(&headers) {
+        let items: Vec<DeploymentEventView> = app
+            .deployment_events(id, params.after, limit)
+            .await?
+            .into_iter()
+            .map(DeploymentEventView::from)
+            .collect();
+        let next_after = (items.len() as u64 == limit)
+            .then(|| items.last().map(|e| e.seq))
+            .flatten();
+        return Ok(Json(EventPage { items, next_after }).into_response());
+    }
+    let cursor = last_event_id.0.or(params.after);
+    let wake = app.changes.deployments.subscribe();
+    let stopping = app.stopping.clone();
+    Ok(event_stream(cursor, wake, stopping, move |after| {
+        let app = app.clone();
+        async move {
+            let events = app.deployment_events(id, after, 100).await?;
+            let finished = events.is_empty() && app.deployment_stream_finished(id).await?;
+            let events = events
+                .into_iter()
+                .map(|event| {
+                    let view = DeploymentEventView::from(event);
+                    StreamEvent {
+                        id: view.seq,
+                        kind: view.kind.clone(),
+                        data: serde_json::to_string(&view).unwrap_or_default(),
+                    }
+                })
+                .collect();
+            Ok(StreamBatch { events, finished })
+        }
+    }))
+}
+
+/// The service's instances that exist, or may, at their providers (not yet removed).
+#[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/instances", tag = "deployments",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"), PageParams),
+    responses((status = 200, body = Page<DeployedInstanceView>)))]
+async fn service_instance_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Page<DeployedInstanceView>> {
+    app.service_instance_list(&principal, project_id, service_id, params)
+        .await
+}
