@@ -380,10 +380,7 @@ mod tests {
 
     #[test]
     fn two_agents_cannot_reserve_overlapping_uids() {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "this test needs root: it locks {UID_LOCK_FILE} (run the tests as root, as CI does)"
-        );
+        crate::test_require_root(&format!("it locks {UID_LOCK_FILE}"));
         let range = |text: &str| text.parse::<UidRange>().unwrap();
         let held = uids_reserve(range("3000000000-3000000099")).unwrap();
         for overlapping in [
@@ -472,11 +469,7 @@ mod tests {
 
     #[test]
     fn the_switch_probe_and_kill_sweep_work_as_root() {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "this test needs root: it switches a process to a workload uid (run the tests as \
-             root, as CI does)"
-        );
+        crate::test_require_root("it switches processes to workload uids");
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();

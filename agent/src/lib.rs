@@ -314,3 +314,13 @@ impl RunningAgent {
         // dropped.
     }
 }
+
+/// Fails the calling test, saying why, when the tests do not run as root: a test that needs
+/// root must not pass by doing nothing.
+#[cfg(test)]
+pub(crate) fn test_require_root(why: &str) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root: {why} (run the tests as root, as CI does)"
+    );
+}

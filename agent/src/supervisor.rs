@@ -458,7 +458,9 @@ impl Supervisor {
         } else {
             range.first()
         };
-        let tries = range.count().min(taken.len() as u64 + NAMED_UIDS_SKIPPED_MAX);
+        let tries = range
+            .count()
+            .min(taken.len() as u64 + NAMED_UIDS_SKIPPED_MAX);
         for _ in 0..tries {
             let uid = candidate;
             candidate = range.after(uid);

@@ -116,11 +116,7 @@ mod tests {
 
     #[test]
     fn a_token_file_of_another_user_is_refused() {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "this test needs root: it gives the token file to another user (run the tests as \
-             root, as CI does)"
-        );
+        crate::test_require_root("it gives the token file to another user");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent-token");
         write(&path, "the-fleet-agent-token-0001\n", 0o600);

@@ -15,6 +15,8 @@ const TOKEN: &str = "agent-test-token-0001";
 const HTTP_SERVER: &str = "python3 -m http.server $PORT";
 
 fn require_python() {
+    use std::os::unix::process::CommandExt;
+    require_root();
     let found = std::process::Command::new("python3")
         .arg("--version")
         .output()
@@ -22,6 +24,19 @@ fn require_python() {
     assert!(
         found,
         "these tests run `python3 -m http.server`: python3 was not found (apt-get install python3)"
+    );
+    // The workloads run as users of their own, who need a python3 they can run.
+    let runnable = std::process::Command::new("python3")
+        .arg("--version")
+        .uid(61999)
+        .gid(61999)
+        .output()
+        .is_ok_and(|output| output.status.success());
+    assert!(
+        runnable,
+        "these tests run `python3` as users other than root, and the python3 on PATH cannot be \
+         run by them (is it under /root?): install one that every user can run, such as \
+         /usr/bin/python3 (apt-get install python3)"
     );
 }
 
