@@ -3,7 +3,8 @@
 //! as Bulkhead's own API).
 //!
 //! - `PUT /v1/workloads/{key}` `{"command": "...", "env": {...}, "port": 8080}` → 201 (started)
-//!   or 200 (it existed: returned unchanged); 409 `capacity_exhausted` when every slot is used.
+//!   or 200 (it existed: returned unchanged); 409 `capacity_exhausted` when every slot (or
+//!   every workload uid) is used.
 //! - `GET /v1/workloads/{key}`, `GET /v1/workloads` (`{"items": [...]}`),
 //!   `DELETE /v1/workloads/{key}` (204, also when already deleted),
 //!   `GET /v1/workloads/{key}/logs` (`{"key", "lines": [...]}`), `GET /v1/capacity`.
@@ -135,6 +136,11 @@ impl From<SupervisorError> for Problem {
                 StatusCode::CONFLICT,
                 "capacity_exhausted",
                 format!("all {slots} workload slots of this agent are in use"),
+            ),
+            SupervisorError::UidsExhausted { uids } => Self::new(
+                StatusCode::CONFLICT,
+                "capacity_exhausted",
+                format!("every workload uid of this agent ({uids}) is in use"),
             ),
             SupervisorError::Stopping => Self::new(
                 StatusCode::CONFLICT,

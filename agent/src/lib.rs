@@ -18,24 +18,36 @@
 //! # }
 //! ```
 //!
-//! This module owns the settings and the agent's life (start, the data-directory lock,
-//! serving, shutdown). The rest: `api` (routes, authentication, errors), `supervisor`
-//! (workloads and their processes), `spec` (what a workload may be), `process` (OS processes and `/proc`), `health` (the HTTP
-//! probe), `logs` (workload output files), `state` (the durable state file), `ports` (host
-//! ports).
+//! Run as root, the agent runs each workload as a user of its own (`isolation`); the `bulkhead
+//! agent` command reads the token from a private file ([`token_file_read`]).
+//!
+//! This module owns the settings and the agent's life (start, the data directory and its lock,
+//! the choice of isolation, serving, shutdown). The rest: `api` (routes, authentication,
+//! errors), `supervisor` (workloads and their processes), `isolation` (who workloads run as),
+//! `token` (the token file), `spec` (what a workload may be), `process` (OS processes and
+//! `/proc`), `health` (the HTTP probe), `logs` (workload output files), `state` (the durable
+//! state file), `ports` (host ports).
+//!
+//! The data directory is the agent user's: mode 0700, or 0711 when workloads run as other
+//! users (they pass through it to their working directories, `workloads/KEY`, each owned by
+//! its workload's uid, mode 0700, and cannot list it). Its state file, lock and `logs`
+//! directory are owner-only (0600 files, a 0700 directory).
 
 mod api;
 mod health;
+mod isolation;
 mod logs;
 mod ports;
 mod process;
 mod spec;
 mod state;
 mod supervisor;
+mod token;
 
 use std::fs::{File, OpenOptions};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -44,7 +56,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
 pub use supervisor::{Capacity, WorkloadState, WorkloadView};
+pub use token::token_file_read;
 
 /// The number of workloads an agent runs at most unless told otherwise.
 pub const DEFAULT_SLOTS: u32 = 16;
@@ -66,10 +80,17 @@ pub struct AgentSettings {
     pub slots: u32,
     /// The host put in workload addresses (`advertise_host:port`).
     pub advertise_host: String,
+    /// The uids workloads run as, one each; at least as many as `slots`.
+    pub workload_uids: UidRange,
+    /// When the agent cannot switch users (it is not root), run the workloads as its own user
+    /// instead of refusing to start. They can then read the agent's token, its state (every
+    /// workload's environment) and the other workloads' logs: for a developer's machine only.
+    /// An agent that can switch users isolates its workloads whatever this says.
+    pub insecure_same_user: bool,
 }
 
 impl AgentSettings {
-    /// Settings with the default capacity and advertised host.
+    /// Settings with the default capacity, advertised host and workload uids, isolated.
     pub fn new(listen: SocketAddr, data_dir: PathBuf, token: impl Into<String>) -> Self {
         Self {
             listen,
@@ -77,6 +98,8 @@ impl AgentSettings {
             token: token.into(),
             slots: DEFAULT_SLOTS,
             advertise_host: DEFAULT_ADVERTISE_HOST.into(),
+            workload_uids: DEFAULT_WORKLOAD_UIDS,
+            insecure_same_user: false,
         }
     }
 }
@@ -89,6 +112,8 @@ impl std::fmt::Debug for AgentSettings {
             .field("token", &"<redacted>")
             .field("slots", &self.slots)
             .field("advertise_host", &self.advertise_host)
+            .field("workload_uids", &self.workload_uids)
+            .field("insecure_same_user", &self.insecure_same_user)
             .finish()
     }
 }
@@ -97,16 +122,23 @@ impl std::fmt::Debug for AgentSettings {
 pub struct RunningAgent {
     /// The address the API listens on.
     pub addr: SocketAddr,
+    /// Who its workloads run as.
+    pub isolation: Isolation,
     supervisor: Arc<supervisor::Supervisor>,
     stop_serving: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     /// Held while the agent runs: one agent per data directory.
     _lock: Flock<File>,
+    /// Held while the agent runs: its workload uids are no other agent's.
+    _uids_reserved: Option<File>,
 }
 
-/// Starts an agent: takes the data directory (one agent per directory), resumes the
-/// workloads of its state file (re-adopting the processes that still run, starting the
-/// others) and serves the API.
+/// Starts an agent: takes the data directory (one agent per directory), chooses who the
+/// workloads run as (refusing to run them as its own user unless told
+/// [`AgentSettings::insecure_same_user`]) and reserves its workload uids (an error that is a
+/// [`UidsTaken`] when another agent of the machine holds some of them), resumes the workloads
+/// of its state file (re-adopting the processes that still run, starting the others) and
+/// serves the API.
 pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
     anyhow::ensure!(
         settings.token.chars().count() >= MIN_TOKEN_LEN,
@@ -117,14 +149,13 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         !settings.advertise_host.trim().is_empty(),
         "the advertised host must not be empty"
     );
-    let data_dir = &settings.data_dir;
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    let data_dir = data_dir_open(&settings.data_dir)?;
     let lock_path = data_dir.join("agent.lock");
     let lock_file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
     let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
@@ -134,14 +165,31 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         )
     })?;
 
+    let isolation = isolation_decide(&settings, &data_dir)?;
+    let uids_reserved = match isolation {
+        Isolation::UserPerWorkload(uids) => Some(isolation::uids_reserve(uids)?),
+        Isolation::SameUser => None,
+    };
+    // Workloads of their own users pass through the data directory to their working
+    // directories; nothing else in it is theirs to read.
+    let data_dir_mode = match isolation {
+        Isolation::UserPerWorkload(_) => 0o711,
+        Isolation::SameUser => 0o700,
+    };
+    std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(data_dir_mode))?;
+
     let listener = TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     let addr = listener.local_addr()?;
-    let supervisor =
-        supervisor::Supervisor::open(data_dir, settings.slots, settings.advertise_host.clone())
-            .await
-            .with_context(|| format!("resuming the workloads of {}", data_dir.display()))?;
+    let supervisor = supervisor::Supervisor::open(
+        &data_dir,
+        settings.slots,
+        settings.advertise_host.clone(),
+        isolation,
+    )
+    .await
+    .with_context(|| format!("resuming the workloads of {}", data_dir.display()))?;
     let router = api::router(supervisor.clone(), &settings.token);
     let (stop_serving, mut stopped) = watch::channel(false);
     let server = tokio::spawn(async move {
@@ -151,14 +199,84 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
             })
             .await
     });
-    tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), "agent serving");
+    tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), %isolation, "agent serving");
     Ok(RunningAgent {
         addr,
+        isolation,
         supervisor,
         stop_serving,
         server,
         _lock: lock,
+        _uids_reserved: uids_reserved,
     })
+}
+
+/// [`start`] with the first block of `settings.slots` uids of `settings.workload_uids` that no
+/// other agent of the machine holds. For agents that come and go beside others (`bulkhead
+/// dev`, tests); not for the fleet's agents, which keep one range: a workload re-adopted after
+/// a restart keeps its uid only if the range stays the same.
+pub async fn start_in_free_uids(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
+    let range = settings.workload_uids;
+    for block in range.blocks(settings.slots) {
+        let mut attempt = settings.clone();
+        attempt.workload_uids = block;
+        match start(attempt).await {
+            Err(err) if err.is::<UidsTaken>() => continue,
+            result => return result,
+        }
+    }
+    Err(UidsTaken { uids: range }.into())
+}
+
+/// Creates the data directory (owner-only) when it is missing, and checks that it is the
+/// agent user's own: another user could change the state and logs under it. Its absolute path.
+fn data_dir_open(data_dir: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(parent) = data_dir.parent() {
+        // The directories above keep the usual mode: workloads may have to pass through them.
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating the directory {}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(data_dir) {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(err)
+                .with_context(|| format!("creating the data directory {}", data_dir.display()));
+        }
+        _ => {}
+    }
+    let data_dir = data_dir
+        .canonicalize()
+        .with_context(|| format!("resolving the data directory {}", data_dir.display()))?;
+    let owner = std::fs::metadata(&data_dir)?.uid();
+    let agent = nix::unistd::geteuid().as_raw();
+    anyhow::ensure!(
+        owner == agent,
+        "the data directory {} belongs to uid {owner}, not to the agent's user (uid {agent})",
+        data_dir.display()
+    );
+    Ok(data_dir)
+}
+
+/// Who the workloads run as: tries switching to the first workload uid (and reaching the data
+/// directory as it), then decides (see [`isolation::isolation_choose`]).
+fn isolation_decide(settings: &AgentSettings, data_dir: &Path) -> anyhow::Result<Isolation> {
+    let uids = settings.workload_uids;
+    let reach = data_dir.parent().unwrap_or(Path::new("/"));
+    let probe = isolation::switch_probe(uids.first(), reach)
+        .context("trying to switch a process to a workload uid")?;
+    let isolation = isolation::isolation_choose(probe, uids, reach, settings.insecure_same_user)?;
+    match isolation {
+        Isolation::UserPerWorkload(uids) => anyhow::ensure!(
+            uids.count() >= u64::from(settings.slots),
+            "the {} slots need as many workload uids, and {uids} has {}",
+            settings.slots,
+            uids.count()
+        ),
+        Isolation::SameUser => tracing::warn!(
+            "the agent cannot switch users (it is not root), and --insecure-same-user allows \
+             running workloads as its own user: {isolation}"
+        ),
+    }
+    Ok(isolation)
 }
 
 impl RunningAgent {
@@ -192,6 +310,17 @@ impl RunningAgent {
         }
         end_workloads.await;
         tracing::info!(addr = %self.addr, "agent stopped");
-        // The data-directory lock is released here, when `self` is dropped.
+        // The data-directory lock and the uid reservation are released here, when `self` is
+        // dropped.
     }
+}
+
+/// Fails the calling test, saying why, when the tests do not run as root: a test that needs
+/// root must not pass by doing nothing.
+#[cfg(test)]
+pub(crate) fn test_require_root(why: &str) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root: {why} (run the tests as root, as CI does)"
+    );
 }

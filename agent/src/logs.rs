@@ -8,9 +8,14 @@
 //! and it is truncated (the process appends, so it goes on writing at the new end; lines written
 //! during the copy can be lost). The logs endpoint returns the last [`TAIL_LINES`] lines of the
 //! two files, at most [`TAIL_BYTES`] of them.
+//!
+//! The files are the agent's (mode 0600, in a 0700 directory): a workload writes its output
+//! through the descriptor it was started with, but cannot open its own log, nor another
+//! workload's, by path.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// A log file larger than this is rotated.
@@ -27,9 +32,14 @@ pub(crate) struct LogDir {
 }
 
 impl LogDir {
+    /// The `logs` directory of `data_dir`, created owner-only (and made so if it exists).
     pub(crate) fn new(data_dir: &Path) -> std::io::Result<Self> {
         let dir = data_dir.join("logs");
-        std::fs::create_dir_all(&dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         Ok(Self { dir })
     }
 
@@ -41,12 +51,16 @@ impl LogDir {
         self.dir.join(format!("{key}.log.1"))
     }
 
-    /// The file a new process of `key` writes its output to.
+    /// The file a new process of `key` writes its output to (owner-only, also when an older
+    /// agent made it otherwise).
     pub(crate) fn open_output(&self, key: &str) -> std::io::Result<File> {
-        OpenOptions::new()
+        let file = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.current(key))
+            .mode(0o600)
+            .open(self.current(key))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        Ok(file)
     }
 
     /// Adds a line of the agent's own to `key`'s output. Failing to is only logged.
@@ -72,7 +86,13 @@ impl LogDir {
         let tail = read_tail(&current, TAIL_BYTES)?;
         let previous = self.previous(key);
         let temporary = previous.with_extension("1.tmp");
-        std::fs::write(&temporary, &tail)?;
+        let _ = std::fs::remove_file(&temporary); // a leftover keeps its mode when reopened
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)?
+            .write_all(&tail)?;
         std::fs::rename(&temporary, &previous)?;
         OpenOptions::new().write(true).open(&current)?.set_len(0)
     }
@@ -129,6 +149,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn loose_modes_of_an_older_agent_are_tightened() {
+        let dir = tempfile::tempdir().unwrap();
+        let loose = std::fs::Permissions::from_mode(0o755);
+        std::fs::create_dir(dir.path().join("logs")).unwrap();
+        std::fs::set_permissions(dir.path().join("logs"), loose.clone()).unwrap();
+        std::fs::write(dir.path().join("logs/web.log"), "old output\n").unwrap();
+        std::fs::set_permissions(dir.path().join("logs/web.log"), loose).unwrap();
+        let logs = LogDir::new(dir.path()).unwrap();
+        drop(logs.open_output("web").unwrap());
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&logs.dir), 0o700);
+        assert_eq!(mode(&logs.current("web")), 0o600);
+        assert_eq!(logs.tail("web").unwrap(), ["old output"]);
+    }
+
+    #[test]
     fn tail_is_bounded_by_lines_and_survives_rotation() {
         let dir = tempfile::tempdir().unwrap();
         let logs = LogDir::new(dir.path()).unwrap();
@@ -157,6 +193,10 @@ mod tests {
         assert!(lines.iter().map(|line| line.len() + 1).sum::<usize>() <= TAIL_BYTES as usize);
         // Only the last lines survive the rotation: the file was truncated.
         assert!(std::fs::metadata(logs.current("web")).unwrap().len() < 1000);
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&logs.dir), 0o700);
+        assert_eq!(mode(&logs.current("web")), 0o600);
+        assert_eq!(mode(&logs.previous("web")), 0o600);
 
         logs.remove("web");
         assert!(logs.tail("web").unwrap().is_empty());

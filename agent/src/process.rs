@@ -1,7 +1,8 @@
-//! Operating-system processes: starting a workload's command in a process group of its own,
-//! signalling that group, describing how a process ended, and recognising a process again by
-//! its pid through `/proc` (alive, not a zombie, same start time, same program) after an agent
-//! restart, when it is no longer the agent's child.
+//! Operating-system processes: starting a workload's command in a process group of its own
+//! (as its own user when it has one: see `isolation`), signalling that group, describing how a
+//! process ended, and recognising a process again by its pid through `/proc` (alive, not a
+//! zombie, same start time, same program, same user) after an agent restart, when it is no
+//! longer the agent's child.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -13,9 +14,10 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-/// The agent's own environment variables a workload inherits; everything else (the agent's
-/// token, for one) stays out of it.
-const INHERITED_ENV: &[&str] = &["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+/// The agent's own environment variables a workload inherits; everything else stays out of
+/// it. `HOME` and `TMPDIR` are the workload's working directory instead: the agent's would be
+/// another user's, and a shared temporary directory outlives the workload.
+const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
 
 /// How to start one workload process.
 pub(crate) struct Launch<'a> {
@@ -25,11 +27,19 @@ pub(crate) struct Launch<'a> {
     pub work_dir: &'a Path,
     /// Where its stdout and stderr go (opened for appending).
     pub output: File,
+    /// The user (and group: the same number) it runs as; `None`: the agent's own.
+    pub uid: Option<u32>,
 }
 
 /// Starts the process, leader of a new process group, with a minimal environment plus the
 /// workload's variables and `PORT`. Stdin is closed. It is not killed when its handle is
 /// dropped: an agent restart leaves it running, to be adopted.
+///
+/// With a uid, the process runs as that user and group with no supplementary groups (the
+/// standard library drops them when it switches from root), and is checked before its program
+/// starts: no supplementary group left, no way back to root. In every case it gets no new
+/// privileges (`PR_SET_NO_NEW_PRIVS`: set-user-ID programs and file capabilities give it
+/// nothing).
 pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
     let (program, args) = launch
         .argv
@@ -45,12 +55,35 @@ pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
     command
         .envs(launch.env)
         .env("PORT", launch.port.to_string())
+        .env("HOME", launch.work_dir)
+        .env("TMPDIR", launch.work_dir)
         .current_dir(launch.work_dir)
         .stdin(Stdio::null())
         .stdout(launch.output.try_clone()?)
         .stderr(launch.output)
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(uid) = launch.uid {
+        command.uid(uid).gid(uid);
+    }
+    let switched = launch.uid.is_some();
+    // SAFETY: the closure runs in the child between fork and exec; it makes only
+    // async-signal-safe calls (prctl, getgroups, setuid) and allocates nothing (the errors
+    // are raw OS errors).
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_no_new_privs()?;
+            if switched {
+                // SAFETY: a null list of size 0 asks only for the number of groups.
+                let groups = nix::libc::getgroups(0, std::ptr::null_mut());
+                let regains_root = nix::unistd::setuid(nix::unistd::Uid::from_raw(0)).is_ok();
+                if groups != 0 || regains_root {
+                    return Err(std::io::Error::from_raw_os_error(nix::libc::EPERM));
+                }
+            }
+            Ok(())
+        });
+    }
     command.spawn()
 }
 
@@ -114,6 +147,19 @@ pub(crate) fn proc_info(pid: u32) -> Option<ProcInfo> {
         start_time,
         cmdline,
     })
+}
+
+/// The real uid of process `pid`, if it exists.
+pub(crate) fn proc_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    // `Uid:\treal\teffective\tsaved\tfilesystem`
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Whether `pid` is still the process the agent started: alive, started at `start_time` when
@@ -184,6 +230,8 @@ mod tests {
             &info.cmdline
         ));
         assert!(!is_same_process(me, None, &words("no-such-program --flag")));
+        assert_eq!(proc_uid(me), Some(nix::unistd::getuid().as_raw()));
+        assert_eq!(proc_uid(u32::MAX), None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Durable state: the workloads this agent runs, kept in `DATA_DIR/agent-state.json` so that a
 //! restarted agent finds (and re-adopts) them. The file is rewritten whole on every change,
 //! atomically (a temporary file, synced, then renamed over the old one), so a crash leaves
-//! either the old or the new version, never a torn one.
+//! either the old or the new version, never a torn one. It holds every workload's environment
+//! (secrets included): it is the agent's own, mode 0600, and workloads never run as its owner
+//! (see `isolation`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,12 +35,27 @@ pub(crate) struct WorkloadRecord {
     pub started_at: Option<DateTime<Utc>>,
     pub restarts: u32,
     pub created_at: DateTime<Utc>,
+    /// The uid the workload runs as; none when workloads run as the agent's own user. Kept so
+    /// that a restarted agent re-adopts the process under the same uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// What the state file holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AgentState {
+    pub workloads: Vec<WorkloadRecord>,
+    /// Where the search for a free workload uid starts: uids are handed out in turn, so that a
+    /// released uid is given to another workload as late as possible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid_next: Option<u32>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 struct StateFile {
     version: u32,
-    workloads: Vec<WorkloadRecord>,
+    #[serde(flatten)]
+    state: AgentState,
 }
 
 /// The state file, written by one writer at a time.
@@ -55,12 +72,14 @@ impl StateStore {
         }
     }
 
-    /// The workloads of the state file; none when it does not exist yet. A file that cannot be
-    /// read or parsed is an error: starting empty would forget workloads that still run.
-    pub(crate) fn load(&self) -> anyhow::Result<Vec<WorkloadRecord>> {
+    /// The state of the file; empty when it does not exist yet. A file that cannot be read or
+    /// parsed is an error: starting empty would forget workloads that still run.
+    pub(crate) fn load(&self) -> anyhow::Result<AgentState> {
         let text = match std::fs::read(&self.path) {
             Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(AgentState::default());
+            }
             Err(err) => {
                 return Err(err).with_context(|| format!("reading {}", self.path.display()));
             }
@@ -73,19 +92,16 @@ impl StateStore {
             self.path.display(),
             state.version
         );
-        Ok(state.workloads)
+        Ok(state.state)
     }
 
-    /// Writes the records that `snapshot` returns. The snapshot is taken while holding the
+    /// Writes the state that `snapshot` returns. The snapshot is taken while holding the
     /// writer's lock, so that the last write always carries the latest state.
-    pub(crate) async fn save(
-        &self,
-        snapshot: impl FnOnce() -> Vec<WorkloadRecord>,
-    ) -> anyhow::Result<()> {
+    pub(crate) async fn save(&self, snapshot: impl FnOnce() -> AgentState) -> anyhow::Result<()> {
         let _writer = self.write.lock().await;
         let state = StateFile {
             version: FORMAT_VERSION,
-            workloads: snapshot(),
+            state: snapshot(),
         };
         let bytes = serde_json::to_vec_pretty(&state)?;
         let path = self.path.clone();
@@ -137,6 +153,7 @@ mod tests {
             started_at: Some(Utc::now()),
             restarts: 2,
             created_at: Utc::now(),
+            uid: Some(60601),
         }
     }
 
@@ -144,10 +161,13 @@ mod tests {
     async fn saves_and_loads_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::new(dir.path());
-        assert!(store.load().unwrap().is_empty());
-        let records = vec![record("a"), record("b")];
-        store.save(|| records.clone()).await.unwrap();
-        assert_eq!(store.load().unwrap(), records);
+        assert_eq!(store.load().unwrap(), AgentState::default());
+        let state = AgentState {
+            workloads: vec![record("a"), record("b")],
+            uid_next: Some(60602),
+        };
+        store.save(|| state.clone()).await.unwrap();
+        assert_eq!(store.load().unwrap(), state);
         assert!(!dir.path().join("agent-state.json.tmp").exists());
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(dir.path().join(STATE_FILE))
@@ -155,8 +175,20 @@ mod tests {
                 .permissions(),
         );
         assert_eq!(mode & 0o777, 0o600);
-        store.save(Vec::new).await.unwrap();
-        assert!(store.load().unwrap().is_empty());
+        store.save(AgentState::default).await.unwrap();
+        assert!(store.load().unwrap().workloads.is_empty());
+    }
+
+    #[test]
+    fn a_state_file_of_an_agent_without_uids_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = serde_json::to_value(record("a")).unwrap();
+        old.as_object_mut().unwrap().remove("uid");
+        let file = serde_json::json!({"version": 1, "workloads": [old]});
+        std::fs::write(dir.path().join(STATE_FILE), file.to_string()).unwrap();
+        let state = StateStore::new(dir.path()).load().unwrap();
+        assert_eq!(state.workloads[0].uid, None);
+        assert_eq!(state.uid_next, None);
     }
 
     #[test]

@@ -10,8 +10,15 @@
 //! The agent stopping (detach) leaves the processes running; deleting a workload, or stopping
 //! the agent together with its workloads, stops them: `SIGTERM` to the process group, `SIGKILL`
 //! after [`STOP_GRACE`].
+//!
+//! When workloads run as users of their own ([`Isolation::UserPerWorkload`]), each workload
+//! gets a uid of the range when it is made, keeps it in the state file (a re-adopted process
+//! must still run as it) and gives it back when it is deleted. Nothing else runs as that uid:
+//! whatever a process leaves behind when it ends (even outside its process group) is killed,
+//! and so is anything found running as the uid before a process starts.
 
 use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -23,11 +30,12 @@ use tokio::process::Child;
 use tokio::sync::watch;
 
 use crate::health;
+use crate::isolation::{self, Isolation, UidRange};
 use crate::logs::LogDir;
 use crate::ports;
 use crate::process::{self, Launch};
 use crate::spec::{NewWorkload, expand_port, split_command, validate};
-use crate::state::{StateStore, WorkloadRecord};
+use crate::state::{AgentState, StateStore, WorkloadRecord};
 
 /// How long a stopped workload has between `SIGTERM` and `SIGKILL`.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -43,6 +51,9 @@ const PROBE_INTERVAL_STARTING: Duration = Duration::from_millis(300);
 const PROBE_INTERVAL: Duration = Duration::from_secs(3);
 /// A started process that has not answered HTTP by then is `running` (but not healthy).
 const STARTUP_GRACE: Duration = Duration::from_secs(10);
+/// How many uids of the range that belong to named users are passed over, at most, when
+/// looking for a free one.
+const NAMED_UIDS_SKIPPED_MAX: u64 = 1024;
 
 /// Where a workload's process is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,6 +90,8 @@ pub struct WorkloadView {
     pub started_at: Option<DateTime<Utc>>,
     /// Whether its process was started by an earlier run of the agent (re-adopted).
     pub adopted: bool,
+    /// The user (and group) it runs as; `null` when workloads run as the agent's own user.
+    pub uid: Option<u32>,
 }
 
 /// The slots of this machine.
@@ -100,6 +113,10 @@ pub(crate) enum SupervisorError {
     /// Every slot is used.
     Full {
         slots: u32,
+    },
+    /// No uid of the range is free.
+    UidsExhausted {
+        uids: UidRange,
     },
     /// The workload is being stopped; it can be made again once it is gone.
     Stopping,
@@ -126,6 +143,8 @@ struct Workload {
     port: Option<u16>,
     host_port: u16,
     created_at: DateTime<Utc>,
+    /// The user it runs as: see [`Isolation`].
+    uid: Option<u32>,
     status: Mutex<Status>,
     control: watch::Sender<Control>,
     /// Set when the monitor task has ended.
@@ -171,6 +190,7 @@ impl Workload {
             started_at: status.started_at,
             restarts: status.restarts,
             created_at: self.created_at,
+            uid: self.uid,
         }
     }
 
@@ -193,6 +213,7 @@ impl Workload {
             last_exit: status.last_exit.clone(),
             started_at: status.started_at,
             adopted: status.adopted,
+            uid: self.uid,
         }
     }
 
@@ -286,32 +307,51 @@ async fn until_not_run(control: &mut watch::Receiver<Control>) -> Control {
 pub(crate) struct Supervisor {
     slots: u32,
     advertise_host: String,
+    isolation: Isolation,
     work_root: PathBuf,
     workloads: Mutex<BTreeMap<String, Arc<Workload>>>,
+    /// Where the search for a free uid starts (see [`AgentState::uid_next`]).
+    uid_next: Mutex<u32>,
     store: StateStore,
     logs: LogDir,
 }
 
 impl Supervisor {
     /// Loads the state file of `data_dir` and resumes supervising its workloads: adopts the
-    /// processes that still run, starts the others.
+    /// processes that still run (as the workload's uid), starts the others.
     pub(crate) async fn open(
         data_dir: &Path,
         slots: u32,
         advertise_host: String,
+        isolation: Isolation,
     ) -> anyhow::Result<Arc<Self>> {
         let work_root = data_dir.join("workloads");
-        std::fs::create_dir_all(&work_root)?;
+        // Workloads running as users of their own pass through it to their own directory,
+        // without listing it.
+        let work_root_mode = match isolation {
+            Isolation::UserPerWorkload(_) => 0o711,
+            Isolation::SameUser => 0o700,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(work_root_mode)
+            .create(&work_root)?;
+        std::fs::set_permissions(&work_root, std::fs::Permissions::from_mode(work_root_mode))?;
+        let store = StateStore::new(data_dir);
+        let state = store.load()?;
         let supervisor = Arc::new(Self {
             slots,
             advertise_host,
+            isolation,
             work_root,
             workloads: Mutex::new(BTreeMap::new()),
-            store: StateStore::new(data_dir),
+            uid_next: Mutex::new(state.uid_next.unwrap_or(0)),
+            store,
             logs: LogDir::new(data_dir)?,
         });
+        let uids = supervisor.uids_resume(&state.workloads)?;
         let mut resumed = Vec::new();
-        for record in supervisor.store.load()? {
+        for (record, uid) in state.workloads.into_iter().zip(uids) {
             let argv = match split_command(&record.command) {
                 Ok(argv) => expand_port(argv, record.host_port),
                 Err(err) => {
@@ -319,19 +359,22 @@ impl Supervisor {
                     continue;
                 }
             };
-            let adopt = record.pid.filter(|pid| {
-                let same = process::is_same_process(*pid, record.proc_start, &argv);
-                if same {
-                    tracing::info!(key = record.key, pid, "re-adopting the running workload");
-                } else {
-                    tracing::info!(
-                        key = record.key,
-                        pid,
-                        "the workload's process is gone (or its pid was reused): starting it again"
-                    );
-                }
-                same
-            });
+            let adopt = record
+                .pid
+                .filter(|pid| {
+                    let same = process::is_same_process(*pid, record.proc_start, &argv);
+                    if same {
+                        tracing::info!(key = record.key, pid, "re-adopting the running workload");
+                    } else {
+                        tracing::info!(
+                            key = record.key,
+                            pid,
+                            "the workload's process is gone (or its pid was reused): starting it again"
+                        );
+                    }
+                    same
+                })
+                .filter(|pid| runs_as_its_user(&record.key, *pid, uid));
             let workload = Arc::new(Workload {
                 key: record.key,
                 command: record.command,
@@ -340,6 +383,7 @@ impl Supervisor {
                 port: (record.port != 0).then_some(record.port),
                 host_port: record.host_port,
                 created_at: record.created_at,
+                uid,
                 status: Mutex::new(Status {
                     state: if adopt.is_some() {
                         WorkloadState::Running
@@ -369,6 +413,71 @@ impl Supervisor {
         }
         supervisor.persist().await;
         Ok(supervisor)
+    }
+
+    /// The uid of each stored workload: the one it had, when it is still in the range (and not
+    /// another's); a new one otherwise (a state file of an agent that ran workloads as its own
+    /// user, or a changed range). None of them when workloads run as the agent's own user.
+    fn uids_resume(&self, records: &[WorkloadRecord]) -> anyhow::Result<Vec<Option<u32>>> {
+        let Isolation::UserPerWorkload(range) = self.isolation else {
+            return Ok(vec![None; records.len()]);
+        };
+        let mut taken = HashSet::new();
+        let mut uids: Vec<Option<u32>> = records
+            .iter()
+            .map(|record| {
+                record
+                    .uid
+                    .filter(|uid| range.contains(*uid) && taken.insert(*uid))
+            })
+            .collect();
+        for (record, uid) in records.iter().zip(&mut uids) {
+            if uid.is_none() {
+                let new = self.uid_allocate(range, &taken).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no free uid in {range} for the stored workload `{}`",
+                        record.key
+                    )
+                })?;
+                taken.insert(new);
+                *uid = Some(new);
+            }
+        }
+        Ok(uids)
+    }
+
+    /// A free uid for a new workload: the next in turn after the last one handed out, that no
+    /// workload holds (`taken`) and that no named user of the machine owns.
+    fn uid_allocate(&self, range: UidRange, taken: &HashSet<u32>) -> Option<u32> {
+        let mut next = self
+            .uid_next
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut candidate = if range.contains(*next) {
+            *next
+        } else {
+            range.first()
+        };
+        let tries = range
+            .count()
+            .min(taken.len() as u64 + NAMED_UIDS_SKIPPED_MAX);
+        for _ in 0..tries {
+            let uid = candidate;
+            candidate = range.after(uid);
+            if taken.contains(&uid) {
+                continue;
+            }
+            if isolation::uid_is_named(uid) {
+                tracing::warn!(
+                    uid,
+                    "passing over a workload uid that belongs to a named user of this machine"
+                );
+                continue;
+            }
+            *next = candidate;
+            return Some(uid);
+        }
+        None
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Workload>>> {
@@ -408,6 +517,14 @@ impl Supervisor {
             let host_port = ports::allocate(&taken).map_err(|err| {
                 SupervisorError::Internal(anyhow::anyhow!("no port for the workload: {err}"))
             })?;
+            let uid = match self.isolation {
+                Isolation::UserPerWorkload(uids) => {
+                    let taken: HashSet<u32> = workloads.values().filter_map(|w| w.uid).collect();
+                    let uid = self.uid_allocate(uids, &taken);
+                    Some(uid.ok_or(SupervisorError::UidsExhausted { uids })?)
+                }
+                Isolation::SameUser => None,
+            };
             let workload = Arc::new(Workload {
                 key: key.to_owned(),
                 command: new.command,
@@ -416,6 +533,7 @@ impl Supervisor {
                 port: new.port,
                 host_port,
                 created_at: Utc::now(),
+                uid,
                 status: Mutex::new(Status {
                     state: WorkloadState::Starting,
                     pid: None,
@@ -437,6 +555,7 @@ impl Supervisor {
         tracing::info!(
             key,
             port = workload.host_port,
+            uid = workload.uid,
             command = workload.command,
             "starting a workload"
         );
@@ -499,6 +618,16 @@ impl Supervisor {
         };
         workload.control.send_replace(Control::Stop);
         workload.wait_finished().await;
+        // Its files go while the key is still taken, so that a workload made again under the
+        // same key cannot lose its new files to this deletion. (A concurrent delete of the
+        // same workload removes them too: nothing is lost.)
+        self.logs.remove(key);
+        let work_dir = self.work_dir(key);
+        if let Err(err) = tokio::fs::remove_dir_all(&work_dir).await
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(key, "removing {} failed: {err}", work_dir.display());
+        }
         let removed = {
             let mut workloads = self.lock();
             match workloads.get(key) {
@@ -507,15 +636,9 @@ impl Supervisor {
             }
         };
         if removed.is_some() {
+            // Its uid is free again: nothing runs as it any more (see `stop_process`).
             tracing::info!(key, "deleted the workload");
             self.persist().await;
-            self.logs.remove(key);
-            let work_dir = self.work_dir(key);
-            if let Err(err) = tokio::fs::remove_dir_all(&work_dir).await
-                && err.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(key, "removing {} failed: {err}", work_dir.display());
-            }
         }
     }
 
@@ -562,7 +685,18 @@ impl Supervisor {
     async fn persist(&self) {
         if let Err(err) = self
             .store
-            .save(|| self.lock().values().map(|w| w.record()).collect())
+            .save(|| AgentState {
+                workloads: self.lock().values().map(|w| w.record()).collect(),
+                uid_next: match self.isolation {
+                    Isolation::UserPerWorkload(_) => Some(
+                        *self
+                            .uid_next
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+                    ),
+                    Isolation::SameUser => None,
+                },
+            })
             .await
         {
             tracing::error!("saving the agent's state failed: {err:#}");
@@ -582,7 +716,9 @@ impl Supervisor {
     fn spawn_process(&self, workload: &Workload) -> Option<Process> {
         let key = &workload.key;
         let work_dir = self.work_dir(key);
-        let spawned = std::fs::create_dir_all(&work_dir)
+        let spawned = work_dir_prepare(&work_dir, workload.uid)
+            // Its process starts alone under its uid: whatever an earlier one left is gone.
+            .and_then(|()| workload.uid.map_or(Ok(()), isolation::uid_kill_all))
             .and_then(|()| self.logs.open_output(key))
             .and_then(|output| {
                 process::spawn(Launch {
@@ -591,6 +727,7 @@ impl Supervisor {
                     port: workload.host_port,
                     work_dir: &work_dir,
                     output,
+                    uid: workload.uid,
                 })
             });
         match spawned {
@@ -619,7 +756,14 @@ impl Supervisor {
                 Some(Process::Child(child))
             }
             Err(err) => {
-                let reason = format!("could not start `{}`: {err}", workload.argv[0]);
+                let hint = match workload.uid {
+                    Some(uid) if err.kind() == std::io::ErrorKind::PermissionDenied => format!(
+                        " (it runs as uid {uid}: the program, and every directory on the way \
+                         to it, must be readable and searchable by other users)"
+                    ),
+                    _ => String::new(),
+                };
+                let reason = format!("could not start `{}`: {err}{hint}", workload.argv[0]);
                 workload.update(|status| {
                     status.generation += 1;
                     status.state = WorkloadState::Failed;
@@ -674,10 +818,11 @@ impl Supervisor {
                         }
                         Err(_) => return, // detach: leave it running
                         Ok(how) => {
-                            // Whatever it left behind in its group goes with it.
+                            // Whatever it left behind goes with it.
                             if let Some(pid) = pid {
                                 process::signal_group(pid, Signal::SIGKILL);
                             }
+                            leftovers_kill(&workload).await;
                             let delay = backoff.after_exit(started.elapsed());
                             workload.update(|status| {
                                 status.generation += 1;
@@ -731,8 +876,9 @@ impl Supervisor {
                         .unwrap_or_else(|_| "did not end even after SIGKILL".into())
                 }
             };
-            // Members of its group that outlived it.
+            // What outlived it, in its group or (under its uid) anywhere.
             process::signal_group(pid, Signal::SIGKILL);
+            leftovers_kill(workload).await;
             tracing::info!(key = workload.key, pid, "workload process stopped: {ended}");
             workload.status().last_exit = Some(ended);
         }
@@ -794,6 +940,57 @@ impl Supervisor {
                 }
             }
         }
+    }
+}
+
+/// Whether the process `pid` of workload `key` runs as the workload's `uid` (any user when it
+/// has none). One that does not (it was started before the workload had a uid, or the range
+/// changed) is killed, to be started again as its user.
+fn runs_as_its_user(key: &str, pid: u32, uid: Option<u32>) -> bool {
+    let Some(uid) = uid else { return true };
+    let runs_as = process::proc_uid(pid);
+    if runs_as == Some(uid) {
+        return true;
+    }
+    tracing::warn!(
+        key,
+        pid,
+        ?runs_as,
+        uid,
+        "the workload's process runs as another user: stopping it, to start it again as uid {uid}"
+    );
+    process::signal_group(pid, Signal::SIGKILL);
+    false
+}
+
+/// Makes `dir` the workload's own: created if missing, owned by its uid (when it has one),
+/// mode 0700.
+fn work_dir_prepare(dir: &Path, uid: Option<u32>) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => return Err(err),
+        _ => {}
+    }
+    if let Some(uid) = uid {
+        // Not following a symbolic link: the workload cannot make one there (`workloads` is the
+        // agent's), but the agent does not rely on it.
+        std::os::unix::fs::lchown(dir, Some(uid), Some(uid))?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Kills every process that still runs as the workload's uid, when it has one: whatever its
+/// process left behind, even outside its process group (a daemon that called `setsid`).
+async fn leftovers_kill(workload: &Workload) {
+    let Some(uid) = workload.uid else { return };
+    let killed = tokio::task::spawn_blocking(move || isolation::uid_kill_all(uid))
+        .await
+        .unwrap_or_else(|err| Err(std::io::Error::other(err)));
+    if let Err(err) = killed {
+        tracing::warn!(
+            key = workload.key,
+            uid,
+            "killing the processes left under the workload's uid failed: {err}"
+        );
     }
 }
 

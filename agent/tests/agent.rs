@@ -1,9 +1,11 @@
-//! The agent end to end: real processes (`python3 -m http.server`, `sleep`), real HTTP.
+//! The agent end to end: real processes (`python3 -m http.server`, `sleep`), real HTTP, each
+//! workload running as a user of its own (the tests run as root, as the fleet's agents do).
 
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bulkhead_agent::{AgentSettings, RunningAgent};
+use bulkhead_agent::{AgentSettings, Isolation, RunningAgent, UidRange};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -13,6 +15,8 @@ const TOKEN: &str = "agent-test-token-0001";
 const HTTP_SERVER: &str = "python3 -m http.server $PORT";
 
 fn require_python() {
+    use std::os::unix::process::CommandExt;
+    require_root();
     let found = std::process::Command::new("python3")
         .arg("--version")
         .output()
@@ -21,14 +25,78 @@ fn require_python() {
         found,
         "these tests run `python3 -m http.server`: python3 was not found (apt-get install python3)"
     );
+    // The workloads run as users of their own, who need a python3 they can run.
+    let runnable = std::process::Command::new("python3")
+        .arg("--version")
+        .uid(61999)
+        .gid(61999)
+        .output()
+        .is_ok_and(|output| output.status.success());
+    assert!(
+        runnable,
+        "these tests run `python3` as users other than root, and the python3 on PATH cannot be \
+         run by them (is it under /root?): install one that every user can run, such as \
+         /usr/bin/python3 (apt-get install python3)"
+    );
 }
 
-async fn start_agent(data_dir: &Path, slots: u32) -> RunningAgent {
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "these tests need root: the agent runs each workload as a user of its own, which only \
+         root can do (run the tests as root, as CI does)"
+    );
+}
+
+fn settings(data_dir: &Path, slots: u32) -> AgentSettings {
     let mut settings = AgentSettings::new("127.0.0.1:0".parse().unwrap(), data_dir.into(), TOKEN);
     settings.slots = slots;
+    settings
+}
+
+/// An agent whose workloads run as users of their own: uids of a block that no other agent
+/// holds (the tests run in parallel, and agents never share uids).
+async fn start_agent(data_dir: &Path, slots: u32) -> RunningAgent {
+    require_root();
+    let agent = bulkhead_agent::start_in_free_uids(settings(data_dir, slots))
+        .await
+        .expect("the agent starts");
+    uids_of(&agent);
+    agent
+}
+
+/// An agent on the uids `uids` (an agent restarting on the same data directory keeps them).
+async fn restart_agent(data_dir: &Path, slots: u32, uids: UidRange) -> RunningAgent {
+    let mut settings = settings(data_dir, slots);
+    settings.workload_uids = uids;
     bulkhead_agent::start(settings)
         .await
         .expect("the agent starts")
+}
+
+fn uids_of(agent: &RunningAgent) -> UidRange {
+    match agent.isolation {
+        Isolation::UserPerWorkload(uids) => uids,
+        Isolation::SameUser => panic!("the agent runs workloads as its own user, as root"),
+    }
+}
+
+fn uid_of(view: &Value) -> u32 {
+    view["uid"].as_u64().expect("a uid") as u32
+}
+
+/// The real uid of process `pid`.
+fn proc_uid(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("Uid:"))
+        .unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
 }
 
 /// Calls an agent's API. Every process group it sees a workload run in is killed when it is
@@ -270,26 +338,40 @@ async fn a_workload_runs_answers_and_is_restarted_when_killed() {
 }
 
 #[tokio::test]
-async fn a_restarted_agent_re_adopts_its_workloads() {
+async fn a_restarted_agent_re_adopts_its_workloads_under_their_uids() {
     require_python();
     let dir = tempfile::tempdir().unwrap();
     let agent = start_agent(dir.path(), 16).await;
+    let uids = uids_of(&agent);
     let client = Client::new(&agent);
     assert_eq!(client.put("site", HTTP_SERVER).await.0, StatusCode::CREATED);
+    assert_eq!(client.put("idle", "sleep 300").await.0, StatusCode::CREATED);
     let view = client
         .wait_for("site", "running and healthy", running_and_healthy)
         .await;
     let pid = pid_of(&view);
     let address = view["address"].as_str().unwrap().to_owned();
+    let idle = client.workload("idle").await;
+    let (site_uid, idle_uid) = (uid_of(&view), uid_of(&idle));
+    assert_ne!(site_uid, idle_uid, "one uid per workload");
+    assert!(uids.contains(site_uid) && uids.contains(idle_uid));
+    assert_eq!(proc_uid(pid), site_uid);
+    assert_eq!(proc_uid(pid_of(&idle)), idle_uid);
 
-    // A second agent cannot take the same data directory.
-    let mut settings = AgentSettings::new("127.0.0.1:0".parse().unwrap(), dir.path().into(), TOKEN);
-    settings.slots = 4;
-    let err = bulkhead_agent::start(settings)
+    // A second agent can take neither the same data directory nor the same uids.
+    let err = bulkhead_agent::start(settings(dir.path(), 4))
         .await
         .err()
         .expect("refused");
     assert!(err.to_string().contains("another agent"), "{err:#}");
+    let other = tempfile::tempdir().unwrap();
+    let mut same_uids = settings(other.path(), 4);
+    same_uids.workload_uids = uids;
+    let err = bulkhead_agent::start(same_uids)
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.is::<bulkhead_agent::UidsTaken>(), "{err:#}");
 
     agent.shutdown().await;
     assert!(
@@ -300,9 +382,20 @@ async fn a_restarted_agent_re_adopts_its_workloads() {
     let state: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("agent-state.json")).unwrap())
             .unwrap();
-    assert_eq!(state["workloads"][0]["pid"], pid);
+    let stored = |key: &str| {
+        state["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["key"] == key)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(stored("site")["pid"], pid);
+    assert_eq!(stored("site")["uid"], site_uid);
+    assert_eq!(stored("idle")["uid"], idle_uid);
 
-    let agent = start_agent(dir.path(), 16).await;
+    let agent = restart_agent(dir.path(), 16, uids).await;
     let client = Client::new(&agent);
     let view = client
         .wait_for("site", "adopted and healthy", running_and_healthy)
@@ -310,9 +403,13 @@ async fn a_restarted_agent_re_adopts_its_workloads() {
     assert_eq!(pid_of(&view), pid, "the same process, adopted");
     assert_eq!(view["adopted"], true);
     assert_eq!(view["address"], address.as_str());
+    assert_eq!(uid_of(&view), site_uid, "the same uid");
+    let idle = client.workload("idle").await;
+    assert_eq!(idle["adopted"], true);
+    assert_eq!(uid_of(&idle), idle_uid);
     assert!(answers(&address).await);
 
-    // An adopted process is watched by polling: killed, it is started again.
+    // An adopted process is watched by polling: killed, it is started again, as its uid.
     kill(pid);
     let view = client
         .wait_for("site", "restarted after the adopted process died", |view| {
@@ -322,11 +419,15 @@ async fn a_restarted_agent_re_adopts_its_workloads() {
         })
         .await;
     assert_eq!(view["adopted"], false);
+    assert_eq!(uid_of(&view), site_uid);
+    let new_pid = pid_of(&view);
+    assert_eq!(proc_uid(new_pid), site_uid);
     assert!(answers(&address).await);
 
-    let new_pid = pid_of(&view);
+    let idle_pid = pid_of(&idle);
     agent.shutdown_and_stop_workloads().await;
     wait_dead(new_pid).await;
+    wait_dead(idle_pid).await;
 }
 
 #[tokio::test]
@@ -520,4 +621,337 @@ async fn bad_requests_are_problems_and_a_missing_program_fails() {
     let env_pid = pid_of(&env_view);
     agent.shutdown_and_stop_workloads().await;
     wait_dead(env_pid).await;
+}
+
+/// What a workload finds when it tries to get at what is not its own: each attempt is
+/// `ok`/`listed` (it worked) or `denied` (PermissionError). Printed as one `REPORT {json}` line,
+/// which reaches the agent's log through the descriptor the workload was started with.
+const PRYING_WORKLOAD: &str = r#"
+import json, os, time
+
+def read(path):
+    try:
+        with open(path, 'rb') as f:
+            f.read(1)
+        return 'ok'
+    except PermissionError:
+        return 'denied'
+    except Exception as e:
+        return type(e).__name__
+
+def listing(path):
+    try:
+        os.listdir(path)
+        return 'listed'
+    except PermissionError:
+        return 'denied'
+
+def attempt(action):
+    try:
+        action()
+        return 'ok'
+    except PermissionError:
+        return 'denied'
+
+def write_own_file():
+    with open('mine.txt', 'w') as f:
+        f.write('mine')
+
+status = open('/proc/self/status').read()
+report = {
+    'uid': os.getuid(), 'euid': os.geteuid(), 'gid': os.getgid(), 'groups': os.getgroups(),
+    'cwd': os.getcwd(), 'home': os.environ.get('HOME'),
+    'no_new_privs': [l.split()[1] for l in status.splitlines() if l.startswith('NoNewPrivs:')],
+    'token_file': read(os.environ['TOKEN_FILE']),
+    'state_file': read(os.environ['STATE_FILE']),
+    'other_log': read(os.environ['OTHER_LOG']),
+    'own_log': read(os.environ['OWN_LOG']),
+    'own_log_through_proc': read('/proc/self/fd/1'),
+    'agent_environ': read('/proc/%s/environ' % os.environ['AGENT_PID']),
+    'other_environ': read('/proc/%s/environ' % os.environ['OTHER_PID']),
+    'other_dir': listing(os.environ['OTHER_DIR']),
+    'workloads_dir': listing(os.path.dirname(os.getcwd())),
+    'data_dir': listing(os.environ['DATA_DIR']),
+    'become_root': attempt(lambda: os.setuid(0)),
+    'signal_other': attempt(lambda: os.kill(int(os.environ['OTHER_PID']), 0)),
+    'write_own_file': attempt(write_own_file),
+    'read_own_file': read('mine.txt'),
+}
+print('REPORT ' + json.dumps(report), flush=True)
+time.sleep(300)
+"#;
+
+/// The first `REPORT` line of the workload's output, as JSON.
+async fn report_of(client: &Client, key: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(12);
+    loop {
+        let (_, logs) = client.get(&format!("/v1/workloads/{key}/logs")).await;
+        let report = logs["lines"].as_array().unwrap().iter().find_map(|line| {
+            let json = line.as_str()?.strip_prefix("REPORT ")?;
+            Some(serde_json::from_str(json).unwrap())
+        });
+        if let Some(report) = report {
+            return report;
+        }
+        assert!(Instant::now() < deadline, "no report from {key}: {logs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn workloads_cannot_read_the_token_the_state_or_each_others_logs() {
+    require_python();
+    // The token as `bulkhead agent` reads it: from a private file, in a directory that anyone
+    // may search (only the file's own mode protects it).
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(secrets.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let token_file = secrets.path().join("agent-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(bulkhead_agent::token_file_read(&token_file).unwrap(), TOKEN);
+
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().canonicalize().unwrap();
+    let agent = start_agent(&data_dir, 4).await;
+    let client = Client::new(&agent);
+
+    let other_body = json!({
+        "command": "python3 -c \"import time; print('other output', flush=True); time.sleep(300)\"",
+        "env": {"DB_PASSWORD": "s3cret-of-other"},
+    });
+    let (status, other) = client
+        .call(
+            reqwest::Method::PUT,
+            "/v1/workloads/other",
+            Some(other_body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{other}");
+    let other_log = data_dir.join("logs/other.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&other_log)
+        .unwrap_or_default()
+        .contains("other output")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the other workload never wrote its output"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let state_file = data_dir.join("agent-state.json");
+    assert!(
+        std::fs::read_to_string(&state_file)
+            .unwrap()
+            .contains("s3cret-of-other"),
+        "the state file holds the other workload's secret: what the prying one must not read"
+    );
+
+    let env = json!({
+        "PROBE": PRYING_WORKLOAD,
+        "TOKEN_FILE": token_file,
+        "STATE_FILE": state_file,
+        "OTHER_LOG": other_log,
+        "OWN_LOG": data_dir.join("logs/prying.log"),
+        "AGENT_PID": std::process::id().to_string(),
+        "OTHER_PID": pid_of(&other).to_string(),
+        "OTHER_DIR": data_dir.join("workloads/other"),
+        "DATA_DIR": data_dir,
+    });
+    let (status, prying) = client
+        .call(
+            reqwest::Method::PUT,
+            "/v1/workloads/prying",
+            Some(json!({
+                "command": "python3 -c \"import os; exec(os.environ['PROBE'])\"",
+                "env": env,
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{prying}");
+    let report = report_of(&client, "prying").await;
+
+    // Its own user and group, nothing more, and no way back.
+    let uid = uid_of(&prying);
+    assert_ne!(uid, 0);
+    assert_ne!(uid, uid_of(&other), "one uid per workload");
+    assert_eq!(report["uid"], uid, "{report}");
+    assert_eq!(report["euid"], uid);
+    assert_eq!(report["gid"], uid);
+    assert_eq!(report["groups"], json!([]));
+    assert_eq!(report["no_new_privs"], json!(["1"]));
+    assert_eq!(report["become_root"], "denied");
+    assert_eq!(report["signal_other"], "denied");
+
+    // Nothing of the agent's, nor of the other workload's.
+    for attempt in [
+        "token_file",
+        "state_file",
+        "other_log",
+        "own_log",
+        "own_log_through_proc",
+        "agent_environ",
+        "other_environ",
+        "other_dir",
+        "workloads_dir",
+        "data_dir",
+    ] {
+        assert_eq!(report[attempt], "denied", "{attempt}: {report}");
+    }
+
+    // Its working directory is its own.
+    let work_dir = data_dir.join("workloads/prying");
+    assert_eq!(report["cwd"], work_dir.to_str().unwrap());
+    assert_eq!(report["home"], work_dir.to_str().unwrap());
+    assert_eq!(report["write_own_file"], "ok");
+    assert_eq!(report["read_own_file"], "ok");
+    let metadata = std::fs::metadata(&work_dir).unwrap();
+    assert_eq!((metadata.uid(), metadata.gid()), (uid, uid));
+    assert_eq!(mode(&work_dir), 0o700);
+    assert_eq!(
+        std::fs::metadata(work_dir.join("mine.txt")).unwrap().uid(),
+        uid
+    );
+
+    let pids = [pid_of(&other), pid_of(&prying)];
+    agent.shutdown_and_stop_workloads().await;
+    for pid in pids {
+        wait_dead(pid).await;
+    }
+}
+
+#[tokio::test]
+async fn the_data_directory_is_the_agents_and_workload_directories_their_own() {
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data_dir = parent.path().join("agent");
+    let agent = start_agent(&data_dir, 4).await;
+    let client = Client::new(&agent);
+    let (status, view) = client.put("quiet", "sleep 300").await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    let uid = uid_of(&view);
+
+    // Workloads pass through the data directory to their own, and nothing else.
+    assert_eq!(mode(&data_dir), 0o711);
+    assert_eq!(mode(&data_dir.join("agent-state.json")), 0o600);
+    assert_eq!(mode(&data_dir.join("agent.lock")), 0o600);
+    assert_eq!(mode(&data_dir.join("logs")), 0o700);
+    assert_eq!(mode(&data_dir.join("logs/quiet.log")), 0o600);
+    assert_eq!(mode(&data_dir.join("workloads")), 0o711);
+    assert_eq!(mode(&data_dir.join("workloads/quiet")), 0o700);
+    assert_eq!(
+        std::fs::metadata(data_dir.join("workloads/quiet"))
+            .unwrap()
+            .uid(),
+        uid
+    );
+    for path in [
+        "",
+        "agent-state.json",
+        "logs",
+        "logs/quiet.log",
+        "workloads",
+    ] {
+        assert_eq!(
+            std::fs::metadata(data_dir.join(path)).unwrap().uid(),
+            0,
+            "{path}"
+        );
+    }
+    let uids = uids_of(&agent);
+    agent.shutdown().await;
+
+    // Modes loosened by hand are tightened again at the next start.
+    for (path, loose) in [
+        ("", 0o777),
+        ("logs", 0o755),
+        ("logs/quiet.log", 0o644),
+        ("workloads", 0o777),
+    ] {
+        std::fs::set_permissions(data_dir.join(path), std::fs::Permissions::from_mode(loose))
+            .unwrap();
+    }
+    let agent = restart_agent(&data_dir, 4, uids).await;
+    assert_eq!(mode(&data_dir), 0o711);
+    assert_eq!(mode(&data_dir.join("logs")), 0o700);
+    assert_eq!(mode(&data_dir.join("logs/quiet.log")), 0o600);
+    assert_eq!(mode(&data_dir.join("workloads")), 0o711);
+    let pid = pid_of(&view);
+    agent.shutdown_and_stop_workloads().await;
+    wait_dead(pid).await;
+
+    // A data directory that workloads could not reach is refused, saying why.
+    let closed = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let err = bulkhead_agent::start_in_free_uids(settings(&closed.path().join("agent"), 4))
+        .await
+        .err()
+        .expect("refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("cannot reach the data directory"),
+        "{message}"
+    );
+    assert!(message.contains("has mode 0700"), "{message}");
+}
+
+#[tokio::test]
+async fn a_deleted_workload_takes_its_leftovers_along_and_frees_its_uid() {
+    require_python();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), 2).await;
+    let client = Client::new(&agent);
+    // A daemon that leaves the workload's process group and session.
+    let escaping = "python3 -c \"import subprocess, time; child = subprocess.Popen(['sleep', '300'], start_new_session=True); print('escaped', child.pid, flush=True); time.sleep(300)\"";
+    let (status, leaving) = client.put("leaving", escaping).await;
+    assert_eq!(status, StatusCode::CREATED, "{leaving}");
+    let (status, staying) = client.put("staying", "sleep 300").await;
+    assert_eq!(status, StatusCode::CREATED, "{staying}");
+    let freed = uid_of(&leaving);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let escaped = loop {
+        let (_, logs) = client.get("/v1/workloads/leaving/logs").await;
+        let found = logs["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|line| line.as_str()?.strip_prefix("escaped ")?.parse::<u32>().ok());
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never started: {logs}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(alive(escaped));
+    assert_eq!(proc_uid(escaped), freed);
+    assert!(
+        group_members(pid_of(&leaving))
+            .iter()
+            .all(|pid| *pid != escaped),
+        "the daemon left the process group"
+    );
+
+    assert_eq!(client.delete("leaving").await, StatusCode::NO_CONTENT);
+    wait_dead(escaped).await;
+    assert!(
+        alive(pid_of(&staying)),
+        "another workload's process lives on"
+    );
+    assert!(!dir.path().join("workloads/leaving").exists());
+    assert!(!dir.path().join("logs/leaving.log").exists());
+
+    // The range holds two uids: the next workload gets the one given back.
+    let (status, next) = client.put("next", "sleep 300").await;
+    assert_eq!(status, StatusCode::CREATED, "{next}");
+    assert_eq!(uid_of(&next), freed);
+
+    let pids = [pid_of(&staying), pid_of(&next)];
+    agent.shutdown_and_stop_workloads().await;
+    for pid in pids {
+        wait_dead(pid).await;
+    }
 }

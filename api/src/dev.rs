@@ -1,12 +1,16 @@
 //! A complete local platform in one process, for `bulkhead dev` and the end-to-end tests:
 //! the GCP and AWS simulators, a host agent, and the settings that point the bundled `gcp`,
 //! `aws` and `metal` providers at them (endpoints, credentials, allowlists).
+//!
+//! As root, the agent runs each workload as a user of its own, as on the fleet. On a
+//! developer's machine (not root) it runs them as the developer's own user
+//! (`--insecure-same-user`), and `bulkhead dev` says so.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use bulkhead_agent::{AgentSettings, RunningAgent};
+use bulkhead_agent::{AgentSettings, Isolation, RunningAgent};
 use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
 use bulkhead_simulators::gcp::{GcpSimulator, service_account_generate};
 use rand::Rng;
@@ -67,12 +71,14 @@ impl DevPlatform {
         )
         .await?;
         let agent_token = secret_random(32);
-        let agent = bulkhead_agent::start(AgentSettings::new(
-            any_port,
-            data_dir.join("agent"),
-            agent_token.clone(),
-        ))
-        .await?;
+        let mut agent_settings =
+            AgentSettings::new(any_port, data_dir.join("agent"), agent_token.clone());
+        // Used only where the agent cannot switch users (not root: a developer's machine);
+        // as root, it gives each workload a user of its own all the same.
+        agent_settings.insecure_same_user = true;
+        // Several local platforms may run on one machine (the tests do): each agent takes
+        // uids that no other holds.
+        let agent = bulkhead_agent::start_in_free_uids(agent_settings).await?;
         Ok(Self {
             gcp,
             aws,
@@ -82,6 +88,17 @@ impl DevPlatform {
             aws_credentials,
             agent_token,
         })
+    }
+
+    /// Who the agent's workloads run as, for people: `bulkhead dev` prints it.
+    pub fn agent_isolation_note(&self) -> String {
+        match self.agent.isolation {
+            Isolation::UserPerWorkload(_) => self.agent.isolation.to_string(),
+            Isolation::SameUser => "INSECURE: not run as root, so its workloads run as your own \
+                user and can read the agent's token, its state and each other's logs (run as \
+                root to give each workload a user of its own)"
+                .into(),
+        }
     }
 
     /// The simulated GCP service account: its email and private key (PKCS#8 PEM).

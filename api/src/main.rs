@@ -77,6 +77,20 @@ struct AgentArgs {
     /// Host name or IP put in workload addresses (how the platform reaches this machine).
     #[arg(long, env = "BULKHEAD_AGENT_ADVERTISE_HOST", default_value = bulkhead_agent::DEFAULT_ADVERTISE_HOST)]
     advertise_host: String,
+    /// A file holding the agent's token (16+ characters), owned by the agent's user and
+    /// readable by it alone (mode 0600); any other file is refused.
+    #[arg(long, env = "BULKHEAD_AGENT_TOKEN_FILE")]
+    token_file: std::path::PathBuf,
+    /// The uids the workloads run as, FIRST-LAST, one per workload (at least as many as the
+    /// slots). No account of the machine, and no other agent, may use them.
+    #[arg(long, env = "BULKHEAD_AGENT_WORKLOAD_UIDS", default_value_t = bulkhead_agent::DEFAULT_WORKLOAD_UIDS)]
+    workload_uids: bulkhead_agent::UidRange,
+    /// When the agent is not root (and so cannot run workloads as users of their own), run
+    /// them as its own user instead of refusing to start. INSECURE: a workload can then read
+    /// the agent's token, its state (every workload's environment, secrets included) and the
+    /// other workloads' logs. For a developer's machine only.
+    #[arg(long)]
+    insecure_same_user: bool,
 }
 
 #[derive(Subcommand)]
@@ -286,6 +300,7 @@ A local platform is running:
   gcp simulator   {gcp}   (faults: PUT {gcp}/_sim/faults '{{"suspended":true}}')
   aws simulator   {aws}
   host agent      {agent}
+                  {isolation}
 The providers gcp, aws and metal use them. With A="Authorization: Bearer <admin token>"
 (BULKHEAD_BOOTSTRAP_TOKEN, or the token printed above on a first start):
 
@@ -300,6 +315,7 @@ Stop with Ctrl-C (the agent's workloads are stopped too)."#,
         gcp = platform.gcp.url(),
         aws = platform.aws.url(),
         agent = platform.agent.url(),
+        isolation = platform.agent_isolation_note(),
         zone = bulkhead::dev::GCP_ZONE,
         region = bulkhead::dev::AWS_REGION,
     );
@@ -337,20 +353,25 @@ async fn main() -> anyhow::Result<()> {
         Command::Hello { port, name } => bulkhead::dev::hello_serve(port, name).await?,
         Command::Agent(args) => {
             logging_init(LogFormat::Text);
-            // The token is a secret: from the environment only, never a flag.
-            let token = std::env::var("BULKHEAD_AGENT_TOKEN").map_err(|_| {
-                anyhow::anyhow!(
-                    "set BULKHEAD_AGENT_TOKEN (at least {} characters)",
-                    bulkhead_agent::MIN_TOKEN_LEN
-                )
-            })?;
+            // The token is a secret: from a private file, never a flag (every user sees a
+            // process's command line) nor the environment.
+            anyhow::ensure!(
+                std::env::var_os("BULKHEAD_AGENT_TOKEN").is_none(),
+                "BULKHEAD_AGENT_TOKEN is no longer read: put the token in a file only the \
+                 agent's user can read (chmod 600), pass it as --token-file (or \
+                 BULKHEAD_AGENT_TOKEN_FILE), and unset BULKHEAD_AGENT_TOKEN"
+            );
+            let token = bulkhead_agent::token_file_read(&args.token_file)?;
             let mut settings =
                 bulkhead_agent::AgentSettings::new(args.listen, args.data_dir, token);
             settings.slots = args.slots;
             settings.advertise_host = args.advertise_host;
+            settings.workload_uids = args.workload_uids;
+            settings.insecure_same_user = args.insecure_same_user;
             let stop = shutdown_signal()?;
             let agent = bulkhead_agent::start(settings).await?;
             println!("bulkhead agent listening on {}", agent.url());
+            println!("workloads: {}", agent.isolation);
             stop.await;
             // Workloads keep running: the next agent on this data directory adopts them.
             agent.shutdown().await;

@@ -252,3 +252,68 @@ async fn dev_runs_a_complete_local_platform() {
         "stopping `bulkhead dev` stops the agent's workloads"
     );
 }
+
+/// `bulkhead agent` takes its token from a private file only (not from the environment), and,
+/// as root, says that each workload runs as a user of its own.
+#[tokio::test]
+async fn agent_reads_its_token_from_a_private_file() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(
+        std::fs::metadata("/proc/self").unwrap().uid(),
+        0,
+        "this test needs root: `bulkhead agent` refuses to start otherwise, since only root can \
+         run workloads as users of their own (run the tests as root, as CI does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("agent-token");
+    let token = "cli-agent-test-token-0001";
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let agent = || {
+        let mut command = bulkhead(dir.path());
+        command
+            .env_remove("BULKHEAD_AGENT_TOKEN")
+            .args(["agent", "--data-dir", "agent", "--listen", "127.0.0.1:0"])
+            .arg("--token-file")
+            .arg(&token_file)
+            // Not the default range: `bulkhead dev` platforms of other tests take blocks of it.
+            .args(["--workload-uids", "61100-61131"]);
+        command
+    };
+    let refused = |mut command: Command, expected: &str| {
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "started: {stderr}");
+        assert!(stderr.contains(expected), "`{expected}` in: {stderr}");
+    };
+
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused(agent(), "chmod 600");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut with_env_token = agent();
+    with_env_token.env("BULKHEAD_AGENT_TOKEN", token);
+    refused(with_env_token, "--token-file");
+
+    let mut child = agent()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next_line = || lines.next().expect("a line").unwrap();
+    let listening = next_line();
+    let addr = listening
+        .strip_prefix("bulkhead agent listening on http://")
+        .unwrap_or_else(|| panic!("{listening}"))
+        .to_owned();
+    assert_eq!(
+        next_line(),
+        "workloads: each workload runs as a user of its own (uids 61100-61131)",
+        "as root"
+    );
+    assert_eq!(get(&addr, "/v1/capacity", Some(token)).await, 200);
+    assert_eq!(
+        get(&addr, "/v1/capacity", Some("not-the-token-at-all")).await,
+        401
+    );
+    terminate(child);
+}

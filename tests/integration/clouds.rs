@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use bulkhead::dev::{AWS_REGION, GCP_ZONE};
+use bulkhead_agent::Isolation;
 use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
 use bulkhead_simulators::faults::FaultState;
 
@@ -311,7 +312,7 @@ async fn gcp_instances_against_the_simulator(s: TestServer) {
 }
 
 async fn metal_instances_run_as_processes_on_the_agent(s: TestServer) {
-    let (platform, _dir) = platform(&s).await;
+    let (platform, dir) = platform(&s).await;
     let hello = format!("{} hello", env!("CARGO_BIN_EXE_bulkhead"));
     let made = lifecycle_check(&s, "metal", "local", &hello).await;
     assert!(
@@ -321,7 +322,63 @@ async fn metal_instances_run_as_processes_on_the_agent(s: TestServer) {
             .starts_with(&platform.agent.url()),
         "{made}"
     );
+
+    // As root, the local platform's agent runs each workload as a user of its own.
+    assert!(
+        real_uid(std::path::Path::new("/proc/self")) == Some(0),
+        "this test needs root: it checks that the agent of `bulkhead dev` runs workloads as \
+         users of their own, which only root can do (run the tests as root, as CI does)"
+    );
+    let Isolation::UserPerWorkload(uids) = platform.agent.isolation else {
+        panic!("{}", platform.agent_isolation_note());
+    };
+    s.post(
+        "/v1/providers/metal/instances",
+        ADMIN_TOKEN,
+        json!({ "instance_key": "web-2", "region": "local", "artifact": hello, "port": 8080 }),
+    )
+    .await
+    .assert_status(201);
+    let work_dir = dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("agent/workloads/web-2");
+    let started = Instant::now();
+    let runs_as = loop {
+        let found = uids_working_in(&work_dir);
+        if !found.is_empty() {
+            break found;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no process runs in {}",
+            work_dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        runs_as.iter().all(|uid| *uid != 0 && uids.contains(*uid)),
+        "the workload runs as {runs_as:?}, not as a uid of {uids}"
+    );
     platform.shutdown().await;
+}
+
+/// The real uids of the processes whose working directory is `dir`.
+fn uids_working_in(dir: &std::path::Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd == dir))
+        .filter_map(|entry| real_uid(&entry.path()))
+        .collect()
+}
+
+/// The real uid of the process of `/proc/PID` (`proc_dir`).
+fn real_uid(proc_dir: &std::path::Path) -> Option<u32> {
+    let status = std::fs::read_to_string(proc_dir.join("status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 async fn suspending_one_cloud_leaves_the_others_alone(s: TestServer) {
