@@ -154,8 +154,9 @@ pub struct DeploySettings {
     pub reconcile_interval: Duration,
     /// How long a replaced instance keeps running after leaving the routes.
     pub drain_grace: Duration,
-    /// How long a claim on an instance lasts: a runner that dies mid-operation leaves its
-    /// instance to another pass after this.
+    /// How long a claim on an instance lasts unless renewed (a runner renews its claims while
+    /// their operations run): a runner that dies mid-operation leaves its instance to another
+    /// pass after this.
     pub claim_ttl: Duration,
 }
 
@@ -166,7 +167,7 @@ impl Default for DeploySettings {
             provider_rate: 20,
             reconcile_interval: Duration::from_secs(1),
             drain_grace: Duration::from_secs(2),
-            claim_ttl: Duration::from_secs(30),
+            claim_ttl: Duration::from_secs(6),
         }
     }
 }

@@ -8,6 +8,22 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
 
+/// A copy of the binary that workloads may run: as root, the agent runs each workload as a
+/// user of its own, who cannot reach a checkout under a private home directory.
+fn workload_binary() -> &'static Path {
+    static COPY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("bulkhead-workload-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = dir.join("bulkhead");
+        std::fs::copy(BIN, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        copy
+    })
+}
+
 fn bulkhead(dir: &Path) -> Command {
     let mut command = Command::new(BIN);
     command
@@ -201,7 +217,7 @@ async fn dev_runs_a_complete_local_platform() {
         c
     });
     let client = reqwest::Client::new();
-    let hello = format!("{BIN} hello");
+    let hello = format!("{} hello", workload_binary().display());
     let mut workload_address = String::new();
     for (provider, region, artifact) in [
         ("gcp", bulkhead::dev::GCP_ZONE, "shop/web:1"),

@@ -11,6 +11,7 @@ mod clouds;
 mod contracts;
 mod conventions;
 mod coverage;
+mod deploy_crashes;
 mod deployments;
 mod members;
 mod migrations;

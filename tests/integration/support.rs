@@ -129,7 +129,6 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         deploy: DeploySettings {
             reconcile_interval: Duration::from_millis(200),
             drain_grace: Duration::from_millis(300),
-            claim_ttl: Duration::from_secs(5),
             ..DeploySettings::default()
         },
     }

@@ -190,6 +190,8 @@ impl App {
             self.operations_dispatch().await?
         };
         metrics::gauge!("deploy_queue_depth").set(queue_depth as f64);
+        metrics::gauge!("deploy_reconciler_last_pass_timestamp_seconds")
+            .set(Utc::now().timestamp() as f64);
         let mut status = self.reconciler.status.lock().expect("not poisoned");
         status.last_pass_at = Some(Utc::now());
         status.passes += 1;
@@ -577,9 +579,23 @@ impl App {
             .await?;
         let depth = due.len() as u64;
         let throttle = &self.reconciler.throttle;
+        // A removal waits while its provider is disabled or its breaker open (it would only
+        // be refused, and its backoff grow); it goes as soon as the provider is back. A
+        // provision goes anyway: its refusal fails it over to another provider.
+        let unreachable: HashSet<String> = provider::Entity::find()
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .filter(|row| !row.enabled || self.health.call_check(row).is_err())
+            .map(|row| row.name)
+            .collect();
         let mut deferred_providers: HashSet<String> = HashSet::new();
         for row in due {
             if deferred_providers.contains(&row.provider) {
+                continue;
+            }
+            let removal = [states::REMOVING, states::FAILED].contains(&row.state.as_str());
+            if removal && unreachable.contains(&row.provider) {
                 continue;
             }
             if self
@@ -611,13 +627,36 @@ impl App {
             let app = self.clone();
             tokio::spawn(async move {
                 let id = row.id;
+                let renewal = tokio::spawn(app.clone().instance_claim_renew(id));
                 app.instance_operation(row).await;
+                renewal.abort();
                 app.reconciler.op_end(id);
                 drop(permit);
                 app.deployments_changed();
             });
         }
         Ok(depth)
+    }
+
+    /// Keeps this runner's claim on instance `id` alive while its operation runs: a claim
+    /// lasts only a few seconds, so that the instances of a runner that died are taken up
+    /// again soon, and a live runner renews it well before it lapses.
+    async fn instance_claim_renew(self, id: Uuid) {
+        let ttl = self.reconciler.settings.claim_ttl;
+        loop {
+            tokio::time::sleep(ttl / 3).await;
+            let until = Utc::now() + ChronoDuration::from_std(ttl).unwrap_or_default();
+            let renewed = instance::Entity::update_many()
+                .col_expr(instance::Column::ClaimedUntil, Expr::value(until))
+                .filter(instance::Column::Id.eq(id))
+                .filter(instance::Column::ClaimedBy.eq(self.reconciler.runner.clone()))
+                .exec(&self.db)
+                .await;
+            if let Err(err) = renewed {
+                self.reconciler
+                    .error_record(format!("renewing the claim on instance {id}: {err}"));
+            }
+        }
     }
 
     /// Claims `row` for this runner (and moves a pending instance to `provisioning`); false

@@ -1,0 +1,263 @@
+//! The deploy pipeline survives crashes: the real `bulkhead` binary is killed with SIGKILL
+//! mid-provision, mid-health-check and mid-removal, restarted on the same database, and each
+//! time the deployment completes with exactly the desired instances, at the providers as in
+//! the database: none duplicated, none orphaned.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use bulkhead::dev::DevPlatform;
+use bulkhead_simulators::faults::FaultState;
+
+use crate::support::{Backend, database_fresh};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
+const TOKEN: &str = "crash-test-admin-token-0001";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_deployment_sqlite() {
+    killed_mid_deployment(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_deployment_postgres() {
+    if std::env::var("BULKHEAD_TEST_POSTGRES_URL").is_err() {
+        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+        return;
+    }
+    killed_mid_deployment(Backend::Postgres).await;
+}
+
+/// The server as a child process.
+struct Server {
+    child: Child,
+    /// Where its logs go (shown when an answer is not the one expected).
+    log: std::path::PathBuf,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Server {
+    fn start(database_url: &str, data_dir: &Path) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--database-url", database_url])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args([
+                "--reconcile-interval-ms",
+                "100",
+                "--drain-grace-ms",
+                "200",
+                "--provider-probe-interval-ms",
+                "500",
+            ])
+            .env("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(data_dir.with_extension("log"))
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let base = loop {
+            let mut line = String::new();
+            assert!(reader.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+            if let Some(addr) = line.trim().strip_prefix("bulkhead listening on ") {
+                break addr.to_owned();
+            }
+        };
+        // Keep draining its output, so that its later prints never meet a closed pipe.
+        std::thread::spawn(move || for _ in reader.lines() {});
+        Self {
+            log: data_dir.with_extension("log"),
+            child,
+            base,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+        }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (status, body) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(
+            status,
+            200,
+            "GET {path}: {body}\nserver log:\n{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+        body
+    }
+}
+
+/// Polls until an instance of the service is in `state`.
+async fn instance_in_state(server: &Server, service: &str, state: &str) {
+    let started = Instant::now();
+    loop {
+        let instances = server.get(&format!("{service}/instances")).await;
+        if instances["items"].as_array().unwrap().iter().any(|i| i["state"] == state) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no instance became {state}: {instances:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for a deployment to be healthy and its service to have exactly `replicas` live
+/// instances, all running, each held by its provider; and no provider to hold any other.
+async fn converged(server: &Server, service: &str, deployment: &str, replicas: usize) {
+    let started = Instant::now();
+    loop {
+        let view = server.get(&format!("{service}/deployments/{deployment}")).await;
+        let live = server.get(&format!("{service}/instances")).await["items"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let held = held_keys(server).await;
+        let wanted: BTreeSet<String> = live
+            .iter()
+            .map(|i| i["instance_key"].as_str().unwrap().to_owned())
+            .collect();
+        let done = view["state"] == "healthy"
+            && live.len() == replicas
+            && live.iter().all(|i| i["state"] == "running" && i["health"] == "healthy")
+            && held == wanted;
+        if done {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "not converged: deployment {}, live {wanted:?}, held by the providers {held:?}: {view:#}",
+            view["state"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Keys of the instances the providers hold (as their plugins list them).
+async fn held_keys(server: &Server) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for provider in ["gcp", "aws", "metal"] {
+        let (status, list) = server
+            .call(reqwest::Method::GET, &format!("/v1/providers/{provider}/instances"), None)
+            .await;
+        if status != 200 {
+            // A provider not serving yet right after a restart: try again later.
+            keys.insert(format!("<{provider} unavailable>"));
+            continue;
+        }
+        for instance in list["items"].as_array().unwrap() {
+            if instance["state"] != "stopped" {
+                keys.insert(instance["instance_key"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    keys
+}
+
+async fn deploy(server: &Server, service: &str) -> String {
+    let (status, made) = server
+        .call(reqwest::Method::POST, &format!("{service}/deployments"), None)
+        .await;
+    assert_eq!(status, 201, "{made}");
+    made["id"].as_str().unwrap().to_owned()
+}
+
+async fn killed_mid_deployment(backend: Backend) {
+    let (database_url, dir) = database_fresh(backend).await.unwrap();
+    let data_dir = dir.path().join("data");
+    let platform_dir = tempfile::tempdir().unwrap();
+    let platform = DevPlatform::start(platform_dir.path()).await.unwrap();
+    let mut server = Server::start(&database_url, &data_dir);
+    for (name, update) in platform.provider_updates() {
+        let (status, body) = server
+            .call(reqwest::Method::PATCH, &format!("/v1/providers/{name}"), Some(serde_json::to_value(update).unwrap()))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (_, project) = server
+        .call(reqwest::Method::POST, "/v1/projects", Some(json!({ "name": "crashes" })))
+        .await;
+    let project = project["id"].as_str().unwrap().to_owned();
+    let (_, environment) = server
+        .call(reqwest::Method::POST, &format!("/v1/projects/{project}/environments"), Some(json!({ "name": "production" })))
+        .await;
+    let (status, service) = server
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/projects/{project}/services"),
+            Some(json!({
+                "environment_id": environment["id"],
+                "name": "web",
+                "source": { "type": "command", "command": ["python3", "-m", "http.server", "$PORT"] },
+                "port": 8080,
+                "replicas": 3,
+                "placement": { "providers": [{ "name": "gcp" }, { "name": "aws" }, { "name": "metal" }] },
+                // Three passes a second apart: instances stay a while in `starting`.
+                "health_check": { "interval_ms": 700, "healthy_threshold": 3, "start_timeout_secs": 60 },
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{service}");
+    let service = format!("/v1/projects/{project}/services/{}", service["id"].as_str().unwrap());
+    // Slow clouds: every provider call takes a while, so that a kill lands mid-call.
+    let slow = FaultState {
+        latency_ms: 1200,
+        ..FaultState::default()
+    };
+    platform.gcp.faults.set(slow.clone());
+    platform.aws.faults.set(slow.clone());
+
+    // 1. Killed while instances are being provisioned.
+    let first = deploy(&server, &service).await;
+    instance_in_state(&server, &service, "provisioning").await;
+    server.kill();
+    server = Server::start(&database_url, &data_dir);
+    // 2. Killed while instances are being checked before they serve.
+    instance_in_state(&server, &service, "starting").await;
+    server.kill();
+    server = Server::start(&database_url, &data_dir);
+    converged(&server, &service, &first, 3).await;
+
+    // 3. Killed while the old instances are being removed (a new version with one replica).
+    let (status, _) = server
+        .call(reqwest::Method::PATCH, &service, Some(json!({ "replicas": 1, "health_check": { "interval_ms": 200 } })))
+        .await;
+    assert_eq!(status, 200);
+    let second = deploy(&server, &service).await;
+    instance_in_state(&server, &service, "removing").await;
+    server.kill();
+    server = Server::start(&database_url, &data_dir);
+    converged(&server, &service, &second, 1).await;
+
+    // 4. Killed right after a deployment is queued, before anything was placed.
+    let third = deploy(&server, &service).await;
+    server.kill();
+    server = Server::start(&database_url, &data_dir);
+    converged(&server, &service, &third, 1).await;
+    server.kill();
+    platform.shutdown().await;
+}
