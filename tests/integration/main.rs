@@ -14,6 +14,7 @@ mod coverage;
 mod members;
 mod migrations;
 mod ops;
+mod plugin_tools;
 mod plugins;
 mod projects;
 mod providers;
