@@ -192,8 +192,13 @@ async fn main() {
         insert_and_get(&http, &platform, &bearer, &format!("warm-cached-{round}")).await;
         provision_api(&http, &base, &format!("warm-api-{round}")).await;
     }
-    let (mut raw, mut cached, mut api) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut raw, mut cached, mut api, mut read) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
+        // The API's own cost, no plugin: an authenticated read of the provider.
+        let started = Instant::now();
+        state(&http, &base, "gcp").await;
+        read.push(started.elapsed());
         let started = Instant::now();
         provision_raw(&http, &platform, &format!("raw-{round}")).await;
         raw.push(started.elapsed());
@@ -204,9 +209,9 @@ async fn main() {
         provision_api(&http, &base, &format!("api-{round}")).await;
         api.push(started.elapsed());
     }
-    let (raw, cached, api) = (median(raw), median(cached), median(api));
+    let (raw, cached, api, read) = (median(raw), median(cached), median(api), median(read));
     println!(
-        "gcp provision, median of {ROUNDS}: native with a token exchange {raw:?}; native with a kept token {cached:?}; through the API and the plugin {api:?}; ratios {:.2} and {:.2}",
+        "gcp provision, median of {ROUNDS}: native with a token exchange {raw:?}; native with a kept token {cached:?}; through the API and the plugin {api:?}; ratios {:.2} and {:.2}; an authenticated API read of the provider (no plugin) {read:?}",
         api.as_secs_f64() / raw.as_secs_f64(),
         api.as_secs_f64() / cached.as_secs_f64(),
     );
