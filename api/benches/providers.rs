@@ -192,8 +192,7 @@ async fn main() {
         insert_and_get(&http, &platform, &bearer, &format!("warm-cached-{round}")).await;
         provision_api(&http, &base, &format!("warm-api-{round}")).await;
     }
-    let (mut raw, mut cached, mut api, mut read) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut raw, mut cached, mut api, mut read) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         // The API's own cost, no plugin: an authenticated read of the provider.
         let started = Instant::now();
