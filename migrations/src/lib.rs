@@ -16,7 +16,7 @@ mod m20261130_000005_idempotency;
 mod m20261130_000006_user_last_login;
 mod m20261130_000007_plugin_registry;
 mod m20261130_000008_provider_health;
-mod m20261130_000011_plugin_contract_0_3;
+mod m20261130_000013_plugin_contract_0_3;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -33,7 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000006_user_last_login::Migration),
             Box::new(m20261130_000007_plugin_registry::Migration),
             Box::new(m20261130_000008_provider_health::Migration),
-            Box::new(m20261130_000011_plugin_contract_0_3::Migration),
+            Box::new(m20261130_000013_plugin_contract_0_3::Migration),
         ]
     }
 }
