@@ -1,6 +1,7 @@
 //! Plugin host benchmarks (criterion): the cost of a sandboxed call (fresh instance from the
 //! pre-instantiated component + `health`) against the same Rust logic called natively, cold
-//! compilation against loading from the compiled-code cache, and concurrent calls.
+//! compilation against loading from the compiled-code cache, concurrent calls, and a call of a
+//! contract 0.2.0 component beside a 0.3.0 one.
 //!
 //! `cargo bench -p bulkhead-api --bench plugins` (builds the example plugin if needed).
 
@@ -13,14 +14,13 @@ use bulkhead_plugin_example::Example;
 use bulkhead_sdk::Provider;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 
-/// The example plugin, built by the build script.
-fn example_wasm() -> Vec<u8> {
-    std::fs::read(Path::new(env!("BULKHEAD_PLUGINS_DIR")).join("bulkhead_plugin_example.wasm"))
-        .unwrap()
+/// A plugin built by the build script.
+fn plugin_wasm(file: &str) -> Vec<u8> {
+    std::fs::read(Path::new(env!("BULKHEAD_PLUGINS_DIR")).join(file)).unwrap()
 }
 
 fn benches(c: &mut Criterion) {
-    let bytes = example_wasm();
+    let bytes = plugin_wasm("bulkhead_plugin_example.wasm");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -40,6 +40,19 @@ fn benches(c: &mut Criterion) {
     calls.bench_function("sandboxed (fresh instance + call)", |b| {
         b.to_async(&runtime)
             .iter(|| async { host.plugin_health(&plugin, &env).await.unwrap() })
+    });
+    // The same call of a component built for contract 0.2.0 (answers adapted to 0.3.0) and of
+    // a 0.3.0 one, side by side: what supporting an older version costs per call.
+    let legacy = Arc::new(
+        host.plugin_load(
+            &plugin_wasm("bulkhead_plugin_contract_0_2.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap(),
+    );
+    calls.bench_function("sandboxed 0.2.0 component (adapted)", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { host.plugin_health(&legacy, &env).await.unwrap() })
     });
     calls.finish();
 

@@ -1,13 +1,16 @@
 //! Provider benchmarks on the local platform (`bulkhead::dev`), against the running server:
 //!
 //! 1. The overhead of provisioning through the API and the sandboxed `gcp` plugin, against
-//!    the same HTTP calls made natively to the simulator (sign the token assertion, exchange
-//!    it, insert the instance, read it back) — what the plugin does per provision.
+//!    the same HTTP calls made natively to the simulator: with a token exchange per provision
+//!    (sign the assertion, exchange it, insert the instance, read it back — what the plugin did
+//!    before contract 0.3.0's cache), and with a token kept between provisions (insert, read
+//!    back — what the plugin does with the cache).
 //! 2. The time from a provider fault (the GCP account suspended in the simulator) to its
 //!    breaker opening, with calls flowing (one every 20 ms) and with only the periodic probes
 //!    (every 10 s, the default).
 //!
 //! Run: `cargo bench -p bulkhead-api --bench providers` (release). Prints medians and ratios.
+//! `-- provision` runs the first only.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +29,12 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 /// The plugin's provision, natively: RS256 assertion, token exchange, insert, get.
 async fn provision_raw(http: &reqwest::Client, platform: &DevPlatform, key: &str) {
+    let bearer = token_exchange(http, platform).await;
+    insert_and_get(http, platform, &bearer, key).await;
+}
+
+/// An RS256 assertion exchanged for an access token.
+async fn token_exchange(http: &reqwest::Client, platform: &DevPlatform) -> String {
     let (email, private_key) = platform.gcp_service_account();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -51,7 +60,11 @@ async fn provision_raw(http: &reqwest::Client, platform: &DevPlatform, key: &str
         .json()
         .await
         .unwrap();
-    let bearer = token["access_token"].as_str().unwrap();
+    token["access_token"].as_str().unwrap().to_owned()
+}
+
+/// Insert the instance and read it back, with a token.
+async fn insert_and_get(http: &reqwest::Client, platform: &DevPlatform, bearer: &str, key: &str) {
     let zone_url = format!(
         "{}/compute/v1/projects/{GCP_PROJECT}/zones/{GCP_ZONE}",
         platform.gcp.url()
@@ -172,25 +185,40 @@ async fn main() {
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::new();
 
-    // Warm up both paths (connections, compiled code, the breaker closed).
+    // Warm up every path (connections, compiled code, the breaker closed, the plugin's cache).
+    let bearer = token_exchange(&http, &platform).await;
     for round in 0..10 {
         provision_raw(&http, &platform, &format!("warm-raw-{round}")).await;
+        insert_and_get(&http, &platform, &bearer, &format!("warm-cached-{round}")).await;
         provision_api(&http, &base, &format!("warm-api-{round}")).await;
     }
-    let (mut raw, mut api) = (Vec::new(), Vec::new());
+    let (mut raw, mut cached, mut api, mut read) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
+        // The API's own cost, no plugin: an authenticated read of the provider.
+        let started = Instant::now();
+        state(&http, &base, "gcp").await;
+        read.push(started.elapsed());
         let started = Instant::now();
         provision_raw(&http, &platform, &format!("raw-{round}")).await;
         raw.push(started.elapsed());
         let started = Instant::now();
+        insert_and_get(&http, &platform, &bearer, &format!("cached-{round}")).await;
+        cached.push(started.elapsed());
+        let started = Instant::now();
         provision_api(&http, &base, &format!("api-{round}")).await;
         api.push(started.elapsed());
     }
-    let (raw, api) = (median(raw), median(api));
+    let (raw, cached, api, read) = (median(raw), median(cached), median(api), median(read));
     println!(
-        "gcp provision, median of {ROUNDS}: native HTTP to the simulator {raw:?}; through the API and the plugin {api:?}; ratio {:.2}",
-        api.as_secs_f64() / raw.as_secs_f64()
+        "gcp provision, median of {ROUNDS}: native with a token exchange {raw:?}; native with a kept token {cached:?}; through the API and the plugin {api:?}; ratios {:.2} and {:.2}; an authenticated API read of the provider (no plugin) {read:?}",
+        api.as_secs_f64() / raw.as_secs_f64(),
+        api.as_secs_f64() / cached.as_secs_f64(),
     );
+    if std::env::args().any(|arg| arg == "provision") {
+        server.shutdown().await.unwrap();
+        platform.shutdown().await;
+        return;
+    }
 
     let mut with_calls = Vec::new();
     for _ in 0..5 {

@@ -1,7 +1,14 @@
-//! The `bulkhead` command: `serve`, `migrate` and `openapi`.
+//! The `bulkhead` command: `serve`, `dev`, `migrate`, `openapi`, `agent`, `hello`, and the
+//! plugin authors' tools (`cli::plugin`).
+
+mod cli;
+
+use std::io::IsTerminal;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+
+use cli::plugin::PluginAction;
 
 use bulkhead::config::{LogFormat, ServeArgs, Settings};
 use bulkhead::dev::DevPlatform;
@@ -106,141 +113,6 @@ enum SecretsAction {
 }
 
 #[derive(Subcommand)]
-enum PluginAction {
-    /// Show a plugin's contract version, imports, exports, size and digest, and whether the
-    /// server would accept it.
-    Inspect { file: std::path::PathBuf },
-    /// Run one call of a plugin locally, in the same sandbox as the server.
-    Call {
-        file: std::path::PathBuf,
-        /// info, health, provision, deprovision, describe or list.
-        function: String,
-        /// Configuration of the plugin, as KEY=VALUE (repeatable).
-        #[arg(long = "config", value_parser = key_value)]
-        config: Vec<(String, String)>,
-        /// Secrets of the plugin, as KEY=VALUE (repeatable).
-        #[arg(long = "secret", value_parser = key_value)]
-        secrets: Vec<(String, String)>,
-        /// A `host:port` the plugin may send HTTP requests to (repeatable; `*.domain` and
-        /// port `*` allowed). Nothing else is reachable.
-        #[arg(long = "allow-host")]
-        allow_hosts: Vec<String>,
-        /// Instance key (provision, deprovision, describe).
-        #[arg(long, default_value = "example-1")]
-        key: String,
-        /// Region (provision).
-        #[arg(long, default_value = "local")]
-        region: String,
-        /// Artifact (provision).
-        #[arg(long, default_value = "example/app:1")]
-        artifact: String,
-        /// Port (provision).
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-    },
-}
-
-fn key_value(text: &str) -> Result<(String, String), String> {
-    text.split_once('=')
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
-}
-
-async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
-    use bulkhead::plugins::{Allowlist, InstanceSpec, PluginEnv, PluginHost, PluginLimits};
-    use std::sync::Arc;
-    let host = PluginHost::new(None)?;
-    match action {
-        PluginAction::Inspect { file } => {
-            let bytes =
-                std::fs::read(&file).map_err(|err| anyhow::anyhow!("{}: {err}", file.display()))?;
-            let inspection = host.plugin_inspect(&bytes);
-            println!("file:     {}", file.display());
-            println!("size:     {} bytes", inspection.size);
-            println!("sha256:   {}", inspection.digest);
-            println!("imports:  {}", inspection.imports.join(", "));
-            println!("exports:  {}", inspection.exports.join(", "));
-            match inspection.verdict {
-                Ok(version) => {
-                    println!("contract: bulkhead:provider@{version}\nverdict:  accepted")
-                }
-                Err(rejection) => {
-                    println!("verdict:  rejected: {rejection}");
-                    std::process::exit(1);
-                }
-            }
-        }
-        PluginAction::Call {
-            file,
-            function,
-            config,
-            secrets,
-            allow_hosts,
-            key,
-            region,
-            artifact,
-            port,
-        } => {
-            let bytes =
-                std::fs::read(&file).map_err(|err| anyhow::anyhow!("{}: {err}", file.display()))?;
-            let plugin = host.plugin_load(&bytes, PluginLimits::default())?;
-            let allowlist = Allowlist::parse(&allow_hosts).map_err(|err| anyhow::anyhow!(err))?;
-            let env = Arc::new(PluginEnv {
-                provider: "cli".into(),
-                config: config.into_iter().collect(),
-                secrets: secrets.into_iter().collect(),
-                allowlist: Arc::new(allowlist),
-            });
-            let spec = InstanceSpec {
-                instance_key: key.clone(),
-                region,
-                artifact,
-                port,
-                env: vec![],
-                labels: vec![],
-            };
-            let answer = match function.as_str() {
-                "info" => host
-                    .plugin_info(&plugin, &env)
-                    .await
-                    .map(|v| format!("{v:#?}")),
-                "health" => host
-                    .plugin_health(&plugin, &env)
-                    .await
-                    .map(|v| format!("{v:#?}")),
-                "provision" => host
-                    .plugin_provision(&plugin, &env, spec)
-                    .await
-                    .map(|v| format!("{v:#?}")),
-                "deprovision" => host
-                    .plugin_deprovision(&plugin, &env, key)
-                    .await
-                    .map(|()| "ok".to_owned()),
-                "describe" => host
-                    .plugin_describe(&plugin, &env, key)
-                    .await
-                    .map(|v| format!("{v:#?}")),
-                "list" => host
-                    .plugin_list(&plugin, &env)
-                    .await
-                    .map(|v| format!("{v:#?}")),
-                other => anyhow::bail!(
-                    "unknown function `{other}`: info, health, provision, deprovision, describe, list"
-                ),
-            };
-            match answer {
-                Ok(text) => println!("{text}"),
-                Err(err) => {
-                    eprintln!("error: {err}");
-                    std::process::exit(1);
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-#[derive(Subcommand)]
 enum MigrateAction {
     /// Apply all pending migrations.
     Up,
@@ -256,8 +128,10 @@ enum MigrateAction {
 fn logging_init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm=warn"));
+    // Colours only for a person at a terminal: not in files, pipes or CI logs.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
@@ -393,7 +267,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Plugin { action } => {
             logging_init(LogFormat::Text);
-            plugin_command(action).await?;
+            cli::plugin::plugin_command(action).await?;
         }
         Command::Secrets {
             args,

@@ -1,17 +1,27 @@
 //! Outbound HTTP for plugins, over the host's standard `wasi:http/outgoing-handler`.
 //!
-//! ```ignore
+//! ```
+//! use bulkhead_sdk::ProviderError;
 //! use bulkhead_sdk::http::Request;
 //!
-//! let zones: Zones = Request::get("https://compute.googleapis.com/compute/v1/projects/p/zones")
-//!     .bearer(&token)
-//!     .send()?            // transport errors and refusals become `ProviderError`s
-//!     .error_for_status()? // 401/403 → unauthorized, 404 → not found, 429 → rate limited, ...
-//!     .json()?;
+//! #[derive(serde::Deserialize)]
+//! struct Zone { name: String }
+//!
+//! fn zone(endpoint: &str, token: &str) -> Result<Zone, ProviderError> {
+//!     let zone: Zone = Request::get(format!("{endpoint}/zones/z1"))
+//!         .bearer(token)
+//!         .send()?             // transport errors and refusals become `ProviderError`s
+//!         .error_for_status()? // 401 → unauthorized, 403 → forbidden, 404 → not found, ...
+//!         .json()?;
+//!     Ok(zone)
+//! }
+//! # bulkhead_sdk::testing::set_http_handler(|_| Ok(bulkhead_sdk::http::Response::json_body(200, &serde_json::json!({"name": "z1"}))));
+//! # assert_eq!(zone("http://api", "t").unwrap().name, "z1");
 //! ```
 //!
 //! The host sends a request only to the `host:port` destinations on the provider's allowlist;
 //! any other request fails with [`HttpError::Denied`]. Response bodies are capped by the host.
+//! Bodies go out with a `Content-Length` (never chunked), which every HTTP/1.1 server accepts.
 //! On a native target (unit tests) requests go to the handler set with
 //! [`crate::testing::set_http_handler`] instead.
 
@@ -170,16 +180,44 @@ impl Request {
     pub fn send(self) -> Result<Response, HttpError> {
         #[cfg(target_family = "wasm")]
         return wasi_transport::send(self);
+        // The test handler sees the request as it would go out, `Content-Length` included.
         #[cfg(not(target_family = "wasm"))]
-        return crate::testing::http_send(self);
+        return crate::testing::http_send(if content_length_needed(&self) {
+            let length = self.body.len().to_string();
+            self.header("content-length", length)
+        } else {
+            self
+        });
     }
 }
 
-/// A response with its whole body.
+/// A response with its whole body, as [`Request::send`] returns it for every status (a 404 or
+/// a 500 is a `Response` too, not an error: turn it into one with
+/// [`Response::error_for_status`]).
+///
+/// When the provider says more in the body than the status does, read the body first:
+///
+/// ```
+/// use bulkhead_sdk::ProviderError;
+/// use bulkhead_sdk::http::Response;
+///
+/// fn checked(response: Response) -> Result<Response, ProviderError> {
+///     // Some APIs answer 403 both for a suspended account and for one forbidden resource.
+///     if response.status == 403 && response.text().contains("ACCOUNT_SUSPENDED") {
+///         return Err(ProviderError::AccountSuspended(response.text()));
+///     }
+///     response.error_for_status()
+/// }
+/// # assert!(matches!(checked(Response::new(403, "ACCOUNT_SUSPENDED")), Err(ProviderError::AccountSuspended(_))));
+/// # assert!(matches!(checked(Response::new(403, "no access to disk d1")), Err(ProviderError::Forbidden(_))));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
+    /// The HTTP status code, e.g. 200.
     pub status: u16,
+    /// Every header as received (names lowercase), in order; see [`Response::header`].
     pub headers: Vec<(String, String)>,
+    /// The whole body, read to the end (at most the host's cap, 4 MiB by default).
     pub body: Vec<u8>,
 }
 
@@ -224,16 +262,28 @@ impl Response {
     }
 
     /// The response if its status is 2xx, otherwise the contract error the status means:
-    /// 401 and 403 → unauthorized, 404 → not found, 429 → rate limited (with `Retry-After`),
-    /// 400 and 422 → invalid spec, 5xx → unavailable, anything else → internal. Providers that
-    /// say more (e.g. "account suspended" in a 403 body) should look at the body first.
+    ///
+    /// | status | error | what Bulkhead does |
+    /// | --- | --- | --- |
+    /// | 401 | `Unauthorized` | takes the provider out of service until a probe succeeds |
+    /// | 403 | `Forbidden` | fails this call only: the provider stays in service |
+    /// | 404 | `NotFound` | fails this call only |
+    /// | 429 | `RateLimited` (with `Retry-After`) | retries later |
+    /// | 400, 422 | `InvalidSpec` | fails this call only |
+    /// | 5xx | `Unavailable` | retries later; three in a row open the breaker |
+    /// | other | `Internal` | counts as a transient failure |
+    ///
+    /// A 403 is about one operation or resource more often than about the credentials; if your
+    /// provider answers 403 for bad credentials or a suspended account, look at the body first
+    /// and return `Unauthorized` or `AccountSuspended` yourself (see [`Response`]).
     pub fn error_for_status(self) -> Result<Self, ProviderError> {
         if (200..300).contains(&self.status) {
             return Ok(self);
         }
         let message = format!("HTTP {}: {}", self.status, self.text_excerpt());
         Err(match self.status {
-            401 | 403 => ProviderError::Unauthorized(message),
+            401 => ProviderError::Unauthorized(message),
+            403 => ProviderError::Forbidden(message),
             404 => ProviderError::NotFound(message),
             429 => ProviderError::RateLimited(RateLimit {
                 retry_after_secs: self.retry_after_secs().unwrap_or(1),
@@ -276,12 +326,20 @@ pub fn form_encode(text: &str) -> String {
     out
 }
 
+/// Whether a request goes out with a `Content-Length` header: when it has a body, or when its
+/// method carries one (an empty POST says `0`), unless the plugin set one itself.
+fn content_length_needed(request: &Request) -> bool {
+    let method_has_body = matches!(request.method, Method::Post | Method::Put | Method::Patch);
+    (method_has_body || !request.body.is_empty())
+        && request.header_value("content-length").is_none()
+}
+
 #[cfg(target_family = "wasm")]
 mod wasi_transport {
     //! The request over `wasi:http`: build it, hand it to the outgoing handler, stream the
     //! body out, wait for the response and read its body to the end.
 
-    use super::{HttpError, Method, Request, Response};
+    use super::{HttpError, Method, Request, Response, content_length_needed};
     use crate::bindings::wasi::http::outgoing_handler;
     use crate::bindings::wasi::http::types::{
         ErrorCode, Fields, IncomingBody, Method as WasiMethod, OutgoingBody, OutgoingRequest,
@@ -300,6 +358,13 @@ mod wasi_transport {
             headers
                 .append(&name.to_ascii_lowercase(), value.as_bytes())
                 .map_err(|err| HttpError::InvalidUrl(format!("header `{name}`: {err:?}")))?;
+        }
+        // The body's size is known: say it, so that it is not sent chunked (which many
+        // servers and proxies refuse, or read as an empty body).
+        if content_length_needed(&request) {
+            headers
+                .append("content-length", request.body.len().to_string().as_bytes())
+                .map_err(|err| HttpError::InvalidUrl(format!("content-length: {err:?}")))?;
         }
         let outgoing = OutgoingRequest::new(headers);
         let method = match request.method {
@@ -443,7 +508,7 @@ mod tests {
     fn statuses_map_to_contract_errors() {
         assert!(status(204).is_ok());
         assert!(matches!(status(401), Err(ProviderError::Unauthorized(_))));
-        assert!(matches!(status(403), Err(ProviderError::Unauthorized(_))));
+        assert!(matches!(status(403), Err(ProviderError::Forbidden(_))));
         assert!(matches!(status(404), Err(ProviderError::NotFound(_))));
         assert!(matches!(status(422), Err(ProviderError::InvalidSpec(_))));
         assert!(matches!(status(503), Err(ProviderError::Unavailable(m)) if m == "HTTP 503: nope"));
@@ -472,6 +537,19 @@ mod tests {
     }
 
     #[test]
+    fn bodies_are_sent_with_their_length() {
+        assert!(content_length_needed(&Request::post("http://x/").json(&1)));
+        assert!(content_length_needed(&Request::post("http://x/")));
+        assert!(content_length_needed(&Request::put("http://x/").body("a")));
+        assert!(!content_length_needed(&Request::get("http://x/")));
+        assert!(!content_length_needed(
+            &Request::post("http://x/")
+                .header("Content-Length", "1")
+                .body("a")
+        ));
+    }
+
+    #[test]
     fn native_requests_go_to_the_test_handler() {
         assert!(matches!(
             Request::get("http://a/").send(),
@@ -485,5 +563,16 @@ mod tests {
         });
         let answer: serde_json::Value = Request::get("http://a/b").send().unwrap().json().unwrap();
         assert_eq!(answer["url"], "http://a/b");
+        crate::testing::set_http_handler(|request| {
+            Ok(Response::new(
+                200,
+                request
+                    .header_value("content-length")
+                    .unwrap_or("none")
+                    .to_owned(),
+            ))
+        });
+        let sent = Request::post("http://a/").json(&[1, 2]).send().unwrap();
+        assert_eq!(sent.text(), "5");
     }
 }

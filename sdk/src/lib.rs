@@ -1,26 +1,56 @@
-//! The SDK for Bulkhead provider plugins.
+//! The SDK for Bulkhead provider plugins: WebAssembly components of the
+//! `bulkhead:provider@0.3.0` contract ([`CONTRACT_VERSION`]), written in Rust.
 //!
 //! A plugin is a type that implements [`Provider`], exported with [`export_provider!`]:
 //!
-//! ```ignore
-//! use bulkhead_sdk::{Provider, ProviderInfo, HealthReport, HealthStatus, InstanceSpec, Instance, ProviderError};
+//! ```
+//! use bulkhead_sdk::{ConfigKey, Instance, InstanceSpec, InstanceState, Provider, ProviderError, ProviderInfo};
 //!
-//! struct Example;
+//! pub struct Example;
 //!
 //! impl Provider for Example {
-//!     fn info() -> ProviderInfo { /* name, version, regions, capabilities */ }
-//!     fn provision(spec: InstanceSpec) -> Result<Instance, ProviderError> { /* ... */ }
-//!     // health, deprovision, describe and list have their own methods too.
+//!     fn info() -> ProviderInfo {
+//!         ProviderInfo {
+//!             name: "example".into(),
+//!             version: env!("CARGO_PKG_VERSION").into(),
+//!             regions: vec!["local".into()],
+//!             capabilities: vec![],
+//!             config: vec![ConfigKey::required("endpoint", "Base URL of the API")],
+//!         }
+//!     }
+//!
+//!     fn provision(spec: InstanceSpec) -> Result<Instance, ProviderError> {
+//!         let endpoint = bulkhead_sdk::config_required("endpoint")?;
+//!         bulkhead_sdk::info!("provisioning {} at {endpoint}", spec.instance_key);
+//!         Ok(Instance {
+//!             provider_id: format!("ex-{}", spec.instance_key),
+//!             instance_key: spec.instance_key,
+//!             region: spec.region,
+//!             state: InstanceState::Pending,
+//!             address: None,
+//!         })
+//!     }
+//!
+//!     fn deprovision(_key: String) -> Result<(), ProviderError> { Ok(()) }
+//!     fn describe(key: String) -> Result<Instance, ProviderError> { Err(ProviderError::NotFound(key)) }
+//!     fn list() -> Result<Vec<Instance>, ProviderError> { Ok(vec![]) }
 //! }
 //!
 //! bulkhead_sdk::export_provider!(Example);
+//! # bulkhead_sdk::testing::set_config("endpoint", "http://127.0.0.1:9000");
+//! # assert!(Example::provision(InstanceSpec::new("web-1", "local", "app:1", 8080)).is_ok());
 //! ```
 //!
 //! `cargo build --release --target wasm32-wasip2` then yields the component. The generated
-//! bindings stay inside this crate: plugins use the re-exported types, [`config`], [`secret`]
-//! and the logging macros. On a native target (unit tests), configuration, secrets and logs go
-//! to the in-memory [`testing`] host instead of the Bulkhead host, so that plugin logic can be
-//! tested with `cargo test` and no Wasm build.
+//! bindings stay inside this crate: plugins use the re-exported types, [`config`],
+//! [`config_required`], [`secret`], [`cache`], [`http`] and the logging macros. On a native
+//! target (unit tests), configuration, secrets, the cache, HTTP and logs go to the in-memory
+//! [`testing`] host instead of the Bulkhead host, so that plugin logic can be tested with
+//! `cargo test` and no Wasm build.
+//!
+//! [`serde`] is re-exported (with `derive`), for the types of a provider's API:
+//! `#[derive(bulkhead_sdk::serde::Deserialize)] #[serde(crate = "bulkhead_sdk::serde")]`, or
+//! depend on `serde` yourself (as the scaffold of `bulkhead plugin new` does).
 
 #[doc(hidden)]
 pub mod bindings {
@@ -35,18 +65,75 @@ pub mod bindings {
     });
 }
 
+pub mod cache;
 pub mod http;
 
+/// Every Rust snippet of the README, compiled (and run) as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 use std::marker::PhantomData;
+use std::str::FromStr;
 
 pub use bindings::bulkhead::provider::host::LogLevel;
 pub use bindings::bulkhead::provider::types::{
-    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, ProviderError, ProviderInfo,
-    RateLimit,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, ProviderError,
+    ProviderInfo, RateLimit,
 };
+pub use serde;
 
-/// The version of the `bulkhead:provider` contract this SDK builds plugins for.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+/// The version of the `bulkhead:provider` contract this SDK builds plugins for. The component
+/// carries it in its export's name (`bulkhead:provider/adapter@0.3.0`): Bulkhead checks it when
+/// it loads the plugin, and refuses a version it does not support, naming the ones it does.
+pub const CONTRACT_VERSION: &str = "0.3.0";
+
+impl InstanceSpec {
+    /// A spec with no environment and no labels (tests, mostly).
+    pub fn new(
+        instance_key: impl Into<String>,
+        region: impl Into<String>,
+        artifact: impl Into<String>,
+        port: u16,
+    ) -> Self {
+        Self {
+            instance_key: instance_key.into(),
+            region: region.into(),
+            artifact: artifact.into(),
+            port,
+            env: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+}
+
+impl ConfigKey {
+    /// A configuration value the plugin cannot work without.
+    pub fn required(name: &str, description: &str) -> Self {
+        Self {
+            name: name.into(),
+            required: true,
+            secret: false,
+            description: description.into(),
+        }
+    }
+
+    /// A configuration value with a default.
+    pub fn optional(name: &str, description: &str) -> Self {
+        Self {
+            required: false,
+            ..Self::required(name, description)
+        }
+    }
+
+    /// A secret (credentials) the plugin cannot work without.
+    pub fn secret(name: &str, description: &str) -> Self {
+        Self {
+            secret: true,
+            ..Self::required(name, description)
+        }
+    }
+}
 
 /// A provider adapter. Methods are associated functions: a plugin keeps no state between calls
 /// (each call runs in a fresh instance), everything it needs comes from its configuration,
@@ -127,6 +214,40 @@ pub fn config(key: &str) -> Option<String> {
     return testing::config_get(key);
 }
 
+/// A configuration value the plugin cannot work without: a missing (or empty) one is a
+/// [`ProviderError::Misconfigured`] naming it, which Bulkhead shows the operator.
+pub fn config_required(key: &str) -> Result<String, ProviderError> {
+    config(key)
+        .filter(|value| !value.trim().is_empty())
+        .ok_or_else(|| {
+            ProviderError::Misconfigured(format!("the configuration value `{key}` is not set"))
+        })
+}
+
+/// A configuration value parsed as `T` (a number, a bool, ...): `None` when unset, and a
+/// [`ProviderError::Misconfigured`] naming the key and the value when it does not parse.
+pub fn config_parse<T: FromStr>(key: &str) -> Result<Option<T>, ProviderError>
+where
+    T::Err: std::fmt::Display,
+{
+    match config(key) {
+        None => Ok(None),
+        Some(text) => text.trim().parse().map(Some).map_err(|err| {
+            ProviderError::Misconfigured(format!(
+                "the configuration value `{key}` = `{text}` is not valid: {err}"
+            ))
+        }),
+    }
+}
+
+/// A secret the plugin cannot work without: a missing one is a
+/// [`ProviderError::Misconfigured`] naming it (never its value).
+pub fn secret_required(key: &str) -> Result<String, ProviderError> {
+    secret(key)
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| ProviderError::Misconfigured(format!("the secret `{key}` is not set")))
+}
+
 /// A comma-separated configuration value as a list (items trimmed, empty ones dropped), or
 /// `default` when it is unset or empty: e.g. `config_list("regions", &["us-east-1"])`.
 pub fn config_list(key: &str, default: &[&str]) -> Vec<String> {
@@ -177,6 +298,12 @@ macro_rules! error {
     ($($arg:tt)*) => { $crate::log($crate::LogLevel::Error, &format!($($arg)*)) };
 }
 
+/// Logs at `trace` level, with `format!` arguments (shown when Bulkhead logs at trace level).
+#[macro_export]
+macro_rules! trace {
+    ($($arg:tt)*) => { $crate::log($crate::LogLevel::Trace, &format!($($arg)*)) };
+}
+
 /// Logs at `debug` level, with `format!` arguments.
 #[macro_export]
 macro_rules! debug {
@@ -190,6 +317,7 @@ macro_rules! debug {
 pub mod testing {
     use std::cell::RefCell;
     use std::collections::HashMap;
+    use std::time::{Duration, Instant};
 
     use super::LogLevel;
     use crate::http::{HttpError, Request, Response};
@@ -201,6 +329,27 @@ pub mod testing {
         static CONFIG: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
         static SECRETS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
         static LOGS: RefCell<Vec<(LogLevel, String)>> = const { RefCell::new(Vec::new()) };
+        static CACHE: RefCell<HashMap<String, (Vec<u8>, Instant)>> = RefCell::new(HashMap::new());
+    }
+
+    /// Empties this thread's cache (as Bulkhead does when a provider's settings change).
+    pub fn cache_clear() {
+        CACHE.with(|c| c.borrow_mut().clear());
+    }
+
+    pub(crate) fn cache_get(key: &str) -> Option<Vec<u8>> {
+        CACHE.with(|c| {
+            c.borrow()
+                .get(key)
+                .filter(|(_, expires)| *expires > Instant::now())
+                .map(|(value, _)| value.clone())
+        })
+    }
+
+    pub(crate) fn cache_set(key: &str, value: &[u8], ttl_secs: u32) -> Result<(), String> {
+        let expires = Instant::now() + Duration::from_secs(ttl_secs.into());
+        CACHE.with(|c| c.borrow_mut().insert(key.into(), (value.to_vec(), expires)));
+        Ok(())
     }
 
     /// Sets a configuration value for this thread's test.
@@ -248,6 +397,41 @@ pub mod testing {
 
 #[cfg(test)]
 mod tests {
+    use super::ProviderError;
+
+    #[test]
+    fn typed_config_access_names_what_is_missing_or_wrong() {
+        assert!(matches!(
+            super::config_required("endpoint"),
+            Err(ProviderError::Misconfigured(m)) if m.contains("`endpoint`")
+        ));
+        super::testing::set_config("endpoint", "http://x");
+        assert_eq!(super::config_required("endpoint").unwrap(), "http://x");
+        assert_eq!(super::config_parse::<u16>("port").unwrap(), None);
+        super::testing::set_config("port", "80a");
+        assert!(matches!(
+            super::config_parse::<u16>("port"),
+            Err(ProviderError::Misconfigured(m)) if m.contains("`port` = `80a`")
+        ));
+        super::testing::set_config("port", " 8080 ");
+        assert_eq!(super::config_parse::<u16>("port").unwrap(), Some(8080));
+        super::testing::set_secret("token", "s3cret");
+        assert_eq!(super::secret_required("token").unwrap(), "s3cret");
+        assert!(matches!(
+            super::secret_required("other"),
+            Err(ProviderError::Misconfigured(m)) if !m.contains("s3cret")
+        ));
+    }
+
+    #[test]
+    fn trace_logs_at_trace_level() {
+        crate::trace!("step {}", 1);
+        assert_eq!(
+            super::testing::logs_take(),
+            [(super::LogLevel::Trace, "step 1".to_owned())]
+        );
+    }
+
     #[test]
     fn config_lists_are_trimmed_and_default_when_empty() {
         assert_eq!(super::config_list("zones", &["z1"]), ["z1"]);

@@ -214,6 +214,11 @@ impl GcpSimulator {
         found
     }
 
+    /// How many access tokens it has issued.
+    pub fn tokens_issued(&self) -> usize {
+        self.sim.tokens.lock().expect("not poisoned").len()
+    }
+
     /// Expires every access token issued so far (the next API call with one gets a 401).
     pub fn expire_tokens(&self) {
         let past = Instant::now();

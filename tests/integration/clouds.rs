@@ -233,6 +233,9 @@ async fn aws_instances_against_the_simulator(s: TestServer) {
 async fn gcp_instances_against_the_simulator(s: TestServer) {
     let (platform, _dir) = platform(&s).await;
     let made = lifecycle_check(&s, "gcp", GCP_ZONE, "shop/web:1").await;
+    // Eight calls (and the probes), one token: the plugin keeps it in the provider's cache
+    // between calls instead of exchanging an assertion on each.
+    assert_eq!(platform.gcp.tokens_issued(), 1);
     assert!(
         made["address"].as_str().unwrap().ends_with(":8080"),
         "{made}"
@@ -278,6 +281,8 @@ async fn gcp_instances_against_the_simulator(s: TestServer) {
     )
     .await
     .assert_status(200);
+    // New secrets, a new cache: the next call exchanges with the new key (and is refused)
+    // instead of using the token of the old one.
     let refused = instance_create(&s, "gcp", "web-3", GCP_ZONE).await;
     refused.assert_problem(502, "provider_unauthorized");
     assert!(!refused.text.contains("PRIVATE KEY"));

@@ -64,4 +64,22 @@ fn plugin_contract_changes_bump_its_version() {
         bulkhead::plugins::SUPPORTED_CONTRACT_VERSIONS.contains(&version),
         "the host does not load {version}"
     );
+    // Every older version the host supports is kept exactly as published, for the host's
+    // bindings and for plugins built against it.
+    for supported in bulkhead::plugins::SUPPORTED_CONTRACT_VERSIONS {
+        if *supported == version {
+            continue;
+        }
+        let published = std::fs::read(format!("{root}/{supported}/provider.wit"))
+            .unwrap_or_else(|err| panic!("sdk/wit/{supported}/provider.wit: {err}"));
+        let recorded = lock.lines().find_map(|l| {
+            let (name, hash) = l.split_once(' ')?;
+            (name == format!("bulkhead:provider@{supported}")).then(|| hash.trim().to_owned())
+        });
+        assert_eq!(
+            recorded,
+            Some(hex::encode(Sha256::digest(&published))),
+            "sdk/wit/{supported}/provider.wit differs from {supported} as published"
+        );
+    }
 }

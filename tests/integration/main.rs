@@ -16,6 +16,7 @@ mod deployments;
 mod members;
 mod migrations;
 mod ops;
+mod plugin_tools;
 mod plugins;
 mod projects;
 mod providers;

@@ -67,7 +67,7 @@ async fn example_plugin_answers_every_call() {
             PluginLimits::default(),
         )
         .unwrap();
-    assert_eq!(plugin.contract_version, "0.2.0");
+    assert_eq!(plugin.contract_version, "0.3.0");
     assert_eq!(plugin.digest.len(), 64);
     let env = env("example");
 
@@ -210,7 +210,7 @@ fn binaries_that_are_not_providers_are_refused() {
     let Err(PluginRejection::UnsupportedVersion { found, .. }) = future else {
         panic!("a component for a newer contract version was accepted")
     };
-    assert_eq!(found, "0.3.0");
+    assert_eq!(found, "0.4.0");
 }
 
 /// What the hostile plugin reports after `deprovision(url)` fetched (or failed to fetch) `url`.
@@ -376,14 +376,18 @@ fn plugin_cli_inspects_and_calls() {
     let text = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.status.success(), "{text}");
     assert!(
-        text.contains("contract: bulkhead:provider@0.2.0") && text.contains("verdict:  accepted"),
+        text.contains("contract: bulkhead:provider@0.3.0") && text.contains("verdict:  accepted"),
         "{text}"
     );
     assert!(
-        text.contains("exports:  bulkhead:provider/adapter@0.2.0"),
+        text.contains("exports:  bulkhead:provider/adapter@0.3.0"),
         "{text}"
     );
     assert!(text.contains("sha256:"), "{text}");
+    assert!(
+        text.contains("config:   health_url (optional): A URL that `health` asks, if set"),
+        "the declared configuration: {text}"
+    );
 
     let command = crate::support::plugins_dir().join("not-a-provider.wasm");
     let rejected = std::process::Command::new(bin)
@@ -537,5 +541,297 @@ fn plugin_unit_tests_pass_natively() {
     assert!(
         passed >= 40,
         "only {passed} plugin unit tests ran:\n{stdout}"
+    );
+}
+
+/// A name on the allowlist is not enough: the address it resolves to is checked too, and a
+/// loopback, link-local or private address must be named by the allowlist itself. URLs with
+/// credentials in their authority never leave the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_http_checks_the_address_a_name_resolves_to() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().route(
+        "/ping",
+        axum::routing::get(move || {
+            counted.fetch_add(1, Relaxed);
+            async { "pong" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (host, plugin) = hostile();
+    let with = |patterns: &[String]| {
+        Arc::new(PluginEnv {
+            provider: "hostile".into(),
+            allowlist: Arc::new(Allowlist::parse(patterns).unwrap()),
+            ..Default::default()
+        })
+    };
+
+    // `localhost` is on the allowlist, but it resolves to loopback, which is not.
+    let by_name = with(&[format!("localhost:{port}")]);
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &by_name,
+        &format!("http://localhost:{port}/ping"),
+    )
+    .await;
+    assert!(report.starts_with("refused:"), "{report}");
+    assert_eq!(hits.load(Relaxed), 0, "nothing reached the loopback server");
+
+    // Naming the address itself allows it, by name or by address.
+    let named = with(&[format!("localhost:{port}"), format!("127.0.0.1:{port}")]);
+    for url in [
+        format!("http://localhost:{port}/ping"),
+        format!("http://127.0.0.1:{port}/ping"),
+    ] {
+        let report = hostile_fetch(&host, &plugin, &named, &url).await;
+        assert_eq!(report, "fetched status=200 bytes=4 body=pong", "{url}");
+    }
+    assert_eq!(hits.load(Relaxed), 2);
+
+    // Credentials in the authority: refused whatever the allowlist says.
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &named,
+        &format!("http://user:pw@127.0.0.1:{port}/ping"),
+    )
+    .await;
+    assert!(report.starts_with("refused:"), "{report}");
+    assert_eq!(
+        hits.load(Relaxed),
+        2,
+        "no refused request reached the server"
+    );
+}
+
+/// One provider flooding the host holds at most its share of the host's capacity: another
+/// provider's calls neither fail nor wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_busy_provider_leaves_room_for_the_others() {
+    // A server that accepts connections and never answers: each call to it holds its
+    // instance until the call's deadline.
+    let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole = black_hole.local_addr().unwrap();
+    let open = Arc::new(AtomicUsize::new(0));
+    let most_open = Arc::new(AtomicUsize::new(0));
+    let (counting, most) = (open.clone(), most_open.clone());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = black_hole.accept().await {
+            let now = counting.fetch_add(1, Relaxed) + 1;
+            most.fetch_max(now, Relaxed);
+            held.push(stream);
+        }
+    });
+
+    let host = Arc::new(PluginHost::with_capacity(None, 8).unwrap());
+    assert_eq!(host.provider_share_size(), 2);
+    let busy = Arc::new(
+        host.plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            PluginLimits {
+                call_deadline: Duration::from_millis(1500),
+                max_concurrent_calls: 8,
+                ..hostile_limits()
+            },
+        )
+        .unwrap(),
+    );
+    let busy_env = Arc::new(PluginEnv {
+        provider: "busy".into(),
+        allowlist: Arc::new(Allowlist::parse(&[hole.to_string()]).unwrap()),
+        ..Default::default()
+    });
+    let flood: Vec<_> = (0..12)
+        .map(|_| {
+            let (host, busy, env) = (host.clone(), busy.clone(), busy_env.clone());
+            tokio::spawn(async move {
+                host.plugin_deprovision(&busy, &env, format!("http://{hole}/"))
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let example = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_example.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap();
+    let quiet = env("example");
+    for _ in 0..10 {
+        let started = Instant::now();
+        let report = host.plugin_health(&example, &quiet).await;
+        assert!(report.is_ok(), "{report:?}");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "a quiet provider's call waited {:?} behind a busy one",
+            started.elapsed()
+        );
+    }
+    assert!(
+        most_open.load(Relaxed) <= 2,
+        "the busy provider ran {} calls at once, past its share of 2",
+        most_open.load(Relaxed)
+    );
+    for call in flood {
+        assert!(matches!(call.await.unwrap(), Err(PluginError::Timeout(_))));
+    }
+}
+
+/// A component built for contract 0.2.0 from the WIT as published (no SDK), loaded and called
+/// beside 0.3.0 plugins on one host: every call answers, adapted to the newest contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_2_0_plugin_runs_beside_0_3_0_plugins() {
+    let host = PluginHost::new(None).unwrap();
+    let legacy = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_contract_0_2.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap();
+    let example = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_example.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(legacy.contract_version, "0.2.0");
+    assert_eq!(example.contract_version, "0.3.0");
+    let mut settings = PluginEnv {
+        provider: "legacy".into(),
+        ..Default::default()
+    };
+    settings
+        .config
+        .insert("regions".into(), "old-1,old-2".into());
+    settings
+        .config
+        .insert("address".into(), "10.9.9.9:80".into());
+    let old_env = Arc::new(settings);
+    let new_env = env("example");
+
+    for _ in 0..2 {
+        let info = host.plugin_info(&legacy, &old_env).await.unwrap();
+        assert_eq!(info.name, "legacy");
+        assert_eq!(
+            info.regions,
+            ["old-1", "old-2"],
+            "it read its configuration"
+        );
+        assert!(info.config.is_empty(), "a 0.2.0 plugin declares nothing");
+        let info = host.plugin_info(&example, &new_env).await.unwrap();
+        assert!(info.config.iter().any(|key| key.name == "health_url"));
+
+        let report = host.plugin_health(&legacy, &old_env).await.unwrap();
+        assert_eq!(report.status, HealthStatus::Healthy);
+        assert_eq!(report.message, "contract 0.2.0 plugin");
+        let made = host
+            .plugin_provision(&legacy, &old_env, spec("web-1", "old-2"))
+            .await
+            .unwrap();
+        assert_eq!(made.provider_id, "legacy-web-1");
+        assert_eq!(made.state, InstanceState::Running);
+        assert_eq!(made.address.as_deref(), Some("10.9.9.9:80"));
+        let refused = host
+            .plugin_provision(&legacy, &old_env, spec("web-2", "mars"))
+            .await;
+        assert!(
+            matches!(&refused, Err(PluginError::Provider(ProviderError::InvalidSpec(m))) if m.contains("mars")),
+            "{refused:?}"
+        );
+        let locked = host
+            .plugin_deprovision(&legacy, &old_env, "locked".into())
+            .await;
+        assert!(
+            matches!(
+                &locked,
+                Err(PluginError::Provider(ProviderError::Unauthorized(_)))
+            ),
+            "{locked:?}"
+        );
+        host.plugin_deprovision(&legacy, &old_env, "web-1".into())
+            .await
+            .unwrap();
+        let found = host
+            .plugin_describe(&legacy, &old_env, "web-1".into())
+            .await
+            .unwrap();
+        assert_eq!(found.region, "old-1");
+        assert_eq!(host.plugin_list(&legacy, &old_env).await.unwrap().len(), 1);
+        host.plugin_provision(&example, &new_env, spec("web-1", "us-east"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(legacy.stats.ok.load(Relaxed), 12);
+    assert_eq!(legacy.stats.provider_errors.load(Relaxed), 4);
+}
+
+/// `POST` bodies go out with a `Content-Length`: a real HTTP/1.1 server that does not accept
+/// chunked bodies (Python's http.server) reads the whole body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_reach_a_server_that_does_not_read_chunked_bodies() {
+    let script = r#"
+import http.server, sys
+class Echo(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        body = self.rfile.read(length)
+        answer = ("read %d bytes; chunked=%s" % (len(body), self.headers.get("Transfer-Encoding") == "chunked")).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Echo)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+    let mut python = match std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(err) => panic!("this test needs python3 (its http.server): {err}"),
+    };
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(python.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    let port: u16 = port.trim().parse().unwrap();
+    let (host, plugin) = hostile();
+    let allowing = Arc::new(PluginEnv {
+        provider: "hostile".into(),
+        allowlist: Arc::new(Allowlist::parse(&[format!("127.0.0.1:{port}")]).unwrap()),
+        ..Default::default()
+    });
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &allowing,
+        &format!("post:http://127.0.0.1:{port}/echo"),
+    )
+    .await;
+    python.kill().ok();
+    python.wait().ok();
+    // The hostile plugin posts a JSON array of 4096 "payload" strings.
+    let sent = serde_json::to_vec(&vec!["payload"; 4096]).unwrap().len();
+    assert_eq!(
+        report,
+        format!(
+            "fetched status=200 bytes={} body=read {sent} bytes; chunked=False",
+            format!("read {sent} bytes; chunked=False").len()
+        ),
     );
 }

@@ -17,6 +17,7 @@ db_tests!(
     activation_checks_health_and_rollback_restores,
     hot_swap_under_concurrent_calls_loses_no_call,
     secrets_are_write_only_and_settings_validated,
+    provider_details_are_for_administrators,
 );
 
 /// The bundled providers, in name order.
@@ -70,6 +71,26 @@ async fn oversized_upload_answer(s: &TestServer) -> String {
     String::from_utf8_lossy(&answer[..read]).into_owned()
 }
 
+/// What the server answers to an upload by `token` that declares 30 MiB (under the limit) and
+/// sends 16 bytes of it, waiting at most 5 s: an answer means it did not wait for the body.
+async fn partial_upload_answer(s: &TestServer, token: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(s.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/plugins HTTP/1.1\r\nhost: bulkhead\r\nauthorization: Bearer {token}\r\nidempotency-key: big-1\r\ncontent-type: application/wasm\r\ncontent-length: {}\r\n\r\n\0asm0123456789ab",
+        30 * 1024 * 1024
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .expect("the server answers without waiting for the rest of the body")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..read]).into_owned()
+}
+
 async fn provider_with(s: &TestServer, name: &str, digest: &str) {
     s.post(
         "/v1/providers",
@@ -110,7 +131,7 @@ async fn bundled_example_is_registered_once_and_serves(s: TestServer) {
     assert_eq!(example["name"], "example");
     assert_eq!(example["serving"], true);
     assert_eq!(example["plugin"]["name"], "example");
-    assert_eq!(example["plugin"]["contract_version"], "0.2.0");
+    assert_eq!(example["plugin"]["contract_version"], "0.3.0");
     let digest = example["plugin"]["digest"].as_str().unwrap().to_owned();
     assert_eq!(probe_digest(&s, "example").await, digest);
     let view = s.get("/v1/providers/example", ADMIN_TOKEN).await;
@@ -182,7 +203,7 @@ async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
         stored
     );
     let view = s.get(&format!("/v1/plugins/{digest}"), ADMIN_TOKEN).await;
-    assert_eq!(view.assert_status(200)["contract_version"], "0.2.0");
+    assert_eq!(view.assert_status(200)["contract_version"], "0.3.0");
     s.get("/v1/plugins/not-a-digest", ADMIN_TOKEN)
         .await
         .assert_problem(422, "invalid_request");
@@ -198,7 +219,7 @@ async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
     .await;
     future.assert_problem(422, "plugin_rejected");
     assert!(
-        future.body["detail"].as_str().unwrap().contains("0.3.0"),
+        future.body["detail"].as_str().unwrap().contains("0.4.0"),
         "{}",
         future.text
     );
@@ -224,6 +245,13 @@ async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
     upload(&s, &user, plugin_bytes("bulkhead_plugin_hostile.wasm"))
         .await
         .assert_problem(403, "forbidden");
+    // A non-administrator's upload is refused before its body is read (with an
+    // Idempotency-Key too, which would otherwise buffer the body first).
+    let partial = partial_upload_answer(&s, &user).await;
+    assert!(
+        partial.starts_with("HTTP/1.1 403") && partial.contains("forbidden"),
+        "{partial}"
+    );
     let list = s.get("/v1/plugins", ADMIN_TOKEN).await;
     assert_eq!(
         list.assert_status(200)["items"].as_array().unwrap().len(),
@@ -265,6 +293,21 @@ async fn activation_checks_health_and_rollback_restores(s: TestServer) {
         refused.text
     );
     assert_eq!(probe_digest(&s, "edge").await, a);
+    // The refusal is one of the provider's events, naming the version and why.
+    let events = s.get("/v1/providers/edge/events", ADMIN_TOKEN).await;
+    let events = events.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let refusal = events
+        .iter()
+        .find(|event| event["kind"] == "activation_refused")
+        .unwrap_or_else(|| panic!("no refused activation in {events:?}"));
+    let reason = refusal["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&hostile) && reason.contains("did not answer within"),
+        "{reason}"
+    );
 
     s.post(
         "/v1/providers/edge/activate",
@@ -279,7 +322,12 @@ async fn activation_checks_health_and_rollback_restores(s: TestServer) {
         .await;
     let rolled = rolled.assert_status(200);
     assert_eq!(rolled["plugin"]["digest"], a.as_str());
-    assert_eq!(rolled["previous_digest"], b.as_str());
+    assert_eq!(rolled["previous_digest"], Value::Null, "nothing before `a`");
+    assert_eq!(probe_digest(&s, "edge").await, a);
+    // A second rollback does not toggle forward to `b`: there is nothing further back.
+    s.post("/v1/providers/edge/rollback", ADMIN_TOKEN, json!({}))
+        .await
+        .assert_problem(409, "nothing_to_roll_back");
     assert_eq!(probe_digest(&s, "edge").await, a);
 
     let history = s.get("/v1/providers/edge/activations", ADMIN_TOKEN).await;
@@ -313,6 +361,7 @@ async fn activation_checks_health_and_rollback_restores(s: TestServer) {
         "plugin.upload",
         "provider.create",
         "provider.activate",
+        "provider.activation_refused",
         "provider.rollback",
     ] {
         assert!(
@@ -333,6 +382,38 @@ async fn activation_checks_health_and_rollback_restores(s: TestServer) {
     s.post("/v1/providers/fresh/probe", ADMIN_TOKEN, json!({}))
         .await
         .assert_problem(409, "provider_not_serving");
+    // With no plugin, a provider says so instead of "healthy", and refuses calls.
+    let fresh = s.get("/v1/providers/fresh", ADMIN_TOKEN).await;
+    let fresh = fresh.assert_status(200);
+    assert_eq!(fresh["state"], "no_plugin", "{fresh}");
+    assert_eq!(fresh["health"], Value::Null, "{fresh}");
+    assert!(
+        fresh["health_reason"]
+            .as_str()
+            .unwrap()
+            .contains("no plugin")
+    );
+    s.post(
+        "/v1/providers/fresh/instances",
+        ADMIN_TOKEN,
+        json!({ "instance_key": "web-1", "region": "local", "artifact": "a", "port": 80 }),
+    )
+    .await
+    .assert_problem(409, "provider_not_serving");
+
+    // Going forward again is an activation of the newer digest; rollback then returns to `a`.
+    s.post(
+        "/v1/providers/edge/activate",
+        ADMIN_TOKEN,
+        json!({ "digest": b }),
+    )
+    .await
+    .assert_status(200);
+    assert_eq!(probe_digest(&s, "edge").await, b);
+    let rolled = s
+        .post("/v1/providers/edge/rollback", ADMIN_TOKEN, json!({}))
+        .await;
+    assert_eq!(rolled.assert_status(200)["plugin"]["digest"], a.as_str());
 
     // Disabled: no calls, until enabled again.
     s.patch(
@@ -476,8 +557,13 @@ async fn secrets_are_write_only_and_settings_validated(s: TestServer) {
         );
     }
 
-    let invalid: [(Value, &str); 6] = [
+    let invalid: [(Value, &str); 7] = [
         (json!({ "allowlist": ["no-port"] }), "allowlist"),
+        // More than a provider's share of the host's calls.
+        (
+            json!({ "limits": { "max_concurrent_calls": 64 } }),
+            "max_concurrent_calls",
+        ),
         (json!({ "allowlist": ["bad host:80"] }), "allowlist"),
         (json!({ "limits": { "memory_mib": 4096 } }), "memory_mib"),
         (
@@ -580,9 +666,18 @@ async fn instances_are_provisioned_through_the_plugin(s: TestServer) {
         .assert_status(204);
 
     let mars = json!({ "instance_key": "web-2", "region": "mars", "artifact": "x", "port": 80 });
-    s.post("/v1/providers/example/instances", ADMIN_TOKEN, mars)
-        .await
-        .assert_problem(422, "invalid_spec");
+    let refused = s
+        .post("/v1/providers/example/instances", ADMIN_TOKEN, mars)
+        .await;
+    refused.assert_problem(422, "invalid_spec");
+    // Refused by the host from the plugin's `info().regions`, naming them.
+    assert!(
+        refused
+            .text
+            .contains("not one of the plugin's regions: local"),
+        "{}",
+        refused.text
+    );
     s.post(
         "/v1/providers/example/instances",
         ADMIN_TOKEN,
@@ -718,4 +813,66 @@ async fn a_failing_provider_opens_its_breaker_alone_and_recovers(s: TestServer) 
     );
     let bystander = s.get("/v1/providers/bystander/events", ADMIN_TOKEN).await;
     assert_eq!(bystander.assert_status(200)["items"], json!([]));
+}
+
+/// A caller who is not an administrator (a session, or a `read` token) sees each provider's
+/// name, state and health only: no settings, endpoints, health reasons (the cloud's error
+/// text), events or activation history.
+async fn provider_details_are_for_administrators(s: TestServer) {
+    let session = s.user_with_session("reader@example.com").await;
+    let token = s
+        .post(
+            "/v1/tokens",
+            &session,
+            json!({ "name": "ro", "scopes": ["read"] }),
+        )
+        .await;
+    let token = token.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.patch(
+        "/v1/providers/example",
+        ADMIN_TOKEN,
+        json!({ "config": { "regions": "local", "health_url": "http://127.0.0.1:9/status-secret-path" } }),
+    )
+    .await
+    .assert_status(200);
+    let admin_view = s.get("/v1/providers/example", ADMIN_TOKEN).await;
+    let admin_view = admin_view.assert_status(200);
+    assert!(
+        admin_view["config"]["health_url"].is_string(),
+        "{admin_view}"
+    );
+    assert!(admin_view["effective_allowlist"].is_array());
+    assert!(admin_view["health_reason"].is_string());
+    for caller in [&session, &token] {
+        let view = s.get("/v1/providers/example", caller).await;
+        let fields: Vec<&String> = view
+            .assert_status(200)
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(fields, ["health", "name", "state"], "{}", view.text);
+        let list = s.get("/v1/providers", caller).await;
+        for item in list.assert_status(200)["items"].as_array().unwrap() {
+            let fields: Vec<&String> = item.as_object().unwrap().keys().collect();
+            assert_eq!(fields, ["health", "name", "state"], "{item}");
+        }
+        for path in [
+            "/v1/providers/example/events",
+            "/v1/providers/example/activations",
+        ] {
+            let refused = s.get(path, caller).await;
+            assert_eq!(refused.status, 403, "{path}: {}", refused.text);
+        }
+    }
+    assert!(
+        !s.get("/v1/providers", &token)
+            .await
+            .text
+            .contains("status-secret-path"),
+        "no endpoint leaks into the list"
+    );
 }

@@ -1,8 +1,8 @@
 //! One provider operation on one claimed instance, and what its outcome does:
 //!
 //! - **provision** (idempotent on the stored key): success → `starting` at the address the
-//!   provider gave; a refusal (unauthorized, account suspended, quota, unavailable, timeout,
-//!   disabled, drained) → `failed`, removed at the provider in case it exists there, and a
+//!   provider gave; a refusal (unauthorized, forbidden, misconfigured, account suspended, quota,
+//!   unavailable, timeout, disabled, drained, no plugin) → `failed`, removed at the provider in case it exists there, and a
 //!   replacement placed elsewhere by the next pass (a failover, recorded as an event);
 //!   `rate-limited` → nothing goes to that provider before its retry-after; an invalid spec
 //!   fails the deployment; other errors are retried with backoff, then treated as a refusal.
@@ -34,8 +34,10 @@ use crate::plugins::InstanceSpec;
 const PROVISION_ATTEMPTS: i32 = 5;
 
 /// Error codes of a provider that will not take this instance now: fail over.
-const REFUSALS: [&str; 8] = [
+const REFUSALS: [&str; 10] = [
     "provider_unauthorized",
+    "provider_forbidden",
+    "provider_misconfigured",
     "provider_account_suspended",
     "provider_quota_exceeded",
     "provider_unavailable",

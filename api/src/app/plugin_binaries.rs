@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, Set};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -17,10 +17,105 @@ use super::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal};
 use crate::entity::{plugin_binary, plugin_blob};
 use crate::error::{ApiError, ApiResult, unique_violation_as};
-use crate::plugins::{PluginEnv, PluginLimits};
+use crate::plugins::{ConfigKey, PluginEnv, PluginLimits};
 
 /// The largest plugin binary accepted.
 pub const PLUGIN_MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// A configuration value or secret a plugin declares it reads (contract 0.3.0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ConfigKeyView {
+    pub name: String,
+    /// The provider is refused (422) while a required one is missing.
+    pub required: bool,
+    /// Set with `secrets` (write-only) rather than `config`.
+    pub secret: bool,
+    pub description: String,
+}
+
+impl From<ConfigKey> for ConfigKeyView {
+    fn from(key: ConfigKey) -> Self {
+        Self {
+            name: key.name,
+            required: key.required,
+            secret: key.secret,
+            description: key.description,
+        }
+    }
+}
+
+/// The declared configuration stored with a binary (`[]` for 0.2.0 plugins and binaries
+/// stored before 0.3.0).
+pub fn config_keys_of(binary: &plugin_binary::Model) -> Vec<ConfigKeyView> {
+    serde_json::from_str(&binary.config_keys).unwrap_or_default()
+}
+
+/// The required keys of `declared` that `config` and `secrets` lack (an empty value counts as
+/// missing), as `config.NAME` or `secrets.NAME`.
+pub fn config_missing(
+    declared: &[ConfigKeyView],
+    config: &std::collections::BTreeMap<String, String>,
+    secrets: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    declared
+        .iter()
+        .filter(|key| key.required)
+        .filter(|key| {
+            let map = if key.secret { secrets } else { config };
+            map.get(&key.name)
+                .is_none_or(|value| value.trim().is_empty())
+        })
+        .map(|key| {
+            let field = if key.secret { "secrets" } else { "config" };
+            format!("{field}.{}", key.name)
+        })
+        .collect()
+}
+
+/// 422 naming the missing keys, or nothing.
+pub fn config_missing_check(
+    plugin: &str,
+    declared: &[ConfigKeyView],
+    config: &std::collections::BTreeMap<String, String>,
+    secrets: &std::collections::BTreeMap<String, String>,
+) -> ApiResult<()> {
+    let missing = config_missing(declared, config, secrets);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!(
+        "plugin `{plugin}` requires {}, which {} not set",
+        missing.join(", "),
+        if missing.len() == 1 { "is" } else { "are" }
+    ))
+    .with_code("configuration_missing"))
+}
+
+/// Checks what a plugin declares: keys a provider could set, short descriptions.
+fn config_keys_validate(keys: &[ConfigKey]) -> ApiResult<()> {
+    if keys.len() > 100 {
+        return Err(ApiError::invalid(
+            "plugin rejected: it declares more than 100 configuration keys",
+        )
+        .with_code("plugin_rejected"));
+    }
+    for key in keys {
+        let name_ok = !key.name.is_empty()
+            && key.name.len() <= 64
+            && key
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+        if !name_ok || key.description.chars().count() > 500 {
+            return Err(ApiError::invalid(format!(
+                "plugin rejected: declared configuration key `{}` is not 1 to 64 letters, digits, `_`, `-` or `.` with a description of at most 500 characters",
+                key.name.chars().take(80).collect::<String>()
+            ))
+            .with_code("plugin_rejected"));
+        }
+    }
+    Ok(())
+}
 
 /// A stored plugin binary.
 #[derive(Debug, Serialize, ToSchema)]
@@ -33,6 +128,8 @@ pub struct PluginBinaryView {
     /// The `bulkhead:provider` contract version it was built for.
     pub contract_version: String,
     pub size: i64,
+    /// The configuration values and secrets it declares (none for 0.2.0 plugins).
+    pub config: Vec<ConfigKeyView>,
     /// The administrator who uploaded it; absent for bundled plugins.
     pub uploaded_by: Option<Uuid>,
     pub created_at: DateTime<Utc>,
@@ -41,6 +138,7 @@ pub struct PluginBinaryView {
 impl From<plugin_binary::Model> for PluginBinaryView {
     fn from(m: plugin_binary::Model) -> Self {
         Self {
+            config: config_keys_of(&m),
             digest: m.digest,
             name: m.name,
             version: m.version,
@@ -168,6 +266,9 @@ impl App {
             .map_err(|err| err.with_code("plugin_rejected"))?;
         let version = super::text_validate("info.version", &info.version, 64)
             .map_err(|err| err.with_code("plugin_rejected"))?;
+        config_keys_validate(&info.config)?;
+        let config_keys: Vec<ConfigKeyView> = info.config.into_iter().map(Into::into).collect();
+        let config_keys = serde_json::to_string(&config_keys).map_err(ApiError::internal)?;
 
         let txn = crate::db::begin_write(&self.db).await?;
         if let Some(existing) = plugin_binary::Entity::find_by_id(plugin.digest.clone())
@@ -181,6 +282,7 @@ impl App {
             name: Set(name),
             version: Set(version),
             contract_version: Set(plugin.contract_version.clone()),
+            config_keys: Set(config_keys),
             size: Set(wasm.len() as i64),
             uploaded_by: Set(ctx.map(|ctx| ctx.principal.user_id())),
             created_at: Set(Utc::now()),

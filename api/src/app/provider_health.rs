@@ -25,7 +25,7 @@ use super::App;
 use super::audit::{AuditEntry, audit_record_system};
 use super::breaker::{Breaker, BreakerConfig, Change, ProviderHealth, Signal};
 use super::pagination::{Page, PageParams, paginate};
-use crate::authz::{Principal, Scope};
+use crate::authz::Principal;
 use crate::entity::{provider, provider_event};
 use crate::error::{ApiError, ApiResult};
 use crate::plugins::registry::ActivePlugin;
@@ -111,12 +111,15 @@ pub fn call_signal<R>(result: &Result<R, PluginError>) -> Signal {
         Err(PluginError::Provider(error)) => match error {
             ProviderError::Unauthorized(m) => Signal::Fatal(format!("unauthorized: {m}")),
             ProviderError::AccountSuspended(m) => Signal::Fatal(format!("account suspended: {m}")),
+            ProviderError::Misconfigured(m) => Signal::Fatal(format!("misconfigured: {m}")),
             ProviderError::RateLimited(limit) => {
                 Signal::Transient(format!("rate limited: {}", limit.message))
             }
             ProviderError::Unavailable(m) => Signal::Transient(format!("unavailable: {m}")),
             ProviderError::Internal(m) => Signal::Transient(format!("internal error: {m}")),
+            // A refusal about one resource says nothing about the provider as a whole.
             ProviderError::NotFound(_)
+            | ProviderError::Forbidden(_)
             | ProviderError::InvalidSpec(_)
             | ProviderError::QuotaExceeded(_) => Signal::Neutral,
         },
@@ -138,10 +141,13 @@ pub(super) fn probe_signal(result: &Result<HealthReport, PluginError>) -> Signal
     }
 }
 
-/// A change of a provider's health.
+/// A change of a provider's health, or an activation refused by its health check.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderEventView {
     pub id: Uuid,
+    /// `health` (a change of health) or `activation_refused` (a new version failed its health
+    /// check; `from` and `to` are then the unchanged health).
+    pub kind: String,
     pub from: ProviderHealth,
     pub to: ProviderHealth,
     pub reason: String,
@@ -152,6 +158,7 @@ impl From<provider_event::Model> for ProviderEventView {
     fn from(m: provider_event::Model) -> Self {
         Self {
             id: m.id,
+            kind: m.kind,
             from: ProviderHealth::parse(&m.from_health),
             to: ProviderHealth::parse(&m.to_health),
             reason: m.reason,
@@ -201,6 +208,7 @@ impl App {
         provider_event::ActiveModel {
             id: Set(Uuid::now_v7()),
             provider: Set(name.to_owned()),
+            kind: Set("health".into()),
             from_health: Set(change.from.as_str().into()),
             to_health: Set(change.to.as_str().into()),
             reason: Set(reason.clone()),
@@ -234,7 +242,9 @@ impl App {
         name: &str,
         params: PageParams,
     ) -> ApiResult<Page<provider_event::Model>> {
-        principal.require_scope(Scope::Read)?;
+        // Health reasons and versions carry the cloud's error text and settings history:
+        // administrators only.
+        principal.require_admin()?;
         provider::Entity::find_by_id(name.to_owned())
             .one(&self.db)
             .await?

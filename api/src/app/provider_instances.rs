@@ -82,6 +82,16 @@ fn plugin_error_to_api(provider: &str, err: PluginError) -> ApiError {
                 "provider_unauthorized",
                 format!("provider `{provider}` refused the plugin's credentials: {m}"),
             ),
+            ProviderError::Forbidden(m) => ApiError::new(
+                S::BAD_GATEWAY,
+                "provider_forbidden",
+                format!("provider `{provider}` refused this operation to the plugin: {m}"),
+            ),
+            ProviderError::Misconfigured(m) => ApiError::new(
+                S::BAD_GATEWAY,
+                "provider_misconfigured",
+                format!("provider `{provider}`'s configuration or secrets are unusable: {m}"),
+            ),
             ProviderError::AccountSuspended(m) => ApiError::new(
                 S::BAD_GATEWAY,
                 "provider_account_suspended",
@@ -161,9 +171,18 @@ impl App {
                 format!("provider `{name}` is drained: it takes no new instances"),
             ));
         }
+        if row.plugin_digest.is_none() {
+            return Err(ApiError::conflict(
+                "provider_not_serving",
+                format!("provider `{name}` has no plugin activated: it takes no calls"),
+            ));
+        }
         self.health.call_check(&row)?;
         let active = self.providers.active(name).ok_or_else(|| {
-            ApiError::conflict("provider_not_serving", "this provider has no active plugin")
+            ApiError::conflict(
+                "provider_not_serving",
+                format!("provider `{name}`'s plugin is not loaded on this server"),
+            )
         })?;
         let result = call(&self.providers.host, active.clone()).await;
         self.provider_health_record(&row, &active, call_signal(&result), false)
@@ -194,6 +213,20 @@ impl App {
         };
         let (_, instance) = self
             .provider_call(name, true, async move |host, active| {
+                // The plugin's regions (from its `info`, once per loaded version and settings):
+                // a region it does not offer is the caller's mistake, answered before any call
+                // to the provider's API.
+                let info = active
+                    .info
+                    .get_or_try_init(|| host.plugin_info(&active.plugin, &active.env))
+                    .await?;
+                if !info.regions.contains(&spec.region) {
+                    return Err(PluginError::Provider(ProviderError::InvalidSpec(format!(
+                        "region `{}` is not one of the plugin's regions: {}",
+                        spec.region,
+                        info.regions.join(", ")
+                    ))));
+                }
                 host.plugin_provision(&active.plugin, &active.env, spec)
                     .await
             })

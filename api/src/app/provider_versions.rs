@@ -5,14 +5,22 @@
 //! Activation checks the new version's `health` first and refuses one that fails it; the
 //! switch is then recorded (provider row, activation history, audit log) in one transaction
 //! and made in the registry atomically, so calls in flight finish on the old version and new
-//! calls use the new one. Rollback returns to the version active before the last switch.
+//! calls use the new one. A refused activation is recorded too (the provider's events and the
+//! audit log).
+//!
+//! The activation history is a stack: an activation pushes its version, a rollback pops the
+//! current one and returns to the one below it. Rolling back twice goes two versions back (or
+//! is refused when there is nothing left), never forward again; going forward is an
+//! activation of the newer digest.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Set,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -20,10 +28,14 @@ use uuid::Uuid;
 use super::App;
 use super::audit::audit_record;
 use super::pagination::{Page, PageParams, paginate};
-use super::plugin_binaries::{Stored, digest_validate, plugin_binary_find, plugin_wasm};
-use super::providers::{ProviderView, limits_of, plugin_env, provider_audit, provider_find};
-use crate::authz::{OpContext, Principal, Scope};
-use crate::entity::{provider, provider_activation};
+use super::plugin_binaries::{
+    Stored, config_keys_of, config_missing_check, digest_validate, plugin_binary_find, plugin_wasm,
+};
+use super::providers::{
+    ProviderView, json_map, limits_of, plugin_env, provider_audit, provider_find,
+};
+use crate::authz::{OpContext, Principal};
+use crate::entity::{provider, provider_activation, provider_event};
 use crate::error::{ApiError, ApiResult};
 use crate::plugins::{HealthStatus, PluginEnv, PluginError};
 
@@ -76,6 +88,39 @@ fn status_name(status: HealthStatus) -> &'static str {
         HealthStatus::Degraded => "degraded",
         HealthStatus::Unavailable => "unavailable",
     }
+}
+
+/// The provider's versions as the activation history leaves them: the last runs now, the one
+/// before it is what a rollback returns to.
+async fn activation_stack(db: &impl ConnectionTrait, provider: &str) -> ApiResult<Vec<String>> {
+    let history = provider_activation::Entity::find()
+        .filter(provider_activation::Column::Provider.eq(provider))
+        .order_by_asc(provider_activation::Column::CreatedAt)
+        .order_by_asc(provider_activation::Column::Id)
+        .all(db)
+        .await?;
+    let mut stack = Vec::new();
+    for switch in history {
+        stack_apply(&mut stack, &switch.action, switch.digest);
+    }
+    Ok(stack)
+}
+
+/// One switch on the stack: a rollback pops the version it left (its target is then on top).
+fn stack_apply(stack: &mut Vec<String>, action: &str, digest: String) {
+    if action == "rollback" {
+        stack.pop();
+        if stack.last() != Some(&digest) {
+            stack.push(digest);
+        }
+    } else {
+        stack.push(digest);
+    }
+}
+
+/// What a rollback from `stack` returns to.
+fn rollback_target(stack: &[String]) -> Option<&String> {
+    stack.iter().rev().nth(1)
 }
 
 async fn activation_record(
@@ -137,21 +182,33 @@ impl App {
         let current = provider_find(&self.db, name).await?;
         let target = match digest {
             Some(digest) => digest,
-            None => current.previous_digest.clone().ok_or_else(|| {
-                ApiError::conflict(
-                    "nothing_to_roll_back",
-                    "this provider has no previous version",
-                )
-            })?,
+            None => rollback_target(&activation_stack(&self.db, name).await?)
+                .cloned()
+                .ok_or_else(|| {
+                    ApiError::conflict(
+                        "nothing_to_roll_back",
+                        "this provider has no earlier version in its activation history",
+                    )
+                })?,
         };
         let binary = plugin_binary_find(&self.db, &target).await?;
+        config_missing_check(
+            &binary.name,
+            &config_keys_of(&binary),
+            &json_map(&current.config),
+            &json_map(&current.secrets),
+        )?;
         let mut next = current.clone();
         next.plugin_digest = Some(target.clone());
         let wasm = plugin_wasm(&self.db, &target).await?;
         let plugin = self.plugin_load_for(&wasm, &next)?;
         let env = plugin_env(&next, &self.secrets)?;
-        if action == "activate" {
-            self.provider_health_gate(&plugin, &env).await?;
+        if action == "activate"
+            && let Err(refused) = self.provider_health_gate(&plugin, &env).await
+        {
+            self.provider_activation_refused_record(ctx, &current, &binary, &refused)
+                .await?;
+            return Err(refused);
         }
         let serve = next.enabled.then_some((plugin, env));
         let (revision, view) = self
@@ -181,6 +238,44 @@ impl App {
         }
     }
 
+    /// Records an activation refused by the health gate: an event of the provider and an audit
+    /// event, so that the operator sees it next to the provider's health changes.
+    async fn provider_activation_refused_record(
+        &self,
+        ctx: &OpContext,
+        current: &provider::Model,
+        binary: &crate::entity::plugin_binary::Model,
+        refused: &ApiError,
+    ) -> ApiResult<()> {
+        let reason = format!(
+            "activation of {} {} ({}) refused: {}",
+            binary.name, binary.version, binary.digest, refused.detail
+        );
+        let reason: String = reason.chars().take(1000).collect();
+        let txn = crate::db::begin_write(&self.db).await?;
+        provider_event::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            provider: Set(current.name.clone()),
+            kind: Set("activation_refused".into()),
+            from_health: Set(current.health.clone()),
+            to_health: Set(current.health.clone()),
+            reason: Set(reason.clone()),
+            created_at: Set(Utc::now()),
+        }
+        .insert(&txn)
+        .await?;
+        let details = serde_json::json!({ "digest": binary.digest, "version": binary.version, "reason": reason });
+        audit_record(
+            &txn,
+            ctx,
+            provider_audit("provider.activation_refused", current, details),
+        )
+        .await?;
+        txn.commit().await?;
+        tracing::warn!(provider = %current.name, digest = %binary.digest, reason = %refused.detail, "provider plugin activation refused");
+        Ok(())
+    }
+
     /// Records a switch to `target` and, once committed, serves `prepared`.
     async fn provider_switch_record(
         &self,
@@ -198,8 +293,10 @@ impl App {
                 "the provider changed during the activation; try again",
             ));
         }
+        let mut stack = activation_stack(&txn, &fresh.name).await?;
+        stack_apply(&mut stack, action, target.to_owned());
         let mut row: provider::ActiveModel = fresh.clone().into();
-        row.previous_digest = Set(fresh.plugin_digest.clone());
+        row.previous_digest = Set(rollback_target(&stack).cloned());
         row.plugin_digest = Set(Some(target.to_owned()));
         row.revision = Set(fresh.revision + 1);
         row.updated_at = Set(Utc::now());
@@ -265,7 +362,9 @@ impl App {
         name: &str,
         params: PageParams,
     ) -> ApiResult<Page<provider_activation::Model>> {
-        principal.require_scope(Scope::Read)?;
+        // Health reasons and versions carry the cloud's error text and settings history:
+        // administrators only.
+        principal.require_admin()?;
         provider_find(&self.db, name).await?;
         let select = provider_activation::Entity::find()
             .filter(provider_activation::Column::Provider.eq(name));
@@ -373,5 +472,32 @@ impl App {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{rollback_target, stack_apply};
+
+    #[test]
+    fn rollback_walks_back_through_the_history_and_never_toggles() {
+        let mut stack = Vec::new();
+        for (action, digest) in [("bundled", "a"), ("activate", "b"), ("activate", "c")] {
+            stack_apply(&mut stack, action, digest.into());
+        }
+        assert_eq!(rollback_target(&stack).map(String::as_str), Some("b"));
+        stack_apply(&mut stack, "rollback", "b".into());
+        assert_eq!(stack, ["a", "b"]);
+        assert_eq!(rollback_target(&stack).map(String::as_str), Some("a"));
+        stack_apply(&mut stack, "rollback", "a".into());
+        assert_eq!(
+            rollback_target(&stack),
+            None,
+            "nothing before the first version"
+        );
+        // Forward again is an activation.
+        stack_apply(&mut stack, "activate", "c".into());
+        assert_eq!(stack, ["a", "c"]);
+        assert_eq!(rollback_target(&stack).map(String::as_str), Some("a"));
     }
 }

@@ -18,12 +18,17 @@ use utoipa::ToSchema;
 use super::audit::{AuditEntry, audit_record};
 use super::breaker::ProviderHealth;
 use super::pagination::{Page, PageParams, paginate};
-use super::plugin_binaries::plugin_binary_find;
+use super::plugin_binaries::{
+    ConfigKeyView, config_keys_of, config_missing_check, plugin_binary_find,
+};
 use super::{App, if_match_check, slug_validate};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{plugin_binary, provider};
 use crate::error::{ApiError, ApiResult, unique_violation_as};
-use crate::plugins::{Allowlist, HostPattern, PluginEnv, PluginLimits};
+use crate::plugins::{
+    Allowlist, HOST_CONCURRENT_CALLS, PluginEnv, PluginLimits, endpoint_patterns,
+    provider_call_share,
+};
 use crate::secrets::SecretBox;
 
 /// Overrides of the default plugin limits; absent fields keep the default.
@@ -39,7 +44,8 @@ pub struct ProviderLimits {
     /// Deadline of the other calls, 10 ms to 300 s (default 10 s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_deadline_ms: Option<u32>,
-    /// Calls that may run at once, 1 to 256 (default 16).
+    /// Calls that may run at once, 1 to 32 (default 16): at most a provider's share of the
+    /// host's capacity, so that one busy provider cannot take the others' room.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent_calls: Option<u32>,
     /// Largest HTTP response body a call may read, 1 KiB to 64 MiB (default 4 MiB).
@@ -53,7 +59,12 @@ impl ProviderLimits {
             ("memory_mib", self.memory_mib, 1, 256),
             ("health_deadline_ms", self.health_deadline_ms, 10, 60_000),
             ("call_deadline_ms", self.call_deadline_ms, 10, 300_000),
-            ("max_concurrent_calls", self.max_concurrent_calls, 1, 256),
+            (
+                "max_concurrent_calls",
+                self.max_concurrent_calls,
+                1,
+                provider_call_share(HOST_CONCURRENT_CALLS) as u32,
+            ),
             ("http_response_kib", self.http_response_kib, 1, 64 * 1024),
         ];
         for (field, value, min, max) in checks {
@@ -105,6 +116,8 @@ pub struct ProviderPluginView {
     pub name: String,
     pub version: String,
     pub contract_version: String,
+    /// The configuration values and secrets it declares.
+    pub config: Vec<ConfigKeyView>,
 }
 
 /// Calls of a provider since this server started, by outcome.
@@ -119,13 +132,26 @@ pub struct ProviderCallsView {
     pub crashes: u64,
 }
 
+/// A provider as the API shows it. Everyone with the `read` scope sees its name, state and
+/// health; the rest (settings, plugin, health reasons with the cloud's error text, call
+/// counts) is for administrators only.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderView {
     pub name: String,
-    /// `healthy`, `degraded`, `unavailable`, or the operator's `drained` or `disabled`.
+    /// `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
+    /// calls), or the operator's `drained` or `disabled`.
     pub state: String,
-    /// What its circuit breaker last decided, and why.
-    pub health: ProviderHealth,
+    /// What its circuit breaker last decided; absent while it has no plugin.
+    pub health: Option<ProviderHealth>,
+    /// Administrators only.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub details: Option<ProviderDetails>,
+}
+
+/// What administrators see of a provider besides its name, state and health.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderDetails {
+    /// Why its health is what it is (the plugin's or the cloud's words).
     pub health_reason: String,
     pub health_changed_at: Option<DateTime<Utc>>,
     pub enabled: bool,
@@ -135,7 +161,8 @@ pub struct ProviderView {
     pub plugin: Option<ProviderPluginView>,
     /// Whether the plugin is loaded and taking calls on this server.
     pub serving: bool,
-    /// What a rollback returns to.
+    /// What a rollback returns to: the version below the current one in the activation
+    /// history (absent when there is none).
     pub previous_digest: Option<String>,
     pub config: BTreeMap<String, String>,
     /// Names of the secrets set; their values are never returned.
@@ -152,6 +179,16 @@ pub struct ProviderView {
     pub calls: ProviderCallsView,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl ProviderView {
+    /// What a caller who is not an administrator may see: name, state and health.
+    pub fn public(self) -> Self {
+        Self {
+            details: None,
+            ..self
+        }
+    }
 }
 
 /// A provider to configure. It runs nothing until a plugin is activated on it.
@@ -195,7 +232,7 @@ pub struct ProviderUpdate {
     pub drained: Option<bool>,
 }
 
-fn json_map(value: &serde_json::Value) -> BTreeMap<String, String> {
+pub(super) fn json_map(value: &serde_json::Value) -> BTreeMap<String, String> {
     serde_json::from_value(value.clone()).unwrap_or_default()
 }
 
@@ -275,29 +312,10 @@ pub(super) fn plugin_env(row: &provider::Model, sealer: &SecretBox) -> ApiResult
         config: json_map(&row.config),
         secrets,
         allowlist: Arc::new(Allowlist::parse(&patterns).map_err(ApiError::internal)?),
+        // A new cache with every new set of settings: nothing cached under old credentials
+        // survives a change.
+        cache: Default::default(),
     }))
-}
-
-/// `host:port` of every `http(s)://` URL in a provider's configuration (a value, or one of
-/// comma-separated values): a provider may always reach the endpoints it is configured with.
-fn allowlist_derived(config: &BTreeMap<String, String>) -> Vec<String> {
-    let mut derived: Vec<String> = config
-        .values()
-        .flat_map(|value| value.split(','))
-        .filter_map(|item| item.trim().parse::<http::Uri>().ok())
-        .filter_map(|uri| {
-            let port = match uri.scheme_str()? {
-                "http" => uri.port_u16().unwrap_or(80),
-                "https" => uri.port_u16().unwrap_or(443),
-                _ => return None,
-            };
-            Some(format!("{}:{port}", uri.host()?))
-        })
-        .filter(|pattern| pattern.parse::<HostPattern>().is_ok())
-        .collect();
-    derived.sort();
-    derived.dedup();
-    derived
 }
 
 /// The allowlist a provider's plugin runs with: the configured patterns and the endpoints
@@ -305,7 +323,7 @@ fn allowlist_derived(config: &BTreeMap<String, String>) -> Vec<String> {
 fn allowlist_effective(row: &provider::Model) -> Vec<String> {
     let mut patterns: Vec<String> =
         serde_json::from_value(row.allowlist.clone()).unwrap_or_default();
-    for derived in allowlist_derived(&json_map(&row.config)) {
+    for derived in endpoint_patterns(&json_map(&row.config)) {
         if !patterns.contains(&derived) {
             patterns.push(derived);
         }
@@ -399,9 +417,11 @@ impl App {
             .into_iter()
             .map(|binary| (binary.digest.clone(), binary))
             .collect();
+        let admin = principal.is_admin();
         Ok(page.map(|row| {
             let binary = row.plugin_digest.as_ref().and_then(|d| binaries.get(d));
-            self.provider_view_of(row.clone(), binary.cloned())
+            let view = self.provider_view_of(row.clone(), binary.cloned());
+            if admin { view } else { view.public() }
         }))
     }
 
@@ -412,7 +432,15 @@ impl App {
     ) -> ApiResult<(i64, ProviderView)> {
         principal.require_scope(Scope::Read)?;
         let row = provider_find(&self.db, name).await?;
-        self.provider_view_load(row).await
+        let (revision, view) = self.provider_view_load(row).await?;
+        Ok((
+            revision,
+            if principal.is_admin() {
+                view
+            } else {
+                view.public()
+            },
+        ))
     }
 
     pub(super) async fn provider_view_load(
@@ -437,45 +465,56 @@ impl App {
         let mut secret_names: Vec<String> = json_map(&row.secrets).into_keys().collect();
         secret_names.sort();
         let effective_allowlist = allowlist_effective(&row);
+        let has_plugin = row.plugin_digest.is_some();
         let health = ProviderHealth::parse(&row.health);
         let state = if !row.enabled {
             "disabled"
+        } else if !has_plugin {
+            "no_plugin"
         } else if row.drained {
             "drained"
         } else {
             health.as_str()
         };
+        let health_reason = if has_plugin {
+            row.health_reason
+        } else {
+            "no plugin is activated on this provider: it takes no calls".into()
+        };
         ProviderView {
+            name: row.name.clone(),
             state: state.into(),
-            health,
-            health_reason: row.health_reason,
-            health_changed_at: row.health_changed_at,
-            drained: row.drained,
-            serving: slot.active().is_some(),
-            enabled: row.enabled,
-            plugin: binary.map(|binary| ProviderPluginView {
-                digest: binary.digest,
-                name: binary.name,
-                version: binary.version,
-                contract_version: binary.contract_version,
+            health: has_plugin.then_some(health),
+            details: Some(ProviderDetails {
+                health_reason,
+                health_changed_at: row.health_changed_at,
+                drained: row.drained,
+                serving: slot.active().is_some(),
+                enabled: row.enabled,
+                plugin: binary.map(|binary| ProviderPluginView {
+                    config: config_keys_of(&binary),
+                    digest: binary.digest,
+                    name: binary.name,
+                    version: binary.version,
+                    contract_version: binary.contract_version,
+                }),
+                previous_digest: row.previous_digest,
+                config: json_map(&row.config),
+                secret_names,
+                effective_allowlist,
+                allowlist: serde_json::from_value(row.allowlist).unwrap_or_default(),
+                effective_limits: ProviderLimits::of(&limits.effective()),
+                limits,
+                calls: ProviderCallsView {
+                    ok: stats.ok.load(Relaxed),
+                    provider_errors: stats.provider_errors.load(Relaxed),
+                    timeouts: stats.timeouts.load(Relaxed),
+                    memory_exceeded: stats.memory_exceeded.load(Relaxed),
+                    crashes: stats.traps.load(Relaxed),
+                },
+                created_at: row.created_at,
+                updated_at: row.updated_at,
             }),
-            previous_digest: row.previous_digest,
-            config: json_map(&row.config),
-            secret_names,
-            effective_allowlist,
-            allowlist: serde_json::from_value(row.allowlist).unwrap_or_default(),
-            effective_limits: ProviderLimits::of(&limits.effective()),
-            limits,
-            calls: ProviderCallsView {
-                ok: stats.ok.load(Relaxed),
-                provider_errors: stats.provider_errors.load(Relaxed),
-                timeouts: stats.timeouts.load(Relaxed),
-                memory_exceeded: stats.memory_exceeded.load(Relaxed),
-                crashes: stats.traps.load(Relaxed),
-            },
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-            name: row.name,
         }
     }
 
@@ -551,6 +590,13 @@ impl App {
             };
         }
         settings_validate(&config, &secrets)?;
+        // The running plugin's declared configuration must stay complete.
+        if (update.config.is_some() || update.secrets.is_some())
+            && let Some(digest) = &current.plugin_digest
+        {
+            let binary = plugin_binary_find(&txn, digest).await?;
+            config_missing_check(&binary.name, &config_keys_of(&binary), &config, &secrets)?;
+        }
         let mut row: provider::ActiveModel = current.clone().into();
         if let Some(allowlist) = &update.allowlist {
             allowlist_validate(allowlist)?;

@@ -12,6 +12,8 @@ pub struct Model {
     pub name: String,
     pub version: String,
     pub contract_version: String,
+    /// The configuration the plugin declares (JSON list of `ConfigKeyView`).
+    pub config_keys: String,
     pub size: i64,
     pub uploaded_by: Option<Uuid>,
     pub created_at: DateTimeUtc,

@@ -1,4 +1,5 @@
-//! The `provider_events` table: every change of a provider's health, and why.
+//! The `provider_events` table: every change of a provider's health, and why, and the
+//! activations refused because the new version failed its health check.
 
 use sea_orm::entity::prelude::*;
 
@@ -8,6 +9,8 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
     pub provider: String,
+    /// `health` (a change of health) or `activation_refused`.
+    pub kind: String,
     pub from_health: String,
     pub to_health: String,
     pub reason: String,

@@ -1,7 +1,7 @@
 //! `/v1/plugins`: provider plugin binaries (administrators only).
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -52,8 +52,11 @@ async fn plugin_binary_upload(
     State(app): State<App>,
     ctx: OpContext,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> ApiResult<Response> {
+    // Authorized before the body is read: a non-administrator must not make the server buffer
+    // up to 32 MiB. (The application checks again, close to the action.)
+    ctx.principal.require_admin()?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -65,6 +68,7 @@ async fn plugin_binary_upload(
             "upload the component as `Content-Type: application/wasm`",
         ));
     }
+    let body = body_read(body).await?;
     let (status, binary) = match app.plugin_binary_upload(&ctx, &body).await? {
         Stored::Created(binary) => (StatusCode::CREATED, binary),
         Stored::AlreadyStored(binary) => (StatusCode::OK, binary),
@@ -76,6 +80,30 @@ async fn plugin_binary_upload(
         Json(PluginBinaryView::from(binary)),
     )
         .into_response())
+}
+
+/// The whole body, already bounded by the body-limit middleware: past the limit is 413.
+async fn body_read(body: Body) -> ApiResult<axum::body::Bytes> {
+    axum::body::to_bytes(body, usize::MAX).await.map_err(|err| {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+        let mut too_large = false;
+        while let Some(error) = cause {
+            too_large |= error.is::<http_body_util::LengthLimitError>();
+            cause = error.source();
+        }
+        if too_large {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "the request body is larger than the limit",
+            )
+        } else {
+            ApiError::bad_request(
+                "body_unreadable",
+                format!("the request body could not be read: {err}"),
+            )
+        }
+    })
 }
 
 /// Get a stored plugin binary's description (administrators).

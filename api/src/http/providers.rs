@@ -1,5 +1,6 @@
-//! `/v1/providers`: providers, their plugin versions, settings and health probes. Reading
-//! needs the `read` scope; every change is for administrators.
+//! `/v1/providers`: providers, their plugin versions, settings and health probes. Anyone with
+//! the `read` scope sees each provider's name, state and health; its details, history and
+//! every change are for administrators.
 
 use axum::Json;
 use axum::extract::State;
@@ -32,7 +33,10 @@ pub fn router() -> OpenApiRouter<App> {
         .routes(routes!(provider_instance_view, provider_instance_delete))
 }
 
-/// List providers with their active plugin and call statistics.
+/// List providers.
+///
+/// Everyone sees each provider's name, state and health; administrators also see its
+/// settings, active plugin, health reason and call statistics.
 #[utoipa::path(get, path = "/v1/providers", tag = "providers", params(PageParams),
     responses((status = 200, body = Page<ProviderView>)))]
 async fn provider_list(
@@ -61,6 +65,9 @@ async fn provider_create(
 }
 
 /// Get a provider.
+///
+/// Everyone sees its name, state and health; administrators also see its settings, active
+/// plugin, health reason and call statistics.
 #[utoipa::path(get, path = "/v1/providers/{name}", tag = "providers",
     params(("name" = String, Path, description = "Provider name")),
     responses((status = 200, body = ProviderView, headers(("ETag" = String)))))]
@@ -121,7 +128,7 @@ async fn provider_rollback(
     Ok(tagged(revision, view))
 }
 
-/// The versions a provider was switched to, oldest first.
+/// The versions a provider was switched to, oldest first (administrators).
 #[utoipa::path(get, path = "/v1/providers/{name}/activations", tag = "providers",
     params(("name" = String, Path, description = "Provider name"), PageParams),
     responses((status = 200, body = Page<ProviderActivationView>)))]
@@ -149,7 +156,10 @@ async fn provider_probe(
     Ok(Json(app.provider_probe(&ctx.principal, &name).await?))
 }
 
-/// The changes of a provider's health, oldest first.
+/// A provider's events, oldest first (administrators).
+///
+/// Changes of its health (`kind` `health`) and activations refused by the new version's
+/// health check (`activation_refused`).
 #[utoipa::path(get, path = "/v1/providers/{name}/events", tag = "providers",
     params(("name" = String, Path, description = "Provider name"), PageParams),
     responses((status = 200, body = Page<ProviderEventView>)))]

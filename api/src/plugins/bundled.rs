@@ -29,7 +29,9 @@ pub const BUNDLED: &[Bundled] = &[
         provider: "aws",
         wasm: plugin_wasm!("bulkhead_plugin_aws.wasm"),
         config: &[("regions", "us-east-1")],
-        allowlist: &["*.amazonaws.com:443"],
+        // The EC2 endpoint of each configured region, nothing else of AWS; an operator who
+        // adds a region adds its endpoint too.
+        allowlist: &["ec2.us-east-1.amazonaws.com:443"],
     },
     Bundled {
         provider: "gcp",

@@ -15,7 +15,9 @@
 
 pub mod bundled;
 mod cache;
+pub mod contract;
 mod outbound;
+pub mod provider_cache;
 pub mod registry;
 mod sandbox;
 
@@ -31,31 +33,35 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
 
-pub use outbound::{Allowlist, HostPattern};
+pub use contract::SUPPORTED_CONTRACT_VERSIONS;
+use contract::{AdapterPre, Answer, Call, v0_2, v0_3};
+pub use outbound::{Allowlist, HostPattern, endpoint_patterns};
+pub use provider_cache::ProviderCache;
 pub use sandbox::PluginState;
 
-wasmtime::component::bindgen!({
-    path: "../sdk/wit",
-    world: "provider",
-    exports: { default: async },
-    with: {
-        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        "wasi:io": wasmtime_wasi::p2::bindings::io,
-        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-    },
-});
-
-pub use self::bulkhead::provider::types::{
-    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, ProviderError, ProviderInfo,
-    RateLimit,
+pub use self::contract::v0_3::bulkhead::provider::types::{
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, ProviderError,
+    ProviderInfo, RateLimit,
 };
 
-/// Versions of the `bulkhead:provider` contract this host can load.
-pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.2.0"];
 /// The export a plugin must have (with a supported version after `@`).
 pub const ADAPTER_EXPORT: &str = "bulkhead:provider/adapter";
 /// How often the epoch advances: the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Plugin calls one host runs at once, all providers together: the instance pool is sized for
+/// this many, and calls past it wait for a slot instead of failing.
+pub const HOST_CONCURRENT_CALLS: usize = 128;
+/// The part of the host's call capacity one provider may hold at once (its `max_concurrent_calls`
+/// cannot exceed it): a busy provider leaves the other three quarters to the others, so its
+/// load can neither fail nor stall their calls (and open their breakers).
+pub fn provider_call_share(capacity: usize) -> usize {
+    (capacity / 4).max(1)
+}
+/// What one call's component may use of the pool: a component needing more is refused when it
+/// is loaded, never at a call under load.
+const CORE_INSTANCES_PER_CALL: u32 = 16;
+const MEMORIES_PER_CALL: u32 = 4;
+const TABLES_PER_CALL: u32 = 16;
 
 /// Limits of one plugin's calls.
 #[derive(Debug, Clone)]
@@ -94,6 +100,9 @@ pub struct PluginEnv {
     pub secrets: BTreeMap<String, String>,
     /// Where its outbound HTTP requests may go.
     pub allowlist: Arc<Allowlist>,
+    /// What its calls keep between them (contract 0.3.0's cache): dropped with these
+    /// settings.
+    pub cache: Arc<ProviderCache>,
 }
 
 /// Why a plugin call failed.
@@ -125,7 +134,9 @@ pub enum PluginRejection {
         "the component does not export `{ADAPTER_EXPORT}` (it does not target the provider world); it exports: {0}"
     )]
     WrongWorld(String),
-    #[error("the component targets contract version {found}, but this host supports {supported}")]
+    #[error(
+        "the component targets contract version {found}, but this host supports {supported} (build it with bulkhead-sdk of the same minor version, e.g. 0.3.x for 0.3.0)"
+    )]
     UnsupportedVersion { found: String, supported: String },
     #[error("the component needs imports the host does not grant: {0}")]
     ForbiddenImports(String),
@@ -152,13 +163,19 @@ pub struct Plugin {
     pub limits: PluginLimits,
     /// Where its calls are counted (shared by the versions of a provider in the registry).
     pub stats: Arc<CallStats>,
-    pre: ProviderPre<PluginState>,
+    pre: AdapterPre,
     slots: Semaphore,
 }
 
-/// The engine and linker shared by all plugins, and the epoch ticker behind call deadlines.
+/// The engine and linker shared by all plugins, the epoch ticker behind call deadlines, and
+/// the admission of calls (the host's capacity, and each provider's share of it).
 pub struct PluginHost {
     engine: Engine,
+    /// One permit per call the instance pool has room for.
+    capacity: Arc<Semaphore>,
+    /// Permits of [`provider_call_share`] per provider, by provider name.
+    shares: std::sync::Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>,
+    share: usize,
     linker: Linker<PluginState>,
     cache: Option<cache::CodeCache>,
     /// Components compiled by this host, by digest: loading the same binary again (another
@@ -180,11 +197,24 @@ impl PluginHost {
     ///
     /// With `code_cache`, compiled plugins are kept in that directory (see the `cache` module).
     pub fn new(code_cache: Option<&std::path::Path>) -> anyhow::Result<Self> {
+        Self::with_capacity(code_cache, HOST_CONCURRENT_CALLS)
+    }
+
+    /// [`PluginHost::new`] with room for `calls` calls at once (tests use a small one).
+    pub fn with_capacity(
+        code_cache: Option<&std::path::Path>,
+        calls: usize,
+    ) -> anyhow::Result<Self> {
+        let calls = calls.max(1);
+        let slots = u32::try_from(calls)?;
         let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(256)
-            .total_core_instances(512)
-            .total_memories(512)
-            .total_tables(512)
+        pool.total_component_instances(slots)
+            .max_core_instances_per_component(CORE_INSTANCES_PER_CALL)
+            .max_memories_per_component(MEMORIES_PER_CALL)
+            .max_tables_per_component(TABLES_PER_CALL)
+            .total_core_instances(slots * CORE_INSTANCES_PER_CALL)
+            .total_memories(slots * MEMORIES_PER_CALL)
+            .total_tables(slots * TABLES_PER_CALL)
             .max_memory_size(PluginLimits::default().memory_bytes.max(256 * 1024 * 1024))
             // Reset a used slot by rewriting the pages it dirtied (found with PAGEMAP_SCAN where
             // the kernel has it) instead of unmapping them: no page faults on the next call, and
@@ -205,16 +235,30 @@ impl PluginHost {
             .map_err(|err| anyhow::anyhow!("link WASI: {err}"))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|err| anyhow::anyhow!("link WASI HTTP: {err}"))?;
-        self::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
+        // Every supported contract version's host interface, side by side.
+        v0_3::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
             &mut linker,
             |state| state,
         )
-        .map_err(|err| anyhow::anyhow!("link host types: {err}"))?;
-        self::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(|err| anyhow::anyhow!("link host: {err}"))?;
+        .and_then(|()| {
+            v0_3::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
+        .and_then(|()| {
+            v0_2::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
+        .and_then(|()| {
+            v0_2::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
+        .map_err(|err| anyhow::anyhow!("link the host interfaces: {err}"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (stop, weak) = (ticker_stop.clone(), engine.weak());
@@ -234,6 +278,9 @@ impl PluginHost {
             .transpose()?;
         Ok(Self {
             engine,
+            capacity: Arc::new(Semaphore::new(calls)),
+            shares: Default::default(),
+            share: provider_call_share(calls),
             linker,
             cache,
             compiled: Default::default(),
@@ -254,8 +301,11 @@ impl PluginHost {
             .linker
             .instantiate_pre(&component)
             .map_err(|err| PluginRejection::ForbiddenImports(format!("{err:#}")))?;
-        let pre = ProviderPre::new(instance_pre)
-            .map_err(|err| PluginRejection::WrongWorld(format!("{err:#}")))?;
+        let wrong_world = |err: wasmtime::Error| PluginRejection::WrongWorld(format!("{err:#}"));
+        let pre = match contract_version.as_str() {
+            "0.2.0" => AdapterPre::V0_2(v0_2::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+            _ => AdapterPre::V0_3(v0_3::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+        };
         Ok(Plugin {
             digest,
             from_cache,
@@ -288,13 +338,13 @@ impl PluginHost {
         plugin: &Plugin,
         env: &Arc<PluginEnv>,
     ) -> Result<ProviderInfo, PluginError> {
-        self.call(
-            plugin,
-            env,
-            plugin.limits.health_deadline,
-            |adapter, store| Box::pin(async move { adapter.call_info(store).await.map(Ok) }),
-        )
-        .await
+        match self
+            .call(plugin, env, plugin.limits.health_deadline, Call::Info)
+            .await?
+        {
+            Answer::Info(info) => Ok(info),
+            _ => Err(answer_mismatch("info")),
+        }
     }
 
     pub async fn plugin_health(
@@ -302,13 +352,13 @@ impl PluginHost {
         plugin: &Plugin,
         env: &Arc<PluginEnv>,
     ) -> Result<HealthReport, PluginError> {
-        self.call(
-            plugin,
-            env,
-            plugin.limits.health_deadline,
-            |adapter, store| Box::pin(adapter.call_health(store)),
-        )
-        .await
+        match self
+            .call(plugin, env, plugin.limits.health_deadline, Call::Health)
+            .await?
+        {
+            Answer::Health(report) => Ok(report),
+            _ => Err(answer_mismatch("health")),
+        }
     }
 
     pub async fn plugin_provision(
@@ -317,15 +367,18 @@ impl PluginHost {
         env: &Arc<PluginEnv>,
         spec: InstanceSpec,
     ) -> Result<Instance, PluginError> {
-        self.call(
-            plugin,
-            env,
-            plugin.limits.call_deadline,
-            move |adapter, store| {
-                Box::pin(async move { adapter.call_provision(store, &spec).await })
-            },
-        )
-        .await
+        match self
+            .call(
+                plugin,
+                env,
+                plugin.limits.call_deadline,
+                Call::Provision(spec),
+            )
+            .await?
+        {
+            Answer::Instance(instance) => Ok(instance),
+            _ => Err(answer_mismatch("provision")),
+        }
     }
 
     pub async fn plugin_deprovision(
@@ -334,15 +387,18 @@ impl PluginHost {
         env: &Arc<PluginEnv>,
         key: String,
     ) -> Result<(), PluginError> {
-        self.call(
-            plugin,
-            env,
-            plugin.limits.call_deadline,
-            move |adapter, store| {
-                Box::pin(async move { adapter.call_deprovision(store, &key).await })
-            },
-        )
-        .await
+        match self
+            .call(
+                plugin,
+                env,
+                plugin.limits.call_deadline,
+                Call::Deprovision(key),
+            )
+            .await?
+        {
+            Answer::Done => Ok(()),
+            _ => Err(answer_mismatch("deprovision")),
+        }
     }
 
     pub async fn plugin_describe(
@@ -351,13 +407,18 @@ impl PluginHost {
         env: &Arc<PluginEnv>,
         key: String,
     ) -> Result<Instance, PluginError> {
-        self.call(
-            plugin,
-            env,
-            plugin.limits.call_deadline,
-            move |adapter, store| Box::pin(async move { adapter.call_describe(store, &key).await }),
-        )
-        .await
+        match self
+            .call(
+                plugin,
+                env,
+                plugin.limits.call_deadline,
+                Call::Describe(key),
+            )
+            .await?
+        {
+            Answer::Instance(instance) => Ok(instance),
+            _ => Err(answer_mismatch("describe")),
+        }
     }
 
     pub async fn plugin_list(
@@ -365,34 +426,32 @@ impl PluginHost {
         plugin: &Plugin,
         env: &Arc<PluginEnv>,
     ) -> Result<Vec<Instance>, PluginError> {
-        self.call(
-            plugin,
-            env,
-            plugin.limits.call_deadline,
-            |adapter, store| Box::pin(adapter.call_list(store)),
-        )
-        .await
+        match self
+            .call(plugin, env, plugin.limits.call_deadline, Call::List)
+            .await?
+        {
+            Answer::Instances(instances) => Ok(instances),
+            _ => Err(answer_mismatch("list")),
+        }
     }
 
     /// Runs one call in a fresh store: waits for a call slot, instantiates, calls `f` under the
     /// deadline and memory cap, and classifies the outcome.
-    async fn call<R: Send>(
+    async fn call(
         &self,
         plugin: &Plugin,
         env: &Arc<PluginEnv>,
         deadline: Duration,
-        f: impl for<'a> FnOnce(
-            &'a exports::bulkhead::provider::adapter::Guest,
-            &'a mut Store<PluginState>,
-        ) -> std::pin::Pin<
-            Box<dyn Future<Output = wasmtime::Result<Result<R, ProviderError>>> + Send + 'a>,
-        >,
-    ) -> Result<R, PluginError> {
-        let _slot = plugin
-            .slots
-            .acquire()
-            .await
-            .map_err(|err| PluginError::Host(err.to_string()))?;
+        call: Call,
+    ) -> Result<Answer, PluginError> {
+        // The plugin's own limit, then its provider's share of the host, then a place in the
+        // pool: a call waits for each in turn, so one provider's queue never holds the host's
+        // permits that another provider's calls need.
+        let closed = |err: tokio::sync::AcquireError| PluginError::Host(err.to_string());
+        let _slot = plugin.slots.acquire().await.map_err(closed)?;
+        let share = self.provider_share(&env.provider);
+        let _share = share.acquire().await.map_err(closed)?;
+        let _capacity = self.capacity.acquire().await.map_err(closed)?;
         let mut store = Store::new(&self.engine, PluginState::new(env, &plugin.limits));
         store.limiter(|state| state.limiter());
         // At every epoch tick a running plugin yields to the executor, so that a busy plugin
@@ -408,11 +467,7 @@ impl PluginHost {
         });
         // Epoch interruption stops a plugin that computes; a plugin waiting on the host (an
         // outbound HTTP request) runs no Wasm, so the same deadline also bounds the whole call.
-        let outcome = tokio::time::timeout(deadline, async {
-            let provider = plugin.pre.instantiate_async(&mut store).await?;
-            f(provider.bulkhead_provider_adapter(), &mut store).await
-        })
-        .await;
+        let outcome = tokio::time::timeout(deadline, plugin.pre.call(&mut store, call)).await;
         let result = match outcome {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(provider_error))) => Err(PluginError::Provider(provider_error)),
@@ -438,6 +493,29 @@ impl PluginHost {
         }
         result
     }
+}
+
+impl PluginHost {
+    /// How many calls one provider may run at once on this host.
+    pub fn provider_share_size(&self) -> usize {
+        self.share
+    }
+
+    fn provider_share(&self, provider: &Arc<str>) -> Arc<Semaphore> {
+        self.shares
+            .lock()
+            .expect("not poisoned")
+            .entry(provider.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.share)))
+            .clone()
+    }
+}
+
+/// An answer of another kind than the call's: a bug of the host's adaptation, not the plugin's.
+fn answer_mismatch(call: &str) -> PluginError {
+    PluginError::Host(format!(
+        "the adapter answered `{call}` with another kind of answer"
+    ))
 }
 
 fn classify(err: wasmtime::Error, store: &Store<PluginState>, deadline: Duration) -> PluginError {

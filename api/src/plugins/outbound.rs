@@ -1,15 +1,24 @@
 //! Outbound HTTP of plugins: the per-provider allowlist of `host:port` patterns and the
 //! `wasi:http` hooks that enforce it and cap response bodies.
 //!
-//! A request whose authority is not on the allowlist never leaves the host: the plugin gets
-//! `error-code.HTTP-request-denied`, the operator a warning naming the provider and the
-//! refused authority, and `plugin_http_denied_total{provider}` counts it.
+//! A request leaves the host only when (1) its authority carries no userinfo, (2) its
+//! `host:port` is on the allowlist, and (3) the address the name resolves to is public, or is
+//! itself named by the allowlist (an IP pattern such as `127.0.0.1:9000`): a public name that resolves to loopback, a link-local address (the cloud
+//! metadata service at 169.254.169.254) or a private range is refused. The connection is then
+//! made to the very address that was checked, so a second DNS answer cannot redirect it.
+//! Anything refused never leaves the host: the plugin gets `error-code.HTTP-request-denied`,
+//! the operator a warning naming the provider, the destination and why, and
+//! `plugin_http_denied_total{provider}` counts it.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
+use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// One allowed destination: `host:port`, where the host may start with `*.` (any subdomain,
@@ -103,6 +112,82 @@ impl Allowlist {
     }
 }
 
+/// `host:port` of every `http(s)://` URL in a provider's configuration (a value, or one of
+/// comma-separated values): a provider may always reach the endpoints it is configured with.
+/// The server and `bulkhead plugin call` both add these to the configured allowlist.
+pub fn endpoint_patterns(config: &BTreeMap<String, String>) -> Vec<String> {
+    let mut derived: Vec<String> = config
+        .values()
+        .flat_map(|value| value.split(','))
+        .filter_map(|item| item.trim().parse::<http::Uri>().ok())
+        .filter_map(|uri| {
+            let port = match uri.scheme_str()? {
+                "http" => uri.port_u16().unwrap_or(80),
+                "https" => uri.port_u16().unwrap_or(443),
+                _ => return None,
+            };
+            Some(format!("{}:{port}", uri.host()?))
+        })
+        .filter(|pattern| pattern.parse::<HostPattern>().is_ok())
+        .collect();
+    derived.sort();
+    derived.dedup();
+    derived
+}
+
+/// Why an address is not reachable by name alone, or `None` for a public address.
+fn address_restricted(ip: IpAddr) -> Option<&'static str> {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            if v4.is_loopback() {
+                Some("loopback")
+            } else if v4.is_link_local() {
+                Some("link-local (cloud metadata)")
+            } else if v4.is_private() || (a == 100 && (64..128).contains(&b)) {
+                Some("private")
+            } else if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() || a == 0 {
+                Some("unroutable")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            if v6.is_loopback() {
+                Some("loopback")
+            } else if first & 0xffc0 == 0xfe80 {
+                Some("link-local")
+            } else if first & 0xfe00 == 0xfc00 {
+                Some("private")
+            } else if v6.is_unspecified() || v6.is_multicast() {
+                Some("unroutable")
+            } else {
+                None
+            }
+        }
+    }
+}
+
+impl Allowlist {
+    /// Whether the allowlist itself names `ip` for `port` (an IP pattern, such as
+    /// `127.0.0.1:9000`): only then may a restricted address be reached. A name never does,
+    /// `localhost` included: what a name resolves to is not the operator's decision.
+    fn names_address(&self, ip: IpAddr, port: u16) -> bool {
+        self.0.iter().any(|pattern| {
+            if pattern.port.is_some_and(|allowed| allowed != port) {
+                return false;
+            }
+            let host = pattern.host.trim_start_matches('[').trim_end_matches(']');
+            host.parse::<IpAddr>().is_ok_and(|named| named == ip)
+        })
+    }
+}
+
 /// The `wasi:http` hooks of one plugin call.
 pub(super) struct OutboundPolicy {
     pub provider: Arc<str>,
@@ -111,41 +196,72 @@ pub(super) struct OutboundPolicy {
     pub response_bytes: u64,
 }
 
+/// Where a checked request goes: the address to connect to, and the name to verify TLS
+/// against.
+struct Destination {
+    address: SocketAddr,
+    server_name: String,
+    tls: bool,
+}
+
 impl OutboundPolicy {
-    fn check(&self, uri: &http::Uri) -> Result<(), HttpError> {
-        let host = uri.host().unwrap_or_default();
-        let port = uri
-            .port_u16()
-            .unwrap_or(if uri.scheme() == Some(&http::uri::Scheme::HTTP) {
-                80
-            } else {
-                443
-            });
-        if self.allowlist.allows(host, port) {
-            return Ok(());
+    /// Checks the authority against the allowlist (no DNS yet).
+    fn check_name(&self, uri: &http::Uri) -> Result<(String, u16, bool), String> {
+        let authority = uri.authority().ok_or("the URL has no host")?;
+        if authority.as_str().contains('@') {
+            return Err("the URL carries credentials (userinfo) in its authority".into());
         }
+        let tls = uri.scheme() != Some(&http::uri::Scheme::HTTP);
+        let host = authority.host().to_ascii_lowercase();
+        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        if !self.allowlist.allows(&host, port) {
+            return Err("destination not on the provider's allowlist".into());
+        }
+        Ok((host, port, tls))
+    }
+
+    /// Resolves an allowed name and picks the first address it may reach.
+    async fn resolve(allowlist: &Allowlist, host: &str, port: u16) -> Result<SocketAddr, String> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let candidates: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => tokio::net::lookup_host((bare, port))
+                .await
+                .map_err(|err| format!("name lookup failed: {err}"))?
+                .collect(),
+        };
+        let mut refused = None;
+        for candidate in candidates {
+            match address_restricted(candidate.ip()) {
+                None => return Ok(candidate),
+                Some(_) if allowlist.names_address(candidate.ip(), port) => return Ok(candidate),
+                Some(range) => {
+                    refused = Some(format!(
+                        "{host} resolves to {}, a {range} address the allowlist does not name",
+                        candidate.ip()
+                    ))
+                }
+            }
+        }
+        Err(refused.unwrap_or_else(|| format!("{host} resolves to no address")))
+    }
+
+    fn refuse(&self, destination: &str, why: &str) -> HttpError {
         tracing::warn!(
             provider = %self.provider,
-            destination = %format!("{host}:{port}"),
-            "plugin HTTP request refused: destination not on the provider's allowlist"
+            destination,
+            why,
+            "plugin HTTP request refused"
         );
         metrics::counter!("plugin_http_denied_total", "provider" => self.provider.to_string())
             .increment(1);
-        Err(HttpError::HttpRequestDenied)
+        HttpError::HttpRequestDenied
     }
 }
 
-type SendFuture = Box<
-    dyn Future<
-            Output = Result<
-                (
-                    http::Response<WasiBody>,
-                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-                ),
-                HttpError,
-            >,
-        > + Send,
->;
+type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
+type SendFuture =
+    Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>;
 
 impl WasiHttpHooks for OutboundPolicy {
     fn send_request(
@@ -155,11 +271,34 @@ impl WasiHttpHooks for OutboundPolicy {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        let checked = self.check(request.uri());
-        let cap = self.response_bytes;
+        let authority = request
+            .uri()
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let checked = self
+            .check_name(request.uri())
+            .map_err(|why| self.refuse(&authority, &why));
+        let policy = OutboundPolicy {
+            provider: self.provider.clone(),
+            allowlist: self.allowlist.clone(),
+            response_bytes: self.response_bytes,
+        };
         Box::new(async move {
-            checked?;
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let (host, port, tls) = checked?;
+            let address = Self::resolve(&policy.allowlist, &host, port)
+                .await
+                .map_err(|why| policy.refuse(&authority, &why))?;
+            let destination = Destination {
+                address,
+                server_name: host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                tls,
+            };
+            let (response, io) = send_to(destination, request, options).await?;
+            let cap = policy.response_bytes;
             let response = response.map(|body| {
                 Limited::new(body, usize::try_from(cap).unwrap_or(usize::MAX))
                     .map_err(move |err| match err.downcast::<HttpError>() {
@@ -168,12 +307,90 @@ impl WasiHttpHooks for OutboundPolicy {
                     })
                     .boxed_unsync()
             });
-            Ok((
-                response,
-                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-            ))
+            Ok((response, io))
         })
     }
+}
+
+/// The TLS settings of outbound requests: the web's root certificates, no client auth.
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.into(),
+            };
+            Arc::new(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default TLS versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+            )
+        })
+        .clone()
+}
+
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Stream for T {}
+
+/// Sends `request` over HTTP/1.1 to the checked address (TLS verified against the host name),
+/// never resolving the name again.
+async fn send_to(
+    destination: Destination,
+    mut request: http::Request<WasiBody>,
+    options: Option<RequestOptions>,
+) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
+    let connect_timeout = options
+        .and_then(|options| options.connect_timeout)
+        .unwrap_or(Duration::from_secs(30));
+    let tcp = tokio::time::timeout(
+        connect_timeout,
+        tokio::net::TcpStream::connect(destination.address),
+    )
+    .await
+    .map_err(|_| HttpError::ConnectionTimeout)?
+    .map_err(HttpError::Connect)?;
+    let stream: Box<dyn Stream> = if destination.tls {
+        let name = rustls::pki_types::ServerName::try_from(destination.server_name)?;
+        let tls = tokio_rustls::TlsConnector::from(tls_config())
+            .connect(name, tcp)
+            .await
+            .map_err(HttpError::Tls)?;
+        Box::new(tls)
+    } else {
+        Box::new(tcp)
+    };
+    let (mut sender, connection) = tokio::time::timeout(
+        connect_timeout,
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+    )
+    .await
+    .map_err(|_| HttpError::ConnectionTimeout)??;
+    // The request line carries the path only; the `Host` header names the destination.
+    *request.uri_mut() = http::Uri::builder()
+        .path_and_query(
+            request
+                .uri()
+                .path_and_query()
+                .map_or("/", |path| path.as_str()),
+        )
+        .build()
+        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let connection = tokio::spawn(connection);
+    let response = sender.send_request(request).await?;
+    let io: IoFuture = Box::new(async move {
+        match connection.await {
+            Ok(result) => result.map_err(HttpError::from),
+            Err(err) => Err(HttpError::InternalError(Some(err.to_string()))),
+        }
+    });
+    Ok((
+        response.map(|body| body.map_err(HttpError::from).boxed_unsync()),
+        io,
+    ))
 }
 
 #[cfg(test)]
@@ -196,6 +413,82 @@ mod tests {
         assert!(list.allows("127.0.0.1", 9000));
         assert!(!list.allows("127.0.0.2", 9000));
         assert!(!Allowlist::default().allows("127.0.0.1", 80));
+    }
+
+    #[test]
+    fn loopback_link_local_and_private_addresses_are_restricted() {
+        for (address, range) in [
+            ("127.0.0.1", Some("loopback")),
+            ("127.9.9.9", Some("loopback")),
+            ("::1", Some("loopback")),
+            ("::ffff:127.0.0.1", Some("loopback")),
+            ("169.254.169.254", Some("link-local (cloud metadata)")),
+            ("fe80::1", Some("link-local")),
+            ("10.0.0.1", Some("private")),
+            ("172.16.5.4", Some("private")),
+            ("192.168.1.1", Some("private")),
+            ("100.64.0.1", Some("private")),
+            ("fd00::1", Some("private")),
+            ("0.0.0.0", Some("unroutable")),
+            ("::", Some("unroutable")),
+            ("8.8.8.8", None),
+            ("172.32.0.1", None),
+            ("2001:4860:4860::8888", None),
+        ] {
+            let ip: IpAddr = address.parse().unwrap();
+            assert_eq!(address_restricted(ip), range, "{address}");
+        }
+    }
+
+    #[test]
+    fn only_an_ip_pattern_names_a_restricted_address() {
+        let list = Allowlist::parse(&[
+            "127.0.0.1:9000",
+            "[::1]:*",
+            "localhost:9000",
+            "*.internal:80",
+        ])
+        .unwrap();
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        assert!(list.names_address(ip("127.0.0.1"), 9000));
+        assert!(!list.names_address(ip("127.0.0.1"), 9001));
+        assert!(!list.names_address(ip("127.0.0.2"), 9000));
+        assert!(list.names_address(ip("::1"), 443));
+        assert!(!list.names_address(ip("169.254.169.254"), 80));
+    }
+
+    #[tokio::test]
+    async fn names_are_resolved_and_their_addresses_checked() {
+        let named = Allowlist::parse(&["localhost:9000"]).unwrap();
+        let refused = OutboundPolicy::resolve(&named, "localhost", 9000).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|why| why.contains("loopback address the allowlist does not name")),
+            "{refused:?}"
+        );
+        let both = Allowlist::parse(&["localhost:9000", "127.0.0.1:9000"]).unwrap();
+        let address = OutboundPolicy::resolve(&both, "localhost", 9000).await;
+        assert_eq!(address, Ok("127.0.0.1:9000".parse().unwrap()));
+        let literal = OutboundPolicy::resolve(&Allowlist::default(), "169.254.169.254", 80).await;
+        assert!(literal.is_err_and(|why| why.contains("link-local")));
+    }
+
+    #[test]
+    fn userinfo_and_unlisted_names_are_refused_before_any_lookup() {
+        let policy = OutboundPolicy {
+            provider: "test".into(),
+            allowlist: Arc::new(Allowlist::parse(&["127.0.0.1:9000"]).unwrap()),
+            response_bytes: 1024,
+        };
+        let uri = |text: &str| text.parse::<http::Uri>().unwrap();
+        assert_eq!(
+            policy.check_name(&uri("http://127.0.0.1:9000/a")),
+            Ok(("127.0.0.1".into(), 9000, false))
+        );
+        let userinfo = policy.check_name(&uri("http://user:pw@127.0.0.1:9000/a"));
+        assert!(userinfo.is_err_and(|why| why.contains("userinfo")));
+        assert!(policy.check_name(&uri("https://127.0.0.1/a")).is_err());
     }
 
     #[test]

@@ -12,12 +12,14 @@ use std::sync::{Arc, RwLock};
 
 use arc_swap::ArcSwapOption;
 
-use super::{CallStats, Plugin, PluginEnv, PluginHost};
+use super::{CallStats, Plugin, PluginEnv, PluginHost, ProviderInfo};
 
 /// The plugin a provider runs now, with the settings its calls see.
 pub struct ActivePlugin {
     pub plugin: Arc<Plugin>,
     pub env: Arc<PluginEnv>,
+    /// The plugin's `info` with these settings, asked once when first needed.
+    pub info: tokio::sync::OnceCell<ProviderInfo>,
 }
 
 /// One provider's place in the registry.
@@ -43,6 +45,7 @@ impl ProviderSlot {
         self.active.store(Some(Arc::new(ActivePlugin {
             plugin: Arc::new(plugin),
             env,
+            info: tokio::sync::OnceCell::new(),
         })));
     }
 

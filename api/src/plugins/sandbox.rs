@@ -1,5 +1,7 @@
 //! The state of one plugin call: WASI with every capability denied, outbound HTTP through the
-//! provider's allowlist, the plugin's own configuration and secrets, and the memory limiter.
+//! provider's allowlist, the plugin's own configuration, secrets and cache, and the memory
+//! limiter. The host interface of every supported contract version is served here (older
+//! versions by the newest's functions).
 
 use std::sync::Arc;
 
@@ -9,8 +11,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::PluginEnv;
-use super::bulkhead::provider::host::{Host, LogLevel};
+use super::contract::{v0_2, v0_3};
 use super::outbound::OutboundPolicy;
+use v0_3::bulkhead::provider::host::{Host, LogLevel};
 
 /// Per-call store data.
 pub struct PluginState {
@@ -108,14 +111,16 @@ impl WasiHttpView for PluginState {
     }
 }
 
-impl super::bulkhead::provider::types::Host for PluginState {}
+impl v0_3::bulkhead::provider::types::Host for PluginState {}
+impl v0_2::bulkhead::provider::types::Host for PluginState {}
 
 impl Host for PluginState {
     fn log(&mut self, level: LogLevel, message: String) {
         let message: String = message.chars().take(4096).collect();
         let provider = &*self.env.provider;
         match level {
-            LogLevel::Trace | LogLevel::Debug => tracing::debug!(provider, plugin_log = %message),
+            LogLevel::Trace => tracing::trace!(provider, plugin_log = %message),
+            LogLevel::Debug => tracing::debug!(provider, plugin_log = %message),
             LogLevel::Info => tracing::info!(provider, plugin_log = %message),
             LogLevel::Warn => tracing::warn!(provider, plugin_log = %message),
             LogLevel::Error => tracing::error!(provider, plugin_log = %message),
@@ -128,5 +133,31 @@ impl Host for PluginState {
 
     fn secret_get(&mut self, key: String) -> Option<String> {
         self.env.secrets.get(&key).cloned()
+    }
+
+    fn cache_get(&mut self, key: String) -> Option<Vec<u8>> {
+        self.env.cache.get(&key, std::time::Instant::now())
+    }
+
+    fn cache_set(&mut self, key: String, value: Vec<u8>, ttl_secs: u32) -> Result<(), String> {
+        let ttl = std::time::Duration::from_secs(ttl_secs.into());
+        self.env
+            .cache
+            .set(&key, value, ttl, std::time::Instant::now())
+    }
+}
+
+/// Contract 0.2.0's host interface: the same functions (it has no cache).
+impl v0_2::bulkhead::provider::host::Host for PluginState {
+    fn log(&mut self, level: v0_2::bulkhead::provider::host::LogLevel, message: String) {
+        Host::log(self, level.into(), message)
+    }
+
+    fn config_get(&mut self, key: String) -> Option<String> {
+        Host::config_get(self, key)
+    }
+
+    fn secret_get(&mut self, key: String) -> Option<String> {
+        Host::secret_get(self, key)
     }
 }

@@ -21,8 +21,8 @@ use std::time::SystemTime;
 
 use bulkhead_sdk::http::{Request, form_encode};
 use bulkhead_sdk::{
-    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError,
-    ProviderInfo, RateLimit,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
+    ProviderError, ProviderInfo, RateLimit,
 };
 
 use sigv4::Credentials;
@@ -423,6 +423,15 @@ impl Provider for Aws {
             version: env!("CARGO_PKG_VERSION").into(),
             regions: regions(),
             capabilities: vec![],
+            config: vec![
+                ConfigKey::optional("regions", "Comma-separated regions (default us-east-1)"),
+                ConfigKey::optional(
+                    "endpoint",
+                    "EC2 endpoint for every region (default https://ec2.{region}.amazonaws.com)",
+                ),
+                ConfigKey::secret("access_key_id", "The IAM access key id"),
+                ConfigKey::secret("secret_access_key", "The IAM secret access key"),
+            ],
         }
     }
 

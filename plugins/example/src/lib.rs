@@ -6,8 +6,8 @@
 //! answer, default `127.0.0.1:8080`) and `health_url` (optional: `health` asks it over HTTP).
 
 use bulkhead_sdk::{
-    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError,
-    ProviderInfo,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
+    ProviderError, ProviderInfo,
 };
 
 pub struct Example;
@@ -33,6 +33,11 @@ impl Provider for Example {
             version: env!("CARGO_PKG_VERSION").into(),
             regions: regions(),
             capabilities: vec![],
+            config: vec![
+                ConfigKey::optional("regions", "Comma-separated regions (default local)"),
+                ConfigKey::optional("address", "Where instances answer (default 127.0.0.1:8080)"),
+                ConfigKey::optional("health_url", "A URL that `health` asks, if set"),
+            ],
         }
     }
 

@@ -40,8 +40,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use bulkhead_sdk::http::{Request, Response, form_encode};
 use bulkhead_sdk::{
-    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError,
-    ProviderInfo, RateLimit,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
+    ProviderError, ProviderInfo, RateLimit,
 };
 use rsa::pkcs1::DecodeRsaPrivateKey;
 use rsa::pkcs8::DecodePrivateKey;
@@ -135,15 +135,50 @@ struct AccessToken {
     expires_at: u64,
 }
 
+/// The key of the access token in the provider's cache.
+const TOKEN_CACHE_KEY: &str = "gcp:access-token";
+
+impl AccessToken {
+    /// The token in the provider's cache (`EXPIRES_AT:TOKEN`), if any.
+    fn cached() -> Option<AccessToken> {
+        let text = bulkhead_sdk::cache::get_string(TOKEN_CACHE_KEY)?;
+        let (expires_at, value) = text.split_once(':')?;
+        Some(AccessToken {
+            value: value.to_owned(),
+            expires_at: expires_at.parse().ok()?,
+        })
+    }
+
+    /// Keeps the token in the provider's cache until shortly before it expires. A refusal
+    /// (too large) only costs the next call an exchange.
+    fn cache(&self, now: u64) {
+        let ttl = self
+            .expires_at
+            .saturating_sub(now + TOKEN_RENEW_MARGIN_SECS);
+        if ttl > 0 {
+            let entry = format!("{}:{}", self.expires_at, self.value);
+            if let Err(why) = bulkhead_sdk::cache::set(
+                TOKEN_CACHE_KEY,
+                entry.as_bytes(),
+                std::time::Duration::from_secs(ttl),
+            ) {
+                bulkhead_sdk::warn!("the access token was not cached: {why}");
+            }
+        }
+    }
+}
+
 /// The Compute API as one call sees it: the settings and an access token.
 ///
-/// The token is cached here, in this value, for the rest of the call only: Bulkhead runs every
-/// call in a fresh plugin instance and gives plugins no state between calls, so each call
-/// exchanges one assertion for a token (at most one exchange per call, however many requests
-/// it makes) and nothing outlives the call.
+/// The token is kept in Bulkhead's cache of this provider (contract 0.3.0) until shortly before
+/// it expires, so one assertion is signed and exchanged per token lifetime (an hour), not per
+/// call; within a call it is also kept in this value. Bulkhead empties the cache when the
+/// provider's secrets or configuration change, so a new key never meets an old token.
 struct Client {
     settings: Settings,
     token: RefCell<Option<AccessToken>>,
+    /// Tokens exchanged by this call.
+    exchanges: std::cell::Cell<u32>,
 }
 
 impl Client {
@@ -151,6 +186,7 @@ impl Client {
         Ok(Client {
             settings: Settings::load()?,
             token: RefCell::new(None),
+            exchanges: std::cell::Cell::new(0),
         })
     }
 
@@ -162,15 +198,23 @@ impl Client {
         )
     }
 
-    /// The call's access token, exchanged on first use and renewed if it is about to expire.
+    /// The access token: this call's, the provider's cached one, or a new exchange (renewed
+    /// when about to expire).
     fn token(&self) -> Result<String, ProviderError> {
         let now = unix_now();
-        if let Some(token) = self.token.borrow().as_ref()
-            && token.expires_at > now + TOKEN_RENEW_MARGIN_SECS
-        {
+        let fresh = |token: &AccessToken| token.expires_at > now + TOKEN_RENEW_MARGIN_SECS;
+        if let Some(token) = self.token.borrow().as_ref().filter(|token| fresh(token)) {
             return Ok(token.value.clone());
         }
-        let token = self.exchange(now)?;
+        let token = match AccessToken::cached().filter(|token| fresh(token)) {
+            Some(token) => token,
+            None => {
+                let token = self.exchange(now)?;
+                self.exchanges.set(self.exchanges.get() + 1);
+                token.cache(now);
+                token
+            }
+        };
         let value = token.value.clone();
         *self.token.borrow_mut() = Some(token);
         Ok(value)
@@ -216,13 +260,25 @@ impl Client {
     }
 
     /// Sends `request` with the call's bearer token. Error statuses are the caller's to map.
+    ///
+    /// A 401 with a token from an earlier call (revoked, or expired early) drops it from the
+    /// cache and retries once with a new one: only a fresh token's 401 is the answer.
     fn send(&self, request: Request) -> Result<Response, ProviderError> {
-        let token = self.token()?;
-        let response = request
-            .bearer(&token)
-            .header("accept", "application/json")
-            .send()?;
-        Ok(response)
+        let send = |request: Request, token: &str| {
+            request
+                .bearer(token)
+                .header("accept", "application/json")
+                .send()
+        };
+        let exchanges_before = self.exchanges.get();
+        let response = send(request.clone(), &self.token()?)?;
+        if response.status != 401 || self.exchanges.get() != exchanges_before {
+            return Ok(response);
+        }
+        bulkhead_sdk::debug!("a cached access token was refused; exchanging a new one");
+        let _ = bulkhead_sdk::cache::set(TOKEN_CACHE_KEY, b"", std::time::Duration::ZERO);
+        *self.token.borrow_mut() = None;
+        Ok(send(request, &self.token()?)?)
     }
 
     /// The instance `name` in `zone`, or `None` when there is none.
@@ -786,6 +842,21 @@ impl Provider for Gcp {
             version: env!("CARGO_PKG_VERSION").into(),
             regions: zones(),
             capabilities: vec![],
+            config: vec![
+                ConfigKey::required("project", "The Google Cloud project id"),
+                ConfigKey::optional("regions", "Comma-separated zones (default us-central1-a)"),
+                ConfigKey::optional("compute_endpoint", "Default https://compute.googleapis.com"),
+                ConfigKey::optional("token_uri", "Default https://oauth2.googleapis.com/token"),
+                ConfigKey::optional("machine_type", "Default e2-small"),
+                ConfigKey::optional("source_image", "The boot disk's image (default COS stable)"),
+                ConfigKey::optional("network", "Default global/networks/default"),
+                ConfigKey::secret("client_email", "The service account's email"),
+                ConfigKey::secret("private_key", "The service account's private key (PEM)"),
+                ConfigKey {
+                    required: false,
+                    ..ConfigKey::secret("private_key_id", "The key's id (sent as `kid`)")
+                },
+            ],
         }
     }
 
@@ -1060,10 +1131,15 @@ mod tests {
                 log.borrow_mut().exchanges += 1;
                 return Ok(token_answer());
             }
-            assert_eq!(
-                request.header_value("authorization"),
-                Some(format!("Bearer {TOKEN}").as_str())
-            );
+            // Any other bearer is refused, as Google refuses a revoked or expired token.
+            if request.header_value("authorization") != Some(format!("Bearer {TOKEN}").as_str()) {
+                return Ok(google_error(
+                    401,
+                    "UNAUTHENTICATED",
+                    "authError",
+                    "invalid token",
+                ));
+            }
             let mut log = log.borrow_mut();
             log.requests.push((request.method, request.url.clone()));
             log.bodies.push(request.body.clone());
@@ -1170,7 +1246,7 @@ mod tests {
     }
 
     #[test]
-    fn one_token_exchange_per_call_sent_as_a_bearer() {
+    fn one_token_exchange_per_token_lifetime_sent_as_a_bearer() {
         configure();
         let seen = fake(|request| match request.method {
             Method::Get => Response::json_body(200, &instance_json("web-1", "RUNNING")),
@@ -1180,9 +1256,33 @@ mod tests {
         Gcp::deprovision("web-1".into()).unwrap();
         assert_eq!(seen.borrow().exchanges, 1);
         assert_eq!(seen.borrow().requests.len(), 4);
-        // The next call is a fresh instance in Bulkhead: it exchanges again.
+        // The next call (a fresh instance in Bulkhead) finds the token in the provider's cache.
+        Gcp::describe("web-1".into()).unwrap();
+        assert_eq!(seen.borrow().exchanges, 1);
+        let cached = bulkhead_sdk::cache::get_string(TOKEN_CACHE_KEY).unwrap();
+        assert!(cached.ends_with(TOKEN), "{cached}");
+        // Emptied (as when the provider's secrets change): exchanged again.
+        testing::cache_clear();
         Gcp::describe("web-1".into()).unwrap();
         assert_eq!(seen.borrow().exchanges, 2);
+    }
+
+    #[test]
+    fn a_refused_cached_token_is_exchanged_again_once() {
+        configure();
+        // A token from an earlier call, which the API no longer accepts.
+        let expires = unix_now() + 3000;
+        bulkhead_sdk::cache::set(
+            TOKEN_CACHE_KEY,
+            format!("{expires}:revoked").as_bytes(),
+            std::time::Duration::from_secs(3000),
+        )
+        .unwrap();
+        let seen = fake(|_| Response::json_body(200, &instance_json("web-1", "RUNNING")));
+        Gcp::describe("web-1".into()).unwrap();
+        assert_eq!(seen.borrow().exchanges, 1, "the refused token was replaced");
+        let cached = bulkhead_sdk::cache::get_string(TOKEN_CACHE_KEY).unwrap();
+        assert!(cached.ends_with(TOKEN), "{cached}");
     }
 
     #[test]

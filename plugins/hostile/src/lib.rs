@@ -15,6 +15,7 @@ impl Provider for Hostile {
             version: "0.1.0".into(),
             regions: vec!["local".into()],
             capabilities: vec![],
+            config: vec![],
         }
     }
 

@@ -74,6 +74,8 @@ impl Agent<'_> {
         let at = |message: String| format!("agent {}: {message}", self.url);
         match err {
             ProviderError::Unauthorized(m) => ProviderError::Unauthorized(at(m)),
+            ProviderError::Forbidden(m) => ProviderError::Forbidden(at(m)),
+            ProviderError::Misconfigured(m) => ProviderError::Misconfigured(at(m)),
             ProviderError::AccountSuspended(m) => ProviderError::AccountSuspended(at(m)),
             ProviderError::RateLimited(mut limit) => {
                 limit.message = at(limit.message);

@@ -27,8 +27,8 @@ pub mod agent;
 
 use agent::{Agent, Placed, Workload};
 use bulkhead_sdk::{
-    HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider, ProviderError,
-    ProviderInfo,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
+    ProviderError, ProviderInfo,
 };
 
 pub struct Metal;
@@ -111,6 +111,8 @@ impl Failures {
 fn message(err: &ProviderError) -> String {
     match err {
         ProviderError::Unauthorized(m)
+        | ProviderError::Forbidden(m)
+        | ProviderError::Misconfigured(m)
         | ProviderError::AccountSuspended(m)
         | ProviderError::QuotaExceeded(m)
         | ProviderError::NotFound(m)
@@ -165,6 +167,11 @@ impl Provider for Metal {
             version: env!("CARGO_PKG_VERSION").into(),
             regions: regions(),
             capabilities: vec![],
+            config: vec![
+                ConfigKey::required("agents", "Comma-separated URLs of the host agents"),
+                ConfigKey::optional("regions", "Comma-separated regions (default local)"),
+                ConfigKey::secret("agent_token", "The agents' bearer token"),
+            ],
         }
     }
 

@@ -1,0 +1,4 @@
+//! The `bulkhead` command's groups of subcommands, one module each (the server's own
+//! commands are still in `main.rs`).
+
+pub mod plugin;
