@@ -14,88 +14,14 @@
 
 use std::time::{Duration, Instant};
 
-use bulkhead::config::{ServeArgs, Settings};
-use bulkhead::dev::{DevPlatform, GCP_PROJECT, GCP_ZONE};
+mod common;
+
+use bulkhead::dev::{DevPlatform, GCP_ZONE};
 use bulkhead_simulators::faults::FaultState;
+use common::{TOKEN, insert_and_get, median, provision_raw, token_exchange};
 use serde_json::{Value, json};
 
-const TOKEN: &str = "benchmark-admin-token-0001";
 const ROUNDS: usize = 60;
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-/// The plugin's provision, natively: RS256 assertion, token exchange, insert, get.
-async fn provision_raw(http: &reqwest::Client, platform: &DevPlatform, key: &str) {
-    let bearer = token_exchange(http, platform).await;
-    insert_and_get(http, platform, &bearer, key).await;
-}
-
-/// An RS256 assertion exchanged for an access token.
-async fn token_exchange(http: &reqwest::Client, platform: &DevPlatform) -> String {
-    let (email, private_key) = platform.gcp_service_account();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let claims = json!({ "iss": email, "scope": "https://www.googleapis.com/auth/compute",
-        "aud": platform.gcp.token_url(), "iat": now, "exp": now + 3600 });
-    let assertion = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
-        &claims,
-        &jsonwebtoken::EncodingKey::from_rsa_pem(private_key.as_bytes()).unwrap(),
-    )
-    .unwrap();
-    let token: Value = http
-        .post(platform.gcp.token_url())
-        .form(&[
-            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
-            ("assertion", assertion.as_str()),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    token["access_token"].as_str().unwrap().to_owned()
-}
-
-/// Insert the instance and read it back, with a token.
-async fn insert_and_get(http: &reqwest::Client, platform: &DevPlatform, bearer: &str, key: &str) {
-    let zone_url = format!(
-        "{}/compute/v1/projects/{GCP_PROJECT}/zones/{GCP_ZONE}",
-        platform.gcp.url()
-    );
-    let body = json!({
-        "name": key, "machineType": format!("zones/{GCP_ZONE}/machineTypes/e2-small"),
-        "labels": { "bulkhead-key": key, "bulkhead-managed": "true" },
-        "metadata": { "items": [{ "key": "bulkhead-port", "value": "8080" }, { "key": "bulkhead-artifact", "value": "shop/web:1" }] },
-        "disks": [{ "boot": true, "autoDelete": true, "initializeParams": { "sourceImage": "projects/cos-cloud/global/images/family/cos-stable" } }],
-        "networkInterfaces": [{ "network": "global/networks/default" }],
-    });
-    let inserted = http
-        .post(format!("{zone_url}/instances"))
-        .bearer_auth(bearer)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        inserted.status().is_success(),
-        "{}",
-        inserted.text().await.unwrap()
-    );
-    let got = http
-        .get(format!("{zone_url}/instances/{key}"))
-        .bearer_auth(bearer)
-        .send()
-        .await
-        .unwrap();
-    assert!(got.status().is_success());
-}
 
 async fn provision_api(http: &reqwest::Client, base: &str, key: &str) {
     let made = http
@@ -170,18 +96,7 @@ async fn fault_to_open(
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    // SAFETY: set before any other thread of this program reads the environment.
-    unsafe { std::env::set_var("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN) };
-    let settings = Settings::resolve(ServeArgs {
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        data_dir: Some(dir.path().join("server")),
-        ..Default::default()
-    })
-    .unwrap();
-    std::fs::create_dir_all(dir.path().join("server")).unwrap();
-    let platform = DevPlatform::start(dir.path()).await.unwrap();
-    let server = bulkhead::server::start(settings).await.unwrap();
-    platform.providers_configure(&server.app).await.unwrap();
+    let (platform, server) = common::platform_and_server(dir.path(), |_| {}).await;
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::new();
 

@@ -184,6 +184,16 @@ The providers gcp, aws and metal use them. With A="Authorization: Bearer <admin 
   curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/metal/instances -d '{{"instance_key":"web-1","region":"local","artifact":"{hello}","port":8080}}'
   curl -s http://<the "address" of an answer>/        # the instance's own answer
 
+Deploy a service of 3 replicas over the three (more in the README, "Deploying"):
+
+  B=http://{addr}; J='Content-Type: application/json'
+  P=$(curl -s -H "$A" -H "$J" $B/v1/projects -d '{{"name":"demo"}}' | jq -r .id)
+  E=$(curl -s -H "$A" -H "$J" $B/v1/projects/$P/environments -d '{{"name":"production"}}' | jq -r .id)
+  S=$(curl -s -H "$A" -H "$J" $B/v1/projects/$P/services -d '{{"environment_id":"'$E'","name":"web","port":8080,"replicas":3,"source":{{"type":"command","command":["python3","-m","http.server","$PORT"]}},"placement":{{"providers":[{{"name":"gcp"}},{{"name":"aws"}},{{"name":"metal"}}]}}}}' | jq -r .id)
+  D=$(curl -s -H "$A" -X POST $B/v1/projects/$P/services/$S/deployments | jq -r .id)
+  curl -sN -H "$A" -H 'Accept: text/event-stream' $B/v1/projects/$P/services/$S/deployments/$D/events
+  curl -s -H "$A" $B/v1/projects/$P/services/$S/instances | jq '.items[] | {{provider, address, health}}'
+
 Stop with Ctrl-C (the agent's workloads are stopped too)."#,
         addr = server.addr,
         gcp = platform.gcp.url(),

@@ -14,7 +14,8 @@ fn workload_binary() -> &'static Path {
     static COPY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("bulkhead-workload-bin-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("bulkhead-workload-bin-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let copy = dir.join("bulkhead");

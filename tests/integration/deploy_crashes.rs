@@ -45,7 +45,13 @@ struct Server {
 impl Server {
     fn start(database_url: &str, data_dir: &Path) -> Self {
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--database-url", database_url])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--database-url",
+                database_url,
+            ])
             .arg("--data-dir")
             .arg(data_dir)
             .args([
@@ -71,7 +77,10 @@ impl Server {
         let mut reader = BufReader::new(child.stdout.take().unwrap());
         let base = loop {
             let mut line = String::new();
-            assert!(reader.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+            assert!(
+                reader.read_line(&mut line).unwrap() > 0,
+                "the server exited before listening"
+            );
             if let Some(addr) = line.trim().strip_prefix("bulkhead listening on ") {
                 break addr.to_owned();
             }
@@ -82,7 +91,10 @@ impl Server {
             log: data_dir.with_extension("log"),
             child,
             base,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
         }
     }
 
@@ -92,7 +104,10 @@ impl Server {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(TOKEN);
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(TOKEN);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -118,10 +133,18 @@ async fn instance_in_state(server: &Server, service: &str, state: &str) {
     let started = Instant::now();
     loop {
         let instances = server.get(&format!("{service}/instances")).await;
-        if instances["items"].as_array().unwrap().iter().any(|i| i["state"] == state) {
+        if instances["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["state"] == state)
+        {
             return;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "no instance became {state}: {instances:#}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no instance became {state}: {instances:#}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -131,7 +154,9 @@ async fn instance_in_state(server: &Server, service: &str, state: &str) {
 async fn converged(server: &Server, service: &str, deployment: &str, replicas: usize) {
     let started = Instant::now();
     loop {
-        let view = server.get(&format!("{service}/deployments/{deployment}")).await;
+        let view = server
+            .get(&format!("{service}/deployments/{deployment}"))
+            .await;
         let live = server.get(&format!("{service}/instances")).await["items"]
             .as_array()
             .unwrap()
@@ -143,7 +168,9 @@ async fn converged(server: &Server, service: &str, deployment: &str, replicas: u
             .collect();
         let done = view["state"] == "healthy"
             && live.len() == replicas
-            && live.iter().all(|i| i["state"] == "running" && i["health"] == "healthy")
+            && live
+                .iter()
+                .all(|i| i["state"] == "running" && i["health"] == "healthy")
             && held == wanted;
         if done {
             return;
@@ -162,7 +189,11 @@ async fn held_keys(server: &Server) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     for provider in ["gcp", "aws", "metal"] {
         let (status, list) = server
-            .call(reqwest::Method::GET, &format!("/v1/providers/{provider}/instances"), None)
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/providers/{provider}/instances"),
+                None,
+            )
             .await;
         if status != 200 {
             // A provider not serving yet right after a restart: try again later.
@@ -180,7 +211,11 @@ async fn held_keys(server: &Server) -> BTreeSet<String> {
 
 async fn deploy(server: &Server, service: &str) -> String {
     let (status, made) = server
-        .call(reqwest::Method::POST, &format!("{service}/deployments"), None)
+        .call(
+            reqwest::Method::POST,
+            &format!("{service}/deployments"),
+            None,
+        )
         .await;
     assert_eq!(status, 201, "{made}");
     made["id"].as_str().unwrap().to_owned()
@@ -194,16 +229,28 @@ async fn killed_mid_deployment(backend: Backend) {
     let mut server = Server::start(&database_url, &data_dir);
     for (name, update) in platform.provider_updates() {
         let (status, body) = server
-            .call(reqwest::Method::PATCH, &format!("/v1/providers/{name}"), Some(serde_json::to_value(update).unwrap()))
+            .call(
+                reqwest::Method::PATCH,
+                &format!("/v1/providers/{name}"),
+                Some(serde_json::to_value(update).unwrap()),
+            )
             .await;
         assert_eq!(status, 200, "{body}");
     }
     let (_, project) = server
-        .call(reqwest::Method::POST, "/v1/projects", Some(json!({ "name": "crashes" })))
+        .call(
+            reqwest::Method::POST,
+            "/v1/projects",
+            Some(json!({ "name": "crashes" })),
+        )
         .await;
     let project = project["id"].as_str().unwrap().to_owned();
     let (_, environment) = server
-        .call(reqwest::Method::POST, &format!("/v1/projects/{project}/environments"), Some(json!({ "name": "production" })))
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/projects/{project}/environments"),
+            Some(json!({ "name": "production" })),
+        )
         .await;
     let (status, service) = server
         .call(
@@ -222,7 +269,10 @@ async fn killed_mid_deployment(backend: Backend) {
         )
         .await;
     assert_eq!(status, 201, "{service}");
-    let service = format!("/v1/projects/{project}/services/{}", service["id"].as_str().unwrap());
+    let service = format!(
+        "/v1/projects/{project}/services/{}",
+        service["id"].as_str().unwrap()
+    );
     // Slow clouds: every provider call takes a while, so that a kill lands mid-call.
     let slow = FaultState {
         latency_ms: 1200,
@@ -244,7 +294,11 @@ async fn killed_mid_deployment(backend: Backend) {
 
     // 3. Killed while the old instances are being removed (a new version with one replica).
     let (status, _) = server
-        .call(reqwest::Method::PATCH, &service, Some(json!({ "replicas": 1, "health_check": { "interval_ms": 200 } })))
+        .call(
+            reqwest::Method::PATCH,
+            &service,
+            Some(json!({ "replicas": 1, "health_check": { "interval_ms": 200 } })),
+        )
         .await;
     assert_eq!(status, 200);
     let second = deploy(&server, &service).await;

@@ -614,18 +614,24 @@ async fn outbound_http_checks_the_address_a_name_resolves_to() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_busy_provider_leaves_room_for_the_others() {
     // A server that accepts connections and never answers: each call to it holds its
-    // instance until the call's deadline.
+    // instance until the call's deadline. It counts the connections open at once (a call
+    // that times out closes its connection).
     let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hole = black_hole.local_addr().unwrap();
     let open = Arc::new(AtomicUsize::new(0));
     let most_open = Arc::new(AtomicUsize::new(0));
     let (counting, most) = (open.clone(), most_open.clone());
     tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = black_hole.accept().await {
+        while let Ok((mut stream, _)) = black_hole.accept().await {
             let now = counting.fetch_add(1, Relaxed) + 1;
             most.fetch_max(now, Relaxed);
-            held.push(stream);
+            let counting = counting.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut sink = [0u8; 1024];
+                while stream.read(&mut sink).await.is_ok_and(|read| read > 0) {}
+                counting.fetch_sub(1, Relaxed);
+            });
         }
     });
 

@@ -62,7 +62,13 @@ pub async fn database_fresh(backend: Backend) -> Option<(String, TempDir)> {
             let admin_url = std::env::var("BULKHEAD_TEST_POSTGRES_URL")
                 .ok()
                 .filter(|url| !url.is_empty())?;
-            let name = format!("bulkhead_test_{}", uuid::Uuid::new_v4().simple());
+            // The creation time in the name: stale ones are told apart from those of a test
+            // run going on in another process.
+            let name = format!(
+                "bulkhead_test_{}_{}",
+                chrono::Utc::now().timestamp(),
+                uuid::Uuid::new_v4().simple()
+            );
             let admin = Database::connect(&admin_url).await.unwrap_or_else(|err| {
                 panic!("BULKHEAD_TEST_POSTGRES_URL={admin_url} does not answer: {err}")
             });
@@ -84,9 +90,11 @@ pub async fn database_fresh(backend: Backend) -> Option<(String, TempDir)> {
 
 static STALE_DATABASES_DROPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
-/// Drops the databases that earlier test runs created, once per test process, so that they do
-/// not pile up (a test's own database is kept until the next run, for post-mortems).
+/// Drops the databases that earlier test runs created more than two hours ago, once per test
+/// process, so that they do not pile up (a test's own database is kept for post-mortems) and
+/// so that test runs going on at the same time in other processes keep theirs.
 async fn stale_databases_drop(admin: &sea_orm::DatabaseConnection) {
+    let cutoff = chrono::Utc::now().timestamp() - 2 * 3600;
     let stale = admin
         .query_all_raw(sea_orm::Statement::from_string(
             admin.get_database_backend(),
@@ -96,6 +104,15 @@ async fn stale_databases_drop(admin: &sea_orm::DatabaseConnection) {
         .expect("list test databases");
     for row in stale {
         let name: String = row.try_get_by_index(0).expect("datname");
+        let created = name
+            .trim_start_matches("bulkhead_test_")
+            .split('_')
+            .next()
+            .and_then(|secs| secs.parse::<i64>().ok());
+        // Names without a time are from older versions of this code: stale.
+        if created.is_some_and(|secs| secs > cutoff) {
+            continue;
+        }
         admin
             .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .await

@@ -1,0 +1,135 @@
+//! What the benchmarks share: the local platform with a server (release build) whose bundled
+//! providers point at it, the `gcp` plugin's provider calls made natively to the simulator (the
+//! baseline of "the same calls without Bulkhead"), and statistics.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use bulkhead::config::{ServeArgs, Settings};
+use bulkhead::dev::{DevPlatform, GCP_PROJECT, GCP_ZONE};
+use bulkhead::server::RunningServer;
+use serde_json::{Value, json};
+
+pub const TOKEN: &str = "benchmark-admin-token-0001";
+
+/// The local platform, and a server on SQLite in `dir` (or on `settings.database_url` as
+/// `adjust` sets it) whose bundled providers point at the platform.
+pub async fn platform_and_server(
+    dir: &Path,
+    adjust: impl FnOnce(&mut Settings),
+) -> (DevPlatform, RunningServer) {
+    let platform = DevPlatform::start(dir).await.unwrap();
+    let server = server_start(dir, &platform, adjust).await;
+    (platform, server)
+}
+
+/// Another server (its own data directory under `dir`) pointed at `platform`.
+pub async fn server_start(
+    dir: &Path,
+    platform: &DevPlatform,
+    adjust: impl FnOnce(&mut Settings),
+) -> RunningServer {
+    // SAFETY: set before any other thread of this program reads the environment.
+    unsafe { std::env::set_var("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN) };
+    let data_dir = dir.join(format!("server-{}", uuid::Uuid::new_v4().simple()));
+    let mut settings = Settings::resolve(ServeArgs {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        data_dir: Some(data_dir.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    adjust(&mut settings);
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let server = bulkhead::server::start(settings).await.unwrap();
+    platform.providers_configure(&server.app).await.unwrap();
+    server
+}
+
+pub fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// The plugin's provision, natively: RS256 assertion, token exchange, insert, get.
+pub async fn provision_raw(http: &reqwest::Client, platform: &DevPlatform, key: &str) {
+    let bearer = token_exchange(http, platform).await;
+    insert_and_get(http, platform, &bearer, key).await;
+}
+
+/// An RS256 assertion exchanged for an access token.
+pub async fn token_exchange(http: &reqwest::Client, platform: &DevPlatform) -> String {
+    let (email, private_key) = platform.gcp_service_account();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({ "iss": email, "scope": "https://www.googleapis.com/auth/compute",
+        "aud": platform.gcp.token_url(), "iat": now, "exp": now + 3600 });
+    let assertion = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_rsa_pem(private_key.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let token: Value = http
+        .post(platform.gcp.token_url())
+        .form(&[
+            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+            ("assertion", assertion.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    token["access_token"].as_str().unwrap().to_owned()
+}
+
+/// Insert the instance and read it back, with a token.
+pub async fn insert_and_get(
+    http: &reqwest::Client,
+    platform: &DevPlatform,
+    bearer: &str,
+    key: &str,
+) {
+    let zone_url = format!(
+        "{}/compute/v1/projects/{GCP_PROJECT}/zones/{GCP_ZONE}",
+        platform.gcp.url()
+    );
+    let body = json!({
+        "name": key, "machineType": format!("zones/{GCP_ZONE}/machineTypes/e2-small"),
+        "labels": { "bulkhead-key": key, "bulkhead-managed": "true" },
+        "metadata": { "items": [{ "key": "bulkhead-port", "value": "8080" }, { "key": "bulkhead-artifact", "value": "shop/web:1" }] },
+        "disks": [{ "boot": true, "autoDelete": true, "initializeParams": { "sourceImage": "projects/cos-cloud/global/images/family/cos-stable" } }],
+        "networkInterfaces": [{ "network": "global/networks/default" }],
+    });
+    let inserted = http
+        .post(format!("{zone_url}/instances"))
+        .bearer_auth(bearer)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        inserted.status().is_success(),
+        "{}",
+        inserted.text().await.unwrap()
+    );
+    let got = http
+        .get(format!("{zone_url}/instances/{key}"))
+        .bearer_auth(bearer)
+        .send()
+        .await
+        .unwrap();
+    assert!(got.status().is_success());
+}
+
+/// The `p`-th percentile (0 to 100) of `samples`, nearest rank.
+pub fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
+    samples.sort();
+    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
+}

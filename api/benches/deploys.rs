@@ -1,0 +1,262 @@
+//! Deploy pipeline benchmarks on the local platform (`bulkhead::dev`), release build:
+//!
+//! 1. **Deployment latency**: from `POST …/deployments` to the deployment's `deployment.healthy`
+//!    event (read from its event stream), for one service of 3 replicas over gcp, aws and metal
+//!    (a real process on the host agent) with a 100 ms health check; median and p99 over 50
+//!    deployments, on SQLite and, in the same run, on PostgreSQL (`BULKHEAD_TEST_POSTGRES_URL`).
+//! 2. **Drain throughput**: a backlog of 1,000 deployments (1,000 services of one replica on gcp)
+//!    queued while the pipeline is paused, then resumed with the default concurrency limit of 8:
+//!    provisions per second until the simulator holds them all; against the same provider calls
+//!    made directly to the simulator, 8 at a time (insert and read back, with a kept token, as
+//!    the plugin does with its cache).
+//!
+//! Run: `cargo bench -p bulkhead-api --bench deploys` (`-- latency` or `-- drain` for one).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bulkhead::dev::DevPlatform;
+use common::{TOKEN, insert_and_get, median, percentile, token_exchange};
+use futures::StreamExt;
+use sea_orm::{ConnectionTrait, Database};
+use serde_json::{Value, json};
+
+const RUNS: usize = 50;
+const BACKLOG: usize = 1000;
+
+struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .bearer_auth(TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "{method} {path}: {status} {body}");
+        body
+    }
+
+    /// A project and environment; returns `/v1/projects/{p}` and the environment id.
+    async fn project(&self) -> (String, Value) {
+        let project = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/projects",
+                Some(json!({ "name": "bench" })),
+            )
+            .await;
+        let project = format!("/v1/projects/{}", project["id"].as_str().unwrap());
+        let environment = self
+            .call(
+                reqwest::Method::POST,
+                &format!("{project}/environments"),
+                Some(json!({ "name": "production" })),
+            )
+            .await;
+        (project, environment["id"].clone())
+    }
+
+    async fn service(&self, project: &str, environment: &Value, spec: Value) -> String {
+        let mut body = spec;
+        body["environment_id"] = environment.clone();
+        let made = self
+            .call(
+                reqwest::Method::POST,
+                &format!("{project}/services"),
+                Some(body),
+            )
+            .await;
+        format!("{project}/services/{}", made["id"].as_str().unwrap())
+    }
+
+    async fn deploy(&self, service: &str) -> String {
+        let made = self
+            .call(
+                reqwest::Method::POST,
+                &format!("{service}/deployments"),
+                None,
+            )
+            .await;
+        made["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Reads the deployment's event stream until `deployment.healthy`.
+    async fn healthy_wait(&self, service: &str, id: &str) {
+        let mut response = self
+            .http
+            .get(format!("{}{service}/deployments/{id}/events", self.base))
+            .bearer_auth(TOKEN)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        let mut seen = String::new();
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains("event: deployment.healthy") {
+                return;
+            }
+            assert!(!seen.contains("event: deployment.failed"), "{seen}");
+        }
+        panic!("the stream ended before the deployment was healthy: {seen}");
+    }
+}
+
+async fn latency(
+    label: &str,
+    platform: &DevPlatform,
+    dir: &std::path::Path,
+    database_url: Option<String>,
+) {
+    let server = common::server_start(dir, platform, |settings| {
+        if let Some(url) = database_url {
+            settings.database_url = url;
+        }
+    })
+    .await;
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: format!("http://{}", server.addr),
+    };
+    let (project, environment) = api.project().await;
+    let service = api
+        .service(
+            &project,
+            &environment,
+            json!({
+                "name": "web", "port": 8080, "replicas": 3,
+                "source": { "type": "command", "command": ["python3", "-m", "http.server", "$PORT"] },
+                "placement": { "providers": [{ "name": "gcp" }, { "name": "aws" }, { "name": "metal" }] },
+                "health_check": { "interval_ms": 100, "timeout_ms": 500 },
+            }),
+        )
+        .await;
+    for _ in 0..3 {
+        let id = api.deploy(&service).await;
+        api.healthy_wait(&service, &id).await;
+    }
+    let mut samples = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        let id = api.deploy(&service).await;
+        api.healthy_wait(&service, &id).await;
+        samples.push(started.elapsed());
+    }
+    println!(
+        "{label}: deployment of 3 replicas (gcp, aws, metal) to healthy, {RUNS} runs: median {:?}, p99 {:?}",
+        median(samples.clone()),
+        percentile(samples, 99.0)
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// A fresh PostgreSQL database for the benchmark, if a server is configured.
+async fn postgres_database() -> Option<String> {
+    let admin_url = std::env::var("BULKHEAD_TEST_POSTGRES_URL").ok()?;
+    let name = format!("bulkhead_bench_{}", uuid::Uuid::new_v4().simple());
+    let admin = Database::connect(&admin_url).await.unwrap();
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+    let mut url = reqwest::Url::parse(&admin_url).unwrap();
+    url.set_path(&name);
+    Some(url.to_string())
+}
+
+async fn drain(platform: &DevPlatform, dir: &std::path::Path) {
+    let server = common::server_start(dir, platform, |_| {}).await;
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: format!("http://{}", server.addr),
+    };
+    let (project, environment) = api.project().await;
+    api.call(
+        reqwest::Method::POST,
+        "/v1/deploy-pipeline/pause",
+        Some(json!({ "reason": "benchmark" })),
+    )
+    .await;
+    let mut services = Vec::with_capacity(BACKLOG);
+    for n in 0..BACKLOG {
+        services.push(
+            api.service(
+                &project,
+                &environment,
+                json!({
+                    "name": format!("svc-{n}"), "port": 8080,
+                    "source": { "type": "artifact", "image": "shop/web:1" },
+                    "placement": { "providers": [{ "name": "gcp" }] },
+                    "health_check": { "interval_ms": 5000, "start_timeout_secs": 3600 },
+                }),
+            )
+            .await,
+        );
+    }
+    for service in &services {
+        api.deploy(service).await;
+    }
+    let before = platform.gcp.instance_count();
+    let started = Instant::now();
+    api.call(reqwest::Method::POST, "/v1/deploy-pipeline/resume", None)
+        .await;
+    while platform.gcp.instance_count() < before + BACKLOG {
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "the backlog did not drain"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pipeline = started.elapsed();
+    let max_in_flight = platform.gcp.faults.calls().max_in_flight;
+    server.shutdown().await.unwrap();
+
+    let http = reqwest::Client::new();
+    let bearer = token_exchange(&http, platform).await;
+    let started = Instant::now();
+    futures::stream::iter(0..BACKLOG)
+        .map(|n| {
+            let (http, bearer) = (&http, &bearer);
+            async move { insert_and_get(http, platform, bearer, &format!("raw-drain-{n}")).await }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+    let raw = started.elapsed();
+    let per_second = |took: Duration| BACKLOG as f64 / took.as_secs_f64();
+    println!(
+        "drain of {BACKLOG} queued deployments at concurrency 8: {:.0} provisions/s ({pipeline:?}); the same calls made directly, 8 at a time: {:.0}/s ({raw:?}); ratio {:.2}; most simulator calls in flight at once: {max_in_flight}",
+        per_second(pipeline),
+        per_second(raw),
+        raw.as_secs_f64() / pipeline.as_secs_f64(),
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let only = std::env::args().skip(1).find(|arg| !arg.starts_with('-'));
+    let dir = tempfile::tempdir().unwrap();
+    let platform = DevPlatform::start(dir.path()).await.unwrap();
+    if only.as_deref().is_none_or(|only| only == "latency") {
+        latency("SQLite", &platform, dir.path(), None).await;
+        match postgres_database().await {
+            Some(url) => latency("PostgreSQL", &platform, dir.path(), Some(url)).await,
+            None => println!("PostgreSQL: skipped (set BULKHEAD_TEST_POSTGRES_URL)"),
+        }
+    }
+    if only.as_deref().is_none_or(|only| only == "drain") {
+        drain(&platform, dir.path()).await;
+    }
+    platform.shutdown().await;
+}
