@@ -200,19 +200,27 @@ impl App {
             serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "address": row.address }),
         )
         .await?;
-        if let Some(replaced) = row.replaces {
-            if let Some(old) = instance::Entity::find_by_id(replaced).one(&txn).await?
-                && instance_transition(&txn, &old, states::RUNNING, states::DRAINING, |u| u).await?
-            {
-                event_append(
-                    &txn,
-                    old.deployment_id,
-                    "instance.draining",
-                    format!("{} on {} drains: {} replaces it", old.instance_key, old.provider, row.instance_key),
-                    serde_json::json!({ "instance_key": old.instance_key, "provider": old.provider, "replaced_by": row.instance_key }),
-                )
-                .await?;
-            }
+        if let Some(replaced) = row.replaces
+            && let Some(old) = instance::Entity::find_by_id(replaced).one(&txn).await?
+            && instance_transition(&txn, &old, states::RUNNING, states::DRAINING, |u| u).await?
+        {
+            let message = format!(
+                "{} on {} drains: {} replaces it",
+                old.instance_key, old.provider, row.instance_key
+            );
+            let details = serde_json::json!({
+                "instance_key": old.instance_key,
+                "provider": old.provider,
+                "replaced_by": row.instance_key,
+            });
+            event_append(
+                &txn,
+                old.deployment_id,
+                "instance.draining",
+                message,
+                details,
+            )
+            .await?;
         }
         txn.commit().await?;
         self.changes.routes.notify();

@@ -23,5 +23,5 @@ async fn audit_event_list(
     principal: Principal,
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> ApiResult<Page<AuditEventView>> {
-    Ok(app.audit_event_list(&principal, query).await?)
+    app.audit_event_list(&principal, query).await
 }

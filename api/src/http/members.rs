@@ -32,7 +32,7 @@ async fn member_list(
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> ApiResult<Page<MemberView>> {
-    Ok(app.member_list(&principal, project_id, params).await?)
+    app.member_list(&principal, project_id, params).await
 }
 
 /// Get a member.

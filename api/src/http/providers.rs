@@ -44,7 +44,7 @@ async fn provider_list(
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> ApiResult<Page<ProviderView>> {
-    Ok(app.provider_list(&principal, params).await?)
+    app.provider_list(&principal, params).await
 }
 
 /// Configure a provider (administrators). It runs nothing until a plugin is activated.
@@ -185,7 +185,7 @@ async fn provider_instance_list(
     principal: Principal,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Page<InstanceView>> {
-    Ok(app.provider_instance_list(&principal, &name).await?)
+    app.provider_instance_list(&principal, &name).await
 }
 
 /// Provision an instance through the provider's plugin (administrators). Idempotent on

@@ -28,7 +28,7 @@ async fn token_list(
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> ApiResult<Page<TokenView>> {
-    Ok(app.token_list(&principal, params).await?)
+    app.token_list(&principal, params).await
 }
 
 /// Create an API token. Its secret value is in this response only.

@@ -64,7 +64,7 @@ async fn me_terms_acceptance_list(
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> ApiResult<Page<TermsAcceptanceView>> {
-    Ok(app.terms_acceptance_list(&principal, params).await?)
+    app.terms_acceptance_list(&principal, params).await
 }
 
 /// Accept the current terms of service. Accepting again returns the first acceptance (200).
