@@ -17,100 +17,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bulkhead::dev::DevPlatform;
-use common::{TOKEN, insert_and_get, median, percentile, token_exchange};
+use common::{Api, insert_and_get, median, percentile, token_exchange};
 use futures::StreamExt;
 use sea_orm::{ConnectionTrait, Database};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const RUNS: usize = 50;
 const BACKLOG: usize = 1000;
-
-struct Api {
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.base))
-            .bearer_auth(TOKEN);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        assert!(status.is_success(), "{method} {path}: {status} {body}");
-        body
-    }
-
-    /// A project and environment; returns `/v1/projects/{p}` and the environment id.
-    async fn project(&self) -> (String, Value) {
-        let project = self
-            .call(
-                reqwest::Method::POST,
-                "/v1/projects",
-                Some(json!({ "name": "bench" })),
-            )
-            .await;
-        let project = format!("/v1/projects/{}", project["id"].as_str().unwrap());
-        let environment = self
-            .call(
-                reqwest::Method::POST,
-                &format!("{project}/environments"),
-                Some(json!({ "name": "production" })),
-            )
-            .await;
-        (project, environment["id"].clone())
-    }
-
-    async fn service(&self, project: &str, environment: &Value, spec: Value) -> String {
-        let mut body = spec;
-        body["environment_id"] = environment.clone();
-        let made = self
-            .call(
-                reqwest::Method::POST,
-                &format!("{project}/services"),
-                Some(body),
-            )
-            .await;
-        format!("{project}/services/{}", made["id"].as_str().unwrap())
-    }
-
-    async fn deploy(&self, service: &str) -> String {
-        let made = self
-            .call(
-                reqwest::Method::POST,
-                &format!("{service}/deployments"),
-                None,
-            )
-            .await;
-        made["id"].as_str().unwrap().to_owned()
-    }
-
-    /// Reads the deployment's event stream until `deployment.healthy`.
-    async fn healthy_wait(&self, service: &str, id: &str) {
-        let mut response = self
-            .http
-            .get(format!("{}{service}/deployments/{id}/events", self.base))
-            .bearer_auth(TOKEN)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
-        let mut seen = String::new();
-        while let Some(chunk) = response.chunk().await.unwrap() {
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-            if seen.contains("event: deployment.healthy") {
-                return;
-            }
-            assert!(!seen.contains("event: deployment.failed"), "{seen}");
-        }
-        panic!("the stream ended before the deployment was healthy: {seen}");
-    }
-}
 
 async fn latency(
     label: &str,

@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// Password hashes computed at once (each takes ~19 MiB); default: the number of cores.
     #[arg(long, env = "BULKHEAD_PASSWORD_HASH_CONCURRENCY")]
     pub password_hash_concurrency: Option<usize>,
+    /// Revisions of the routing table whose changes are kept (`/v1/routing-table/changes`);
+    /// a client further behind fetches the whole table.
+    #[arg(long, env = "BULKHEAD_ROUTING_HISTORY")]
+    pub routing_history: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -114,6 +118,7 @@ struct FileSettings {
     login_rate_per_ip: Option<u32>,
     login_rate_per_account: Option<u32>,
     password_hash_concurrency: Option<usize>,
+    routing_history: Option<i64>,
 }
 
 /// Resolved settings of a running server.
@@ -141,6 +146,8 @@ pub struct Settings {
     pub secret_key_file: Option<PathBuf>,
     /// The deploy pipeline's limits and pace.
     pub deploy: DeploySettings,
+    /// Revisions of the routing table whose changes are kept.
+    pub routing_history: i64,
 }
 
 /// The deploy pipeline's limits and pace.
@@ -261,6 +268,11 @@ impl Settings {
                     claim_ttl: default.claim_ttl,
                 }
             },
+            routing_history: args
+                .routing_history
+                .or(file.routing_history)
+                .unwrap_or(1000)
+                .max(1),
             login_limits: {
                 let default = LoginLimits::default();
                 LoginLimits {

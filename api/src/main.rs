@@ -57,6 +57,9 @@ enum Command {
     /// Run the host agent of a machine of the platform's own fleet: workloads of the `metal`
     /// provider run here as supervised processes.
     Agent(AgentArgs),
+    /// Run the edge agent next to a Caddy: keeps it routing by the signed routing table,
+    /// from the last-known-good copy on disk when no control plane answers.
+    Edge(bulkhead::edge::EdgeArgs),
     /// Tools for plugin authors.
     Plugin {
         #[command(subcommand)]
@@ -274,6 +277,18 @@ async fn main() -> anyhow::Result<()> {
                     }
                 }
             }
+        }
+        Command::Edge(args) => {
+            logging_init(LogFormat::Text);
+            let settings = bulkhead::edge::EdgeSettings::resolve(args)?;
+            let stop = shutdown_signal()?;
+            let edge = bulkhead::edge::start(settings).await?;
+            println!(
+                "bulkhead edge: /metrics and /healthz on http://{}",
+                edge.addr
+            );
+            stop.await;
+            edge.shutdown().await;
         }
         Command::Plugin { action } => {
             logging_init(LogFormat::Text);

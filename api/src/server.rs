@@ -102,6 +102,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         stopping: shutdown.subscribe(),
         reconciler: Arc::new(Reconciler::new(settings.deploy.clone())),
         health_streaks: Arc::default(),
+        routing: Arc::default(),
         settings: Arc::new(settings),
     };
     match app.bootstrap().await? {
@@ -131,6 +132,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     app.providers_start()
         .await
         .map_err(|err| anyhow::anyhow!("loading the providers: {err:?}"))?;
+    // The routing table is served from the first request on.
+    app.routing_refresh()
+        .await
+        .map_err(|err| anyhow::anyhow!("building the routing table: {err:?}"))?;
     let listener = TcpListener::bind(app.settings.listen).await?;
     let addr = listener.local_addr()?;
     let router = crate::http::router(app.clone());
@@ -138,6 +143,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
     tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));
     tokio::spawn(app.clone().instance_health_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().routing_run(shutdown.subscribe()));
     let task = tokio::spawn(async move {
         axum::serve(
             listener,

@@ -21,6 +21,7 @@ mod m20261130_000010_credential_lineage;
 mod m20261130_000011_data_keys;
 mod m20261130_000012_deployments;
 mod m20261130_000013_plugin_contract_0_3;
+mod m20261130_000014_routing;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000011_data_keys::Migration),
             Box::new(m20261130_000012_deployments::Migration),
             Box::new(m20261130_000013_plugin_contract_0_3::Migration),
+            Box::new(m20261130_000014_routing::Migration),
         ]
     }
 }

@@ -80,7 +80,7 @@ async fn provider_point(
     .assert_status(200);
 }
 
-async fn fault_set(sim_url: &str, faults: FaultState) {
+pub async fn fault_set(sim_url: &str, faults: FaultState) {
     let status = reqwest::Client::new()
         .put(format!("{sim_url}/_sim/faults"))
         .json(&faults)

@@ -256,5 +256,19 @@ async fn the_database_and_the_key_are_private_files() {
     for file in ["bulkhead.db", "bulkhead.db-wal", "secret.key"] {
         assert_eq!(mode(&data_dir.join(file)), 0o600, "{file}");
     }
+    // The compiled-code cache of the bundled plugins: trusted as code, so private too.
+    let cache = data_dir.join("plugin-cache");
+    assert_eq!(mode(&cache), 0o700);
+    let entries: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert!(
+        !entries.is_empty(),
+        "the bundled plugins are compiled into the cache"
+    );
+    for entry in entries {
+        assert_eq!(mode(&entry), 0o600, "{}", entry.display());
+    }
     server.shutdown().await.unwrap();
 }

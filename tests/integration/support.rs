@@ -148,6 +148,8 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
             drain_grace: Duration::from_millis(300),
             ..DeploySettings::default()
         },
+        // Short, so that a test can outrun it.
+        routing_history: 5,
     }
 }
 
@@ -253,6 +255,16 @@ impl TestServer {
             .await
             .expect("graceful shutdown");
         Self::start_on(self.backend, self.database_url.clone(), self.dir, adjust).await
+    }
+
+    /// Stops the server (its streams end, its connections close) and keeps nothing running.
+    pub async fn stop(mut self) {
+        self.server
+            .take()
+            .expect("running")
+            .shutdown()
+            .await
+            .expect("graceful shutdown");
     }
 
     pub fn app(&self) -> &bulkhead::app::App {

@@ -161,6 +161,7 @@ impl App {
         write
             .commit(domain_audit("domain.create", &created))
             .await?;
+        self.changes.routes.notify();
         Ok(created)
     }
 
@@ -184,6 +185,7 @@ impl App {
         write
             .commit(domain_audit("domain.update", &updated))
             .await?;
+        self.changes.routes.notify();
         Ok(updated)
     }
 
@@ -203,6 +205,7 @@ impl App {
         write
             .commit(domain_audit("domain.delete", &current))
             .await?;
+        self.changes.routes.notify();
         Ok(())
     }
 }

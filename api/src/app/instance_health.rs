@@ -278,7 +278,8 @@ impl App {
         Ok(())
     }
 
-    async fn instance_health_set(
+    /// Records `health` (and the streak) of a running instance and wakes the routing table.
+    pub async fn instance_health_set(
         &self,
         row: &instance::Model,
         health: &str,

@@ -14,6 +14,7 @@ pub mod deploy_pipeline;
 pub mod deployment_events;
 pub mod deployments;
 pub mod domains;
+pub mod edges;
 pub mod environments;
 pub mod evacuations;
 pub mod health_checks;
@@ -35,6 +36,8 @@ pub mod provider_instances;
 pub mod provider_versions;
 pub mod providers;
 pub mod reconciler;
+pub mod routing;
+pub mod routing_keys;
 pub mod services;
 pub mod sessions;
 pub mod terms;
@@ -74,6 +77,8 @@ pub struct App {
     pub reconciler: Arc<reconciler::Reconciler>,
     /// Health-check streaks of deployed instances.
     pub health_streaks: Arc<instance_health::HealthStreaks>,
+    /// The routing table this server serves.
+    pub routing: Arc<routing::RoutingState>,
 }
 
 /// A strong entity tag for a resource at `revision`.

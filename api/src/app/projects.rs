@@ -225,6 +225,8 @@ impl App {
         audit_record(&txn, ctx, project_audit("project.delete", &current)).await?;
         txn.commit().await?;
         self.auth_changed();
+        // Its domains went with it.
+        self.changes.routes.notify();
         Ok(())
     }
 }

@@ -7,10 +7,14 @@
 //! probe succeeds; nothing is done to its instances: the health of a provider's API is not
 //! the health of its workloads.
 //!
+//! Probes of one provider never overlap: the background probe and `POST …/probe` take the same
+//! per-provider gate, so a slow cloud is not probed twice at once and the second probe finds
+//! what the first one cached (an access token, say).
+//!
 //! The breakers live in this server's memory; with several replicas each probes on its own
 //! and the stored health is the last one written.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,11 +35,11 @@ use crate::error::{ApiError, ApiResult};
 use crate::plugins::registry::ActivePlugin;
 use crate::plugins::{HealthReport, HealthStatus, PluginError, ProviderError};
 
-/// Every provider's breaker, and which are being probed.
+/// Every provider's breaker, and the gate each provider's probes pass one at a time.
 pub struct HealthBoard {
     config: BreakerConfig,
     breakers: Mutex<HashMap<String, Breaker>>,
-    probing: Mutex<HashSet<String>>,
+    probe_gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl HealthBoard {
@@ -43,8 +47,18 @@ impl HealthBoard {
         Self {
             config: BreakerConfig::for_interval(probe_interval),
             breakers: Mutex::default(),
-            probing: Mutex::default(),
+            probe_gates: Mutex::default(),
         }
+    }
+
+    /// The gate the probes of `provider` pass one at a time.
+    pub(super) fn probe_gate(&self, provider: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.probe_gates
+            .lock()
+            .expect("not poisoned")
+            .entry(provider.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// Runs `f` on the breaker of `provider`, made from its stored health on first use.
@@ -276,24 +290,17 @@ impl App {
             // Only the providers whose probe is due are read from the database: most ticks
             // touch nothing but memory.
             for (name, active) in self.providers.serving() {
-                if !self.health.probe_due(&name)
-                    || !self
-                        .health
-                        .probing
-                        .lock()
-                        .expect("not poisoned")
-                        .insert(name.clone())
-                {
+                if !self.health.probe_due(&name) {
                     continue;
                 }
+                // A provider being probed (in the background or on request) is skipped.
+                let Ok(passing) = self.health.probe_gate(&name).try_lock_owned() else {
+                    continue;
+                };
                 let app = self.clone();
                 tokio::spawn(async move {
                     app.provider_probe_run(&name, &active).await;
-                    app.health
-                        .probing
-                        .lock()
-                        .expect("not poisoned")
-                        .remove(&name);
+                    drop(passing);
                 });
             }
         }

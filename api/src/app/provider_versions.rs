@@ -387,6 +387,10 @@ impl App {
     ) -> ApiResult<ProviderProbeView> {
         principal.require_admin()?;
         let row = provider_find(&self.db, name).await?;
+        // Waits for a probe in flight (the one a settings change started, say) rather than
+        // probing the cloud twice at once.
+        let gate = self.health.probe_gate(&row.name);
+        let _passing = gate.lock().await;
         let active = self.providers.active(&row.name).ok_or_else(|| {
             ApiError::conflict(
                 "provider_not_serving",

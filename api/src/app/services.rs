@@ -617,6 +617,8 @@ impl App {
         write
             .commit(service_audit("service.delete", &current))
             .await?;
+        // Its domains went with it.
+        self.changes.routes.notify();
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ mod auth;
 mod deploy_pipeline;
 mod deployments;
 mod domains;
+mod edges;
 mod environments;
 pub mod extract;
 mod invitations;
@@ -18,6 +19,7 @@ mod ops;
 mod plugins;
 mod projects;
 mod providers;
+mod routing;
 mod services;
 pub mod sse;
 mod terms;
@@ -62,6 +64,7 @@ use crate::error::Problem;
         (name = "projects"), (name = "members"), (name = "environments"), (name = "services"),
         (name = "deployments", description = "Deployments of services, their instances and events, and the deploy pipeline"),
         (name = "domains"),
+        (name = "routing", description = "The signed routing table edge proxies route by, its keys, and the edges' reports"),
         (name = "terms", description = "Terms of service"),
         (name = "audit", description = "The audit log"),
         (name = "providers", description = "Cloud and fleet providers, and the plugin binaries they run"),
@@ -177,6 +180,8 @@ fn api_router() -> OpenApiRouter<App> {
         .merge(deployments::router())
         .merge(deploy_pipeline::router())
         .merge(domains::router())
+        .merge(routing::router())
+        .merge(edges::router())
         .merge(terms::router())
         .merge(audit::router())
         .merge(plugins::router())

@@ -34,8 +34,15 @@ impl Hasher for Sha256Hasher {
 }
 
 impl CodeCache {
+    /// A cache in `dir`, created 0700 if missing (an existing one is made 0700: its entries
+    /// are trusted as code).
     pub fn new(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        crate::db::private_dir_create(dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
         let mut hasher = Sha256Hasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let engine_key = hex::encode(&hasher.0.finalize()[..8]);
@@ -82,7 +89,11 @@ impl CodeCache {
             .serialize()
             .map_err(|err| anyhow::anyhow!("{err}"))?;
         let temporary = entry.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&temporary, compiled)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        std::io::Write::write_all(&mut options.open(&temporary)?, &compiled)?;
         std::fs::rename(&temporary, entry)?;
         Ok(())
     }

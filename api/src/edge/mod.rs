@@ -1,0 +1,282 @@
+//! `bulkhead edge`: the agent next to a proxy (Caddy) on each edge machine, which keeps the
+//! proxy routing whatever happens to the control plane.
+//!
+//! - At start it loads its last-known-good snapshot from disk ([`store`]) and applies it
+//!   before contacting anyone.
+//! - It syncs from its sources in order ([`sync`]): control planes (watched), then mirrors and
+//!   files (polled); it accepts only a snapshot signed by a trusted key, newer than the one it
+//!   has, that does not drop more than `max_drop` of the routes or upstreams unless marked
+//!   intended ([`guard`]). Each accepted snapshot is written to disk atomically.
+//! - It keeps Caddy serving the accepted table through Caddy's admin API, and applies it again
+//!   when Caddy restarts ([`caddy`]).
+//! - It never withdraws a route because the control plane is unreachable or the table is old:
+//!   staleness is a metric and a warning. It serves `/metrics` and `/healthz` and reports its
+//!   revision to the control plane ([`status`]).
+
+pub mod caddy;
+pub mod guard;
+pub mod status;
+pub mod store;
+pub mod sync;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::routing::{RoutingTable, TrustedKeys};
+
+/// `bulkhead edge` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EdgeArgs {
+    /// This edge's id, as the control plane lists it (lowercase letters, digits, '-').
+    #[arg(long, env = "BULKHEAD_EDGE_ID")]
+    pub id: String,
+    /// Control-plane base URLs, in order of preference: the first that answers is watched.
+    #[arg(
+        long = "control-plane",
+        env = "BULKHEAD_EDGE_CONTROL_PLANES",
+        value_delimiter = ','
+    )]
+    pub control_planes: Vec<String>,
+    /// URLs of mirrors of the signed snapshot document (any static server), polled after the
+    /// control planes.
+    #[arg(long = "mirror", env = "BULKHEAD_EDGE_MIRRORS", value_delimiter = ',')]
+    pub mirrors: Vec<String>,
+    /// Files holding a signed snapshot document, polled last.
+    #[arg(long = "file", env = "BULKHEAD_EDGE_FILES", value_delimiter = ',')]
+    pub files: Vec<PathBuf>,
+    /// A file with an API token with the `routing:read` scope, readable by this user alone
+    /// (mode 0600).
+    #[arg(long, env = "BULKHEAD_EDGE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The keys document to trust (what `GET /v1/routing-table/keys` answers); re-read when a
+    /// snapshot names a key it lacks.
+    #[arg(long, env = "BULKHEAD_EDGE_TRUSTED_KEYS")]
+    pub trusted_keys: PathBuf,
+    /// Where the last-known-good snapshot is kept.
+    #[arg(long, env = "BULKHEAD_EDGE_STATE_DIR", default_value = "data/edge")]
+    pub state_dir: PathBuf,
+    /// Caddy's admin API.
+    #[arg(
+        long,
+        env = "BULKHEAD_EDGE_CADDY_ADMIN",
+        default_value = "http://127.0.0.1:2019"
+    )]
+    pub caddy_admin: String,
+    /// Where Caddy serves the routes (`host:port` or `:port`).
+    #[arg(long, env = "BULKHEAD_EDGE_CADDY_LISTEN", default_value = ":8080")]
+    pub caddy_listen: String,
+    /// Where the agent serves `/metrics` and `/healthz`.
+    #[arg(long, env = "BULKHEAD_EDGE_LISTEN", default_value = "127.0.0.1:9180")]
+    pub listen: SocketAddr,
+    /// The largest share (0 to 1) of routes or upstreams a snapshot may drop unless it is
+    /// marked intended.
+    #[arg(long, env = "BULKHEAD_EDGE_MAX_DROP", default_value_t = 0.5)]
+    pub max_drop: f64,
+    /// Milliseconds between polls of mirrors and files, and between tries of control planes
+    /// that did not answer.
+    #[arg(long, env = "BULKHEAD_EDGE_POLL_INTERVAL_MS", default_value_t = 5000)]
+    pub poll_interval_ms: u64,
+    /// Seconds without a source confirming the table before staleness is warned about.
+    #[arg(long, env = "BULKHEAD_EDGE_STALE_AFTER_SECS", default_value_t = 300)]
+    pub stale_after_secs: u64,
+}
+
+/// Resolved settings of an edge agent.
+#[derive(Debug, Clone)]
+pub struct EdgeSettings {
+    pub id: String,
+    pub sources: Vec<sync::Source>,
+    pub token: Option<String>,
+    pub trusted_keys: PathBuf,
+    pub state_dir: PathBuf,
+    pub caddy_admin: String,
+    pub caddy_listen: String,
+    pub listen: SocketAddr,
+    pub max_drop: f64,
+    pub poll_interval: Duration,
+    pub stale_after: Duration,
+}
+
+impl EdgeSettings {
+    pub fn resolve(args: EdgeArgs) -> anyhow::Result<Self> {
+        crate::app::slug_validate("id", &args.id)
+            .map_err(|err| anyhow::anyhow!("--id: {}", err.detail))?;
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&args.max_drop),
+            "--max-drop must be between 0 and 1"
+        );
+        let token = args
+            .token_file
+            .as_deref()
+            .map(bulkhead_agent::token_file_read)
+            .transpose()?;
+        let sources = sync::Source::list(&args.control_planes, &args.mirrors, &args.files)?;
+        anyhow::ensure!(
+            !sources.is_empty(),
+            "give at least one source: --control-plane, --mirror or --file"
+        );
+        anyhow::ensure!(
+            token.is_some() || args.control_planes.is_empty(),
+            "a control plane needs --token-file (an API token with the `routing:read` scope)"
+        );
+        Ok(Self {
+            id: args.id,
+            sources,
+            token,
+            trusted_keys: args.trusted_keys,
+            state_dir: args.state_dir,
+            caddy_admin: args.caddy_admin.trim_end_matches('/').to_owned(),
+            caddy_listen: args.caddy_listen,
+            listen: args.listen,
+            max_drop: args.max_drop,
+            poll_interval: Duration::from_millis(args.poll_interval_ms.max(50)),
+            stale_after: Duration::from_secs(args.stale_after_secs),
+        })
+    }
+}
+
+/// The snapshot the edge serves.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub table: RoutingTable,
+    /// The signed document, as written to disk.
+    pub document: Arc<Vec<u8>>,
+}
+
+/// What the edge knows, shared by its tasks.
+#[derive(Debug, Default)]
+pub struct EdgeState {
+    pub applied: Option<Applied>,
+    /// The revision Caddy was last given successfully.
+    pub caddy_revision: Option<i64>,
+    /// When a source last confirmed the table (sent it, or said it is unchanged).
+    pub confirmed_at: Option<Instant>,
+    /// Whether a control plane's watch is connected (the table is current while it is).
+    pub watching: bool,
+    /// The source the table last came from or was confirmed by.
+    pub source: Option<String>,
+    /// The last snapshot refused: revision and reason.
+    pub last_refusal: Option<(i64, String)>,
+}
+
+impl EdgeState {
+    pub fn revision(&self) -> i64 {
+        self.applied.as_ref().map_or(0, |a| a.table.revision)
+    }
+
+    /// How long since a source confirmed the table (zero while a watch is connected).
+    pub fn staleness(&self) -> Option<Duration> {
+        if self.watching {
+            return Some(Duration::ZERO);
+        }
+        self.confirmed_at.map(|at| at.elapsed())
+    }
+}
+
+/// An edge agent's shared parts.
+pub struct Edge {
+    pub settings: EdgeSettings,
+    pub state: Mutex<EdgeState>,
+    pub trusted: Mutex<TrustedKeys>,
+    /// Bumped when a table is accepted or refused (Caddy and the control plane are told).
+    pub accepted: watch::Sender<u64>,
+    pub http: reqwest::Client,
+}
+
+impl Edge {
+    pub fn state(&self) -> std::sync::MutexGuard<'_, EdgeState> {
+        self.state.lock().expect("not poisoned")
+    }
+
+    /// Wakes the tasks that follow what was accepted or refused.
+    pub fn news(&self) {
+        self.accepted
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+}
+
+/// A running edge agent.
+pub struct RunningEdge {
+    pub edge: Arc<Edge>,
+    /// Where `/metrics` and `/healthz` are served.
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningEdge {
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts an edge agent: loads the last-known-good snapshot, then runs its tasks.
+pub async fn start(settings: EdgeSettings) -> anyhow::Result<RunningEdge> {
+    let trusted =
+        TrustedKeys::from_document(&std::fs::read(&settings.trusted_keys).map_err(|err| {
+            anyhow::anyhow!(
+                "reading the trusted keys {}: {err}",
+                settings.trusted_keys.display()
+            )
+        })?)?;
+    anyhow::ensure!(
+        !trusted.is_empty(),
+        "{} lists no key to trust",
+        settings.trusted_keys.display()
+    );
+    crate::db::private_dir_create(&settings.state_dir)?;
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        // A watch sends a heartbeat every 15 s: a silent connection is dead.
+        .read_timeout(Duration::from_secs(45))
+        .build()?;
+    let edge = Arc::new(Edge {
+        state: Mutex::default(),
+        trusted: Mutex::new(trusted),
+        accepted: watch::channel(0).0,
+        http,
+        settings,
+    });
+    match store::load(
+        &edge.settings.state_dir,
+        &edge.trusted.lock().expect("not poisoned"),
+    ) {
+        Ok(Some(applied)) => {
+            tracing::info!(
+                revision = applied.table.revision,
+                routes = applied.table.routes.len(),
+                "loaded the last-known-good routing table from disk"
+            );
+            status::applied_metrics(&applied.table);
+            edge.state().applied = Some(applied);
+        }
+        Ok(None) => tracing::info!("no routing table on disk yet"),
+        Err(err) => {
+            tracing::error!(error = %err, "the routing table on disk was refused; waiting for a source")
+        }
+    }
+    let (stop, stopped) = watch::channel(false);
+    let listener = tokio::net::TcpListener::bind(edge.settings.listen).await?;
+    let addr = listener.local_addr()?;
+    let tasks = vec![
+        tokio::spawn(caddy::keep(edge.clone(), stopped.clone())),
+        tokio::spawn(sync::run(edge.clone(), stopped.clone())),
+        tokio::spawn(status::report_run(edge.clone(), stopped.clone())),
+        tokio::spawn(status::serve(edge.clone(), listener, stopped)),
+    ];
+    Ok(RunningEdge {
+        edge,
+        addr,
+        stop,
+        tasks,
+    })
+}

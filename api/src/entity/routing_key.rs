@@ -1,0 +1,25 @@
+//! The `routing_keys` table: the Ed25519 keys that sign routing tables.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "routing_keys")]
+pub struct Model {
+    /// The first 16 hex digits of the SHA-256 of the public key.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    /// The 32-byte public key, base64.
+    pub public_key: String,
+    /// The 32-byte seed, sealed (see `crate::secrets`).
+    pub private_key: String,
+    /// `next` (published, not yet signing), `active` (signing) or `retired` (published).
+    pub state: String,
+    pub created_at: DateTimeUtc,
+    pub activated_at: Option<DateTimeUtc>,
+    pub retired_at: Option<DateTimeUtc>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,65 @@
+//! `/v1/edges`: edge agents report the routing-table revision they serve; operators see the
+//! fleet's convergence.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::app::App;
+use crate::app::edges::{EdgeStatusReport, EdgeView};
+use crate::app::pagination::{Page, PageParams};
+use crate::authz::{OpContext, Principal};
+use crate::error::ApiResult;
+
+pub fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(edge_list))
+        .routes(routes!(edge_status_report))
+        .routes(routes!(edge_delete))
+}
+
+/// Every edge that reported: its revision, lag, last contact and last refusal
+/// (`routing:read`).
+#[utoipa::path(get, path = "/v1/edges", tag = "routing", params(PageParams),
+    responses((status = 200, body = Page<EdgeView>)))]
+async fn edge_list(
+    State(app): State<App>,
+    principal: Principal,
+    ApiQuery(params): ApiQuery<PageParams>,
+) -> ApiResult<Page<EdgeView>> {
+    app.edge_list(&principal, params).await
+}
+
+/// Report the revision this edge serves (an API token with `routing:read`; the first token to
+/// report as an edge id owns it: another gets 403 `edge_owned`).
+#[utoipa::path(post, path = "/v1/edges/{edge_id}/status", tag = "routing",
+    params(("edge_id" = String, Path, description = "The edge's id: 1 to 63 lowercase letters, digits or '-'")),
+    request_body = EdgeStatusReport,
+    responses((status = 200, body = EdgeView),
+        (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json")))]
+async fn edge_status_report(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(edge_id): ApiPath<String>,
+    ApiJson(report): ApiJson<EdgeStatusReport>,
+) -> ApiResult<Json<EdgeView>> {
+    Ok(Json(
+        app.edge_status_report(&principal, &edge_id, report).await?,
+    ))
+}
+
+/// Forget an edge (administrators).
+#[utoipa::path(delete, path = "/v1/edges/{edge_id}", tag = "routing",
+    params(("edge_id" = String, Path, description = "The edge's id")),
+    responses((status = 204, description = "Forgotten")))]
+async fn edge_delete(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath(edge_id): ApiPath<String>,
+) -> ApiResult<StatusCode> {
+    app.edge_delete(&ctx, &edge_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
