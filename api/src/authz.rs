@@ -165,6 +165,21 @@ impl Principal {
         }
     }
 
+    /// Requires a credential of an administrator with `routing:read` (or `admin`): the routing
+    /// table names every tenant's domains and workloads, so only the platform's operators (and
+    /// the edges they run) read it.
+    pub fn require_routing_read(&self) -> ApiResult<()> {
+        AuthzCheck::Routing.record();
+        self.require_scope(Scope::RoutingRead)?;
+        if self.user.is_admin {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "routing tables are read with an administrator's token",
+            ))
+        }
+    }
+
     /// Requires an administrator (and the `admin` scope).
     pub fn require_admin(&self) -> ApiResult<()> {
         AuthzCheck::Admin.record();
@@ -218,6 +233,8 @@ pub struct OpContext {
 pub enum AuthzCheck {
     Scope(Scope),
     Admin,
+    /// An administrator's credential with `routing:read`.
+    Routing,
     Session,
     Project {
         project_id: Uuid,

@@ -163,6 +163,32 @@ async fn a_signed_table_follows_domains_and_healthy_instances(s: TestServer) {
     s.get("/v1/routing-table", "bh_not-a-token")
         .await
         .assert_status(401);
+    // The table names every tenant's domains and workloads: a user who is not an
+    // administrator may mint a `routing:read` token, but it reads nothing with it.
+    let user = s.user_with_session("curious@example.com").await;
+    let minted = s
+        .post(
+            "/v1/tokens",
+            &user,
+            json!({ "name": "peek", "scopes": ["routing:read"] }),
+        )
+        .await;
+    let minted = minted.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for path in [
+        "/v1/routing-table",
+        "/v1/routing-table/keys",
+        "/v1/routing-table/watch",
+        "/v1/edges",
+        "/v1/routing-table/changes?since=0",
+    ] {
+        s.get(path, &minted).await.assert_status(403);
+    }
+    s.post("/v1/edges/spy/status", &minted, json!({ "revision": 0 }))
+        .await
+        .assert_status(403);
 
     // A domain makes a route (no upstream yet); a healthy deployment fills it.
     let fixture = fixture(&s, 2, &["aws"]).await;

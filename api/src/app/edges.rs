@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::App;
 use super::audit::{AuditEntry, audit_record};
 use super::pagination::{Page, PageParams, paginate};
-use crate::authz::{OpContext, Principal, Scope};
+use crate::authz::{OpContext, Principal};
 use crate::entity::edge;
 use crate::error::{ApiError, ApiResult};
 
@@ -85,7 +85,7 @@ impl App {
         id: &str,
         report: EdgeStatusReport,
     ) -> ApiResult<EdgeView> {
-        principal.require_scope(Scope::RoutingRead)?;
+        principal.require_routing_read()?;
         let token_id = principal.token_id().ok_or_else(|| {
             ApiError::forbidden("edges report with an API token (scope `routing:read`)")
         })?;
@@ -152,7 +152,7 @@ impl App {
         principal: &Principal,
         params: PageParams,
     ) -> ApiResult<Page<EdgeView>> {
-        principal.require_scope(Scope::RoutingRead)?;
+        principal.require_routing_read()?;
         let page = paginate(
             &self.db,
             edge::Entity::find(),

@@ -185,6 +185,7 @@ impl App {
             match check {
                 AuthzCheck::Scope(scope) => principal.require_scope(*scope)?,
                 AuthzCheck::Admin => principal.require_admin()?,
+                AuthzCheck::Routing => principal.require_routing_read()?,
                 AuthzCheck::Session => principal.require_session()?,
                 AuthzCheck::Project {
                     project_id,

@@ -20,7 +20,7 @@ use sea_orm::{
 
 use super::App;
 use super::audit::{AuditEntry, audit_record};
-use crate::authz::{OpContext, Principal, Scope};
+use crate::authz::{OpContext, Principal};
 use crate::entity::routing_key;
 use crate::error::{ApiError, ApiResult};
 use crate::routing::{PublishedKey, PublishedKeys, key_id_of};
@@ -108,7 +108,7 @@ impl App {
 
     /// Every published key (`routing:read`).
     pub async fn routing_key_list(&self, principal: &Principal) -> ApiResult<PublishedKeys> {
-        principal.require_scope(Scope::RoutingRead)?;
+        principal.require_routing_read()?;
         let keys = routing_key::Entity::find()
             .order_by_asc(routing_key::Column::CreatedAt)
             .all(&self.db)

@@ -18,6 +18,10 @@ use tokio::sync::watch;
 use super::{Applied, Edge, guard, status, store};
 use crate::routing::{SignedSnapshot, SnapshotError, TrustedKeys};
 
+/// The largest snapshot document read from a mirror, a file or a control plane's answer (a
+/// 10,000-route table is about 4 MiB).
+const DOCUMENT_LIMIT: usize = 64 << 20;
+
 /// Where snapshots come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -108,6 +112,13 @@ async fn sync_from(edge: &Arc<Edge>, source: &Source) -> anyhow::Result<()> {
             Ok(())
         }
         Source::File(path) => {
+            let size = tokio::fs::metadata(path).await?.len();
+            anyhow::ensure!(
+                size <= DOCUMENT_LIMIT as u64,
+                "{}: the document exceeds {} MiB",
+                path.display(),
+                DOCUMENT_LIMIT >> 20
+            );
             let document = tokio::fs::read(path).await?;
             offer(edge, source, &document);
             confirm(edge, source);
@@ -119,7 +130,11 @@ async fn sync_from(edge: &Arc<Edge>, source: &Source) -> anyhow::Result<()> {
 /// GETs a signed snapshot document; `None` when unchanged (304). `with_token` for control
 /// planes only: mirrors are not trusted with it.
 async fn fetch(edge: &Edge, url: &str, with_token: bool) -> anyhow::Result<Option<Vec<u8>>> {
-    let mut request = edge.http.get(url).timeout(Duration::from_secs(30));
+    let mut request = edge
+        .http
+        .get(url)
+        .timeout(Duration::from_secs(30))
+        .header(reqwest::header::ACCEPT_ENCODING, "gzip");
     if with_token && let Some(token) = &edge.settings.token {
         request = request.bearer_auth(token);
     }
@@ -129,9 +144,43 @@ async fn fetch(edge: &Edge, url: &str, with_token: bool) -> anyhow::Result<Optio
     let response = request.send().await?;
     match response.status() {
         StatusCode::NOT_MODIFIED => Ok(None),
-        status if status.is_success() => Ok(Some(response.bytes().await?.to_vec())),
+        status if status.is_success() => {
+            let gzipped = response
+                .headers()
+                .get(reqwest::header::CONTENT_ENCODING)
+                .is_some_and(|encoding| encoding.as_bytes().eq_ignore_ascii_case(b"gzip"));
+            let mut response = response;
+            let mut document = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                document.extend_from_slice(&chunk);
+                anyhow::ensure!(
+                    document.len() <= DOCUMENT_LIMIT,
+                    "{url}: the document exceeds {} MiB",
+                    DOCUMENT_LIMIT >> 20
+                );
+            }
+            if gzipped {
+                document = inflate(&document)?;
+            }
+            Ok(Some(document))
+        }
         status => anyhow::bail!("{url} answered {status}"),
     }
+}
+
+/// Decompresses a gzip body, at most [`DOCUMENT_LIMIT`] bytes of it.
+fn inflate(gzipped: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut document = Vec::new();
+    flate2::read::GzDecoder::new(gzipped)
+        .take(DOCUMENT_LIMIT as u64 + 1)
+        .read_to_end(&mut document)?;
+    anyhow::ensure!(
+        document.len() <= DOCUMENT_LIMIT,
+        "the document exceeds {} MiB",
+        DOCUMENT_LIMIT >> 20
+    );
+    Ok(document)
 }
 
 /// The ETag a control plane gives `document` (so that an unchanged table is a 304).

@@ -7,11 +7,11 @@ use axum::http::StatusCode;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::extract::{ApiJson, ApiPath, ApiQuery, RoutingReader};
 use crate::app::App;
 use crate::app::edges::{EdgeStatusReport, EdgeView};
 use crate::app::pagination::{Page, PageParams};
-use crate::authz::{OpContext, Principal};
+use crate::authz::OpContext;
 use crate::error::ApiResult;
 
 pub fn router() -> OpenApiRouter<App> {
@@ -27,7 +27,7 @@ pub fn router() -> OpenApiRouter<App> {
     responses((status = 200, body = Page<EdgeView>)))]
 async fn edge_list(
     State(app): State<App>,
-    principal: Principal,
+    RoutingReader(principal): RoutingReader,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> ApiResult<Page<EdgeView>> {
     app.edge_list(&principal, params).await
@@ -42,7 +42,7 @@ async fn edge_list(
         (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json")))]
 async fn edge_status_report(
     State(app): State<App>,
-    principal: Principal,
+    RoutingReader(principal): RoutingReader,
     ApiPath(edge_id): ApiPath<String>,
     ApiJson(report): ApiJson<EdgeStatusReport>,
 ) -> ApiResult<Json<EdgeView>> {

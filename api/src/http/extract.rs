@@ -86,6 +86,20 @@ impl<S: Send + Sync, R: RouteScope> FromRequestParts<S> for Scoped<R> {
     }
 }
 
+/// The caller of a routing route: an administrator's credential with `routing:read`, checked
+/// before the request body is read.
+pub struct RoutingReader(pub Principal);
+
+impl<S: Send + Sync> FromRequestParts<S> for RoutingReader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let principal = Principal::from_request_parts(parts, state).await?;
+        principal.require_routing_read()?;
+        Ok(Self(principal))
+    }
+}
+
 /// The `If-Match` header, if any.
 #[derive(Debug)]
 pub struct IfMatch(pub Option<String>);

@@ -10,11 +10,11 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiPath, ApiQuery};
+use super::extract::{ApiPath, ApiQuery, RoutingReader};
 use super::sse::{LastEventId, StreamBatch, StreamEvent, event_stream};
 use crate::app::App;
 use crate::app::routing::{Prepared, RoutingChanges};
-use crate::authz::{OpContext, Principal, Scope};
+use crate::authz::OpContext;
 use crate::error::{ApiError, ApiResult};
 use crate::routing::caddy::{CaddyOptions, config as caddy_config};
 use crate::routing::{PublishedKey, PublishedKeys};
@@ -83,11 +83,10 @@ pub struct ChangesParams {
     ))]
 async fn routing_table_view(
     State(app): State<App>,
-    principal: Principal,
+    _caller: RoutingReader,
     headers: HeaderMap,
     ApiQuery(params): ApiQuery<TableParams>,
 ) -> ApiResult<Response> {
-    principal.require_scope(Scope::RoutingRead)?;
     let prepared = app.routing_prepared()?;
     match params.format {
         TableFormat::Json if params.listen.is_some() => Err(ApiError::bad_request(
@@ -189,10 +188,9 @@ fn listen_validate(listen: &str) -> ApiResult<String> {
     ))]
 async fn routing_table_changes(
     State(app): State<App>,
-    principal: Principal,
+    _caller: RoutingReader,
     ApiQuery(params): ApiQuery<ChangesParams>,
 ) -> ApiResult<Json<RoutingChanges>> {
-    principal.require_scope(Scope::RoutingRead)?;
     let limit = params.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) || params.since < 0 {
         return Err(ApiError::bad_request(
@@ -216,10 +214,9 @@ async fn routing_table_changes(
     ))]
 async fn routing_table_watch(
     State(app): State<App>,
-    principal: Principal,
+    _caller: RoutingReader,
     last_event_id: LastEventId,
 ) -> ApiResult<Response> {
-    principal.require_scope(Scope::RoutingRead)?;
     app.routing_prepared()?;
     let wake = app.routing.subscribe();
     let stopping = app.stopping.clone();
@@ -277,7 +274,7 @@ fn snapshot_events(prepared: &Prepared) -> Vec<StreamEvent> {
     responses((status = 200, body = PublishedKeys)))]
 async fn routing_key_list(
     State(app): State<App>,
-    principal: Principal,
+    RoutingReader(principal): RoutingReader,
 ) -> ApiResult<Json<PublishedKeys>> {
     Ok(Json(app.routing_key_list(&principal).await?))
 }
