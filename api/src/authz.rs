@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::entity::user;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// What an API token may be used for.
 #[derive(
@@ -132,7 +132,7 @@ impl Principal {
             Credential::Session(_) => Ok(()),
             Credential::ApiToken(_) => Err(ApiError::new(
                 http::StatusCode::FORBIDDEN,
-                "session_required",
+                ErrorCode::SessionRequired,
                 "this needs a password session, not an API token",
             )),
         }
@@ -159,7 +159,7 @@ impl Principal {
         } else {
             Err(ApiError::new(
                 http::StatusCode::FORBIDDEN,
-                "insufficient_scope",
+                ErrorCode::InsufficientScope,
                 format!("this token lacks the `{}` scope", scope.as_str()),
             ))
         }

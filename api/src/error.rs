@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub detail: String,
     /// Seconds after which retrying may succeed (sent as `Retry-After`).
     pub retry_after_secs: Option<u64>,
@@ -31,7 +31,7 @@ pub struct Problem {
     pub title: String,
     pub status: u16,
     /// A stable, machine-readable identifier of the problem, e.g. `not_found`.
-    pub code: String,
+    pub code: ErrorCode,
     /// What went wrong, for people.
     pub detail: String,
     /// The `x-request-id` of the request, to quote when reporting the problem.
@@ -39,10 +39,119 @@ pub struct Problem {
     pub request_id: Option<String>,
 }
 
+/// Declares [`ErrorCode`] from one list of `Variant = "code"`.
+macro_rules! error_codes {
+    ($($variant:ident = $code:literal,)*) => {
+        /// Every `code` a problem response can carry: one list, in the OpenAPI document as an
+        /// enum, so that clients match on codes the compiler knows.
+        /// (Each variant is its code in CamelCase: serde and the OpenAPI document name it
+        /// `snake_case`, and a unit test checks that this is the code.)
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, ToSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum ErrorCode {
+            $($variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order of the list.
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            /// The code as it appears in a problem's `code`.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    AlreadyExists = "already_exists",
+    AlreadyInvited = "already_invited",
+    AlreadyMember = "already_member",
+    BadRequest = "bad_request",
+    BodyTooLarge = "body_too_large",
+    BodyUnreadable = "body_unreadable",
+    Busy = "busy",
+    ConfigurationMissing = "configuration_missing",
+    Conflict = "conflict",
+    DeploymentFinished = "deployment_finished",
+    EdgeOwned = "edge_owned",
+    EmailTaken = "email_taken",
+    EnvironmentNotEmpty = "environment_not_empty",
+    Error = "error",
+    EvacuationRunning = "evacuation_running",
+    Forbidden = "forbidden",
+    HostnameTaken = "hostname_taken",
+    IdempotencyInProgress = "idempotency_in_progress",
+    IdempotencyKeyReused = "idempotency_key_reused",
+    InstanceNotFound = "instance_not_found",
+    InstancesRunning = "instances_running",
+    InsufficientScope = "insufficient_scope",
+    Internal = "internal",
+    InvalidBody = "invalid_body",
+    InvalidCursor = "invalid_cursor",
+    InvalidHeader = "invalid_header",
+    InvalidPath = "invalid_path",
+    InvalidQuery = "invalid_query",
+    InvalidRequest = "invalid_request",
+    InvalidSpec = "invalid_spec",
+    LastOwner = "last_owner",
+    MalformedJson = "malformed_json",
+    MethodNotAllowed = "method_not_allowed",
+    NameTaken = "name_taken",
+    NoHealthyDeployment = "no_healthy_deployment",
+    NotFound = "not_found",
+    NotReady = "not_ready",
+    NothingToRollBack = "nothing_to_roll_back",
+    PasswordChanged = "password_changed",
+    PluginExists = "plugin_exists",
+    PluginFailed = "plugin_failed",
+    PluginRejected = "plugin_rejected",
+    PluginUnhealthy = "plugin_unhealthy",
+    PreconditionFailed = "precondition_failed",
+    ProviderAccountSuspended = "provider_account_suspended",
+    ProviderChanged = "provider_changed",
+    ProviderDisabled = "provider_disabled",
+    ProviderDrained = "provider_drained",
+    ProviderError = "provider_error",
+    ProviderExists = "provider_exists",
+    ProviderForbidden = "provider_forbidden",
+    ProviderMisconfigured = "provider_misconfigured",
+    ProviderNotServing = "provider_not_serving",
+    ProviderQuotaExceeded = "provider_quota_exceeded",
+    ProviderRateLimited = "provider_rate_limited",
+    ProviderTimeout = "provider_timeout",
+    ProviderUnauthorized = "provider_unauthorized",
+    ProviderUnavailable = "provider_unavailable",
+    RoutingHistoryGone = "routing_history_gone",
+    RoutingKeyActive = "routing_key_active",
+    RoutingTableNotReady = "routing_table_not_ready",
+    SessionRequired = "session_required",
+    Timeout = "timeout",
+    TooManyAttempts = "too_many_attempts",
+    Unauthenticated = "unauthenticated",
+    UnsupportedMediaType = "unsupported_media_type",
+    VersionExists = "version_exists",
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, detail: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -58,40 +167,44 @@ impl ApiError {
     }
 
     /// The request is malformed: bad JSON, wrong types, unknown fields, bad path or query.
-    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn bad_request(code: ErrorCode, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, detail)
     }
 
     /// The request is well formed but its values are not acceptable.
     pub fn invalid(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", detail)
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::InvalidRequest,
+            detail,
+        )
     }
 
     pub fn unauthenticated(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", detail)
+        Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthenticated, detail)
     }
 
     pub fn forbidden(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", detail)
+        Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, detail)
     }
 
     /// `resource` is the kind of thing that was looked for, e.g. `project`.
     pub fn not_found(resource: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorCode::NotFound,
             format!("{resource} not found"),
         )
     }
 
-    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn conflict(code: ErrorCode, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, detail)
     }
 
     pub fn precondition_failed() -> Self {
         Self::new(
             StatusCode::PRECONDITION_FAILED,
-            "precondition_failed",
+            ErrorCode::PreconditionFailed,
             "the resource changed since it was read: If-Match does not match its current ETag",
         )
     }
@@ -101,13 +214,13 @@ impl ApiError {
         tracing::error!(%cause, "internal error");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
+            ErrorCode::Internal,
             "internal error; quote the request id when reporting it",
         )
     }
 
     /// The same error with another machine-readable code.
-    pub fn with_code(mut self, code: &'static str) -> Self {
+    pub fn with_code(mut self, code: ErrorCode) -> Self {
         self.code = code;
         self
     }
@@ -118,7 +231,7 @@ impl ApiError {
             problem_type: "about:blank".into(),
             title: self.status.canonical_reason().unwrap_or("Error").into(),
             status: self.status.as_u16(),
-            code: self.code.into(),
+            code: self.code,
             detail: self.detail.clone(),
             request_id: None,
         }
@@ -135,11 +248,11 @@ impl From<DbErr> for ApiError {
     fn from(err: DbErr) -> Self {
         match err.sql_err() {
             Some(SqlErr::UniqueConstraintViolation(_)) => Self::conflict(
-                "already_exists",
+                ErrorCode::AlreadyExists,
                 "a resource with these unique values already exists",
             ),
             Some(SqlErr::ForeignKeyConstraintViolation(_)) => Self::conflict(
-                "conflict",
+                ErrorCode::Conflict,
                 "the resource refers to, or is referred to by, another resource",
             ),
             _ => Self::internal(format!("database: {err}")),
@@ -150,7 +263,7 @@ impl From<DbErr> for ApiError {
 /// For `map_err` on an insert or update: a unique-constraint violation becomes 409 with `code`
 /// and `detail` (which say which value is taken); any other error maps as usual.
 pub fn unique_violation_as(
-    code: &'static str,
+    code: ErrorCode,
     detail: &'static str,
 ) -> impl FnOnce(DbErr) -> ApiError {
     move |err| match err.sql_err() {
@@ -182,5 +295,19 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn each_code_serializes_as_itself() {
+        for code in ErrorCode::ALL {
+            let json = serde_json::to_value(code).unwrap();
+            assert_eq!(json, code.as_str(), "{code:?}");
+            assert_eq!(serde_json::from_value::<ErrorCode>(json).unwrap(), *code);
+        }
     }
 }

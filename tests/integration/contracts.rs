@@ -1,5 +1,28 @@
-//! The contracts: the committed OpenAPI document must equal what the code generates, and the
-//! plugin WIT package must not change without a new version.
+//! The contracts: the committed OpenAPI document must equal what the code generates (and lists
+//! every problem code), and the plugin WIT package must not change without a new version.
+
+#[test]
+fn problem_codes_are_one_documented_enum() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&bulkhead::http::openapi_document().to_json().unwrap()).unwrap();
+    let code = &doc["components"]["schemas"]["Problem"]["properties"]["code"];
+    let schema = match code.get("$ref").and_then(|r| r.as_str()) {
+        Some(reference) => &doc["components"]["schemas"][reference.rsplit('/').next().unwrap()],
+        None => code,
+    };
+    let listed: Vec<&str> = schema["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("`code` is not an enum: {schema}"))
+        .iter()
+        .map(|value| value.as_str().unwrap())
+        .collect();
+    let known: Vec<&str> = bulkhead::error::ErrorCode::ALL
+        .iter()
+        .map(|code| code.as_str())
+        .collect();
+    assert_eq!(listed, known);
+    assert!(known.contains(&"routing_history_gone") && known.contains(&"name_taken"));
+}
 
 #[test]
 fn committed_openapi_document_is_current() {

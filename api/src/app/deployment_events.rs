@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::entity::{deployment, deployment_event};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// One event of a deployment.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -124,7 +124,7 @@ impl EventParams {
         match self.limit.unwrap_or(100) {
             limit @ 1..=200 => Ok(limit),
             _ => Err(ApiError::bad_request(
-                "invalid_query",
+                ErrorCode::InvalidQuery,
                 "`limit` must be between 1 and 200",
             )),
         }

@@ -26,7 +26,7 @@ use super::pagination::{Page, PageParams, paginate};
 use super::services::{ServiceSpec, ServiceSpecView, service_find};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{deployment, instance, service};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 pub const QUEUED: &str = "queued";
 pub const PLACING: &str = "placing";
@@ -358,7 +358,7 @@ impl App {
             .await?
             .ok_or_else(|| {
                 ApiError::conflict(
-                    "no_healthy_deployment",
+                    ErrorCode::NoHealthyDeployment,
                     format!(
                         "no deployment of this service before #{} became healthy: there is nothing to roll back to",
                         from.number
@@ -396,7 +396,7 @@ impl App {
         }
         if !IN_PROGRESS.contains(&found.state.as_str()) {
             return Err(ApiError::conflict(
-                "deployment_finished",
+                ErrorCode::DeploymentFinished,
                 format!(
                     "deployment #{} has finished ({}): there is nothing to cancel",
                     found.number, found.state

@@ -12,7 +12,7 @@ use super::audit::AuditEntry;
 use super::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DomainView {
@@ -155,7 +155,7 @@ impl App {
         .insert(&write.txn)
         .await
         .map_err(unique_violation_as(
-            "hostname_taken",
+            ErrorCode::HostnameTaken,
             "this hostname is already bound",
         ))?;
         write

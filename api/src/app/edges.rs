@@ -12,7 +12,7 @@ use super::audit::{AuditEntry, audit_record};
 use super::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal};
 use crate::entity::edge;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// What an edge agent reports.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -120,7 +120,7 @@ impl App {
         if existing.as_ref().is_some_and(|e| e.token_id != token_id) {
             return Err(ApiError::new(
                 http::StatusCode::FORBIDDEN,
-                "edge_owned",
+                ErrorCode::EdgeOwned,
                 "another token reports as this edge",
             ));
         }

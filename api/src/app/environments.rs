@@ -13,7 +13,7 @@ use super::pagination::{Page, PageParams, paginate};
 use super::{App, slug_validate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{environment, service};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EnvironmentView {
@@ -156,7 +156,7 @@ impl App {
             .await?;
         if services > 0 {
             return Err(ApiError::conflict(
-                "environment_not_empty",
+                ErrorCode::EnvironmentNotEmpty,
                 format!("the environment still has {services} service(s)"),
             ));
         }
@@ -172,7 +172,7 @@ impl App {
 
 fn name_taken(err: sea_orm::DbErr) -> ApiError {
     unique_violation_as(
-        "name_taken",
+        ErrorCode::NameTaken,
         "the project has an environment with this name",
     )(err)
 }

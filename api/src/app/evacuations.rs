@@ -27,7 +27,7 @@ use super::reconciler::{Takeover, instance_insert, instance_transition};
 use super::services::ServiceSpec;
 use crate::authz::{OpContext, Principal};
 use crate::entity::{deployment, evacuation, instance, provider, service};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 pub const RUNNING: &str = "running";
 pub const DONE: &str = "done";
@@ -99,7 +99,7 @@ impl App {
             .await?;
         if running > 0 {
             return Err(ApiError::conflict(
-                "evacuation_running",
+                ErrorCode::EvacuationRunning,
                 format!("provider `{provider_name}` is being evacuated already"),
             ));
         }

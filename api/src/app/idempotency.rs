@@ -17,7 +17,7 @@ use super::App;
 use super::projects::project_authorize_in;
 use crate::authz::{AuthzCheck, Principal};
 use crate::entity::idempotency_record;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 const RETENTION_HOURS: i64 = 24;
 /// A key whose first request has not finished after this long is considered abandoned.
@@ -69,11 +69,11 @@ impl App {
                     return Err(ApiError::invalid(
                         "this Idempotency-Key was already used with a different request; use a new key",
                     )
-                    .with_code("idempotency_key_reused"));
+                    .with_code(ErrorCode::IdempotencyKeyReused));
                 }
                 let Some(status) = record.response_status else {
                     return Err(ApiError::conflict(
-                        "idempotency_in_progress",
+                        ErrorCode::IdempotencyInProgress,
                         "a request with this Idempotency-Key is still being processed; retry later",
                     ));
                 };

@@ -27,24 +27,24 @@ use super::instances as states;
 use super::reconciler::{instance_transition, operation_record};
 use super::services::ServiceSpec;
 use crate::entity::{deployment, evacuation, instance};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plugins::InstanceSpec;
 
 /// Transient errors of one provision before it counts as a refusal.
 const PROVISION_ATTEMPTS: i32 = 5;
 
 /// Error codes of a provider that will not take this instance now: fail over.
-const REFUSALS: [&str; 10] = [
-    "provider_unauthorized",
-    "provider_forbidden",
-    "provider_misconfigured",
-    "provider_account_suspended",
-    "provider_quota_exceeded",
-    "provider_unavailable",
-    "provider_timeout",
-    "provider_disabled",
-    "provider_drained",
-    "provider_not_serving",
+const REFUSALS: [ErrorCode; 10] = [
+    ErrorCode::ProviderUnauthorized,
+    ErrorCode::ProviderForbidden,
+    ErrorCode::ProviderMisconfigured,
+    ErrorCode::ProviderAccountSuspended,
+    ErrorCode::ProviderQuotaExceeded,
+    ErrorCode::ProviderUnavailable,
+    ErrorCode::ProviderTimeout,
+    ErrorCode::ProviderDisabled,
+    ErrorCode::ProviderDrained,
+    ErrorCode::ProviderNotServing,
 ];
 
 fn next_attempt(attempts: i32) -> DateTime<Utc> {
@@ -159,7 +159,7 @@ impl App {
                     .await?;
             }
             Err(err) => {
-                operation_record(&row.provider, "provision", err.code, started);
+                operation_record(&row.provider, "provision", err.code.as_str(), started);
                 self.instance_provision_failed(&txn, &row, &found, err)
                     .await?;
             }
@@ -175,13 +175,19 @@ impl App {
         found: &deployment::Model,
         err: ApiError,
     ) -> ApiResult<()> {
-        tracing::info!(instance = %row.instance_key, provider = %row.provider, code = err.code, "provision failed");
+        tracing::info!(instance = %row.instance_key, provider = %row.provider, code = err.code.as_str(), "provision failed");
         if err.code == "provider_rate_limited" {
             let wait = Duration::from_secs(err.retry_after_secs.unwrap_or(5).max(1));
             self.reconciler.throttle.provider_hold(&row.provider, wait);
             let not_before = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
             return self
-                .instance_retry(txn, row, states::PROVISIONING, err.code, Some(not_before))
+                .instance_retry(
+                    txn,
+                    row,
+                    states::PROVISIONING,
+                    err.code.as_str(),
+                    Some(not_before),
+                )
                 .await;
         }
         if err.code == "invalid_spec" {
@@ -199,7 +205,7 @@ impl App {
         let refused = REFUSALS.contains(&err.code) || row.attempts + 1 >= PROVISION_ATTEMPTS;
         if !refused {
             return self
-                .instance_retry(txn, row, states::PROVISIONING, err.code, None)
+                .instance_retry(txn, row, states::PROVISIONING, err.code.as_str(), None)
                 .await;
         }
         let reason = format!("refused: {}", err.code);
@@ -294,13 +300,13 @@ impl App {
                 self.instance_removed(&txn, &row, started).await?
             }
             Err(err) => {
-                operation_record(&row.provider, "deprovision", err.code, started);
+                operation_record(&row.provider, "deprovision", err.code.as_str(), started);
                 if err.code == "provider_rate_limited" {
                     let wait = Duration::from_secs(err.retry_after_secs.unwrap_or(5).max(1));
                     self.reconciler.throttle.provider_hold(&row.provider, wait);
                 }
                 evacuation_unremoved_note(&txn, &row, true).await?;
-                self.instance_retry(&txn, &row, &row.state, err.code, None)
+                self.instance_retry(&txn, &row, &row.state, err.code.as_str(), None)
                     .await?;
             }
         }

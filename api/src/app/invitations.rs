@@ -20,7 +20,7 @@ use super::projects::project_authorize_in;
 use super::users::email_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project_invitation, project_member, user};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 
 pub const INVITATION_TTL_DAYS: i64 = 7;
 
@@ -134,7 +134,7 @@ impl App {
         };
         if member {
             return Err(ApiError::conflict(
-                "already_member",
+                ErrorCode::AlreadyMember,
                 "a member of this project has this email",
             ));
         }
@@ -158,7 +158,7 @@ impl App {
         .insert(&write.txn)
         .await
         .map_err(unique_violation_as(
-            "already_invited",
+            ErrorCode::AlreadyInvited,
             "this email has a pending invitation to the project",
         ))?;
         write
@@ -234,7 +234,7 @@ impl App {
         .insert(&txn)
         .await
         .map_err(unique_violation_as(
-            "already_member",
+            ErrorCode::AlreadyMember,
             "you are already a member of this project",
         ))?;
         project_invitation::Entity::delete_by_id(id)

@@ -16,7 +16,7 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::StatusCode;
 use tokio::sync::Semaphore;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// How long a password hash may wait for a free hashing slot.
 pub const HASH_WAIT: Duration = Duration::from_secs(5);
@@ -96,7 +96,7 @@ impl LoginThrottle {
                 tracing::warn!("password attempts throttled");
                 Err(ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_attempts",
+                    ErrorCode::TooManyAttempts,
                     "too many login attempts; wait before trying again",
                 )
                 .retry_after(wait.as_secs().max(1)))
@@ -116,7 +116,7 @@ impl LoginThrottle {
                 metrics::counter!("password_hash_refused_total").increment(1);
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "busy",
+                    ErrorCode::Busy,
                     "too many password checks are running; retry shortly",
                 )
                 .retry_after(1)

@@ -16,7 +16,7 @@ use super::pagination::{Page, PageParams, paginate};
 use super::projects::project_authorize_in;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project_member, user};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// A user's membership in a project.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -182,7 +182,7 @@ impl App {
             && owners_count(&write.txn, project_id).await? <= 1
         {
             return Err(ApiError::conflict(
-                "last_owner",
+                ErrorCode::LastOwner,
                 "a project must keep at least one owner",
             ));
         }
@@ -225,7 +225,7 @@ impl App {
         }
         if role == ProjectRole::Owner && owners_count(&write.txn, project_id).await? <= 1 {
             return Err(ApiError::conflict(
-                "last_owner",
+                ErrorCode::LastOwner,
                 "a project must keep at least one owner",
             ));
         }

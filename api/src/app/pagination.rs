@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 pub const DEFAULT_LIMIT: u64 = 50;
 pub const MAX_LIMIT: u64 = 200;
@@ -50,7 +50,7 @@ impl PageParams {
         match self.limit.unwrap_or(DEFAULT_LIMIT) {
             limit @ 1..=MAX_LIMIT => Ok(limit),
             _ => Err(ApiError::bad_request(
-                "invalid_query",
+                ErrorCode::InvalidQuery,
                 format!("`limit` must be between 1 and {MAX_LIMIT}"),
             )),
         }
@@ -67,7 +67,7 @@ impl PageParams {
             .map(Some)
             .ok_or_else(|| {
                 ApiError::bad_request(
-                    "invalid_cursor",
+                    ErrorCode::InvalidCursor,
                     "`cursor` is not a cursor returned by this list",
                 )
             })

@@ -16,7 +16,7 @@ use super::audit::{AuditEntry, audit_record};
 use super::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal};
 use crate::entity::{plugin_binary, plugin_blob};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 use crate::plugins::{ConfigKey, PluginEnv, PluginLimits};
 
 /// The largest plugin binary accepted.
@@ -88,7 +88,7 @@ pub fn config_missing_check(
         missing.join(", "),
         if missing.len() == 1 { "is" } else { "are" }
     ))
-    .with_code("configuration_missing"))
+    .with_code(ErrorCode::ConfigurationMissing))
 }
 
 /// Checks what a plugin declares: keys a provider could set, short descriptions.
@@ -97,7 +97,7 @@ fn config_keys_validate(keys: &[ConfigKey]) -> ApiResult<()> {
         return Err(ApiError::invalid(
             "plugin rejected: it declares more than 100 configuration keys",
         )
-        .with_code("plugin_rejected"));
+        .with_code(ErrorCode::PluginRejected));
     }
     for key in keys {
         let name_ok = !key.name.is_empty()
@@ -111,7 +111,7 @@ fn config_keys_validate(keys: &[ConfigKey]) -> ApiResult<()> {
                 "plugin rejected: declared configuration key `{}` is not 1 to 64 letters, digits, `_`, `-` or `.` with a description of at most 500 characters",
                 key.name.chars().take(80).collect::<String>()
             ))
-            .with_code("plugin_rejected"));
+            .with_code(ErrorCode::PluginRejected));
         }
     }
     Ok(())
@@ -234,7 +234,7 @@ impl App {
         if wasm.len() > PLUGIN_MAX_BYTES {
             return Err(ApiError::new(
                 http::StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
+                ErrorCode::BodyTooLarge,
                 format!("a plugin binary may be at most {PLUGIN_MAX_BYTES} bytes"),
             ));
         }
@@ -252,7 +252,7 @@ impl App {
             .plugin_load(wasm, PluginLimits::default())
             .map_err(|rejection| {
                 ApiError::invalid(format!("plugin rejected: {rejection}"))
-                    .with_code("plugin_rejected")
+                    .with_code(ErrorCode::PluginRejected)
             })?;
         let env = Arc::new(PluginEnv {
             provider: "upload".into(),
@@ -260,12 +260,12 @@ impl App {
         });
         let info = host.plugin_info(&plugin, &env).await.map_err(|err| {
             ApiError::invalid(format!("plugin rejected: its `info` call failed: {err}"))
-                .with_code("plugin_rejected")
+                .with_code(ErrorCode::PluginRejected)
         })?;
         let name = super::slug_validate("info.name", &info.name)
-            .map_err(|err| err.with_code("plugin_rejected"))?;
+            .map_err(|err| err.with_code(ErrorCode::PluginRejected))?;
         let version = super::text_validate("info.version", &info.version, 64)
-            .map_err(|err| err.with_code("plugin_rejected"))?;
+            .map_err(|err| err.with_code(ErrorCode::PluginRejected))?;
         config_keys_validate(&info.config)?;
         let config_keys: Vec<ConfigKeyView> = info.config.into_iter().map(Into::into).collect();
         let config_keys = serde_json::to_string(&config_keys).map_err(ApiError::internal)?;
@@ -290,7 +290,7 @@ impl App {
         .insert(&txn)
         .await
         .map_err(unique_violation_as(
-            "plugin_exists",
+            ErrorCode::PluginExists,
             "this binary was stored by a concurrent upload",
         ))?;
         plugin_blob::ActiveModel {

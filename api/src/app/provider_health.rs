@@ -31,7 +31,7 @@ use super::breaker::{Breaker, BreakerConfig, Change, ProviderHealth, Signal};
 use super::pagination::{Page, PageParams, paginate};
 use crate::authz::Principal;
 use crate::entity::{provider, provider_event};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plugins::registry::ActivePlugin;
 use crate::plugins::{HealthReport, HealthStatus, PluginError, ProviderError};
 
@@ -106,7 +106,7 @@ impl HealthBoard {
                 let wait = breaker.retry_after(Instant::now()).as_secs().max(1);
                 Err(ApiError::new(
                     http::StatusCode::SERVICE_UNAVAILABLE,
-                    "provider_unavailable",
+                    ErrorCode::ProviderUnavailable,
                     format!(
                         "provider `{}` is unavailable ({}); calls resume once a health probe succeeds",
                         row.name, row.health_reason

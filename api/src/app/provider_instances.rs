@@ -16,7 +16,7 @@ use super::provider_health::call_signal;
 use super::{App, slug_validate, text_validate};
 use crate::authz::{OpContext, Principal};
 use crate::entity::provider;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plugins::registry::ActivePlugin;
 use crate::plugins::{
     Instance, InstanceSpec, InstanceState, PluginError, PluginHost, ProviderError,
@@ -79,64 +79,64 @@ fn plugin_error_to_api(provider: &str, err: PluginError) -> ApiError {
         PluginError::Provider(error) => match error {
             ProviderError::Unauthorized(m) => ApiError::new(
                 S::BAD_GATEWAY,
-                "provider_unauthorized",
+                ErrorCode::ProviderUnauthorized,
                 format!("provider `{provider}` refused the plugin's credentials: {m}"),
             ),
             ProviderError::Forbidden(m) => ApiError::new(
                 S::BAD_GATEWAY,
-                "provider_forbidden",
+                ErrorCode::ProviderForbidden,
                 format!("provider `{provider}` refused this operation to the plugin: {m}"),
             ),
             ProviderError::Misconfigured(m) => ApiError::new(
                 S::BAD_GATEWAY,
-                "provider_misconfigured",
+                ErrorCode::ProviderMisconfigured,
                 format!("provider `{provider}`'s configuration or secrets are unusable: {m}"),
             ),
             ProviderError::AccountSuspended(m) => ApiError::new(
                 S::BAD_GATEWAY,
-                "provider_account_suspended",
+                ErrorCode::ProviderAccountSuspended,
                 format!("the account of provider `{provider}` is suspended: {m}"),
             ),
             ProviderError::RateLimited(limit) => ApiError::new(
                 S::SERVICE_UNAVAILABLE,
-                "provider_rate_limited",
+                ErrorCode::ProviderRateLimited,
                 format!("provider `{provider}` is rate limiting: {}", limit.message),
             )
             .retry_after(limit.retry_after_secs.max(1).into()),
             ProviderError::QuotaExceeded(m) => ApiError::conflict(
-                "provider_quota_exceeded",
+                ErrorCode::ProviderQuotaExceeded,
                 format!("provider `{provider}`: quota or capacity reached: {m}"),
             ),
             ProviderError::NotFound(m) => ApiError::new(
                 S::NOT_FOUND,
-                "instance_not_found",
+                ErrorCode::InstanceNotFound,
                 format!("provider `{provider}` has no such instance: {m}"),
             ),
             ProviderError::InvalidSpec(m) => ApiError::new(
                 S::UNPROCESSABLE_ENTITY,
-                "invalid_spec",
+                ErrorCode::InvalidSpec,
                 format!("provider `{provider}` cannot do this as given: {m}"),
             ),
             ProviderError::Unavailable(m) => ApiError::new(
                 S::SERVICE_UNAVAILABLE,
-                "provider_unavailable",
+                ErrorCode::ProviderUnavailable,
                 format!("provider `{provider}` is unavailable: {m}"),
             )
             .retry_after(5),
             ProviderError::Internal(m) => ApiError::new(
                 S::BAD_GATEWAY,
-                "provider_error",
+                ErrorCode::ProviderError,
                 format!("provider `{provider}` answered unexpectedly: {m}"),
             ),
         },
         PluginError::Timeout(_) => ApiError::new(
             S::GATEWAY_TIMEOUT,
-            "provider_timeout",
+            ErrorCode::ProviderTimeout,
             format!("provider `{provider}`: {err}"),
         ),
         other => ApiError::new(
             S::BAD_GATEWAY,
-            "plugin_failed",
+            ErrorCode::PluginFailed,
             format!("provider `{provider}`: {other}"),
         ),
     }
@@ -161,26 +161,26 @@ impl App {
             .ok_or_else(|| ApiError::not_found("provider"))?;
         if !row.enabled {
             return Err(ApiError::conflict(
-                "provider_disabled",
+                ErrorCode::ProviderDisabled,
                 format!("provider `{name}` is disabled"),
             ));
         }
         if new_work && row.drained {
             return Err(ApiError::conflict(
-                "provider_drained",
+                ErrorCode::ProviderDrained,
                 format!("provider `{name}` is drained: it takes no new instances"),
             ));
         }
         if row.plugin_digest.is_none() {
             return Err(ApiError::conflict(
-                "provider_not_serving",
+                ErrorCode::ProviderNotServing,
                 format!("provider `{name}` has no plugin activated: it takes no calls"),
             ));
         }
         self.health.call_check(&row)?;
         let active = self.providers.active(name).ok_or_else(|| {
             ApiError::conflict(
-                "provider_not_serving",
+                ErrorCode::ProviderNotServing,
                 format!("provider `{name}`'s plugin is not loaded on this server"),
             )
         })?;

@@ -36,7 +36,7 @@ use super::providers::{
 };
 use crate::authz::{OpContext, Principal};
 use crate::entity::{provider, provider_activation, provider_event};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plugins::{HealthStatus, PluginEnv, PluginError};
 
 /// The stored binary to switch a provider to.
@@ -186,7 +186,7 @@ impl App {
                 .cloned()
                 .ok_or_else(|| {
                     ApiError::conflict(
-                        "nothing_to_roll_back",
+                        ErrorCode::NothingToRollBack,
                         "this provider has no earlier version in its activation history",
                     )
                 })?,
@@ -225,7 +225,7 @@ impl App {
     ) -> ApiResult<()> {
         let refused = |why: String| {
             ApiError::conflict(
-                "plugin_unhealthy",
+                ErrorCode::PluginUnhealthy,
                 format!("activation refused: the new version's health check {why}"),
             )
         };
@@ -289,7 +289,7 @@ impl App {
         let fresh = provider_find(&txn, &current.name).await?;
         if fresh.revision != current.revision {
             return Err(ApiError::conflict(
-                "provider_changed",
+                ErrorCode::ProviderChanged,
                 "the provider changed during the activation; try again",
             ));
         }
@@ -335,7 +335,7 @@ impl App {
             .plugin_load(wasm, limits_of(row).effective())
             .map_err(|rejection| {
                 ApiError::invalid(format!("plugin rejected: {rejection}"))
-                    .with_code("plugin_rejected")
+                    .with_code(ErrorCode::PluginRejected)
             })
     }
 
@@ -393,7 +393,7 @@ impl App {
         let _passing = gate.lock().await;
         let active = self.providers.active(&row.name).ok_or_else(|| {
             ApiError::conflict(
-                "provider_not_serving",
+                ErrorCode::ProviderNotServing,
                 "this provider has no active plugin, or is disabled",
             )
         })?;

@@ -24,7 +24,7 @@ use super::plugin_binaries::{
 use super::{App, if_match_check, slug_validate};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{plugin_binary, provider};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 use crate::plugins::{
     Allowlist, HOST_CONCURRENT_CALLS, PluginEnv, PluginLimits, endpoint_patterns,
     provider_call_share,
@@ -550,7 +550,7 @@ impl App {
         .insert(&txn)
         .await
         .map_err(unique_violation_as(
-            "provider_exists",
+            ErrorCode::ProviderExists,
             "a provider of this name exists",
         ))?;
         let details = serde_json::json!({

@@ -33,7 +33,7 @@ use utoipa::ToSchema;
 
 use super::App;
 use crate::entity::{domain, instance, routing_revision};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::routing::{
     Route, RouteChange, RoutingTable, SignedSnapshot, Upstream, changes_between, sha256_hex,
 };
@@ -139,7 +139,7 @@ impl App {
         self.routing.prepared().ok_or_else(|| {
             ApiError::new(
                 http::StatusCode::SERVICE_UNAVAILABLE,
-                "routing_table_not_ready",
+                ErrorCode::RoutingTableNotReady,
                 "the routing table is being built",
             )
             .retry_after(1)
@@ -342,7 +342,7 @@ impl App {
 fn history_gone(since: i64) -> ApiError {
     ApiError::new(
         http::StatusCode::GONE,
-        "routing_history_gone",
+        ErrorCode::RoutingHistoryGone,
         format!(
             "the changes after revision {since} are no longer kept: fetch the whole table (GET /v1/routing-table)"
         ),

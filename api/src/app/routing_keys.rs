@@ -22,7 +22,7 @@ use super::App;
 use super::audit::{AuditEntry, audit_record};
 use crate::authz::{OpContext, Principal};
 use crate::entity::routing_key;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::routing::{PublishedKey, PublishedKeys, key_id_of};
 
 /// The active key, opened.
@@ -188,7 +188,7 @@ impl App {
             .ok_or_else(|| ApiError::not_found("routing key"))?;
         if key.state == "active" {
             return Err(ApiError::conflict(
-                "routing_key_active",
+                ErrorCode::RoutingKeyActive,
                 "this key signs the routing table: activate another one first",
             ));
         }

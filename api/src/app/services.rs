@@ -21,7 +21,7 @@ use super::placement::PlacementPolicy;
 use super::{App, slug_validate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{instance, service};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 use crate::secrets::SecretBox;
 
 pub const MAX_REPLICAS: u32 = 100;
@@ -637,7 +637,7 @@ pub(super) async fn instances_none_live(
         .await?;
     if live > 0 {
         return Err(ApiError::conflict(
-            "instances_running",
+            ErrorCode::InstancesRunning,
             format!(
                 "{live} instance(s) still run: deploy the service with 0 replicas first, and wait for them to be removed"
             ),
@@ -647,7 +647,10 @@ pub(super) async fn instances_none_live(
 }
 
 fn name_taken(err: sea_orm::DbErr) -> ApiError {
-    unique_violation_as("name_taken", "the environment has a service with this name")(err)
+    unique_violation_as(
+        ErrorCode::NameTaken,
+        "the environment has a service with this name",
+    )(err)
 }
 
 /// Audit details name the variables that are set, never their values.

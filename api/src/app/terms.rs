@@ -14,7 +14,7 @@ use super::pagination::{Page, PageParams, paginate};
 use super::{App, text_validate};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{terms_acceptance, terms_version};
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TermsView {
@@ -129,7 +129,7 @@ impl App {
         .insert(&txn)
         .await
         .map_err(unique_violation_as(
-            "version_exists",
+            ErrorCode::VersionExists,
             "this version is already published",
         ))?;
         let entry = AuditEntry {

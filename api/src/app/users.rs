@@ -14,7 +14,7 @@ use super::{App, if_match_check, text_validate};
 use crate::auth::{password_hash, password_verify};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::user;
-use crate::error::{ApiError, ApiResult, unique_violation_as};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 
 /// A user account. Passwords are never shown.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -166,7 +166,7 @@ impl App {
         if let Some((verified_against, new_hash)) = password {
             if current.password_hash.as_deref() != Some(verified_against.as_str()) {
                 return Err(ApiError::conflict(
-                    "password_changed",
+                    ErrorCode::PasswordChanged,
                     "the password changed while this request was checked; try again",
                 ));
             }
@@ -269,7 +269,7 @@ impl App {
         .insert(&txn)
         .await
         .map_err(unique_violation_as(
-            "email_taken",
+            ErrorCode::EmailTaken,
             "a user with this email already exists",
         ))?;
         audit_record(&txn, ctx, user_audit("user.create", &created)).await?;

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 
 use crate::authz::{OpContext, Principal, RouteScope, Scoped, WriteScope};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// A JSON body. Malformed JSON is 400, a wrong content type 415, a body over the limit 413, and
 /// wrong types, missing or unknown fields 422.
@@ -28,11 +28,11 @@ pub struct ApiQuery<T>(pub T);
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         let code = match rejection.status() {
-            StatusCode::BAD_REQUEST => "malformed_json",
-            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-            StatusCode::UNPROCESSABLE_ENTITY => "invalid_body",
-            _ => "bad_request",
+            StatusCode::BAD_REQUEST => ErrorCode::MalformedJson,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+            StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::BodyTooLarge,
+            StatusCode::UNPROCESSABLE_ENTITY => ErrorCode::InvalidBody,
+            _ => ErrorCode::BadRequest,
         };
         ApiError::new(rejection.status(), code, rejection.body_text())
     }
@@ -40,13 +40,13 @@ impl From<JsonRejection> for ApiError {
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::bad_request("invalid_path", rejection.body_text())
+        ApiError::bad_request(ErrorCode::InvalidPath, rejection.body_text())
     }
 }
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::bad_request("invalid_query", rejection.body_text())
+        ApiError::bad_request(ErrorCode::InvalidQuery, rejection.body_text())
     }
 }
 
@@ -119,7 +119,9 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
             Some(value) => value
                 .to_str()
                 .map(|v| IfMatch(Some(v.to_owned())))
-                .map_err(|_| ApiError::bad_request("invalid_header", "If-Match is not valid text")),
+                .map_err(|_| {
+                    ApiError::bad_request(ErrorCode::InvalidHeader, "If-Match is not valid text")
+                }),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::app::idempotency::{IdempotencyStart, StoredResponse};
 use crate::app::plugin_binaries::PLUGIN_MAX_BYTES;
 use crate::authz::{Principal, authz_trail_keep};
-use crate::error::{ApiError, PROBLEM_JSON};
+use crate::error::{ApiError, ErrorCode, PROBLEM_JSON};
 
 /// Limits request bodies to `limit` bytes, or [`PLUGIN_MAX_BYTES`] for plugin uploads. A
 /// declared length over the limit is refused before anything is read; a body that runs past
@@ -34,7 +34,7 @@ pub async fn body_limit(State(limit): State<usize>, request: Request, next: Next
     if declared.is_some_and(|length| length > limit as u64) {
         let mut refused = ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             format!("the request body is larger than the limit of {limit} bytes"),
         )
         .into_response();
@@ -120,24 +120,30 @@ fn problem_ensure(response: Response) -> Response {
         return response;
     }
     let (code, detail) = match status {
-        StatusCode::NOT_FOUND => ("not_found", "no such endpoint"),
+        StatusCode::NOT_FOUND => (ErrorCode::NotFound, "no such endpoint"),
         StatusCode::METHOD_NOT_ALLOWED => (
-            "method_not_allowed",
+            ErrorCode::MethodNotAllowed,
             "this endpoint does not support this method",
         ),
-        StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took too long and was abandoned"),
+        StatusCode::REQUEST_TIMEOUT => (
+            ErrorCode::Timeout,
+            "the request took too long and was abandoned",
+        ),
         StatusCode::PAYLOAD_TOO_LARGE => (
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             "the request body is larger than the limit",
         ),
         StatusCode::INTERNAL_SERVER_ERROR => {
             tracing::error!("request failed without an error value (panic?)");
             (
-                "internal",
+                ErrorCode::Internal,
                 "internal error; quote the request id when reporting it",
             )
         }
-        _ => ("error", status.canonical_reason().unwrap_or("error")),
+        _ => (
+            ErrorCode::Error,
+            status.canonical_reason().unwrap_or("error"),
+        ),
     };
     let mut problem = ApiError::new(status, code, detail).into_response();
     // Keep headers that matter to the client, such as `Allow` on 405.
@@ -195,7 +201,7 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
         Ok(key) if (1..=255).contains(&key.len()) => key.to_owned(),
         _ => {
             return ApiError::bad_request(
-                "invalid_header",
+                ErrorCode::InvalidHeader,
                 "Idempotency-Key must be 1 to 255 visible ASCII characters",
             )
             .into_response();
@@ -206,7 +212,7 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
     let Ok(body) = to_bytes(body, usize::MAX).await else {
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             "the request body is larger than the limit",
         )
         .into_response();

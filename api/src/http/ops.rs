@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::app::App;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -60,8 +60,9 @@ async fn healthz() -> Json<Health> {
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses((status = 200, body = Health), (status = 503, body = crate::error::Problem, content_type = "application/problem+json")))]
 async fn readyz(State(app): State<App>) -> ApiResult<Json<Health>> {
-    let unavailable =
-        |detail: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", detail);
+    let unavailable = |detail: String| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NotReady, detail)
+    };
     crate::db::ping(&app.db).await.map_err(|err| {
         tracing::warn!(error = %err, "readiness: database unreachable");
         unavailable("the database is unreachable".into())

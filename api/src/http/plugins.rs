@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::pagination::{Page, PageParams};
 use crate::app::plugin_binaries::{PluginBinaryView, Stored};
 use crate::authz::{OpContext, Principal};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// Where binaries are uploaded: the one route whose body may be larger than the usual limit.
 pub const UPLOAD_PATH: &str = "/v1/plugins";
@@ -64,7 +64,7 @@ async fn plugin_binary_upload(
     if !content_type.starts_with("application/wasm") {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "upload the component as `Content-Type: application/wasm`",
         ));
     }
@@ -94,12 +94,12 @@ async fn body_read(body: Body) -> ApiResult<axum::body::Bytes> {
         if too_large {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
+                ErrorCode::BodyTooLarge,
                 "the request body is larger than the limit",
             )
         } else {
             ApiError::bad_request(
-                "body_unreadable",
+                ErrorCode::BodyUnreadable,
                 format!("the request body could not be read: {err}"),
             )
         }

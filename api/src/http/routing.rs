@@ -15,7 +15,7 @@ use super::sse::{LastEventId, StreamBatch, StreamEvent, event_stream};
 use crate::app::App;
 use crate::app::routing::{Prepared, RoutingChanges};
 use crate::authz::OpContext;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::routing::caddy::{CaddyOptions, config as caddy_config};
 use crate::routing::{PublishedKey, PublishedKeys};
 
@@ -90,7 +90,7 @@ async fn routing_table_view(
     let prepared = app.routing_prepared()?;
     match params.format {
         TableFormat::Json if params.listen.is_some() => Err(ApiError::bad_request(
-            "invalid_query",
+            ErrorCode::InvalidQuery,
             "`listen` goes with `format=caddy`",
         )),
         TableFormat::Json => Ok(snapshot_response(&prepared, accepts_gzip(&headers))),
@@ -172,7 +172,7 @@ fn listen_validate(listen: &str) -> ApiResult<String> {
         Ok(listen.to_owned())
     } else {
         Err(ApiError::bad_request(
-            "invalid_query",
+            ErrorCode::InvalidQuery,
             "`listen` must be `host:port` or `:port`",
         ))
     }
@@ -194,7 +194,7 @@ async fn routing_table_changes(
     let limit = params.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) || params.since < 0 {
         return Err(ApiError::bad_request(
-            "invalid_query",
+            ErrorCode::InvalidQuery,
             "`since` must be 0 or more and `limit` 1 to 1000",
         ));
     }

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use tokio::sync::watch;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// How often a stream re-reads its source without being woken (writes of other replicas).
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
@@ -62,7 +62,7 @@ impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
                 .map(|id| Self(Some(id)))
                 .ok_or_else(|| {
                     ApiError::bad_request(
-                        "invalid_header",
+                        ErrorCode::InvalidHeader,
                         "Last-Event-ID must be the id of an event of this stream",
                     )
                 }),
