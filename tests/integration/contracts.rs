@@ -106,3 +106,126 @@ fn plugin_contract_changes_bump_its_version() {
         );
     }
 }
+
+crate::db_tests!(the_server_accepts_and_refuses_what_the_schema_says);
+
+/// For a sample of operations, the bounds the OpenAPI document states are the server's: a value
+/// at a bound is accepted, one past it refused.
+async fn the_server_accepts_and_refuses_what_the_schema_says(s: crate::support::TestServer) {
+    use crate::support::ADMIN_TOKEN;
+    use serde_json::json;
+    let doc: serde_json::Value =
+        serde_json::from_str(&bulkhead::http::openapi_document().to_json().unwrap()).unwrap();
+    let property =
+        |schema: &str, name: &str| doc["components"]["schemas"][schema]["properties"][name].clone();
+    let bound = |value: &serde_json::Value, key: &str| {
+        value[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {key} in {value}")) as usize
+    };
+
+    // Project names: 1 to maxLength characters.
+    let name = property("ProjectCreate", "name");
+    let max = bound(&name, "maxLength");
+    assert_eq!(bound(&name, "minLength"), 1);
+    s.post(
+        "/v1/projects",
+        ADMIN_TOKEN,
+        json!({ "name": "p".repeat(max) }),
+    )
+    .await
+    .assert_status(201);
+    s.post(
+        "/v1/projects",
+        ADMIN_TOKEN,
+        json!({ "name": "p".repeat(max + 1) }),
+    )
+    .await
+    .assert_problem(422, "invalid_request");
+    s.post("/v1/projects", ADMIN_TOKEN, json!({ "name": "" }))
+        .await
+        .assert_problem(422, "invalid_request");
+
+    // Service names (a pattern and a length) and ports (a range).
+    let project = s.project_create(ADMIN_TOKEN, "bounds").await;
+    let environment = s
+        .post(
+            &format!("/v1/projects/{project}/environments"),
+            ADMIN_TOKEN,
+            json!({ "name": "prod" }),
+        )
+        .await;
+    let environment = environment.assert_status(201)["id"].clone();
+    let service = |name: String, port: u64| {
+        json!({ "environment_id": environment, "name": name, "port": port,
+            "source": { "type": "artifact", "image": "shop/web:1" } })
+    };
+    let services = format!("/v1/projects/{project}/services");
+    let name = property("ServiceCreate", "name");
+    let max = bound(&name, "maxLength");
+    assert!(
+        name["pattern"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("^[a-z]")),
+        "{name}"
+    );
+    let port = property("ServiceCreate", "port");
+    let (low, high) = (
+        bound(&port, "minimum") as u64,
+        bound(&port, "maximum") as u64,
+    );
+    s.post(
+        &services,
+        ADMIN_TOKEN,
+        service(format!("w{}", "1".repeat(max - 1)), high),
+    )
+    .await
+    .assert_status(201);
+    s.post(&services, ADMIN_TOKEN, service("x".repeat(max + 1), low))
+        .await
+        .assert_problem(422, "invalid_request");
+    for outside_the_pattern in ["Web", "9web", "web-", "we_b"] {
+        s.post(
+            &services,
+            ADMIN_TOKEN,
+            service(outside_the_pattern.into(), low),
+        )
+        .await
+        .assert_problem(422, "invalid_request");
+    }
+    s.post(&services, ADMIN_TOKEN, service("low".into(), low - 1))
+        .await
+        .assert_problem(422, "invalid_request");
+    s.post(&services, ADMIN_TOKEN, service("high".into(), high + 1))
+        .await
+        .assert_problem(422, "invalid_body");
+
+    // List limits.
+    let limit = doc["paths"]["/v1/projects"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap()["schema"]
+        .clone();
+    let (low, high) = (bound(&limit, "minimum"), bound(&limit, "maximum"));
+    s.get(&format!("/v1/projects?limit={high}"), ADMIN_TOKEN)
+        .await
+        .assert_status(200);
+    for outside in [low - 1, high + 1] {
+        s.get(&format!("/v1/projects?limit={outside}"), ADMIN_TOKEN)
+            .await
+            .assert_problem(400, "invalid_query");
+    }
+
+    // Passwords: at least minLength characters.
+    let password = property("UserCreate", "password");
+    let min = bound(&password, "minLength");
+    let user = |n: usize| json!({ "email": format!("pw{n}@example.com"), "name": "P", "password": "p".repeat(n) });
+    s.post("/v1/users", ADMIN_TOKEN, user(min))
+        .await
+        .assert_status(201);
+    s.post("/v1/users", ADMIN_TOKEN, user(min - 1))
+        .await
+        .assert_problem(422, "invalid_request");
+}

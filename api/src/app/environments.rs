@@ -41,6 +41,11 @@ impl From<environment::Model> for EnvironmentView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvironmentWrite {
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+    )]
     pub name: String,
 }
 

@@ -45,6 +45,7 @@ impl From<project::Model> for ProjectView {
 #[serde(deny_unknown_fields)]
 pub struct ProjectCreate {
     /// 1 to 100 characters.
+    #[schema(min_length = 1, max_length = 100)]
     pub name: String,
     #[serde(default)]
     pub description: String,
@@ -54,6 +55,7 @@ pub struct ProjectCreate {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectUpdate {
+    #[schema(min_length = 1, max_length = 100)]
     pub name: Option<String>,
     pub description: Option<String>,
 }

@@ -29,8 +29,10 @@ pub struct InstanceCreate {
     /// Lowercase letters, digits and `-`, at most 63; chosen by the caller.
     pub instance_key: String,
     /// One of the provider's regions.
+    #[schema(min_length = 1, max_length = 63)]
     pub region: String,
     /// What to run: an image reference or a command line, as the provider understands it.
+    #[schema(min_length = 1, max_length = 1024)]
     pub artifact: String,
     /// The port the workload listens on.
     pub port: u16,

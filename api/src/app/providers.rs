@@ -196,6 +196,11 @@ impl ProviderView {
 #[serde(deny_unknown_fields)]
 pub struct ProviderCreate {
     /// Lowercase letters, digits and `-`, e.g. `gcp`.
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+    )]
     pub name: String,
     #[serde(default)]
     pub config: BTreeMap<String, String>,

@@ -212,8 +212,14 @@ fn default_replicas() -> u32 {
 pub struct ServiceCreate {
     pub environment_id: Uuid,
     /// Unique in the environment: lowercase letters, digits and `-`.
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+    )]
     pub name: String,
     pub source: ServiceSource,
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: u16,
     /// 0 to 100 (default 1).
     #[serde(default = "default_replicas")]
@@ -233,8 +239,14 @@ pub struct ServiceCreate {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceUpdate {
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+    )]
     pub name: Option<String>,
     pub source: Option<ServiceSource>,
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: Option<u16>,
     pub replicas: Option<u32>,
     pub regions: Option<Vec<String>>,

@@ -44,7 +44,9 @@ impl From<terms_version::Model> for TermsView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TermsPublish {
+    #[schema(min_length = 1, max_length = 64)]
     pub version: String,
+    #[schema(min_length = 1, max_length = 2000)]
     pub url: String,
     #[serde(default)]
     pub summary: String,

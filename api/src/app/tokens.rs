@@ -46,6 +46,7 @@ pub struct TokenCreated {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenCreate {
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
     /// At least one; a token cannot have a scope that the credential creating it lacks.
     pub scopes: Vec<Scope>,

@@ -53,10 +53,12 @@ impl From<user::Model> for UserView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserCreate {
+    #[schema(format = Email, max_length = 320)]
     pub email: String,
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
-    /// At least 12 characters.
-    #[schema(format = Password)]
+    /// At least 12 characters (at most 1024 bytes).
+    #[schema(format = Password, min_length = 12, max_length = 1024)]
     pub password: Option<String>,
     #[serde(default)]
     pub is_admin: bool,
@@ -66,8 +68,10 @@ pub struct UserCreate {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserUpdate {
+    #[schema(min_length = 1, max_length = 200)]
     pub name: Option<String>,
-    #[schema(format = Password)]
+    /// At least 12 characters (at most 1024 bytes).
+    #[schema(format = Password, min_length = 12, max_length = 1024)]
     pub password: Option<String>,
     pub is_admin: Option<bool>,
     pub disabled: Option<bool>,
@@ -77,9 +81,10 @@ pub struct UserUpdate {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MeUpdate {
+    #[schema(min_length = 1, max_length = 200)]
     pub name: Option<String>,
-    /// The new password (at least 12 characters).
-    #[schema(format = Password)]
+    /// The new password (at least 12 characters, at most 1024 bytes).
+    #[schema(format = Password, min_length = 12, max_length = 1024)]
     pub password: Option<String>,
     /// Required to change a password that is already set.
     #[schema(format = Password)]
