@@ -140,6 +140,26 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
         }
         if matches!(method, Method::PATCH | Method::DELETE) {
             errors.push((412, "If-Match does not match the current ETag"));
+            header_parameter_ensure(
+                operation,
+                "If-Match",
+                "The ETag the change is based on: 412 when the resource changed since",
+                None,
+            );
+        }
+        if method == Method::POST && !public && path != plugins::UPLOAD_PATH {
+            header_parameter_ensure(
+                operation,
+                middleware::IDEMPOTENCY_KEY.as_str(),
+                "Makes a retry safe: the same key and body replay the stored response (with \
+                 `Idempotent-Replayed: true`), the same key with another body is 422, the same \
+                 key while the first request runs is 409",
+                Some(255),
+            );
+        }
+        if path.contains('{') {
+            // Path values are validated too (names, keys).
+            errors.push((422, "Invalid values"));
         }
         errors.push((408, "Request timed out"));
         for (status, description) in errors {
@@ -165,6 +185,36 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
                 });
         }
     }
+}
+
+/// Adds an optional string header parameter `name` to `operation`, unless it declares it.
+fn header_parameter_ensure(
+    operation: &mut utoipa::openapi::path::Operation,
+    name: &str,
+    description: &str,
+    max_length: Option<usize>,
+) {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    let parameters = operation.parameters.get_or_insert_with(Vec::new);
+    if parameters.iter().any(|p| {
+        matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
+    }) {
+        return;
+    }
+    let mut schema = ObjectBuilder::new().schema_type(Type::String);
+    if let Some(max) = max_length {
+        schema = schema.min_length(Some(1)).max_length(Some(max));
+    }
+    parameters.push(RefOr::T(
+        ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Header)
+            .required(utoipa::openapi::Required::False)
+            .description(Some(description))
+            .schema(Some(schema))
+            .build(),
+    ));
 }
 
 fn api_router() -> OpenApiRouter<App> {
