@@ -57,6 +57,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
+pub use state::write_atomically;
 pub use supervisor::{Capacity, WorkloadState, WorkloadView};
 pub use token::token_file_read;
 

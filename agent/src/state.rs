@@ -112,7 +112,10 @@ impl StateStore {
     }
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Replaces the file at `path` with `bytes`, owner-only (0600), atomically and durably: a
+/// temporary file beside it, fsync, rename, fsync of the directory. A crash at any moment
+/// leaves the old content or the new, never half of one.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let temporary = path.with_extension("json.tmp");

@@ -38,6 +38,17 @@ pub struct Fixture {
 
 /// A project with a service of `replicas` on `providers`, checked every 200 ms.
 pub async fn fixture(s: &TestServer, replicas: u32, providers: &[&str]) -> Fixture {
+    fixture_running(s, replicas, providers, WORKLOAD, "/").await
+}
+
+/// [`fixture`] with the Python program `workload`, health-checked on `health_path`.
+pub async fn fixture_running(
+    s: &TestServer,
+    replicas: u32,
+    providers: &[&str],
+    workload: &str,
+    health_path: &str,
+) -> Fixture {
     let owner = s
         .user_with_session(&format!(
             "deployer-{}@example.com",
@@ -59,12 +70,12 @@ pub async fn fixture(s: &TestServer, replicas: u32, providers: &[&str]) -> Fixtu
             json!({
                 "environment_id": environment.assert_status(201)["id"],
                 "name": "web",
-                "source": { "type": "command", "command": ["python3", "-c", WORKLOAD] },
+                "source": { "type": "command", "command": ["python3", "-c", workload] },
                 "port": 8080,
                 "replicas": replicas,
                 "variables": [{ "name": "SECRET_TOKEN", "value": "tok-3f9a1c", "secret": true }],
                 "placement": { "providers": providers.iter().map(|p| json!({ "name": p })).collect::<Vec<_>>() },
-                "health_check": { "path": "/", "interval_ms": 200, "timeout_ms": 1000, "start_timeout_secs": 30 },
+                "health_check": { "path": health_path, "interval_ms": 200, "timeout_ms": 1000, "start_timeout_secs": 30 },
             }),
         )
         .await;

@@ -179,47 +179,19 @@ async fn edge_health(edge: &RunningEdge) -> Value {
 }
 
 /// A project with a service of `replicas` on metal running [`WORKLOAD`], bound to
-/// [`DOMAIN`]; its path.
+/// [`DOMAIN`]: its owner's token and its path.
 async fn service_on_domain(s: &TestServer, replicas: u32) -> (String, String) {
-    let owner = s.user_with_session("edge-owner@example.com").await;
-    let project = s.project_create(&owner, "shop").await;
-    let environment = s
-        .post(
-            &format!("/v1/projects/{project}/environments"),
-            &owner,
-            json!({ "name": "production" }),
-        )
-        .await;
-    let service = s
-        .post(
-            &format!("/v1/projects/{project}/services"),
-            &owner,
-            json!({
-                "environment_id": environment.assert_status(201)["id"],
-                "name": "web",
-                "source": { "type": "command", "command": ["python3", "-c", WORKLOAD] },
-                "port": 8080,
-                "replicas": replicas,
-                "placement": { "providers": [{ "name": "metal" }] },
-                "health_check": { "path": "/health", "interval_ms": 200, "timeout_ms": 1000, "start_timeout_secs": 30 },
-            }),
-        )
-        .await;
-    let service_id = service.assert_status(201)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let fixture =
+        crate::deployments::fixture_running(s, replicas, &["metal"], WORKLOAD, "/health").await;
+    let service_id = fixture.service.rsplit('/').next().unwrap();
     s.post(
-        &format!("/v1/projects/{project}/domains"),
-        &owner,
+        &format!("/v1/projects/{}/domains", fixture.project),
+        &fixture.owner,
         json!({ "hostname": DOMAIN, "service_id": service_id }),
     )
     .await
     .assert_status(201);
-    (
-        owner,
-        format!("/v1/projects/{project}/services/{service_id}"),
-    )
+    (fixture.owner, fixture.service)
 }
 
 async fn deployed(s: &TestServer, owner: &str, service: &str) {

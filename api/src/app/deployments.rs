@@ -418,9 +418,12 @@ impl App {
         Ok(cancelled)
     }
 
-    /// Wakes the reconciler and the event streams of this server (after a commit).
+    /// Wakes the reconciler and the event streams of this server (after a commit), and the
+    /// routing table: any step of an instance may change what is routable (a rebuild that
+    /// finds the same routes makes no revision).
     pub fn deployments_changed(&self) {
         self.changes.deployments.notify();
+        self.changes.routes.notify();
     }
 }
 

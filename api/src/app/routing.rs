@@ -11,7 +11,9 @@
 //!   server signs the latest table, compresses it and keeps the bytes, their ETag and the
 //!   recent changes in memory ([`Prepared`]); readers and watchers never touch the database.
 //! - **The loop** ([`App::routing_run`]) publishes and prepares when routes change on this
-//!   server and every [`REFRESH_EVERY`] for other replicas' changes.
+//!   server, prepares every [`REFRESH_EVERY`] (revisions other replicas published), and
+//!   rebuilds every [`REBUILD_EVERY`] in case a change was committed by a server that stopped
+//!   before publishing it.
 //!
 //! Keys: see [`super::routing_keys`]; edges' reports: [`super::edges`].
 
@@ -38,11 +40,18 @@ use crate::routing::{
     Route, RouteChange, RoutingTable, SignedSnapshot, Upstream, changes_between, sha256_hex,
 };
 
-/// How often each server looks for revisions published by other replicas and rebuilds the
-/// routes (instances' health changed by another replica's checks).
+/// How often each server looks for revisions published by other replicas.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
+/// How often each server rebuilds the routes even though nothing woke it.
+pub const REBUILD_EVERY: Duration = Duration::from_secs(30);
 /// Revisions whose changes each server keeps in memory for watchers.
 const RECENT_IN_MEMORY: usize = 256;
+
+/// A revision this server just published: its table and its changes.
+pub struct Published {
+    pub table: RoutingTable,
+    pub changes: RevisionChanges,
+}
 
 /// The changes of one revision: what `changes?since=` lists and watchers receive.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -73,8 +82,9 @@ pub struct Prepared {
     pub etag: String,
     /// The signed snapshot document.
     pub identity: Bytes,
-    /// The same, gzip-compressed.
-    pub gzip: Bytes,
+    /// The same, gzip-compressed: made off the path of watchers, right after the revision is
+    /// served (until it is ready, gzip-accepting clients get the identity bytes).
+    pub gzip: std::sync::OnceLock<Bytes>,
     pub table: RoutingTable,
     /// The key that signed it.
     pub key_id: String,
@@ -150,26 +160,39 @@ impl App {
     /// `stop` turns true.
     pub async fn routing_run(self, mut stop: watch::Receiver<bool>) {
         let mut routes = self.changes.routes.subscribe();
+        let mut published_at = tokio::time::Instant::now();
+        let mut publish = true;
         loop {
-            if let Err(err) = self.routing_refresh().await {
-                tracing::warn!(error = %err, "routing table: could not refresh");
+            // Whoever changes routes (here or on another replica) publishes; the others only
+            // pick the revision up. A rebuild now and then covers a change whose server
+            // stopped before publishing it.
+            let served = if publish || published_at.elapsed() >= REBUILD_EVERY {
+                published_at = tokio::time::Instant::now();
+                self.routing_refresh().await
+            } else {
+                self.routing_prepare().await
+            };
+            if let Err(err) = served {
+                tracing::warn!(error = %err, "routing table: could not publish or prepare");
             }
-            tokio::select! {
-                _ = routes.changed() => {}
-                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+            publish = tokio::select! {
+                _ = routes.changed() => true,
+                _ = tokio::time::sleep(REFRESH_EVERY) => false,
                 _ = stop.wait_for(|stopped| *stopped) => return,
-            }
+            };
         }
     }
 
     /// Publishes a revision if the routes changed, then prepares the latest.
     pub async fn routing_refresh(&self) -> ApiResult<()> {
-        self.routing_publish().await?;
-        self.routing_prepare().await
+        match self.routing_publish().await? {
+            Some(published) => self.routing_prepare_published(published).await,
+            None => self.routing_prepare().await,
+        }
     }
 
     /// Stores a new revision if the routes differ from the latest one's; returns it.
-    pub async fn routing_publish(&self) -> ApiResult<Option<i64>> {
+    pub async fn routing_publish(&self) -> ApiResult<Option<Published>> {
         let _one_at_a_time = self.routing.publishing.lock().await;
         let routes = routes_build(&self.db).await?;
         let routes_json = serde_json::to_string(&routes).map_err(ApiError::internal)?;
@@ -181,16 +204,26 @@ impl App {
         if latest.as_ref().map(|l| &l.content_hash) == Some(&content_hash) {
             return Ok(None);
         }
-        let old_routes: Vec<Route> = latest
-            .as_ref()
-            .and_then(|l| l.routes.as_deref())
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(ApiError::internal)?
-            .unwrap_or_default();
+        // The routes of the latest revision: those this server serves, if they are its.
+        let served = self
+            .routing
+            .prepared()
+            .filter(|p| latest.as_ref().is_some_and(|l| l.revision == p.revision));
+        let old_routes: Vec<Route> = match served {
+            Some(served) => served.table.routes.clone(),
+            None => latest
+                .as_ref()
+                .and_then(|l| l.routes.as_deref())
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(ApiError::internal)?
+                .unwrap_or_default(),
+        };
         let changes = changes_between(&old_routes, &routes);
         let drop_intended = drop_intended(&self.db, &old_routes, &routes).await?;
         let revision = latest.as_ref().map_or(0, |l| l.revision) + 1;
+        // Microseconds, as PostgreSQL keeps them: every replica signs the same bytes.
+        let created_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
         let txn = self.db.begin().await?;
         let inserted = routing_revision::ActiveModel {
             revision: Set(revision),
@@ -198,7 +231,7 @@ impl App {
             changes: Set(serde_json::to_string(&changes).map_err(ApiError::internal)?),
             drop_intended: Set(drop_intended),
             routes: Set(Some(routes_json)),
-            created_at: Set(Utc::now()),
+            created_at: Set(created_at),
         }
         .insert(&txn)
         .await;
@@ -230,7 +263,77 @@ impl App {
             drop_intended,
             "routing table: published"
         );
-        Ok(Some(revision))
+        Ok(Some(Published {
+            table: RoutingTable {
+                revision,
+                generated_at: created_at,
+                drop_intended,
+                routes,
+            },
+            changes: RevisionChanges {
+                revision,
+                generated_at: created_at,
+                drop_intended,
+                changes,
+            },
+        }))
+    }
+
+    /// Serves what this server just published, from memory.
+    pub async fn routing_prepare_published(&self, published: Published) -> ApiResult<()> {
+        let signer = self.routing_signer().await?;
+        let current = self.routing.prepared();
+        let keep = self.routing_recent_keep();
+        let follows = current
+            .as_ref()
+            .is_some_and(|c| c.revision + 1 == published.table.revision);
+        let recent = if follows {
+            let mut recent = current
+                .as_ref()
+                .map(|c| c.recent.clone())
+                .unwrap_or_default();
+            recent.push_back((published.table.revision, change_json(&published.changes)?));
+            while recent.len() > keep {
+                recent.pop_front();
+            }
+            recent
+        } else {
+            recent_changes(&self.db, current.as_deref(), published.table.revision, keep).await?
+        };
+        self.routing_serve(published.table, &signer, recent);
+        Ok(())
+    }
+
+    fn routing_recent_keep(&self) -> usize {
+        (self.settings.routing_history.max(1) as usize).min(RECENT_IN_MEMORY)
+    }
+
+    /// Signs `table` and serves it; its gzip is made in the background.
+    fn routing_serve(
+        &self,
+        table: RoutingTable,
+        signer: &super::routing_keys::RoutingSigner,
+        recent: VecDeque<(i64, Arc<str>)>,
+    ) {
+        let identity = SignedSnapshot::sign(&table, &signer.key);
+        let prepared = Arc::new(Prepared {
+            revision: table.revision,
+            etag: format!("\"{}\"", &sha256_hex(&identity)[..32]),
+            identity: identity.into(),
+            gzip: std::sync::OnceLock::new(),
+            table,
+            key_id: signer.id.clone(),
+            recent,
+        });
+        let revision = prepared.revision;
+        self.routing.prepared.store(Some(prepared.clone()));
+        self.routing.revision.send_replace(revision.max(0) as u64);
+        tokio::task::spawn_blocking(move || match gzip(&prepared.identity) {
+            Ok(zipped) => {
+                let _ = prepared.gzip.set(zipped.into());
+            }
+            Err(err) => tracing::warn!(error = %err, "routing table: could not compress"),
+        });
     }
 
     /// Signs, compresses and keeps the latest revision, if it (or the signing key) is newer
@@ -261,22 +364,9 @@ impl App {
             drop_intended: latest.drop_intended,
             routes: serde_json::from_str(routes).map_err(ApiError::internal)?,
         };
-        let identity = SignedSnapshot::sign(&table, &signer.key);
-        let gzip = gzip(&identity).map_err(ApiError::internal)?;
-        let keep = (self.settings.routing_history.max(1) as usize).min(RECENT_IN_MEMORY);
+        let keep = self.routing_recent_keep();
         let recent = recent_changes(&self.db, current.as_deref(), latest.revision, keep).await?;
-        let prepared = Prepared {
-            revision: latest.revision,
-            etag: format!("\"{}\"", &sha256_hex(&identity)[..32]),
-            identity: identity.into(),
-            gzip: gzip.into(),
-            table,
-            key_id: signer.id.clone(),
-            recent,
-        };
-        let revision = prepared.revision;
-        self.routing.prepared.store(Some(Arc::new(prepared)));
-        self.routing.revision.send_replace(revision.max(0) as u64);
+        self.routing_serve(table, &signer, recent);
         Ok(())
     }
 

@@ -35,6 +35,16 @@ fn private_purpose(id: &str) -> String {
     format!("routing-key:{id}")
 }
 
+fn key_audit(action: &'static str, id: String, details: serde_json::Value) -> AuditEntry {
+    AuditEntry {
+        action,
+        resource_type: "routing_key",
+        resource_id: id,
+        project_id: None,
+        details,
+    }
+}
+
 fn published(row: routing_key::Model) -> PublishedKey {
     PublishedKey {
         id: row.id,
@@ -126,13 +136,7 @@ impl App {
         audit_record(
             &txn,
             ctx,
-            AuditEntry {
-                action: "routing_key.create",
-                resource_type: "routing_key",
-                resource_id: key.id.clone(),
-                project_id: None,
-                details: serde_json::json!({}),
-            },
+            key_audit("routing_key.create", key.id.clone(), serde_json::json!({})),
         )
         .await?;
         txn.commit().await?;
@@ -163,13 +167,11 @@ impl App {
         audit_record(
             &txn,
             ctx,
-            AuditEntry {
-                action: "routing_key.activate",
-                resource_type: "routing_key",
-                resource_id: key.id.clone(),
-                project_id: None,
-                details: serde_json::json!({}),
-            },
+            key_audit(
+                "routing_key.activate",
+                key.id.clone(),
+                serde_json::json!({}),
+            ),
         )
         .await?;
         txn.commit().await?;
@@ -198,13 +200,11 @@ impl App {
         audit_record(
             &txn,
             ctx,
-            AuditEntry {
-                action: "routing_key.delete",
-                resource_type: "routing_key",
-                resource_id: key.id,
-                project_id: None,
-                details: serde_json::json!({ "state": key.state }),
-            },
+            key_audit(
+                "routing_key.delete",
+                key.id,
+                serde_json::json!({ "state": key.state }),
+            ),
         )
         .await?;
         txn.commit().await?;

@@ -3,8 +3,6 @@
 //! that a crash at any moment leaves either the old snapshot or the new one, never half of
 //! one. It is verified again when loaded: a file changed on disk is refused.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -31,18 +29,7 @@ pub fn load(dir: &Path, trusted: &TrustedKeys) -> anyhow::Result<Option<Applied>
 
 /// Replaces the snapshot on disk with `document`, atomically and durably.
 pub fn save(dir: &Path, document: &[u8]) -> std::io::Result<()> {
-    let temporary = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(document)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, dir.join(SNAPSHOT_FILE))?;
-    std::fs::File::open(dir)?.sync_all()
+    bulkhead_agent::write_atomically(&dir.join(SNAPSHOT_FILE), document)
 }
 
 #[cfg(test)]

@@ -181,8 +181,11 @@ async fn deployment_event_list(
     Ok(event_stream(cursor, wake, stopping, move |after| {
         let app = app.clone();
         async move {
+            // Whether it finished is read before its events: an event written between the two
+            // reads (the last one, say) is then still sent before the stream ends.
+            let finished = app.deployment_stream_finished(id).await?;
             let events = app.deployment_events(id, after, 100).await?;
-            let finished = events.is_empty() && app.deployment_stream_finished(id).await?;
+            let finished = finished && events.is_empty();
             let events = events
                 .into_iter()
                 .map(|event| {

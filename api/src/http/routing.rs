@@ -108,11 +108,9 @@ async fn routing_table_view(
 }
 
 fn snapshot_response(prepared: &Prepared, gzip: bool) -> Response {
-    let body = if gzip {
-        prepared.gzip.clone()
-    } else {
-        prepared.identity.clone()
-    };
+    let zipped = prepared.gzip.get().filter(|_| gzip);
+    let gzip = zipped.is_some();
+    let body = zipped.unwrap_or(&prepared.identity).clone();
     let mut response = (
         [
             (
