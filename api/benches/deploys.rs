@@ -5,7 +5,8 @@
 //!    (a real process on the host agent) with a 100 ms health check; median and p99 over 50
 //!    deployments, on SQLite and, in the same run, on PostgreSQL (`BULKHEAD_TEST_POSTGRES_URL`).
 //! 2. **Drain throughput**: a backlog of 1,000 deployments (1,000 services of one replica on gcp)
-//!    queued while the pipeline is paused, then resumed with the default concurrency limit of 8:
+//!    queued while the pipeline is paused, then resumed with the default concurrency limit of 8
+//!    (and the per-provider rate lifted, so that the concurrency limit is what is measured):
 //!    provisions per second until the simulator holds them all; against the same provider calls
 //!    made directly to the simulator, 8 at a time (insert and read back, with a kept token, as
 //!    the plugin does with its cache).
@@ -89,7 +90,12 @@ async fn postgres_database() -> Option<String> {
 }
 
 async fn drain(platform: &DevPlatform, dir: &std::path::Path) {
-    let server = common::server_start(dir, platform, |_| {}).await;
+    // The concurrency limit (8) is what is measured, not the per-provider rate (20 a second
+    // by default), which would cap this at 20 provisions a second on its own.
+    let server = common::server_start(dir, platform, |settings| {
+        settings.deploy.provider_rate = 100_000;
+    })
+    .await;
     let api = Api {
         http: reqwest::Client::new(),
         base: format!("http://{}", server.addr),
