@@ -667,6 +667,10 @@ async fn edges_report_their_revision_and_the_fleet_shows_lag(s: TestServer) {
         (json!({ "revision": table.revision + 100 }), 422),
         (json!({ "revision": 1, "snapshot_age_seconds": -1 }), 422),
         (
+            json!({ "revision": 1, "last_refusal": { "revision": -1, "reason": "x" } }),
+            422,
+        ),
+        (
             json!({ "revision": 1, "agent_version": "x".repeat(65) }),
             422,
         ),

@@ -110,9 +110,14 @@ impl App {
         };
         let last_refusal = match report.last_refusal {
             None => None,
+            Some(refusal) if refusal.revision < 0 => {
+                return Err(ApiError::invalid(
+                    "`last_refusal.revision` must be 0 or more",
+                ));
+            }
             Some(refusal) => Some(EdgeRefusal {
                 reason: super::text_validate("last_refusal.reason", &refusal.reason, 500)?,
-                revision: refusal.revision.max(0),
+                revision: refusal.revision,
             }),
         };
         let txn = self.db.begin().await?;

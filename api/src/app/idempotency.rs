@@ -120,7 +120,12 @@ impl App {
             authorization: Set(None),
         }
         .insert(&txn)
-        .await?;
+        .await
+        // Two first uses of one key at once (PostgreSQL lets both look): the loser waits.
+        .map_err(crate::error::unique_violation_as(
+            ErrorCode::IdempotencyInProgress,
+            "a request with this Idempotency-Key is still being processed",
+        ))?;
         txn.commit().await?;
         Ok(IdempotencyStart::Proceed)
     }

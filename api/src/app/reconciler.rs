@@ -335,6 +335,7 @@ impl App {
             .collect();
         let state: String;
         let mut reason = found.reason.clone();
+        let mut inserted = 0;
         if needed > 0 {
             match place(
                 &spec.placement,
@@ -344,6 +345,7 @@ impl App {
                 needed as usize,
             ) {
                 Ok(slots) => {
+                    inserted += slots.len();
                     for slot in slots {
                         let takeover = orphans.pop_front().map(|old| (old, Takeover::Failover));
                         instance_insert(&txn, &found, &service_name, &slot, takeover).await?;
@@ -383,7 +385,8 @@ impl App {
         } else {
             state = deployments::ROLLING_OUT.into();
         }
-        if state != found.state || reason != found.reason {
+        let changed = state != found.state || reason != found.reason;
+        if changed {
             if state != found.state {
                 event_append(
                     &txn,
@@ -412,7 +415,11 @@ impl App {
                 .await?;
         }
         txn.commit().await?;
-        self.deployments_changed();
+        // A deployment still waiting for room changed nothing: waking the reconciler (and
+        // the streams and the routing table) for it would make the reconciler spin.
+        if changed || inserted > 0 {
+            self.deployments_changed();
+        }
         Ok(())
     }
 

@@ -38,6 +38,7 @@ use crate::entity::{domain, instance, routing_revision};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::routing::{
     Route, RouteChange, RoutingTable, SignedSnapshot, Upstream, changes_between, sha256_hex,
+    snapshot_etag,
 };
 
 /// How often each server looks for revisions published by other replicas.
@@ -318,7 +319,7 @@ impl App {
         let identity = SignedSnapshot::sign(&table, &signer.key);
         let prepared = Arc::new(Prepared {
             revision: table.revision,
-            etag: format!("\"{}\"", &sha256_hex(&identity)[..32]),
+            etag: snapshot_etag(&identity),
             identity: identity.into(),
             gzip: std::sync::OnceLock::new(),
             table,

@@ -265,6 +265,13 @@ impl App {
             tracing::debug!(error = %err, "access token refused");
             ApiError::unauthenticated("the access token is invalid or expired")
         })?;
+        // A token from before sessions had ids names none: its holder would share one
+        // idempotency namespace with every other such holder.
+        if claims.sid.is_nil() {
+            return Err(ApiError::unauthenticated(
+                "this access token predates session ids; log in again",
+            ));
+        }
         let user = self.active_user(claims.sub).await?;
         if claims.sep != user.session_epoch {
             return Err(ApiError::unauthenticated(

@@ -169,6 +169,16 @@ impl EdgeState {
         self.applied.as_ref().map_or(0, |a| a.table.revision)
     }
 
+    /// The last refusal as reported: `{ "revision", "reason" }`.
+    pub fn last_refusal_json(&self) -> Option<serde_json::Value> {
+        self.last_refusal.as_ref().map(|(revision, reason)| {
+            serde_json::json!({
+                "revision": revision,
+                "reason": reason.chars().take(500).collect::<String>(),
+            })
+        })
+    }
+
     /// How long since a source confirmed the table (zero while a watch is connected).
     pub fn staleness(&self) -> Option<Duration> {
         if self.watching {

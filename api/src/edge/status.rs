@@ -71,10 +71,7 @@ async fn report(edge: &Edge) {
         json!({
             "revision": state.revision(),
             "snapshot_age_seconds": state.staleness().map(|s| s.as_secs_f64()),
-            "last_refusal": state.last_refusal.as_ref().map(|(revision, reason)| json!({
-                "revision": revision,
-                "reason": reason.chars().take(500).collect::<String>(),
-            })),
+            "last_refusal": state.last_refusal_json(),
             "agent_version": env!("CARGO_PKG_VERSION"),
         })
     };
@@ -136,7 +133,7 @@ async fn healthz(State(edge): State<Arc<Edge>>) -> impl IntoResponse {
         "staleness_seconds": state.staleness().map(|s| s.as_secs_f64()),
         "watching": state.watching,
         "source": state.source,
-        "last_refusal": state.last_refusal.as_ref().map(|(revision, reason)| json!({ "revision": revision, "reason": reason })),
+        "last_refusal": state.last_refusal_json(),
     });
     let serving = state.applied.is_some() && state.caddy_revision == Some(state.revision());
     let status = if serving {

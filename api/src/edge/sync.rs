@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use tokio::sync::watch;
 
 use super::{Applied, Edge, guard, status, store};
-use crate::routing::{SignedSnapshot, SnapshotError, TrustedKeys};
+use crate::routing::{SignedSnapshot, SnapshotError, TrustedKeys, snapshot_etag};
 
 /// The largest snapshot document read from a mirror, a file or a control plane's answer (a
 /// 10,000-route table is about 4 MiB).
@@ -138,7 +138,12 @@ async fn fetch(edge: &Edge, url: &str, with_token: bool) -> anyhow::Result<Optio
     if with_token && let Some(token) = &edge.settings.token {
         request = request.bearer_auth(token);
     }
-    if let Some(etag) = edge.state().applied.as_ref().map(|a| etag_of(&a.document)) {
+    if let Some(etag) = edge
+        .state()
+        .applied
+        .as_ref()
+        .map(|a| snapshot_etag(&a.document))
+    {
         request = request.header(reqwest::header::IF_NONE_MATCH, etag);
     }
     let response = request.send().await?;
@@ -181,11 +186,6 @@ fn inflate(gzipped: &[u8]) -> anyhow::Result<Vec<u8>> {
         DOCUMENT_LIMIT >> 20
     );
     Ok(document)
-}
-
-/// The ETag a control plane gives `document` (so that an unchanged table is a 304).
-fn etag_of(document: &[u8]) -> String {
-    format!("\"{}\"", &crate::routing::sha256_hex(document)[..32])
 }
 
 /// Watches a control plane until its stream ends: `Ok` if it answered at all.

@@ -91,6 +91,28 @@ impl HostPattern {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Allowlist(Vec<HostPattern>);
 
+/// The IPv4 address an IPv6 address carries, where it reaches that IPv4 host: IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, deprecated), NAT64 (`64:ff9b::/96`) and 6to4
+/// (`2002:AABB:CCDD::/48`).
+fn ipv4_embedded(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let segments = v6.segments();
+    let octets = v6.octets();
+    let tail = std::net::Ipv4Addr::new(octets[12], octets[13], octets[14], octets[15]);
+    if let Some(mapped) = v6.to_ipv4_mapped() {
+        Some(mapped)
+    } else if segments[..6] == [0; 6] && !(v6.is_loopback() || v6.is_unspecified()) {
+        Some(tail)
+    } else if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        Some(tail)
+    } else if segments[0] == 0x2002 {
+        Some(std::net::Ipv4Addr::new(
+            octets[2], octets[3], octets[4], octets[5],
+        ))
+    } else {
+        None
+    }
+}
+
 impl Allowlist {
     /// Parses every pattern, or says which one is wrong.
     pub fn parse<S: AsRef<str>>(patterns: &[S]) -> Result<Self, String> {
@@ -138,7 +160,7 @@ pub fn endpoint_patterns(config: &BTreeMap<String, String>) -> Vec<String> {
 /// Why an address is not reachable by name alone, or `None` for a public address.
 fn address_restricted(ip: IpAddr) -> Option<&'static str> {
     let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        IpAddr::V6(v6) => ipv4_embedded(v6).map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     };
     match ip {
@@ -150,7 +172,15 @@ fn address_restricted(ip: IpAddr) -> Option<&'static str> {
                 Some("link-local (cloud metadata)")
             } else if v4.is_private() || (a == 100 && (64..128).contains(&b)) {
                 Some("private")
-            } else if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() || a == 0 {
+            } else if v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || a == 0
+                || a >= 240
+                || (a == 198 && (18..20).contains(&b))
+                || v4.octets()[..3] == [192, 0, 0]
+            {
+                // Reserved, benchmarking and IETF protocol-assignment ranges.
                 Some("unroutable")
             } else {
                 None
@@ -162,7 +192,8 @@ fn address_restricted(ip: IpAddr) -> Option<&'static str> {
                 Some("loopback")
             } else if first & 0xffc0 == 0xfe80 {
                 Some("link-local")
-            } else if first & 0xfe00 == 0xfc00 {
+            } else if first & 0xfe00 == 0xfc00 || first & 0xffc0 == 0xfec0 {
+                // Unique-local, and the deprecated site-local.
                 Some("private")
             } else if v6.is_unspecified() || v6.is_multicast() {
                 Some("unroutable")
@@ -431,6 +462,15 @@ mod tests {
             ("fd00::1", Some("private")),
             ("0.0.0.0", Some("unroutable")),
             ("::", Some("unroutable")),
+            // IPv4 hosts reached through IPv6 forms, and reserved IPv4 ranges.
+            ("64:ff9b::a9fe:a9fe", Some("link-local (cloud metadata)")),
+            ("2002:a9fe:a9fe::1", Some("link-local (cloud metadata)")),
+            ("::10.0.0.1", Some("private")),
+            ("fec0::1", Some("private")),
+            ("240.0.0.1", Some("unroutable")),
+            ("198.18.0.1", Some("unroutable")),
+            ("192.0.0.8", Some("unroutable")),
+            ("64:ff9b::808:808", None),
             ("8.8.8.8", None),
             ("172.32.0.1", None),
             ("2001:4860:4860::8888", None),

@@ -118,6 +118,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// The strong ETag of a signed snapshot document, as the control plane serves it (and an edge
+/// sends back in `If-None-Match`).
+pub fn snapshot_etag(document: &[u8]) -> String {
+    format!("\"{}\"", &sha256_hex(document)[..32])
+}
+
 /// The id of a public key: the first 16 hex digits of its SHA-256.
 pub fn key_id_of(public: &VerifyingKey) -> String {
     sha256_hex(public.as_bytes())[..16].to_owned()
