@@ -94,6 +94,14 @@ async fn no_secret_is_stored_in_plaintext(s: TestServer) {
     )
     .await
     .assert_status(200);
+    // A value in the sealed form is refused, not stored as if it were sealed.
+    s.patch(
+        "/v1/providers/aws",
+        ADMIN_TOKEN,
+        json!({ "secrets": { "secret_access_key": format!("bhsealed:v1:{}", "x".repeat(20_000)) } }),
+    )
+    .await
+    .assert_problem(422, "invalid_request");
     // A new token's value, in a response stored for idempotent replay.
     let token = TestServer::send(
         s.request(Method::POST, "/v1/tokens", Some(&owner))

@@ -282,6 +282,23 @@ fn settings_validate(
     Ok(())
 }
 
+/// Refuses a secret from a request that looks sealed: stored values are told apart from new
+/// ones by that form, so a client could otherwise skip the size check and store a value that
+/// never opens (and breaks the provider's next load).
+fn request_secrets_check<'a>(
+    values: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ApiResult<()> {
+    match values
+        .into_iter()
+        .find(|(_, value)| SecretBox::is_sealed(value))
+    {
+        Some((key, _)) => Err(ApiError::invalid(format!(
+            "`secrets.{key}` has the form of a sealed value; send the secret itself"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn secret_purpose(provider: &str, key: &str) -> String {
     format!("provider-secret:{provider}:{key}")
 }
@@ -530,6 +547,7 @@ impl App {
     ) -> ApiResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
         let name = slug_validate("name", &create.name)?;
+        request_secrets_check(&create.secrets)?;
         settings_validate(&create.config, &create.secrets)?;
         allowlist_validate(&create.allowlist)?;
         create.limits.validate()?;
@@ -588,7 +606,13 @@ impl App {
             .clone()
             .unwrap_or_else(|| json_map(&current.config));
         let mut secrets = json_map(&current.secrets);
-        for (key, value) in update.secrets.clone().unwrap_or_default() {
+        let given = update.secrets.clone().unwrap_or_default();
+        request_secrets_check(
+            given
+                .iter()
+                .filter_map(|(key, value)| Some((key, value.as_ref()?))),
+        )?;
+        for (key, value) in given {
             match value {
                 Some(value) => secrets.insert(key, value),
                 None => secrets.remove(&key),
