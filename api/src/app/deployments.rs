@@ -159,6 +159,26 @@ pub(super) async fn deployment_instances_remove(
         .rows_affected)
 }
 
+/// Sends a rolling-out deployment back to placing (one of its instances must be placed
+/// again); a new revision, so that its ETag changes with its state.
+pub(super) async fn deployment_replace_instances(
+    db: &impl ConnectionTrait,
+    deployment_id: Uuid,
+) -> ApiResult<()> {
+    deployment::Entity::update_many()
+        .col_expr(deployment::Column::State, Expr::value(PLACING))
+        .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+        .col_expr(
+            deployment::Column::Revision,
+            Expr::col(deployment::Column::Revision).add(1),
+        )
+        .filter(deployment::Column::Id.eq(deployment_id))
+        .filter(deployment::Column::State.eq(ROLLING_OUT))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
 /// Ends a deployment in `state` (`failed`, `cancelled`, `superseded`) with `reason`.
 pub(super) async fn deployment_finish(
     db: &impl ConnectionTrait,

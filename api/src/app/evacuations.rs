@@ -123,12 +123,7 @@ impl App {
             })
             .await?
             {
-                deployment::Entity::update_many()
-                    .col_expr(deployment::Column::State, Expr::value(deployments::PLACING))
-                    .filter(deployment::Column::Id.eq(row.deployment_id))
-                    .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
-                    .exec(&txn)
-                    .await?;
+                deployments::deployment_replace_instances(&txn, row.deployment_id).await?;
             }
         }
         let now = Utc::now();

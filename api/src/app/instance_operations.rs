@@ -232,15 +232,7 @@ impl App {
             .await?;
             // The next pass places its replacement; a deployment that had finished placing
             // goes back to placing for it.
-            if found.state == deployments::ROLLING_OUT {
-                deployment::Entity::update_many()
-                    .col_expr(deployment::Column::State, Expr::value(deployments::PLACING))
-                    .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
-                    .filter(deployment::Column::Id.eq(found.id))
-                    .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
-                    .exec(txn)
-                    .await?;
-            }
+            deployments::deployment_replace_instances(txn, found.id).await?;
         } else {
             claim_release(txn, row, None).await?;
         }
