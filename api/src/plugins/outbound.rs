@@ -100,9 +100,9 @@ fn ipv4_embedded(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
     let tail = std::net::Ipv4Addr::new(octets[12], octets[13], octets[14], octets[15]);
     if let Some(mapped) = v6.to_ipv4_mapped() {
         Some(mapped)
-    } else if segments[..6] == [0; 6] && !(v6.is_loopback() || v6.is_unspecified()) {
-        Some(tail)
-    } else if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+    } else if (segments[..6] == [0; 6] && !(v6.is_loopback() || v6.is_unspecified()))
+        || segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
         Some(tail)
     } else if segments[0] == 0x2002 {
         Some(std::net::Ipv4Addr::new(
