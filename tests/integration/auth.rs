@@ -274,7 +274,7 @@ async fn jwt_attacks_are_refused(s: TestServer) {
         .unwrap()
         .unwrap();
     let now = chrono::Utc::now().timestamp();
-    let claims = |iss: &str, aud: &str, nbf: i64, exp: i64| json!({ "iss": iss, "aud": aud, "sub": user_id, "iat": now, "nbf": nbf, "exp": exp, "jti": uuid::Uuid::new_v4() });
+    let claims = |iss: &str, aud: &str, nbf: i64, exp: i64| json!({ "iss": iss, "aud": aud, "sub": user_id, "iat": now, "nbf": nbf, "exp": exp, "jti": uuid::Uuid::new_v4(), "sid": uuid::Uuid::new_v4() });
     let sign = |claims: &Value| {
         let private_pem = bulkhead::auth::signing_key_private_pem(&s.app().secrets, &key).unwrap();
         let encoding = EncodingKey::from_ed_pem(private_pem.as_bytes()).unwrap();
@@ -289,7 +289,11 @@ async fn jwt_attacks_are_refused(s: TestServer) {
     .await
     .assert_status(200);
 
+    let mut without_session = claims("bulkhead", "bulkhead-api", now, now + 60);
+    without_session.as_object_mut().unwrap().remove("sid");
     let mut attacks: Vec<(&str, String)> = vec![
+        // From before session ids: it would share one idempotency namespace with all such.
+        ("no session id", sign(&without_session)),
         (
             "expired",
             sign(&claims("bulkhead", "bulkhead-api", now - 600, now - 300)),
