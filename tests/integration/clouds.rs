@@ -100,6 +100,39 @@ async fn instance_create(s: &TestServer, provider: &str, key: &str, region: &str
     .await
 }
 
+/// Probes provider `name` now (after the probe a settings change started, if any) and checks
+/// that the probe met the fault `signal` (as the breaker words it, e.g. `unauthorized`) with
+/// `evidence` from the cloud's own answer; that the breaker is then open, so that a call is
+/// refused without reaching the cloud and says why; and that `secret` shows nowhere.
+///
+/// The probe, not a call, is what meets the fault here: a background probe may meet it
+/// first as well, and either way the answers below are the same. (Which answer a call that
+/// meets such a fault itself gets is a unit test of `provider_instances`.)
+async fn breaker_opened_by(s: &TestServer, name: &str, signal: &str, evidence: &str, secret: &str) {
+    let probe = s
+        .post(
+            &format!("/v1/providers/{name}/probe"),
+            ADMIN_TOKEN,
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        probe.assert_status(200)["status"],
+        "unavailable",
+        "{}",
+        probe.text
+    );
+    assert!(probe.text.contains(evidence), "{}", probe.text);
+    assert_eq!(provider_state(s, name).await, "unavailable");
+    let refused = instance_create(s, name, "web-refused", "anywhere").await;
+    refused.assert_problem(503, "provider_unavailable");
+    assert!(refused.header("retry-after").is_some(), "{}", refused.text);
+    assert!(refused.text.contains(signal), "{}", refused.text);
+    for reply in [&probe, &refused] {
+        assert!(!reply.text.contains(secret), "{}", reply.text);
+    }
+}
+
 /// What the instance at `address` answers over HTTP.
 async fn instance_answer(address: &str) -> String {
     reqwest::get(format!("http://{address}/"))
@@ -195,15 +228,14 @@ async fn aws_instances_against_the_simulator(s: TestServer) {
     )
     .await
     .assert_status(200);
-    let refused = instance_create(&s, "aws", "web-3", "us-east-1").await;
-    refused.assert_problem(502, "provider_unauthorized");
-    assert!(
-        refused.text.contains("SignatureDoesNotMatch"),
-        "{}",
-        refused.text
-    );
-    assert!(!refused.text.contains("not-the-secret"));
-    assert_eq!(provider_state(&s, "aws").await, "unavailable");
+    breaker_opened_by(
+        &s,
+        "aws",
+        "unauthorized",
+        "SignatureDoesNotMatch",
+        "not-the-secret",
+    )
+    .await;
     s.patch(
         "/v1/providers/aws",
         ADMIN_TOKEN,
@@ -222,10 +254,14 @@ async fn aws_instances_against_the_simulator(s: TestServer) {
         },
     )
     .await;
-    instance_create(&s, "aws", "web-4", "us-east-1")
-        .await
-        .assert_problem(502, "provider_account_suspended");
-    assert_eq!(provider_state(&s, "aws").await, "unavailable");
+    breaker_opened_by(
+        &s,
+        "aws",
+        "account suspended",
+        "Blocked",
+        "aws-simulator-secret",
+    )
+    .await;
     fault_set(&sim.url(), FaultState::default()).await;
     healthy_probe(&s, "aws").await;
 }
@@ -283,10 +319,7 @@ async fn gcp_instances_against_the_simulator(s: TestServer) {
     .assert_status(200);
     // New secrets, a new cache: the next call exchanges with the new key (and is refused)
     // instead of using the token of the old one.
-    let refused = instance_create(&s, "gcp", "web-3", GCP_ZONE).await;
-    refused.assert_problem(502, "provider_unauthorized");
-    assert!(!refused.text.contains("PRIVATE KEY"));
-    assert_eq!(provider_state(&s, "gcp").await, "unavailable");
+    breaker_opened_by(&s, "gcp", "unauthorized", "invalid_grant", "PRIVATE KEY").await;
 
     // Suspended, as Google reports it.
     for (name, update) in platform.provider_updates() {
@@ -309,10 +342,7 @@ async fn gcp_instances_against_the_simulator(s: TestServer) {
         },
     )
     .await;
-    instance_create(&s, "gcp", "web-4", GCP_ZONE)
-        .await
-        .assert_problem(502, "provider_account_suspended");
-    assert_eq!(provider_state(&s, "gcp").await, "unavailable");
+    breaker_opened_by(&s, "gcp", "account suspended", "suspend", "PRIVATE KEY").await;
     platform.shutdown().await;
 }
 

@@ -286,3 +286,112 @@ impl App {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::plugins::RateLimit;
+
+    /// Each typed error of the contract, and each way a call can fail in the host, has one
+    /// answer. (Against a simulator, the fatal ones are seen only by whichever call meets
+    /// them first: a background probe opens the breaker as often as an operator's call.)
+    #[test]
+    fn every_plugin_failure_has_its_answer() {
+        let cases = [
+            (
+                PluginError::Provider(ProviderError::Unauthorized("bad signature".into())),
+                502,
+                ErrorCode::ProviderUnauthorized,
+                None,
+            ),
+            (
+                PluginError::Provider(ProviderError::Forbidden("bucket x".into())),
+                502,
+                ErrorCode::ProviderForbidden,
+                None,
+            ),
+            (
+                PluginError::Provider(ProviderError::Misconfigured("no region".into())),
+                502,
+                ErrorCode::ProviderMisconfigured,
+                None,
+            ),
+            (
+                PluginError::Provider(ProviderError::AccountSuspended("Blocked".into())),
+                502,
+                ErrorCode::ProviderAccountSuspended,
+                None,
+            ),
+            (
+                PluginError::Provider(ProviderError::RateLimited(RateLimit {
+                    retry_after_secs: 7,
+                    message: "slow down".into(),
+                })),
+                503,
+                ErrorCode::ProviderRateLimited,
+                Some(7),
+            ),
+            (
+                PluginError::Provider(ProviderError::RateLimited(RateLimit {
+                    retry_after_secs: 0,
+                    message: "slow down".into(),
+                })),
+                503,
+                ErrorCode::ProviderRateLimited,
+                Some(1),
+            ),
+            (
+                PluginError::Provider(ProviderError::QuotaExceeded("cpus".into())),
+                409,
+                ErrorCode::ProviderQuotaExceeded,
+                None,
+            ),
+            (
+                PluginError::Provider(ProviderError::NotFound("i-1".into())),
+                404,
+                ErrorCode::InstanceNotFound,
+                None,
+            ),
+            (
+                PluginError::Provider(ProviderError::InvalidSpec("port".into())),
+                422,
+                ErrorCode::InvalidSpec,
+                None,
+            ),
+            (
+                PluginError::Provider(ProviderError::Unavailable("503".into())),
+                503,
+                ErrorCode::ProviderUnavailable,
+                Some(5),
+            ),
+            (
+                PluginError::Provider(ProviderError::Internal("odd".into())),
+                502,
+                ErrorCode::ProviderError,
+                None,
+            ),
+            (
+                PluginError::Timeout(Duration::from_secs(30)),
+                504,
+                ErrorCode::ProviderTimeout,
+                None,
+            ),
+            (
+                PluginError::Trap("unreachable".into()),
+                502,
+                ErrorCode::PluginFailed,
+                None,
+            ),
+        ];
+        for (err, status, code, retry_after) in cases {
+            let shown = format!("{err:?}");
+            let answer = plugin_error_to_api("aws", err);
+            assert_eq!(answer.status.as_u16(), status, "{shown}");
+            assert_eq!(answer.code, code, "{shown}");
+            assert_eq!(answer.retry_after_secs, retry_after, "{shown}");
+            assert!(answer.detail.contains("`aws`"), "{}", answer.detail);
+        }
+    }
+}
