@@ -249,11 +249,16 @@ pub async fn project_authorize_in(
         scope,
     }
     .record();
+    // A write locks the project's row against other writes in the project, as `FOR NO KEY
+    // UPDATE`: unlike `FOR UPDATE`, it lets other transactions insert rows that reference the
+    // project (the reconciler's instances, whose foreign key takes a `KEY SHARE` lock). With
+    // `FOR UPDATE`, a rollback superseding a deployment the reconciler was placing deadlocked
+    // on PostgreSQL: each waited for a row the other held.
     let lock = scope != Scope::Read;
     if principal.is_admin() {
         let mut select = project::Entity::find_by_id(project_id);
         if lock {
-            select = select.lock_exclusive();
+            select = select.lock(LockType::NoKeyUpdate);
         }
         let project = select.one(db).await?;
         return access_decide(principal, project, None, role, scope);
@@ -265,7 +270,7 @@ pub async fn project_authorize_in(
         .join(JoinType::InnerJoin, project_member::Relation::Project.def())
         .select_also(project::Entity);
     if lock {
-        QueryTrait::query(&mut select).lock_with_tables(LockType::Update, [project::Entity]);
+        QueryTrait::query(&mut select).lock_with_tables(LockType::NoKeyUpdate, [project::Entity]);
     }
     match select.one(db).await? {
         Some((membership, project)) => {
