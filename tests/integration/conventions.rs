@@ -188,6 +188,29 @@ async fn cors_compression_and_request_ids(s: TestServer) {
         preflight.header("access-control-allow-origin"),
         Some("https://dashboard.example.com")
     );
+    // A dashboard resumes event streams with `Last-Event-ID`, and reads `Retry-After`.
+    let stream = s
+        .request(Method::OPTIONS, "/v1/routing-table/watch", None)
+        .header("origin", "https://dashboard.example.com")
+        .header("access-control-request-method", "GET")
+        .header(
+            "access-control-request-headers",
+            "authorization,last-event-id",
+        );
+    let stream = TestServer::send(stream).await;
+    let allowed = stream
+        .header("access-control-allow-headers")
+        .unwrap_or_default();
+    assert!(allowed.contains("last-event-id"), "{allowed}");
+    let answered = TestServer::send(
+        s.request(Method::GET, "/v1/projects", Some(ADMIN_TOKEN))
+            .header("origin", "https://dashboard.example.com"),
+    )
+    .await;
+    let exposed = answered
+        .header("access-control-expose-headers")
+        .unwrap_or_default();
+    assert!(exposed.contains("retry-after"), "{exposed}");
     let foreign = s
         .request(Method::OPTIONS, "/v1/projects", None)
         .header("origin", "https://evil.example")

@@ -56,8 +56,7 @@ async fn deployment_list(
 /// placed and rolled out make-before-break by the reconciler; follow it with its events. A
 /// deployment still rolling out is superseded by this one.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/services/{service_id}/deployments", tag = "deployments",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id")),
     responses((status = 201, body = DeploymentView, headers(("Location" = String), ("ETag" = String)))))]
 async fn deployment_create(
     State(app): State<App>,
@@ -124,8 +123,7 @@ async fn deployment_cancel(
 /// healthy (409 if none did).
 #[utoipa::path(post, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}/rollback", tag = "deployments",
     params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
-        ("deployment_id" = Uuid, Path, description = "The deployment to roll back from"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+        ("deployment_id" = Uuid, Path, description = "The deployment to roll back from")),
     responses((status = 201, body = DeploymentView, headers(("Location" = String), ("ETag" = String)))))]
 async fn deployment_rollback(
     State(app): State<App>,

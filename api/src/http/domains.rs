@@ -39,7 +39,7 @@ async fn domain_list(
 
 /// Bind a hostname to a service of the project (members and above).
 #[utoipa::path(post, path = "/v1/projects/{project_id}/domains", tag = "domains", request_body = DomainCreate,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    params(("project_id" = Uuid, Path, description = "Project id")),
     responses((status = 201, body = DomainView, headers(("Location" = String), ("ETag" = String)))))]
 async fn domain_create(
     State(app): State<App>,
@@ -70,8 +70,7 @@ async fn domain_view(
 
 /// Rebind a domain to another service (members and above).
 #[utoipa::path(patch, path = "/v1/projects/{project_id}/domains/{domain_id}", tag = "domains", request_body = DomainUpdate,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id"), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = DomainView, headers(("ETag" = String)))))]
 async fn domain_update(
     State(app): State<App>,
@@ -88,8 +87,7 @@ async fn domain_update(
 
 /// Delete a domain (members and above).
 #[utoipa::path(delete, path = "/v1/projects/{project_id}/domains/{domain_id}", tag = "domains",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the deletion is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id"), ("If-Match" = Option<String>, Header)),
     responses((status = 204, description = "Deleted")))]
 async fn domain_delete(
     State(app): State<App>,

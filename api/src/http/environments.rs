@@ -43,7 +43,7 @@ async fn environment_list(
 
 /// Create an environment (members and above).
 #[utoipa::path(post, path = "/v1/projects/{project_id}/environments", tag = "environments", request_body = EnvironmentWrite,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    params(("project_id" = Uuid, Path, description = "Project id")),
     responses((status = 201, body = EnvironmentView, headers(("Location" = String), ("ETag" = String)))))]
 async fn environment_create(
     State(app): State<App>,
@@ -74,8 +74,7 @@ async fn environment_view(
 
 /// Rename an environment (members and above).
 #[utoipa::path(patch, path = "/v1/projects/{project_id}/environments/{environment_id}", tag = "environments", request_body = EnvironmentWrite,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("environment_id" = Uuid, Path, description = "Environment id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("environment_id" = Uuid, Path, description = "Environment id"), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = EnvironmentView, headers(("ETag" = String)))))]
 async fn environment_update(
     State(app): State<App>,
@@ -92,8 +91,7 @@ async fn environment_update(
 
 /// Delete an environment without services (admins and owners).
 #[utoipa::path(delete, path = "/v1/projects/{project_id}/environments/{environment_id}", tag = "environments",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("environment_id" = Uuid, Path, description = "Environment id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the deletion is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("environment_id" = Uuid, Path, description = "Environment id"), ("If-Match" = Option<String>, Header)),
     responses((status = 204, description = "Deleted")))]
 async fn environment_delete(
     State(app): State<App>,

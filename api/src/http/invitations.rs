@@ -54,7 +54,7 @@ async fn invitation_list(
 /// the same whether or not an account has this email; the user with it accepts at
 /// `/v1/me/invitations/{invitation_id}/accept` within 7 days.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/invitations", tag = "members", request_body = InvitationCreate,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    params(("project_id" = Uuid, Path, description = "Project id")),
     responses((status = 201, body = InvitationView, headers(("Location" = String)))))]
 async fn invitation_create(
     State(app): State<App>,

@@ -50,8 +50,7 @@ async fn member_view(
 
 /// Change a member's role (admins; owners for owner roles). A project keeps at least one owner.
 #[utoipa::path(patch, path = "/v1/projects/{project_id}/members/{user_id}", tag = "members", request_body = MemberUpdate,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("user_id" = Uuid, Path, description = "The member's user id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("user_id" = Uuid, Path, description = "The member's user id"), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = MemberView, headers(("ETag" = String)))))]
 async fn member_update(
     State(app): State<App>,
@@ -68,8 +67,7 @@ async fn member_update(
 
 /// Remove a member (or leave the project). A project keeps at least one owner.
 #[utoipa::path(delete, path = "/v1/projects/{project_id}/members/{user_id}", tag = "members",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("user_id" = Uuid, Path, description = "The member's user id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the removal is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("user_id" = Uuid, Path, description = "The member's user id"), ("If-Match" = Option<String>, Header)),
     responses((status = 204, description = "Removed")))]
 async fn member_remove(
     State(app): State<App>,

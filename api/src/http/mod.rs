@@ -15,6 +15,7 @@ pub mod extract;
 mod invitations;
 mod members;
 pub mod middleware;
+pub mod openapi_v30;
 mod ops;
 mod plugins;
 mod projects;
@@ -27,7 +28,7 @@ mod tokens;
 mod users;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::Serialize;
@@ -55,7 +56,7 @@ use crate::error::Problem;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service, the audit log and the providers with their plugins.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; updates and deletes accept `If-Match` (412 when it no longer matches). Creates accept `Idempotency-Key`."),
+    info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service, the audit log and the providers with their plugins.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; the updates and deletes that document `If-Match` honour it (412 when it no longer matches). Creates accept `Idempotency-Key`."),
     components(schemas(Problem)),
     tags(
         (name = "auth", description = "Log in, refresh and log out"),
@@ -130,6 +131,9 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
         if path.contains('{') || !public {
             errors.push((404, "Not found, or not visible to the caller"));
         }
+        if method == Method::DELETE {
+            errors.push((409, "Conflict with existing state"));
+        }
         if matches!(method, Method::POST | Method::PATCH | Method::PUT) {
             errors.extend([
                 (409, "Conflict with existing state"),
@@ -138,7 +142,8 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
                 (422, "Invalid values"),
             ]);
         }
-        if matches!(method, Method::PATCH | Method::DELETE) {
+        // A handler that honours `If-Match` declares it; its description is the same everywhere.
+        if header_parameter_declared(operation, "If-Match") {
             errors.push((412, "If-Match does not match the current ETag"));
             header_parameter_ensure(
                 operation,
@@ -157,11 +162,27 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
                 Some(255),
             );
         }
+        header_parameters_not_null(operation);
         if path.contains('{') {
             // Path values are validated too (names, keys).
             errors.push((422, "Invalid values"));
         }
         errors.push((408, "Request timed out"));
+        // Every response has a description (OpenAPI requires one): the status's reason phrase
+        // where the operation gives none.
+        for (status, response) in operation.responses.responses.iter_mut() {
+            if let RefOr::T(response) = response
+                && response.description.is_empty()
+            {
+                response.description = status
+                    .parse::<u16>()
+                    .ok()
+                    .and_then(|code| http::StatusCode::from_u16(code).ok())
+                    .and_then(|code| code.canonical_reason())
+                    .unwrap_or("Response")
+                    .to_owned();
+            }
+        }
         for (status, description) in errors {
             let status = status.to_string();
             operation
@@ -187,7 +208,41 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
     }
 }
 
-/// Adds an optional string header parameter `name` to `operation`, unless it declares it.
+/// A header is present or absent, never `null`: an optional header parameter declared as
+/// `Option<T>` is documented as `T` (it is `required: false` already).
+fn header_parameters_not_null(operation: &mut utoipa::openapi::path::Operation) {
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::schema::{Schema, SchemaType, Type};
+    for parameter in operation.parameters.iter_mut().flatten() {
+        let RefOr::T(parameter) = parameter else {
+            continue;
+        };
+        if parameter.parameter_in != ParameterIn::Header {
+            continue;
+        }
+        if let Some(RefOr::T(Schema::Object(schema))) = parameter.schema.as_mut()
+            && let SchemaType::Array(types) = &schema.schema_type
+            && let [only] = types
+                .iter()
+                .filter(|t| **t != Type::Null)
+                .collect::<Vec<_>>()
+                .as_slice()
+        {
+            schema.schema_type = SchemaType::Type((*only).clone());
+        }
+    }
+}
+
+/// Whether `operation` declares the header parameter `name`.
+fn header_parameter_declared(operation: &utoipa::openapi::path::Operation, name: &str) -> bool {
+    use utoipa::openapi::path::ParameterIn;
+    operation.parameters.iter().flatten().any(|p| {
+        matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
+    })
+}
+
+/// Adds an optional string header parameter `name` to `operation`, or describes the one it
+/// declares.
 fn header_parameter_ensure(
     operation: &mut utoipa::openapi::path::Operation,
     name: &str,
@@ -197,11 +252,9 @@ fn header_parameter_ensure(
     use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
     use utoipa::openapi::schema::{ObjectBuilder, Type};
     let parameters = operation.parameters.get_or_insert_with(Vec::new);
-    if parameters.iter().any(|p| {
-        matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
-    }) {
-        return;
-    }
+    parameters.retain(|p| {
+        !matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
+    });
     let mut schema = ObjectBuilder::new().schema_type(Type::String);
     if let Some(max) = max_length {
         schema = schema.min_length(Some(1)).max_length(Some(max));
@@ -242,6 +295,13 @@ fn api_router() -> OpenApiRouter<App> {
 /// The OpenAPI document of the API, as served at `/openapi.json` and committed in `openapi/`.
 pub fn openapi_document() -> OpenApiDoc {
     api_router_split().1
+}
+
+/// The OpenAPI document in its 3.0 form (see [`openapi_v30`]), committed as
+/// `openapi/openapi-3.0.json` for the tools that read only 3.0.
+pub fn openapi_document_v30() -> Result<serde_json::Value, openapi_v30::DowngradeError> {
+    let doc = serde_json::to_value(openapi_document()).expect("the document serializes");
+    openapi_v30::downgrade(doc)
 }
 
 fn api_router_split() -> (Router<App>, OpenApiDoc) {
@@ -288,10 +348,14 @@ pub fn router(app: App) -> Router {
             header::IF_NONE_MATCH,
             middleware::IDEMPOTENCY_KEY,
             middleware::REQUEST_ID,
+            // A dashboard resumes an event stream with it.
+            HeaderName::from_static("last-event-id"),
         ])
         .expose_headers([
             header::ETAG,
             header::LOCATION,
+            // So that a dashboard can wait as long as a 429 or 503 asks.
+            header::RETRY_AFTER,
             middleware::REQUEST_ID,
             middleware::IDEMPOTENT_REPLAYED,
         ]);

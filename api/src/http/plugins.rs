@@ -39,11 +39,11 @@ async fn plugin_binary_list(
 }
 
 /// Upload a plugin binary (administrators). The body is the component itself
-/// (`application/wasm`, at most 32 MiB). It is validated (a component of the provider world at
+/// (`application/wasm` or `application/octet-stream`, at most 32 MiB). It is validated (a component of the provider world at
 /// a supported contract version, importing only what the host grants, whose `info` answers)
 /// and stored by SHA-256; uploading a stored binary again answers 200 with it.
 #[utoipa::path(post, path = "/v1/plugins", tag = "providers",
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The WebAssembly component"),
+    request_body(content(("application/wasm"), ("application/octet-stream")), description = "The WebAssembly component"),
     responses(
         (status = 201, body = PluginBinaryView, headers(("Location" = String))),
         (status = 200, body = PluginBinaryView, description = "Already stored"),
@@ -61,11 +61,15 @@ async fn plugin_binary_upload(
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
-    if !content_type.starts_with("application/wasm") {
+    let media_type = content_type.split(';').next().unwrap_or_default().trim();
+    if !["application/wasm", "application/octet-stream"]
+        .iter()
+        .any(|accepted| media_type.eq_ignore_ascii_case(accepted))
+    {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::UnsupportedMediaType,
-            "upload the component as `Content-Type: application/wasm`",
+            "upload the component as `Content-Type: application/wasm` (or `application/octet-stream`)",
         ));
     }
     let body = body_read(body).await?;

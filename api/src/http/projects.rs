@@ -37,7 +37,6 @@ async fn project_list(
 
 /// Create a project; the caller becomes its owner.
 #[utoipa::path(post, path = "/v1/projects", tag = "projects", request_body = ProjectCreate,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
     responses((status = 201, body = ProjectView, headers(("Location" = String), ("ETag" = String)))))]
 async fn project_create(
     State(app): State<App>,
@@ -67,7 +66,7 @@ async fn project_view(
 
 /// Change a project (admins and owners).
 #[utoipa::path(patch, path = "/v1/projects/{project_id}", tag = "projects", request_body = ProjectUpdate,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = ProjectView, headers(("ETag" = String)))))]
 async fn project_update(
     State(app): State<App>,
@@ -84,7 +83,7 @@ async fn project_update(
 
 /// Delete a project and everything in it (owners).
 #[utoipa::path(delete, path = "/v1/projects/{project_id}", tag = "projects",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("If-Match" = Option<String>, Header, description = "ETag the deletion is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("If-Match" = Option<String>, Header)),
     responses((status = 204, description = "Deleted")))]
 async fn project_delete(
     State(app): State<App>,

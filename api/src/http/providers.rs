@@ -49,7 +49,6 @@ async fn provider_list(
 
 /// Configure a provider (administrators). It runs nothing until a plugin is activated.
 #[utoipa::path(post, path = "/v1/providers", tag = "providers", request_body = ProviderCreate,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
     responses((status = 201, body = ProviderView, headers(("Location" = String), ("ETag" = String)))))]
 async fn provider_create(
     State(app): State<App>,
@@ -83,8 +82,7 @@ async fn provider_view(
 /// Change a provider's configuration, secrets (write-only), allowlist, limits or enabled
 /// state (administrators). The running plugin uses them from its next call.
 #[utoipa::path(patch, path = "/v1/providers/{name}", tag = "providers", request_body = ProviderUpdate,
-    params(("name" = String, Path, description = "Provider name"),
-        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("name" = String, Path, description = "Provider name"), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = ProviderView, headers(("ETag" = String)))))]
 async fn provider_update(
     State(app): State<App>,

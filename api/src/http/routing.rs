@@ -49,6 +49,7 @@ pub enum TableFormat {
 pub struct TableParams {
     /// `json` (default): the signed snapshot; `caddy`: a Caddy configuration.
     #[serde(default)]
+    #[param(inline)]
     pub format: TableFormat,
     /// With `format=caddy`: the address Caddy serves the routes on (`host:port` or `:port`;
     /// default `:80`).

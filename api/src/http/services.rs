@@ -45,7 +45,7 @@ async fn service_list(
 
 /// Create a service (members and above).
 #[utoipa::path(post, path = "/v1/projects/{project_id}/services", tag = "services", request_body = ServiceCreate,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
+    params(("project_id" = Uuid, Path, description = "Project id")),
     responses((status = 201, body = ServiceView, headers(("Location" = String), ("ETag" = String)))))]
 async fn service_create(
     State(app): State<App>,
@@ -76,8 +76,7 @@ async fn service_view(
 
 /// Change a service (members and above).
 #[utoipa::path(patch, path = "/v1/projects/{project_id}/services/{service_id}", tag = "services", request_body = ServiceUpdate,
-    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = ServiceView, headers(("ETag" = String)))))]
 async fn service_update(
     State(app): State<App>,
@@ -94,8 +93,7 @@ async fn service_update(
 
 /// Delete a service and its domains (members and above).
 #[utoipa::path(delete, path = "/v1/projects/{project_id}/services/{service_id}", tag = "services",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
-        ("If-Match" = Option<String>, Header, description = "ETag the deletion is based on")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"), ("If-Match" = Option<String>, Header)),
     responses((status = 204, description = "Deleted")))]
 async fn service_delete(
     State(app): State<App>,

@@ -34,7 +34,6 @@ async fn terms_list(
 /// Publish a new version of the terms of service (administrators); it becomes current, and
 /// every user must accept it.
 #[utoipa::path(post, path = "/v1/terms", tag = "terms", request_body = TermsPublish,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
     responses((status = 201, body = TermsView)))]
 async fn terms_publish(
     State(app): State<App>,

@@ -33,7 +33,6 @@ async fn token_list(
 
 /// Create an API token. Its secret value is in this response only.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = TokenCreate,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
     responses((status = 201, body = TokenCreated, headers(("Location" = String)))))]
 async fn token_create(
     State(app): State<App>,

@@ -35,7 +35,7 @@ async fn me_view(State(app): State<App>, principal: Principal) -> ApiResult<Resp
 
 /// Change the caller's name or password.
 #[utoipa::path(patch, path = "/v1/me", tag = "users", request_body = MeUpdate,
-    params(("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("If-Match" = Option<String>, Header)),
     responses((status = 200, body = UserView, headers(("ETag" = String)))))]
 async fn me_update(
     State(app): State<App>,
@@ -69,7 +69,6 @@ async fn me_terms_acceptance_list(
 
 /// Accept the current terms of service. Accepting again returns the first acceptance (200).
 #[utoipa::path(post, path = "/v1/me/terms/acceptances", tag = "terms", request_body = TermsAccept,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
     responses((status = 201, body = TermsAcceptanceView), (status = 200, body = TermsAcceptanceView, description = "Already accepted")))]
 async fn me_terms_accept(
     State(app): State<App>,
@@ -97,7 +96,6 @@ async fn user_list(
 
 /// Create a user (administrators).
 #[utoipa::path(post, path = "/v1/users", tag = "users", request_body = UserCreate,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries of this request safe")),
     responses((status = 201, body = UserView, headers(("Location" = String), ("ETag" = String)))))]
 async fn user_create(
     State(app): State<App>,
@@ -127,7 +125,7 @@ async fn user_view(
 /// Change a user: name, password, administrator flag, disabled (administrators). Users are
 /// disabled, never deleted, so that their records are kept.
 #[utoipa::path(patch, path = "/v1/users/{user_id}", tag = "users", request_body = UserUpdate,
-    params(("user_id" = Uuid, Path, description = "User id"), ("If-Match" = Option<String>, Header, description = "ETag the change is based on")),
+    params(("user_id" = Uuid, Path, description = "User id"), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = UserView, headers(("ETag" = String)))))]
 async fn user_update(
     State(app): State<App>,
