@@ -35,8 +35,13 @@ enum Command {
         #[command(subcommand)]
         action: MigrateAction,
     },
-    /// Print the OpenAPI document (the committed copy is `openapi/openapi.json`).
-    Openapi,
+    /// Print the OpenAPI document (the committed copies are `openapi/openapi.json` and, in
+    /// the 3.0 form that some generators need, `openapi/openapi-3.0.json`).
+    Openapi {
+        /// `3.1` (as the server serves it at `/openapi.json`) or `3.0`.
+        #[arg(long = "openapi-version", default_value = "3.1", value_parser = ["3.1", "3.0"])]
+        version: String,
+    },
     /// Manage the master key that encrypts secrets at rest.
     Secrets {
         #[command(flatten)]
@@ -305,8 +310,12 @@ async fn main() -> anyhow::Result<()> {
                     .await?;
             println!("{report}");
         }
-        Command::Openapi => {
-            println!("{}", bulkhead::http::openapi_document().to_pretty_json()?);
+        Command::Openapi { version } => {
+            let doc = match version.as_str() {
+                "3.0" => serde_json::to_string_pretty(&bulkhead::http::openapi_document_v30()?)?,
+                _ => bulkhead::http::openapi_document().to_pretty_json()?,
+            };
+            println!("{doc}");
         }
     }
     Ok(())

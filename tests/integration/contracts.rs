@@ -33,11 +33,40 @@ fn committed_openapi_document_is_current() {
         committed == generated,
         "openapi/openapi.json is stale; regenerate it with `cargo run -p bulkhead-api -- openapi > openapi/openapi.json`"
     );
+    let v30 = serde_json::to_string_pretty(&bulkhead::http::openapi_document_v30().unwrap())
+        .unwrap()
+        + "\n";
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi/openapi-3.0.json");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == v30,
+        "openapi/openapi-3.0.json is stale; regenerate it with `cargo run -p bulkhead-api -- openapi --openapi-version 3.0 > openapi/openapi-3.0.json`"
+    );
     let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
+    // Every reference resolves.
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for reference in generated
+        .split("\"#/components/schemas/")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+    {
+        assert!(
+            schemas.contains_key(reference),
+            "{reference} is referenced but not defined"
+        );
+    }
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
             let responses = operation["responses"].as_object().unwrap();
+            for (status, response) in responses {
+                assert!(
+                    response["description"]
+                        .as_str()
+                        .is_some_and(|d| !d.is_empty()),
+                    "{method} {path} {status} has no description"
+                );
+            }
             assert!(
                 responses.contains_key("400") && responses.contains_key("500"),
                 "{method} {path} documents no errors"

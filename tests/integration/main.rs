@@ -23,6 +23,7 @@ mod projects;
 mod providers;
 mod resources;
 mod routing;
+mod rust_client;
 mod secrets;
 mod security;
 mod terms;
