@@ -48,6 +48,8 @@ pub enum TableFormat {
 #[into_params(parameter_in = Query)]
 pub struct TableParams {
     /// `json` (default): the signed snapshot; `caddy`: a Caddy configuration.
+    // Inline: the enum is not among the document's components, so a reference to it would
+    // dangle (code generators and validators refuse the document).
     #[serde(default)]
     #[param(inline)]
     pub format: TableFormat,
