@@ -366,7 +366,7 @@ export interface paths {
         put?: never;
         /**
          * Upload a plugin binary (administrators). The body is the component itself
-         *     (`application/wasm`, at most 32 MiB). It is validated (a component of the provider world at
+         *     (`application/wasm` or `application/octet-stream`, at most 32 MiB). It is validated (a component of the provider world at
          *     a supported contract version, importing only what the host grants, whose `info` answers)
          *     and stored by SHA-256; uploading a stored binary again answers 200 with it.
          */
@@ -2676,6 +2676,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2722,6 +2723,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2768,6 +2770,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2803,6 +2806,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Service Unavailable */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2829,6 +2833,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2906,6 +2911,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     /** @description `no-store` */
@@ -3106,6 +3112,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     /** @description `no-store` */
@@ -3199,6 +3206,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3266,10 +3274,7 @@ export interface operations {
     deploy_pipeline_update: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -3279,6 +3284,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3341,15 +3347,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Body too large */
             413: {
                 headers: {
@@ -3404,6 +3401,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3516,6 +3514,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3630,6 +3629,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3697,10 +3697,7 @@ export interface operations {
     edge_delete: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path: {
                 /** @description The edge's id */
                 edge_id: string;
@@ -3761,8 +3758,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
+            /** @description Conflict with existing state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3809,6 +3806,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3927,6 +3925,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -3996,8 +3995,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -4008,6 +4007,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -4132,6 +4132,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4199,10 +4200,7 @@ export interface operations {
     me_invitation_decline: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path: {
                 /** @description Invitation id */
                 invitation_id: string;
@@ -4263,8 +4261,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
+            /** @description Conflict with existing state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4307,6 +4305,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -4418,6 +4417,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4496,6 +4496,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4564,8 +4565,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -4585,6 +4586,7 @@ export interface operations {
                     "application/json": components["schemas"]["TermsAcceptanceView"];
                 };
             };
+            /** @description Created */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -4699,6 +4701,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4771,9 +4774,10 @@ export interface operations {
             cookie?: never;
         };
         /** @description The WebAssembly component */
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/wasm": number[];
+                "application/octet-stream": unknown;
+                "application/wasm": unknown;
             };
         };
         responses: {
@@ -4786,6 +4790,7 @@ export interface operations {
                     "application/json": components["schemas"]["PluginBinaryView"];
                 };
             };
+            /** @description Created */
             201: {
                 headers: {
                     Location?: string;
@@ -4899,6 +4904,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4986,6 +4992,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -5054,8 +5061,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -5066,6 +5073,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -5180,6 +5188,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -5258,8 +5267,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the deletion is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -5321,6 +5330,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description If-Match does not match the current ETag */
             412: {
                 headers: {
@@ -5354,8 +5372,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -5369,6 +5387,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -5496,6 +5515,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -5573,8 +5593,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path: {
                 /** @description Project id */
@@ -5588,6 +5608,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -5704,6 +5725,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -5782,8 +5804,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the deletion is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -5847,6 +5869,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description If-Match does not match the current ETag */
             412: {
                 headers: {
@@ -5880,8 +5911,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -5897,6 +5928,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -6024,6 +6056,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -6101,8 +6134,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path: {
                 /** @description Project id */
@@ -6116,6 +6149,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -6232,6 +6266,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -6310,8 +6345,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the deletion is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -6375,6 +6410,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description If-Match does not match the current ETag */
             412: {
                 headers: {
@@ -6408,8 +6452,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -6425,6 +6469,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -6552,6 +6597,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -6629,8 +6675,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path: {
                 /** @description Project id */
@@ -6644,6 +6690,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     Location?: string;
@@ -6748,10 +6795,7 @@ export interface operations {
     invitation_revoke: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -6814,8 +6858,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
+            /** @description Conflict with existing state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6860,6 +6904,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -6947,6 +6992,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -7025,8 +7071,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the removal is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -7090,6 +7136,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description If-Match does not match the current ETag */
             412: {
                 headers: {
@@ -7123,8 +7178,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -7140,6 +7195,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -7267,6 +7323,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -7344,8 +7401,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path: {
                 /** @description Project id */
@@ -7359,6 +7416,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -7475,6 +7533,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -7553,8 +7612,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the deletion is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -7618,6 +7677,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description If-Match does not match the current ETag */
             412: {
                 headers: {
@@ -7651,8 +7719,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Project id */
@@ -7668,6 +7736,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -7797,6 +7866,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -7874,8 +7944,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path: {
                 /** @description Project id */
@@ -7887,6 +7957,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -8005,6 +8076,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -8097,6 +8169,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -8208,7 +8281,7 @@ export interface operations {
             };
             header?: {
                 /** @description Streams: resume after this event */
-                "Last-Event-ID"?: number | null;
+                "Last-Event-ID"?: number;
             };
             path: {
                 /** @description Project id */
@@ -8301,8 +8374,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path: {
                 /** @description Project id */
@@ -8316,6 +8389,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -8437,6 +8511,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -8524,6 +8599,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -8592,8 +8668,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -8604,6 +8680,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -8718,6 +8795,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -8796,8 +8874,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description Provider name */
@@ -8811,6 +8889,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -8940,6 +9019,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -9058,6 +9138,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -9143,6 +9224,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -9231,6 +9313,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -9334,10 +9417,7 @@ export interface operations {
     evacuation_cancel: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path: {
                 /** @description Provider name */
                 name: string;
@@ -9346,6 +9426,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -9399,8 +9480,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
+            /** @description Conflict with existing state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9445,6 +9526,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -9530,6 +9612,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -9622,6 +9705,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     Location?: string;
@@ -9764,6 +9848,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -9840,10 +9925,7 @@ export interface operations {
     provider_instance_delete: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path: {
                 /** @description Provider name */
                 name: string;
@@ -9906,8 +9988,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
+            /** @description Conflict with existing state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9950,6 +10032,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -10065,6 +10148,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -10179,7 +10263,7 @@ export interface operations {
             };
             header?: {
                 /** @description 304 when it matches the current ETag */
-                "If-None-Match"?: string | null;
+                "If-None-Match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -10283,6 +10367,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -10374,6 +10459,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -10450,6 +10536,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -10553,10 +10640,7 @@ export interface operations {
     routing_key_delete: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path: {
                 /** @description Key id */
                 key_id: string;
@@ -10617,8 +10701,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
+            /** @description Conflict with existing state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10661,6 +10745,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -10766,7 +10851,7 @@ export interface operations {
             query?: never;
             header?: {
                 /** @description Resume after this revision */
-                "Last-Event-ID"?: number | null;
+                "Last-Event-ID"?: number;
             };
             path?: never;
             cookie?: never;
@@ -10861,6 +10946,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -10929,8 +11015,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -10941,6 +11027,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     [name: string]: unknown;
@@ -11055,6 +11142,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -11123,8 +11211,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -11135,6 +11223,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     Location?: string;
@@ -11248,6 +11337,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -11324,10 +11414,7 @@ export interface operations {
     token_revoke: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description The ETag the change is based on: 412 when the resource changed since */
-                "If-Match"?: string;
-            };
+            header?: never;
             path: {
                 /** @description Token id */
                 token_id: string;
@@ -11388,8 +11475,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description If-Match does not match the current ETag */
-            412: {
+            /** @description Conflict with existing state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11431,6 +11518,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -11499,8 +11587,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries of this request safe */
-                "Idempotency-Key"?: string | null;
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -11511,6 +11599,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Created */
             201: {
                 headers: {
                     ETag?: string;
@@ -11625,6 +11714,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
@@ -11703,8 +11793,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description ETag the change is based on */
-                "If-Match"?: string | null;
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
             };
             path: {
                 /** @description User id */
@@ -11718,6 +11808,7 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
             200: {
                 headers: {
                     ETag?: string;
