@@ -31,7 +31,10 @@ pub use generated::*;
 /// Told about each request just before it is sent, with the operation's `operationId`: for
 /// verbose logs, and for tests that check which operations they reached.
 #[derive(Clone, Default)]
-pub struct Observer(Option<Arc<dyn Fn(&str, &reqwest::Request) + Send + Sync>>);
+pub struct Observer(Option<Arc<ObserveFn>>);
+
+/// What an [`Observer`] calls: the operation's `operationId`, and the request.
+type ObserveFn = dyn Fn(&str, &reqwest::Request) + Send + Sync;
 
 impl Observer {
     pub fn new(observe: impl Fn(&str, &reqwest::Request) + Send + Sync + 'static) -> Self {
