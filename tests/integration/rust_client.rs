@@ -408,7 +408,20 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .iter()
             .any(|p| p.name == "metal" && p.state == "healthy")
     );
+    // A reader sees name, state and health only: the administrators' fields are absent, and
+    // the document says they may be.
+    let seen = reader.provider_list().send().await.unwrap();
+    assert!(
+        seen.items
+            .iter()
+            .any(|p| p.name == "metal" && p.state == "healthy")
+    );
+    assert!(
+        seen.items.iter().all(|p| p.health_reason.is_none()),
+        "{seen:?}"
+    );
     let metal = admin.provider_view().name("metal").send().await.unwrap();
+    assert!(metal.health_reason.is_some());
     admin
         .provider_update()
         .name("metal")

@@ -307,7 +307,79 @@ pub fn openapi_document_v30() -> Result<serde_json::Value, openapi_v30::Downgrad
 fn api_router_split() -> (Router<App>, OpenApiDoc) {
     let (routes, mut doc) = api_router().split_for_parts();
     Conventions.modify(&mut doc);
+    flattened_options_expand(&mut doc);
     (routes, doc)
+}
+
+/// A struct flattened into another as an `Option` (`#[serde(flatten)] details:
+/// Option<ProviderDetails>`) has its fields present or absent together. utoipa describes it as
+/// `allOf: [oneOf: [$ref, null], {…}]`, which says the fields are always there (the object is
+/// not null, so it must match the `$ref`): an answer without them does not match its own schema,
+/// and generated clients fail to decode it. Each such `allOf` becomes one object whose
+/// flattened fields are optional.
+fn flattened_options_expand(doc: &mut OpenApiDoc) {
+    let Some(components) = doc.components.as_mut() else {
+        return;
+    };
+    let known = components.schemas.clone();
+    for schema in components.schemas.values_mut() {
+        flattened_option_rewrite(schema, &known);
+    }
+}
+
+fn flattened_option_rewrite(
+    schema: &mut RefOr<utoipa::openapi::schema::Schema>,
+    known: &std::collections::BTreeMap<String, RefOr<utoipa::openapi::schema::Schema>>,
+) {
+    use utoipa::openapi::schema::{ArrayItems, Object, Schema, SchemaType, Type};
+    let flattened_ref = |member: &RefOr<Schema>| match member {
+        RefOr::T(Schema::OneOf(one_of)) => match one_of.items.as_slice() {
+            [RefOr::Ref(reference), RefOr::T(Schema::Object(null))]
+                if null.schema_type == SchemaType::Type(Type::Null) =>
+            {
+                Some(reference.ref_location.clone())
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    if let RefOr::T(Schema::AllOf(all_of)) = schema {
+        let flattened: Vec<String> = all_of.items.iter().filter_map(flattened_ref).collect();
+        let objects: Vec<&Object> = all_of
+            .items
+            .iter()
+            .filter_map(|m| match m {
+                RefOr::T(Schema::Object(o)) => Some(o),
+                _ => None,
+            })
+            .collect();
+        if flattened.len() == 1 && objects.len() + 1 == all_of.items.len() {
+            let name = flattened[0].trim_start_matches("#/components/schemas/");
+            if let Some(RefOr::T(Schema::Object(details))) = known.get(name) {
+                let mut merged = Object::with_type(Type::Object);
+                merged.description = all_of.description.clone();
+                merged.properties = details.properties.clone();
+                for object in objects {
+                    merged.properties.extend(object.properties.clone());
+                    merged.required.extend(object.required.iter().cloned());
+                }
+                *schema = RefOr::T(Schema::Object(merged));
+            }
+        }
+    }
+    match schema {
+        RefOr::T(Schema::Object(object)) => {
+            for property in object.properties.values_mut() {
+                flattened_option_rewrite(property, known);
+            }
+        }
+        RefOr::T(Schema::Array(array)) => {
+            if let ArrayItems::RefOrSchema(items) = &mut array.items {
+                flattened_option_rewrite(items, known);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The complete HTTP application: API routes, the reference page and all middleware.

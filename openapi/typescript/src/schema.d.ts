@@ -1865,7 +1865,43 @@ export interface components {
         };
         /** @description One page of a list. */
         Page_ProviderView: {
-            items: ((components["schemas"]["ProviderDetails"] | null) & {
+            items: {
+                /** @description Why its health is what it is (the plugin's or the cloud's words). */
+                health_reason?: string;
+                /** Format: date-time */
+                health_changed_at?: string | null;
+                enabled?: boolean;
+                /** @description No new instances; existing ones are kept. */
+                drained?: boolean;
+                plugin?: components["schemas"]["ProviderPluginView"] | null;
+                /** @description Whether the plugin is loaded and taking calls on this server. */
+                serving?: boolean;
+                /**
+                 * @description What a rollback returns to: the version below the current one in the activation
+                 *     history (absent when there is none).
+                 */
+                previous_digest?: string | null;
+                config?: {
+                    [key: string]: string;
+                };
+                /** @description Names of the secrets set; their values are never returned. */
+                secret_names?: string[];
+                /** @description `host:port` patterns the plugin may send HTTP requests to, as configured. */
+                allowlist?: string[];
+                /**
+                 * @description What the plugin runs with: `allowlist` and the `host:port` of every `http(s)://` URL in
+                 *     `config` (its endpoints).
+                 */
+                effective_allowlist?: string[];
+                /** @description Overrides set on this provider. */
+                limits?: components["schemas"]["ProviderLimits"];
+                /** @description The limits its calls run with. */
+                effective_limits?: components["schemas"]["ProviderLimits"];
+                calls?: components["schemas"]["ProviderCallsView"];
+                /** Format: date-time */
+                created_at?: string;
+                /** Format: date-time */
+                updated_at?: string;
                 name: string;
                 /**
                  * @description `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
@@ -1873,7 +1909,7 @@ export interface components {
                  */
                 state: string;
                 health?: components["schemas"]["ProviderHealth"] | null;
-            })[];
+            }[];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
@@ -2264,7 +2300,43 @@ export interface components {
          *     health; the rest (settings, plugin, health reasons with the cloud's error text, call
          *     counts) is for administrators only.
          */
-        ProviderView: (components["schemas"]["ProviderDetails"] | null) & {
+        ProviderView: {
+            /** @description Why its health is what it is (the plugin's or the cloud's words). */
+            health_reason?: string;
+            /** Format: date-time */
+            health_changed_at?: string | null;
+            enabled?: boolean;
+            /** @description No new instances; existing ones are kept. */
+            drained?: boolean;
+            plugin?: components["schemas"]["ProviderPluginView"] | null;
+            /** @description Whether the plugin is loaded and taking calls on this server. */
+            serving?: boolean;
+            /**
+             * @description What a rollback returns to: the version below the current one in the activation
+             *     history (absent when there is none).
+             */
+            previous_digest?: string | null;
+            config?: {
+                [key: string]: string;
+            };
+            /** @description Names of the secrets set; their values are never returned. */
+            secret_names?: string[];
+            /** @description `host:port` patterns the plugin may send HTTP requests to, as configured. */
+            allowlist?: string[];
+            /**
+             * @description What the plugin runs with: `allowlist` and the `host:port` of every `http(s)://` URL in
+             *     `config` (its endpoints).
+             */
+            effective_allowlist?: string[];
+            /** @description Overrides set on this provider. */
+            limits?: components["schemas"]["ProviderLimits"];
+            /** @description The limits its calls run with. */
+            effective_limits?: components["schemas"]["ProviderLimits"];
+            calls?: components["schemas"]["ProviderCallsView"];
+            /** Format: date-time */
+            created_at?: string;
+            /** Format: date-time */
+            updated_at?: string;
             name: string;
             /**
              * @description `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
