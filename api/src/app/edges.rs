@@ -3,7 +3,7 @@
 //! revision, its lag behind the latest one, its last contact and its last refusal.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveModelTrait, EntityTrait, Set, TransactionTrait};
+use sea_orm::{ActiveModelTrait, EntityTrait, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -120,7 +120,7 @@ impl App {
                 revision: refusal.revision,
             }),
         };
-        let txn = self.db.begin().await?;
+        let txn = crate::db::begin_write(&self.db).await?;
         let existing = edge::Entity::find_by_id(id.clone()).one(&txn).await?;
         if existing.as_ref().is_some_and(|e| e.token_id != token_id) {
             return Err(ApiError::new(
@@ -172,7 +172,7 @@ impl App {
     /// Forgets edge `id` (administrators): a decommissioned edge, or one whose token changed.
     pub async fn edge_delete(&self, ctx: &OpContext, id: &str) -> ApiResult<()> {
         ctx.principal.require_admin()?;
-        let txn = self.db.begin().await?;
+        let txn = crate::db::begin_write(&self.db).await?;
         let deleted = edge::Entity::delete_by_id(id.to_owned()).exec(&txn).await?;
         if deleted.rows_affected == 0 {
             return Err(ApiError::not_found("edge"));

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Set, TransactionTrait,
+    QuerySelect, Set,
 };
 use serde::Serialize;
 use tokio::sync::watch;
@@ -225,7 +225,7 @@ impl App {
         let revision = latest.as_ref().map_or(0, |l| l.revision) + 1;
         // Microseconds, as PostgreSQL keeps them: every replica signs the same bytes.
         let created_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
-        let txn = self.db.begin().await?;
+        let txn = crate::db::begin_write(&self.db).await?;
         let inserted = routing_revision::ActiveModel {
             revision: Set(revision),
             content_hash: Set(content_hash),

@@ -15,7 +15,6 @@ use ed25519_dalek::SigningKey;
 use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Set,
-    TransactionTrait,
 };
 
 use super::App;
@@ -131,7 +130,7 @@ impl App {
     /// Publishes a new key that does not sign yet (administrators).
     pub async fn routing_key_create(&self, ctx: &OpContext) -> ApiResult<PublishedKey> {
         ctx.principal.require_admin()?;
-        let txn = self.db.begin().await?;
+        let txn = crate::db::begin_write(&self.db).await?;
         let key = self.routing_key_insert(&txn, "next").await?;
         audit_record(
             &txn,
@@ -146,7 +145,7 @@ impl App {
     /// Makes key `id` sign new snapshots and retires the one that did (administrators).
     pub async fn routing_key_activate(&self, ctx: &OpContext, id: &str) -> ApiResult<PublishedKey> {
         ctx.principal.require_admin()?;
-        let txn = self.db.begin().await?;
+        let txn = crate::db::begin_write(&self.db).await?;
         let key = routing_key::Entity::find_by_id(id.to_owned())
             .one(&txn)
             .await?
@@ -183,7 +182,7 @@ impl App {
     /// Withdraws key `id`, which must not be the one signing (administrators).
     pub async fn routing_key_delete(&self, ctx: &OpContext, id: &str) -> ApiResult<()> {
         ctx.principal.require_admin()?;
-        let txn = self.db.begin().await?;
+        let txn = crate::db::begin_write(&self.db).await?;
         let key = routing_key::Entity::find_by_id(id.to_owned())
             .one(&txn)
             .await?
