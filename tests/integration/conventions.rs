@@ -24,6 +24,30 @@ async fn bad_input_gets_problem_details(s: TestServer) {
         )
     };
     let json_type = "application/json";
+    // An answer given after the body was read keeps the connection; one given before (here a
+    // bad token, refused before the body is looked at) closes it and says so, so that the
+    // client does not reuse a connection whose unread body the server drops.
+    let read = raw(
+        Method::POST,
+        "/v1/projects",
+        json_type,
+        br#"{"name":""}"#.to_vec(),
+    )
+    .await;
+    read.assert_problem(422, "invalid_request");
+    assert_eq!(read.header("connection"), None);
+    let unread = TestServer::send(
+        s.request(
+            Method::POST,
+            "/v1/projects",
+            Some("bh_not_a_token_at_all_0123456789"),
+        )
+        .header("content-type", json_type)
+        .body(r#"{"name":"never read"}"#),
+    )
+    .await;
+    unread.assert_problem(401, "unauthenticated");
+    assert_eq!(unread.header("connection"), Some("close"));
     raw(
         Method::POST,
         "/v1/projects",
@@ -220,9 +244,10 @@ async fn cors_compression_and_request_ids(s: TestServer) {
 
     let many = (0..30).map(|i| json!({ "name": format!("compressible project {i}") }));
     for body in many {
-        s.post("/v1/projects", ADMIN_TOKEN, body)
-            .await
-            .assert_status(201);
+        let created = s.post("/v1/projects", ADMIN_TOKEN, body).await;
+        created.assert_status(201);
+        // The body was read: the connection is kept for the next request.
+        assert_eq!(created.header("connection"), None);
     }
     let compressed = s
         .request(Method::GET, "/v1/projects", Some(ADMIN_TOKEN))

@@ -1,9 +1,13 @@
 //! Middleware applied to every route: request context (request id, problem details for every
 //! error, metrics), authentication, idempotency keys and conditional GETs.
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Instant;
 
-use axum::body::{Body, to_bytes};
+use axum::body::{Body, HttpBody, to_bytes};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -20,6 +24,11 @@ use crate::error::{ApiError, ErrorCode, PROBLEM_JSON};
 /// Limits request bodies to `limit` bytes, or [`PLUGIN_MAX_BYTES`] for plugin uploads. A
 /// declared length over the limit is refused before anything is read; a body that runs past
 /// it stops there, and its extractor answers 413.
+///
+/// Any answer given before the body was read to its end (this 413, a 401 or 403 refused
+/// before an upload is read, a 415) leaves the rest of it unread, so the connection cannot
+/// carry another request: `Connection: close` says so, or a client reusing the connection
+/// would write its next request into a closed socket.
 pub async fn body_limit(State(limit): State<usize>, request: Request, next: Next) -> Response {
     let limit = if request.method() == Method::POST && request.uri().path() == UPLOAD_PATH {
         PLUGIN_MAX_BYTES
@@ -32,21 +41,67 @@ pub async fn body_limit(State(limit): State<usize>, request: Request, next: Next
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
-        let mut refused = ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::BodyTooLarge,
-            format!("the request body is larger than the limit of {limit} bytes"),
-        )
-        .into_response();
-        // The body is left unread, so the connection cannot carry another request: say so,
-        // or a client reusing it would write its next request into a closed socket.
-        refused
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return refused;
+        return connection_close(
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::BodyTooLarge,
+                format!("the request body is larger than the limit of {limit} bytes"),
+            )
+            .into_response(),
+        );
     }
-    next.run(request.map(|body| Body::new(http_body_util::Limited::new(body, limit))))
-        .await
+    let read_to_end = Arc::new(AtomicBool::new(request.body().is_end_stream()));
+    let watched = read_to_end.clone();
+    let response = next
+        .run(request.map(|body| {
+            Body::new(ReadToEndWatch {
+                inner: http_body_util::Limited::new(body, limit),
+                read_to_end: watched,
+            })
+        }))
+        .await;
+    if read_to_end.load(Ordering::Acquire) {
+        response
+    } else {
+        connection_close(response)
+    }
+}
+
+fn connection_close(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// A request body that records whether it was read to its end.
+struct ReadToEndWatch<B> {
+    inner: B,
+    read_to_end: Arc<AtomicBool>,
+}
+
+impl<B: HttpBody + Unpin> HttpBody for ReadToEndWatch<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.read_to_end.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

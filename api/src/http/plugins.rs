@@ -56,9 +56,7 @@ async fn plugin_binary_upload(
 ) -> ApiResult<Response> {
     // Authorized before the body is read: a non-administrator must not make the server buffer
     // up to 32 MiB. (The application checks again, close to the action.)
-    if let Err(refused) = ctx.principal.require_admin() {
-        return Ok(refused_unread(refused));
-    }
+    ctx.principal.require_admin()?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -68,11 +66,11 @@ async fn plugin_binary_upload(
         .iter()
         .any(|accepted| media_type.eq_ignore_ascii_case(accepted))
     {
-        return Ok(refused_unread(ApiError::new(
+        return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::UnsupportedMediaType,
             "upload the component as `Content-Type: application/wasm` (or `application/octet-stream`)",
-        )));
+        ));
     }
     let body = body_read(body).await?;
     let (status, binary) = match app.plugin_binary_upload(&ctx, &body).await? {
@@ -124,16 +122,4 @@ async fn plugin_binary_view(
     Ok(Json(PluginBinaryView::from(
         app.plugin_binary_view(&principal, &digest).await?,
     )))
-}
-
-/// A refusal answered before the body is read. The server then closes the connection (the
-/// rest of the body is not read); `Connection: close` says so, so that the client does not
-/// send its next request on that connection.
-fn refused_unread(refused: ApiError) -> Response {
-    let mut response = refused.into_response();
-    response.headers_mut().insert(
-        header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    response
 }
