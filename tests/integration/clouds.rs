@@ -15,7 +15,8 @@ use bulkhead_simulators::faults::FaultState;
 
 use crate::db_tests;
 use crate::support::{
-    ADMIN_TOKEN, Reply, TestServer, healthy_probe, platform, provider_state, state_wait,
+    ADMIN_TOKEN, Reply, TestServer, healthy_probe, platform, provider_probe, provider_state,
+    state_wait,
 };
 
 db_tests!(
@@ -109,13 +110,7 @@ async fn instance_create(s: &TestServer, provider: &str, key: &str, region: &str
 /// first as well, and either way the answers below are the same. (Which answer a call that
 /// meets such a fault itself gets is a unit test of `provider_instances`.)
 async fn breaker_opened_by(s: &TestServer, name: &str, signal: &str, evidence: &str, secret: &str) {
-    let probe = s
-        .post(
-            &format!("/v1/providers/{name}/probe"),
-            ADMIN_TOKEN,
-            json!({}),
-        )
-        .await;
+    let probe = provider_probe(s, name).await;
     assert_eq!(
         probe.assert_status(200)["status"],
         "unavailable",

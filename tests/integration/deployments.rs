@@ -14,7 +14,7 @@ use bulkhead::dev::DevPlatform;
 use bulkhead_simulators::faults::FaultState;
 
 use crate::db_tests;
-use crate::support::{ADMIN_TOKEN, Backend, TestServer, database_fresh, platform};
+use crate::support::{ADMIN_TOKEN, Backend, TestServer, database_fresh, eventually, platform};
 
 db_tests!(
     a_deployment_spreads_over_three_providers_and_answers,
@@ -169,17 +169,6 @@ async fn answer(address: &str) -> String {
 }
 
 /// Waits until `check` holds (at most 30 s).
-async fn eventually<F: AsyncFn() -> bool>(what: &str, check: F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{what}: not within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn a_deployment_spreads_over_three_providers_and_answers(s: TestServer) {
     let (_platform, _dir) = platform(&s).await;
     let f = fixture(&s, 3, &["gcp", "aws", "metal"]).await;

@@ -9,7 +9,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::db_tests;
-use crate::support::{ADMIN_TOKEN, Reply, TestServer, plugin_bytes, provider_state, state_wait};
+use crate::support::{
+    ADMIN_TOKEN, Reply, TestServer, plugin_bytes, provider_probe, provider_state, state_wait,
+};
 
 db_tests!(
     bundled_example_is_registered_once_and_serves,
@@ -110,13 +112,7 @@ async fn provider_with(s: &TestServer, name: &str, digest: &str) {
 }
 
 async fn probe_digest(s: &TestServer, name: &str) -> String {
-    let probe = s
-        .post(
-            &format!("/v1/providers/{name}/probe"),
-            ADMIN_TOKEN,
-            json!({}),
-        )
-        .await;
+    let probe = provider_probe(s, name).await;
     let body = probe.assert_status(200);
     assert_eq!(body["status"], "healthy", "{body}");
     body["digest"].as_str().unwrap().to_owned()

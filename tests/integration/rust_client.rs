@@ -6,12 +6,11 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use bulkhead_client::{Client, Error, Observer, ResponseValue, types};
 use futures::StreamExt;
 
-use crate::support::{ADMIN_TOKEN, PASSWORD, TestServer, platform, plugin_bytes};
+use crate::support::{ADMIN_TOKEN, PASSWORD, TestServer, eventually, platform, plugin_bytes};
 
 crate::db_tests!(the_generated_client_reaches_every_operation);
 
@@ -602,8 +601,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         .send()
         .await
         .unwrap();
-    let started = Instant::now();
-    loop {
+    eventually("the deployment becomes healthy", async || {
         let now = alice_client
             .deployment_view()
             .project_id(project.id)
@@ -612,16 +610,13 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .send()
             .await
             .unwrap();
-        if now.state == "healthy" {
-            break;
-        }
         assert!(
             !["failed", "cancelled"].contains(&now.state.as_str()),
             "{now:?}"
         );
-        assert!(started.elapsed() < Duration::from_secs(60), "{now:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        now.state == "healthy"
+    })
+    .await;
     let events = alice_client
         .deployment_event_list()
         .project_id(project.id)
@@ -643,14 +638,19 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .len(),
         1
     );
-    let instances = alice_client
-        .service_instance_list()
-        .project_id(project.id)
-        .service_id(service.id)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(instances.items.len(), 1);
+    let service_instances = async || {
+        alice_client
+            .service_instance_list()
+            .project_id(project.id)
+            .service_id(service.id)
+            .send()
+            .await
+            .unwrap()
+            .into_inner()
+            .items
+    };
+    let instances = service_instances().await;
+    assert_eq!(instances.len(), 1);
     // The same instance, as its provider lists it.
     let on_metal = admin
         .provider_instance_list()
@@ -662,7 +662,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         on_metal
             .items
             .iter()
-            .any(|i| i.address == instances.items[0].address),
+            .any(|i| i.address == instances[0].address),
         "{on_metal:?}"
     );
     // A second deployment, rolled back to the first (the last that became healthy).
@@ -845,23 +845,10 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         .send()
         .await
         .unwrap();
-    let started = Instant::now();
-    while !alice_client
-        .service_instance_list()
-        .project_id(project.id)
-        .service_id(service.id)
-        .send()
-        .await
-        .unwrap()
-        .items
-        .is_empty()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the instances stay"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually("the instances are removed", async || {
+        service_instances().await.is_empty()
+    })
+    .await;
     alice_client
         .service_delete()
         .project_id(project.id)

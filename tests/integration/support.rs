@@ -460,18 +460,34 @@ pub async fn platform(s: &TestServer) -> (bulkhead::dev::DevPlatform, tempfile::
     (platform, dir)
 }
 
+/// Polls `check` every 100 ms until it holds; fails saying `what` after 60 s.
+pub async fn eventually<F: AsyncFn() -> bool>(what: &str, check: F) {
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: not within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Probes provider `name` now, as the administrator (`POST /v1/providers/{name}/probe`).
+pub async fn provider_probe(s: &TestServer, name: &str) -> Reply {
+    s.post(
+        &format!("/v1/providers/{name}/probe"),
+        ADMIN_TOKEN,
+        json!({}),
+    )
+    .await
+}
+
 /// Probes provider `name` until it is healthy: after a change of its settings, the probes
 /// (not a stale state) say so.
 pub async fn healthy_probe(s: &TestServer, name: &str) {
     let started = std::time::Instant::now();
     loop {
-        let probe = s
-            .post(
-                &format!("/v1/providers/{name}/probe"),
-                ADMIN_TOKEN,
-                json!({}),
-            )
-            .await;
+        let probe = provider_probe(s, name).await;
         if probe.status == 200 && provider_state(s, name).await == "healthy" {
             return;
         }

@@ -235,10 +235,16 @@ fn header_parameters_not_null(operation: &mut utoipa::openapi::path::Operation) 
 
 /// Whether `operation` declares the header parameter `name`.
 fn header_parameter_declared(operation: &utoipa::openapi::path::Operation, name: &str) -> bool {
+    operation
+        .parameters
+        .iter()
+        .flatten()
+        .any(|p| is_header_parameter(p, name))
+}
+
+fn is_header_parameter(parameter: &RefOr<utoipa::openapi::path::Parameter>, name: &str) -> bool {
     use utoipa::openapi::path::ParameterIn;
-    operation.parameters.iter().flatten().any(|p| {
-        matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
-    })
+    matches!(parameter, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
 }
 
 /// Adds an optional string header parameter `name` to `operation`, or describes the one it
@@ -252,9 +258,7 @@ fn header_parameter_ensure(
     use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
     use utoipa::openapi::schema::{ObjectBuilder, Type};
     let parameters = operation.parameters.get_or_insert_with(Vec::new);
-    parameters.retain(|p| {
-        !matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
-    });
+    parameters.retain(|p| !is_header_parameter(p, name));
     let mut schema = ObjectBuilder::new().schema_type(Type::String);
     if let Some(max) = max_length {
         schema = schema.min_length(Some(1)).max_length(Some(max));
