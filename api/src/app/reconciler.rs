@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
@@ -149,7 +149,16 @@ impl App {
         let mut wake = self.changes.deployments.subscribe();
         let mut tick = tokio::time::interval(self.reconciler.settings.reconcile_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // When operations held back by a rate may go: the next pass is due then, not at the
+        // next tick (or the drain rate would be capped at one operation a tick).
+        let mut due_at: Option<tokio::time::Instant> = None;
         loop {
+            let due = async {
+                match due_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = stop.changed() => {
                     if *stop.borrow() {
@@ -162,16 +171,22 @@ impl App {
                     }
                 }
                 _ = tick.tick() => {}
+                _ = due => {}
             }
-            if let Err(err) = self.reconcile_pass().await {
-                self.reconciler
-                    .error_record(format!("pass failed: {}", err.detail));
-            }
+            due_at = match self.reconcile_pass().await {
+                Ok(held_for) => held_for.map(|wait| tokio::time::Instant::now() + wait),
+                Err(err) => {
+                    self.reconciler
+                        .error_record(format!("pass failed: {}", err.detail));
+                    None
+                }
+            };
         }
     }
 
-    /// One pass: see the module documentation.
-    pub async fn reconcile_pass(&self) -> ApiResult<()> {
+    /// One pass: see the module documentation. Answers how soon operations held back by a
+    /// rate may go, when some were.
+    pub async fn reconcile_pass(&self) -> ApiResult<Option<Duration>> {
         let control = self.deploy_control().await?;
         {
             let mut rate = self.reconciler.drain_rate.lock().expect("not poisoned");
@@ -184,8 +199,8 @@ impl App {
         self.deployments_settle().await?;
         self.instances_drained_remove().await?;
         self.evacuations_advance().await?;
-        let queue_depth = if control.paused {
-            self.operations_due_count().await?
+        let (queue_depth, held_for) = if control.paused {
+            (self.operations_due_count().await?, None)
         } else {
             self.operations_dispatch().await?
         };
@@ -196,7 +211,7 @@ impl App {
         status.last_pass_at = Some(Utc::now());
         status.passes += 1;
         status.queue_depth = queue_depth;
-        Ok(())
+        Ok(held_for)
     }
 
     /// Providers that may take new instances now (enabled, not drained, not evacuated, breaker
@@ -574,8 +589,8 @@ impl App {
     }
 
     /// Starts provider operations on due instances, as far as the limits allow; returns how
-    /// many instances wait for one.
-    async fn operations_dispatch(&self) -> ApiResult<u64> {
+    /// many instances wait for one, and how soon those held back by a rate may go.
+    async fn operations_dispatch(&self) -> ApiResult<(u64, Option<Duration>)> {
         let now = Utc::now();
         let due = instance::Entity::find()
             .filter(operations_due(now))
@@ -597,6 +612,7 @@ impl App {
             .map(|row| row.name)
             .collect();
         let mut deferred_providers: HashSet<String> = HashSet::new();
+        let mut held_for: Option<Duration> = None;
         for row in due {
             if deferred_providers.contains(&row.provider) {
                 continue;
@@ -619,8 +635,20 @@ impl App {
             };
             match throttle.admit(&row.provider, row.attempts > 0) {
                 Ok(()) => {}
-                Err(Wait::ProviderHold(_) | Wait::Rate(_) | Wait::RetryBudget) => {
+                Err(wait) => {
                     // This provider waits; others may go on.
+                    let wait = match wait {
+                        Wait::Rate(wait) => Some(wait),
+                        Wait::ProviderHold(until) => {
+                            Some(until.saturating_duration_since(Instant::now()))
+                        }
+                        // Retries wait for first attempts, which wake the loop.
+                        Wait::RetryBudget => None,
+                    };
+                    held_for = match (held_for, wait) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     deferred_providers.insert(row.provider.clone());
                     continue;
                 }
@@ -642,7 +670,7 @@ impl App {
                 app.deployments_changed();
             });
         }
-        Ok(depth)
+        Ok((depth, held_for))
     }
 
     /// Keeps this runner's claim on instance `id` alive while its operation runs: a claim
