@@ -1,6 +1,7 @@
 //! A routing table as a Caddy (2.6 and later) JSON configuration: one HTTP server with a
 //! reverse proxy per domain, round-robin across its upstreams (a weight repeats an upstream),
-//! retries on another upstream when one refuses, and passive health checks; a domain without
+//! retries on another upstream when one refuses (and, for GET, HEAD and OPTIONS, when one
+//! fails mid-request), and passive health checks; a domain without
 //! upstreams answers 503 and an unknown host 404.
 //!
 //! The configuration carries the table's revision as an `@id` (`bulkhead-r<revision>`), so the
@@ -60,7 +61,15 @@ fn route(route: &Route) -> Value {
             "load_balancing": {
                 "selection_policy": { "policy": "round_robin" },
                 "try_duration": "2s",
-                "try_interval": "100ms",
+                // Short: Caddy 2.6 gives up a retry when a configuration load replaces the
+                // handler while the request waits between tries (its context ends), and the
+                // edge loads one per routing revision; the drill saw 502s from that window.
+                "try_interval": "10ms",
+                // Requests that cannot change anything are retried on another upstream even
+                // when the failure came after the connection was made (an instance that died
+                // with connections open, a pooled connection to it); Caddy 2.6 retries only
+                // failed connections otherwise.
+                "retry_match": [{ "method": ["GET", "HEAD", "OPTIONS"] }],
             },
             "health_checks": { "passive": {
                 "fail_duration": "10s",
@@ -143,6 +152,11 @@ mod tests {
             .as_array()
             .unwrap();
         assert_eq!(dials.len(), 3, "{dials:?}");
+        let balancing = &server["routes"][0]["handle"][0]["load_balancing"];
+        assert_eq!(
+            balancing["retry_match"][0]["method"][0], "GET",
+            "a GET that failed mid-request is retried on another upstream: {balancing}"
+        );
         assert_eq!(server["routes"][1]["handle"][0]["status_code"], 503);
         assert_eq!(server["routes"][2]["handle"][0]["status_code"], 404);
         assert_eq!(config["admin"]["listen"], "127.0.0.1:2999");
