@@ -44,7 +44,8 @@ pub struct StreamBatch {
     pub finished: bool,
 }
 
-/// The `Last-Event-ID` header, or a `last_event_id` query parameter given by the caller.
+/// The `Last-Event-ID` header a reconnecting client sends (the id of the last event it got).
+/// Streams that also take a cursor in the query (`after`) use it when this header is absent.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LastEventId(pub Option<i64>);
 
