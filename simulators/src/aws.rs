@@ -131,6 +131,20 @@ impl AwsSimulator {
             .filter(|instance| instance.state != InstanceState::Terminated)
             .count()
     }
+
+    /// When each instance launched at or after `since` was launched, as time since `since`,
+    /// in order: the pace at which a client really provisions.
+    pub fn launches_since(&self, since: Instant) -> Vec<Duration> {
+        self.shared
+            .ec2
+            .lock()
+            .expect("not poisoned")
+            .launches
+            .iter()
+            .filter(|at| **at >= since)
+            .map(|at| *at - since)
+            .collect()
+    }
 }
 
 /// State shared by the handlers.
@@ -149,6 +163,8 @@ struct Ec2 {
     instances: BTreeMap<String, Ec2Instance>,
     /// `ClientToken` → (the parameters it was first used with, the instance it made).
     tokens: HashMap<String, (String, String)>,
+    /// When each instance was launched (never purged).
+    launches: Vec<Instant>,
 }
 
 impl Ec2 {
@@ -624,6 +640,7 @@ async fn run_instances(sim: &Shared, params: &[(String, String)]) -> Result<Stri
     if let Some(token) = launch.client_token {
         ec2.tokens.insert(token, (launch.fingerprint, id.clone()));
     }
+    ec2.launches.push(Instant::now());
     ec2.instances.insert(id, instance);
     Ok(xml)
 }

@@ -204,14 +204,24 @@ impl GcpSimulator {
     /// Stops the instances named `name` (in any zone) as if they had crashed: their server
     /// goes away and their status becomes `TERMINATED`. Returns whether there was one.
     pub fn terminate(&self, name: &str) -> bool {
+        self.terminate_where(|instance| instance.name == name) > 0
+    }
+
+    /// Stops every instance, as a cloud does with the machines of an account it suspends.
+    /// Returns how many there were.
+    pub fn terminate_all(&self) -> usize {
+        self.terminate_where(|_| true)
+    }
+
+    fn terminate_where(&self, which: impl Fn(&SimInstance) -> bool) -> usize {
         let mut instances = self.sim.instances.lock().expect("not poisoned");
-        let mut found = false;
-        for instance in instances.values_mut().filter(|i| i.name == name) {
+        let mut stopped = 0;
+        for instance in instances.values_mut().filter(|i| which(i)) {
             instance.status = "TERMINATED";
             instance.server = None;
-            found = true;
+            stopped += 1;
         }
-        found
+        stopped
     }
 
     /// How many access tokens it has issued.

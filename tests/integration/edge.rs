@@ -5,14 +5,14 @@
 //! foreign, older and empty snapshots are refused while the route keeps working; an agent
 //! whose first source is down syncs from the second.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use bulkhead::dev::caddy::{self, CaddyProcess};
 use bulkhead::edge::sync::Source;
 use bulkhead::edge::{EdgeSettings, RunningEdge};
 use bulkhead::routing::{RoutingTable, SignedSnapshot};
@@ -26,85 +26,14 @@ const WORKLOAD: &str = "import os,http.server as h\nsick=[False]\nclass H(h.Base
 const DOMAIN: &str = "shop.edge.test";
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    caddy::free_port().unwrap()
 }
 
-/// A Caddy process with its admin API on a port of its own, started with no routes.
-struct Caddy {
-    child: Child,
-    admin_port: u16,
-    dir: PathBuf,
-}
-
-impl Caddy {
-    fn start(dir: &Path, admin_port: u16) -> Self {
-        let config = dir.join("caddy-initial.json");
-        std::fs::write(
-            &config,
-            json!({ "admin": { "listen": format!("127.0.0.1:{admin_port}") } }).to_string(),
-        )
-        .unwrap();
-        let child = Command::new("caddy")
-            .args(["run", "--config"])
-            .arg(&config)
-            .env("HOME", dir)
-            .env("XDG_CONFIG_HOME", dir.join("config"))
-            .env("XDG_DATA_HOME", dir.join("data"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|err| {
-                panic!(
-                    "these tests need Caddy 2.6 or later on the PATH ({err}): install it with `apt-get install caddy` (Debian) or from https://caddyserver.com"
-                )
-            });
-        Self {
-            child,
-            admin_port,
-            dir: dir.to_owned(),
-        }
-    }
-
-    fn admin(&self) -> String {
-        format!("http://127.0.0.1:{}", self.admin_port)
-    }
-
-    async fn ready(&self) {
-        let started = Instant::now();
-        while reqwest::get(format!("{}/config/", self.admin()))
-            .await
-            .is_err()
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "Caddy did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Kills Caddy and starts it again, empty (as a crash and a restart without `--resume`).
-    async fn restart(mut self) -> Self {
-        self.stop();
-        let again = Self::start(&self.dir.clone(), self.admin_port);
-        again.ready().await;
-        again
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Caddy {
-    fn drop(&mut self) {
-        self.stop();
-    }
+/// A Caddy with its admin API on a port of its own, started with no routes.
+async fn caddy_start(dir: &Path) -> CaddyProcess {
+    let caddy = CaddyProcess::start(Path::new("caddy"), &dir.join("caddy"), free_port()).unwrap();
+    caddy.ready().await.unwrap();
+    caddy
 }
 
 /// `GET /` of the domain through Caddy: status and body (or the error).
@@ -151,7 +80,7 @@ fn edge_settings(
     dir: &Path,
     sources: Vec<Source>,
     token: &str,
-    caddy: &Caddy,
+    caddy: &CaddyProcess,
     http_port: u16,
 ) -> EdgeSettings {
     EdgeSettings {
@@ -223,8 +152,7 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
     deployed(&s, &owner, &service).await;
     table_wait(&s, &token, "two upstreams", |t| t.upstream_count() == 2).await;
 
-    let caddy = Caddy::start(dir.path(), free_port());
-    caddy.ready().await;
+    let caddy = caddy_start(dir.path()).await;
     let http_port = free_port();
     // The first control plane is down: the agent syncs from the second.
     let dead = format!("http://127.0.0.1:{}", free_port());
@@ -314,7 +242,7 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
     answers(http_port, "after the agent restarted").await;
 
     // Caddy restarts during the outage: the agent applies the table again.
-    let caddy = caddy.restart().await;
+    let caddy = caddy.restart().await.unwrap();
     answers(http_port, "after Caddy restarted").await;
     let health = edge_health(&edge).await;
     assert_eq!(health["caddy_revision"], before_outage.revision, "{health}");
@@ -355,8 +283,7 @@ async fn tampered_foreign_older_and_empty_snapshots_are_refused() {
 
     let file = dir.path().join("published.json");
     std::fs::write(&file, &document).unwrap();
-    let caddy = Caddy::start(dir.path(), free_port());
-    caddy.ready().await;
+    let caddy = caddy_start(dir.path()).await;
     let http_port = free_port();
     let edge = bulkhead::edge::start(edge_settings(
         dir.path(),

@@ -4,7 +4,10 @@
 //!
 //! As root, the agent runs each workload as a user of its own, as on the fleet. On a
 //! developer's machine (not root) it runs them as the developer's own user
-//! (`--insecure-same-user`), and `bulkhead dev` says so.
+//! (`--insecure-same-user`), and `bulkhead dev` says so. [`caddy`] runs a real Caddy for an
+//! edge in front of it (the drill, the edge tests).
+
+pub mod caddy;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
