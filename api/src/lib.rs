@@ -9,6 +9,7 @@ pub mod auth;
 pub mod authz;
 pub mod config;
 pub mod db;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod edge;
 pub mod entity;

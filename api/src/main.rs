@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 use cli::plugin::PluginAction;
 
 use bulkhead::config::{LogFormat, ServeArgs, Settings};
+#[cfg(feature = "dev")]
 use bulkhead::dev::DevPlatform;
 
 #[derive(Parser)]
@@ -51,8 +52,10 @@ enum Command {
     },
     /// Run a complete local platform: the server with the bundled providers, a host agent and
     /// the GCP and AWS simulators, the providers configured to use them.
+    #[cfg(feature = "dev")]
     Dev(DevArgs),
     /// A demo workload: answers every HTTP request on $PORT with its name.
+    #[cfg(feature = "dev")]
     Hello {
         #[arg(long, env = "PORT", default_value_t = 8080)]
         port: u16,
@@ -65,6 +68,10 @@ enum Command {
     /// Run the edge agent next to a Caddy: keeps it routing by the signed routing table,
     /// from the last-known-good copy on disk when no control plane answers.
     Edge(bulkhead::edge::EdgeArgs),
+    /// Play the account suspension that inspired Bulkhead against a local platform, with
+    /// real Caddy in front, and check that nothing that must survive it fails.
+    #[cfg(feature = "dev")]
+    Drill(cli::drill::DrillArgs),
     /// Tools for plugin authors.
     Plugin {
         #[command(subcommand)]
@@ -72,6 +79,7 @@ enum Command {
     },
 }
 
+#[cfg(feature = "dev")]
 #[derive(clap::Args)]
 struct DevArgs {
     #[command(flatten)]
@@ -170,6 +178,7 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
 }
 
 /// What `bulkhead dev` prints once everything runs: where things are, and how to try them.
+#[cfg(feature = "dev")]
 fn dev_guide(server: &bulkhead::server::RunningServer, platform: &DevPlatform) {
     let hello = std::env::current_exe()
         .map(|exe| format!("{} hello", exe.display()))
@@ -227,6 +236,7 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("shutting down: finishing in-flight requests");
             server.shutdown().await?;
         }
+        #[cfg(feature = "dev")]
         Command::Dev(DevArgs { mut serve }) => {
             serve.data_dir.get_or_insert_with(|| "data/dev".into());
             let settings = Settings::resolve(serve)?;
@@ -242,6 +252,7 @@ async fn main() -> anyhow::Result<()> {
             server.shutdown().await?;
             platform.shutdown().await;
         }
+        #[cfg(feature = "dev")]
         Command::Hello { port, name } => bulkhead::dev::hello_serve(port, name).await?,
         Command::Agent(args) => {
             logging_init(LogFormat::Text);
@@ -294,6 +305,15 @@ async fn main() -> anyhow::Result<()> {
             );
             stop.await;
             edge.shutdown().await;
+        }
+        #[cfg(feature = "dev")]
+        Command::Drill(args) => {
+            if std::env::var_os("RUST_LOG").is_some() {
+                logging_init(LogFormat::Text);
+            }
+            if !cli::drill::drill_command(args).await? {
+                std::process::exit(1);
+            }
         }
         Command::Plugin { action } => {
             logging_init(LogFormat::Text);

@@ -14,6 +14,7 @@ mod conventions;
 mod coverage;
 mod deploy_crashes;
 mod deployments;
+mod drill;
 mod edge;
 mod members;
 mod migrations;

@@ -1,0 +1,283 @@
+//! `bulkhead drill`: the account suspension that inspired Bulkhead, played on one machine
+//! against real components — a control plane (a child process it kills), the GCP and AWS
+//! simulators, a host agent, and an edge agent in front of a real Caddy — with traffic
+//! through the edge all along. It prints a timeline as it goes and a pass/fail table with the
+//! measured figures at the end (`--output json` for scripts), and exits 1 when any check
+//! fails.
+//!
+//! [`stack`] runs the components, [`fleet`] makes the tenants and services through the API,
+//! [`traffic`] sends the requests through the edge, [`phases`] plays the outage and answers
+//! the checks, [`records`] compares the user records, [`report`] renders the result.
+
+mod fleet;
+mod phases;
+mod records;
+mod report;
+mod stack;
+mod traffic;
+mod wait;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bulkhead::dev::DevPlatform;
+use bulkhead_client::{Client, types};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+
+use fleet::Fleet;
+use phases::Drill;
+use records::Records;
+use report::{Check, Report, Timeline};
+use stack::{ControlPlane, Edge, workload_binary_copy};
+use traffic::Traffic;
+
+/// `bulkhead drill` flags.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  bulkhead drill                          # the full drill, about two minutes
+  bulkhead drill --services 2 --outage-secs 5 --backlog 8
+  bulkhead drill --output json | jq '.checks[] | select(.passed | not)'
+  bulkhead drill --database-url postgres://postgres@127.0.0.1/drill
+
+Needs Caddy 2.6+ (`apt-get install caddy`). Exit status: 0 when every check passed, 1 when
+one failed or the drill could not run.")]
+pub struct DrillArgs {
+    /// Services deployed over gcp, aws and metal (three replicas each, one domain each).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    services: u32,
+    /// Seconds the control plane stays killed.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(2..=600))]
+    outage_secs: u64,
+    /// Deploys queued for when the control plane comes back.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(2..=200))]
+    backlog: u32,
+    /// The pace the backlog must drain at: provider operations a second.
+    #[arg(long, default_value_t = 4.0)]
+    drain_rate: f64,
+    /// The control plane's database (default: SQLite in the drill's directory). Use an empty
+    /// database: the drill makes its own users and projects.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Where the drill keeps its state (default: a new temporary directory, removed when
+    /// every check passed).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The Caddy binary.
+    #[arg(long, default_value = "caddy")]
+    caddy: PathBuf,
+    /// `table` for people, `json` for scripts (on stdout; the timeline goes to stderr).
+    #[arg(long, value_parser = ["table", "json"], default_value = "table")]
+    output: String,
+}
+
+/// What the phases need of the flags.
+pub struct DrillSettings {
+    pub backlog: u32,
+    pub drain_rate: f64,
+    pub outage: Duration,
+}
+
+fn secret_random(len: usize) -> String {
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}
+
+/// Runs the drill and prints its report: whether every check passed.
+pub async fn drill_command(args: DrillArgs) -> anyhow::Result<bool> {
+    anyhow::ensure!(
+        args.drain_rate > 0.0 && args.drain_rate <= 100.0,
+        "--drain-rate must be more than 0 and at most 100"
+    );
+    bulkhead::dev::caddy::caddy_check(&args.caddy)?;
+    let started_at = chrono::Utc::now();
+    let timeline = Timeline::new();
+    let (dir, keep_dir) = match &args.dir {
+        Some(dir) => (dir.clone(), true),
+        None => (
+            std::env::temp_dir().join(format!(
+                "bulkhead-drill-{}",
+                started_at.format("%Y%m%dT%H%M%S")
+            )),
+            false,
+        ),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let settings = DrillSettings {
+        backlog: args.backlog,
+        drain_rate: args.drain_rate,
+        outage: Duration::from_secs(args.outage_secs),
+    };
+    let checks = match drill_run(&args, &settings, &dir, &timeline).await {
+        Ok(checks) => checks,
+        Err((mut checks, error)) => {
+            timeline.note(format!("the drill stopped: {error:#}"));
+            checks.push(Check::new(
+                "drill_completes",
+                "every phase runs to its end",
+                false,
+                format!("{error:#}"),
+                serde_json::json!({ "error": format!("{error:#}") }),
+            ));
+            checks
+        }
+    };
+    let report = Report::new(
+        started_at,
+        &timeline,
+        serde_json::json!({
+            "services": args.services,
+            "outage_secs": args.outage_secs,
+            "backlog": args.backlog,
+            "drain_rate": args.drain_rate,
+            "database": if args.database_url.is_some() { "postgres" } else { "sqlite" },
+        }),
+        checks,
+        dir.display().to_string(),
+    );
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    if report.passed && !keep_dir {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else if !report.passed {
+        eprintln!(
+            "the drill's state and the control plane's log are in {}",
+            dir.display()
+        );
+    }
+    Ok(report.passed)
+}
+
+/// The drill's phases; on an error, the checks answered so far and the error.
+async fn drill_run(
+    args: &DrillArgs,
+    settings: &DrillSettings,
+    dir: &std::path::Path,
+    timeline: &Timeline,
+) -> Result<Vec<Check>, (Vec<Check>, anyhow::Error)> {
+    let mut checks = Vec::new();
+    match drill_phases(args, settings, dir, timeline, &mut checks).await {
+        Ok(()) => Ok(checks),
+        Err(error) => Err((checks, error)),
+    }
+}
+
+async fn drill_phases(
+    args: &DrillArgs,
+    settings: &DrillSettings,
+    dir: &std::path::Path,
+    timeline: &Timeline,
+    checks: &mut Vec<Check>,
+) -> anyhow::Result<()> {
+    let workload_binary = workload_binary_copy()?;
+    let platform = DevPlatform::start(&dir.join("platform")).await?;
+    let outcome = drill_on_platform(
+        args,
+        settings,
+        dir,
+        timeline,
+        checks,
+        &platform,
+        &workload_binary,
+    )
+    .await;
+    // The agent's workloads are stopped whatever happened.
+    platform.shutdown().await;
+    let _ = std::fs::remove_dir_all(workload_binary.parent().unwrap_or(&workload_binary));
+    outcome
+}
+
+async fn drill_on_platform(
+    args: &DrillArgs,
+    settings: &DrillSettings,
+    dir: &std::path::Path,
+    timeline: &Timeline,
+    checks: &mut Vec<Check>,
+    platform: &DevPlatform,
+    workload_binary: &std::path::Path,
+) -> anyhow::Result<()> {
+    let admin_token = secret_random(40);
+    let mut control_plane = ControlPlane::start(
+        &std::env::current_exe()?,
+        &dir.join("control-plane"),
+        args.database_url.clone(),
+        &admin_token,
+    )
+    .await?;
+    let base_url = control_plane.url();
+    timeline.note(format!(
+        "control plane on {base_url}, simulators on {} and {}, agent on {}",
+        platform.gcp.url(),
+        platform.aws.url(),
+        platform.agent.url()
+    ));
+    let admin = Client::with_token(&base_url, &admin_token)?;
+    fleet::providers_configure(&admin, platform).await?;
+    let fleet = Fleet::create(&base_url, admin, workload_binary, args.services).await?;
+    timeline.note(format!(
+        "{} services of 3 replicas deployed over gcp, aws and metal",
+        fleet.services.len()
+    ));
+
+    let routing_token = fleet
+        .admin
+        .token_create()
+        .body_map(|b| b.name("drill-edge").scopes(vec![types::Scope::RoutingRead]))
+        .send()
+        .await?
+        .into_inner()
+        .secret;
+    let keys = fleet.admin.routing_key_list().send().await?.into_inner();
+    let mut edge = Edge::start(
+        &args.caddy,
+        &dir.join("edge"),
+        &base_url,
+        &routing_token,
+        &serde_json::to_vec(&keys)?,
+    )
+    .await?;
+    traffic::all_answer(edge.http_port, &fleet.domains, Duration::from_secs(30)).await?;
+    timeline.note(format!(
+        "the edge serves {} domains through Caddy on 127.0.0.1:{}",
+        fleet.domains.len(),
+        edge.http_port
+    ));
+    let traffic = Traffic::start(
+        timeline.clock,
+        edge.http_port,
+        fleet.domains.clone(),
+        Duration::from_millis(20),
+    );
+    let records = Records::read(&fleet.admin, fleet.project, &fleet.users).await?;
+    timeline.note(format!("user records read: {}", records.counts()));
+
+    let drill = Drill {
+        settings,
+        timeline,
+        platform,
+        fleet: &fleet,
+        traffic: &traffic,
+    };
+    let outcome = async {
+        checks.extend(drill.gcp_suspended().await?);
+        checks.extend(
+            drill
+                .control_plane_killed(&mut control_plane, &mut edge)
+                .await?,
+        );
+        checks.extend(drill.gcp_restored().await?);
+        checks.push(drill.records_intact(&records).await?);
+        anyhow::Ok(())
+    }
+    .await;
+    traffic.stop().await;
+    edge.shutdown().await;
+    control_plane.kill();
+    outcome
+}

@@ -1,0 +1,231 @@
+//! The drill's platform, all real components on this machine: the GCP and AWS simulators
+//! and a host agent ([`DevPlatform`], in this process), the control plane as a child process
+//! (`bulkhead serve`, so that it can be killed outright and started again on its data), and
+//! an edge agent (in this process, restartable) in front of a real Caddy.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bulkhead::dev::caddy::{CaddyProcess, free_port};
+use bulkhead::edge::sync::Source;
+use bulkhead::edge::{EdgeSettings, RunningEdge};
+
+/// How often the control plane probes each provider: the breaker's reaction time.
+pub const PROBE_INTERVAL_MS: u64 = 500;
+
+/// The control plane, a `bulkhead serve` child process on a fixed loopback port.
+pub struct ControlPlane {
+    child: Option<Child>,
+    program: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    database_url: Option<String>,
+    admin_token: String,
+}
+
+impl ControlPlane {
+    /// Starts `program serve` on a free port, its data in `dir`, and waits until it is ready.
+    pub async fn start(
+        program: &Path,
+        dir: &Path,
+        database_url: Option<String>,
+        admin_token: &str,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut control_plane = Self {
+            child: None,
+            program: program.to_owned(),
+            dir: dir.to_owned(),
+            port: free_port()?,
+            database_url,
+            admin_token: admin_token.to_owned(),
+        };
+        control_plane.spawn()?;
+        control_plane.ready().await?;
+        Ok(control_plane)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Where its output goes.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("control-plane.log")
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let mut command = Command::new(&self.program);
+        // Only what the drill says: none of the operator's own BULKHEAD_* settings.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BULKHEAD_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .arg("--provider-probe-interval-ms")
+            .arg(PROBE_INTERVAL_MS.to_string())
+            .env("BULKHEAD_BOOTSTRAP_TOKEN", &self.admin_token)
+            .env("RUST_LOG", "info,sqlx=warn,sea_orm=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        if let Some(url) = &self.database_url {
+            command.arg("--database-url").arg(url);
+        }
+        self.child = Some(command.spawn().map_err(|err| {
+            anyhow::anyhow!(
+                "starting the control plane ({} serve): {err}",
+                self.program.display()
+            )
+        })?);
+        Ok(())
+    }
+
+    /// Waits until `/readyz` answers 200 (at most 60 s).
+    pub async fn ready(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let readyz = format!("{}/readyz", self.url());
+        loop {
+            if let Ok(answer) = reqwest::get(&readyz).await
+                && answer.status().is_success()
+            {
+                return Ok(());
+            }
+            if let Some(child) = &mut self.child
+                && let Some(status) = child.try_wait()?
+            {
+                anyhow::bail!(
+                    "the control plane exited ({status}); its log: {}",
+                    self.log_path().display()
+                );
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "the control plane was not ready within 60 s; its log: {}",
+                self.log_path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Kills it outright (SIGKILL): no graceful shutdown, as a crashed machine.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data, and waits until it is ready.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()?;
+        self.ready().await
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Caddy and the edge agent that keeps it routing.
+pub struct Edge {
+    /// Kept for as long as the edge runs: dropping it stops Caddy.
+    _caddy: CaddyProcess,
+    pub agent: Option<RunningEdge>,
+    settings: EdgeSettings,
+    /// Where Caddy serves the routes.
+    pub http_port: u16,
+}
+
+impl Edge {
+    /// Starts Caddy, then the edge agent watching `control_plane` with `token`, trusting
+    /// `trusted_keys` (the keys document).
+    pub async fn start(
+        caddy_program: &Path,
+        dir: &Path,
+        control_plane: &str,
+        token: &str,
+        trusted_keys: &[u8],
+    ) -> anyhow::Result<Self> {
+        let caddy = CaddyProcess::start(caddy_program, &dir.join("caddy"), free_port()?)?;
+        caddy.ready().await?;
+        std::fs::write(dir.join("trusted-keys.json"), trusted_keys)?;
+        let http_port = free_port()?;
+        let settings = EdgeSettings {
+            id: "drill-edge".into(),
+            sources: vec![Source::ControlPlane(control_plane.to_owned())],
+            token: Some(token.to_owned()),
+            trusted_keys: dir.join("trusted-keys.json"),
+            state_dir: dir.join("edge-state"),
+            caddy_admin: caddy.admin(),
+            caddy_listen: format!("127.0.0.1:{http_port}"),
+            listen: "127.0.0.1:0".parse()?,
+            max_drop: 0.5,
+            poll_interval: Duration::from_millis(200),
+            stale_after: Duration::from_secs(300),
+        };
+        let agent = bulkhead::edge::start(settings.clone()).await?;
+        Ok(Self {
+            _caddy: caddy,
+            agent: Some(agent),
+            settings,
+            http_port,
+        })
+    }
+
+    /// Stops the edge agent and starts it again (it loads its last table from disk first).
+    /// Returns the revision it serves once started.
+    pub async fn agent_restart(&mut self) -> anyhow::Result<i64> {
+        if let Some(agent) = self.agent.take() {
+            agent.shutdown().await;
+        }
+        self.agent = Some(bulkhead::edge::start(self.settings.clone()).await?);
+        self.revision().await
+    }
+
+    /// The revision the edge agent serves, as its `/healthz` says.
+    pub async fn revision(&self) -> anyhow::Result<i64> {
+        let agent = self
+            .agent
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the edge agent is not running"))?;
+        let health: serde_json::Value = reqwest::get(format!("http://{}/healthz", agent.addr))
+            .await?
+            .json()
+            .await?;
+        Ok(health["revision"].as_i64().unwrap_or(0))
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(agent) = self.agent.take() {
+            agent.shutdown().await;
+        }
+    }
+}
+
+/// Copies this binary to a fresh world-readable directory under the system's temporary one.
+pub fn workload_binary_copy() -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("bulkhead-drill-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    let copy = dir.join("bulkhead");
+    std::fs::copy(std::env::current_exe()?, &copy)?;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))?;
+    Ok(copy)
+}

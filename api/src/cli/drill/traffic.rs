@@ -1,0 +1,132 @@
+//! The traffic the drill sends through the edge for as long as it runs: every domain in
+//! turn, through Caddy, each answer recorded, so that each phase can say how many requests
+//! failed while it lasted.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// One request through the edge.
+#[derive(Debug, Clone)]
+struct Sample {
+    /// Since the drill started.
+    at: Duration,
+    failure: Option<String>,
+}
+
+/// What the requests of a window came to.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TrafficFigures {
+    pub requests: usize,
+    pub failed: usize,
+    /// The first few failures, as the client saw them.
+    pub failures: Vec<String>,
+}
+
+/// Requests sent in a loop to each domain through Caddy on `127.0.0.1:<port>`.
+pub struct Traffic {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Traffic {
+    /// Starts sending: each domain in turn, then a pause of `pause`.
+    pub fn start(clock: Instant, port: u16, domains: Vec<String>, pause: Duration) -> Self {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (stop, mut stopped) = watch::channel(false);
+        let log = samples.clone();
+        // A new connection for each request, as each new visitor makes: Caddy closes idle
+        // keep-alive connections when it loads a configuration (one per routing revision),
+        // and a request sent on one at that moment fails in the client, which browsers retry
+        // and reqwest does not.
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("a client without TLS settings builds");
+        let task = tokio::spawn(async move {
+            while !*stopped.borrow() {
+                for domain in &domains {
+                    let failure = request(&client, port, domain).await.err();
+                    log.lock().expect("not poisoned").push(Sample {
+                        at: clock.elapsed(),
+                        failure,
+                    });
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stopped.changed() => {}
+                }
+            }
+        });
+        Self {
+            samples,
+            stop,
+            task,
+        }
+    }
+
+    /// The requests sent between `from` and `to` (since the drill started).
+    pub fn window(&self, from: Duration, to: Duration) -> TrafficFigures {
+        let samples = self.samples.lock().expect("not poisoned");
+        let mut figures = TrafficFigures::default();
+        for sample in samples.iter().filter(|s| s.at >= from && s.at < to) {
+            figures.requests += 1;
+            if let Some(failure) = &sample.failure {
+                figures.failed += 1;
+                if figures.failures.len() < 5 {
+                    figures
+                        .failures
+                        .push(format!("at {:.2} s: {failure}", sample.at.as_secs_f64()));
+                }
+            }
+        }
+        figures
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// `GET /` of `domain` through Caddy: an error unless it answers 200.
+async fn request(client: &reqwest::Client, port: u16, domain: &str) -> Result<(), String> {
+    let answer = client
+        .get(format!("http://127.0.0.1:{port}/"))
+        .header(reqwest::header::HOST, domain)
+        .send()
+        .await
+        .map_err(|err| format!("{domain}: {err}"))?;
+    let status = answer.status();
+    let _ = answer.bytes().await;
+    if status == reqwest::StatusCode::OK {
+        Ok(())
+    } else {
+        Err(format!("{domain}: {status}"))
+    }
+}
+
+/// Waits until every domain answers 200 through Caddy (at most `limit`).
+pub async fn all_answer(port: u16, domains: &[String], limit: Duration) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let started = Instant::now();
+    for domain in domains {
+        loop {
+            match request(&client, port, domain).await {
+                Ok(()) => break,
+                Err(failure) if started.elapsed() > limit => {
+                    anyhow::bail!("not answering through the edge after {limit:?}: {failure}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! `bulkhead drill`, short: the real binary plays the whole outage (GCP suspended, control
+//! plane killed with the edge agent restarted meanwhile, a backlog drained, GCP restored)
+//! against its own control plane process, simulators, agent and a real Caddy, on SQLite and
+//! on PostgreSQL, and its JSON report must say that every check passed, with figures that
+//! make sense.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{Backend, database_fresh};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
+
+/// Every check a drill answers, in order.
+const CHECKS: [&str; 12] = [
+    "breaker_opens",
+    "dead_instances_leave_routes",
+    "others_stay_healthy",
+    "deploys_fail_over",
+    "edge_serves_through_gcp_outage",
+    "edge_serves_without_control_plane",
+    "edge_restarts_from_disk",
+    "backlog_drains_at_rate",
+    "breaker_closes",
+    "placements_use_gcp_again",
+    "edge_serves_through_recovery",
+    "user_records_intact",
+];
+
+/// Runs a short drill on a fresh database: its exit status and its JSON report.
+async fn drill_short(backend: Backend) -> Option<(bool, Value, String)> {
+    let (database_url, db_dir) = database_fresh(backend).await?;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["drill", "--services", "2", "--outage-secs", "4"])
+        .args(["--backlog", "8", "--drain-rate", "4", "--output", "json"])
+        .arg("--database-url")
+        .arg(&database_url)
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            panic!("the drill ran for more than 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let output = child.wait_with_output().unwrap();
+    drop(db_dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|err| panic!("not a JSON report ({err}): {stdout}\n{stderr}"));
+    Some((output.status.success(), report, stderr))
+}
+
+fn figure(report: &Value, check: &str, name: &str) -> f64 {
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == check)
+        .unwrap_or_else(|| panic!("no check {check}: {report:#}"));
+    check["figures"][name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no figure {name} in {check:#}"))
+}
+
+async fn the_short_drill_passes(backend: Backend) {
+    let Some((success, report, timeline)) = drill_short(backend).await else {
+        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+        return;
+    };
+    let names: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, CHECKS, "{report:#}\n{timeline}");
+    for check in report["checks"].as_array().unwrap() {
+        assert_eq!(check["passed"], true, "{check:#}\n{timeline}");
+    }
+    assert_eq!(report["passed"], true);
+    assert!(success, "a passing drill exits 0");
+
+    // The figures behind the verdicts.
+    let opened = figure(&report, "breaker_opens", "seconds");
+    assert!(opened > 0.0 && opened < 15.0, "{opened}");
+    for phase in [
+        "edge_serves_through_gcp_outage",
+        "edge_serves_without_control_plane",
+        "edge_serves_through_recovery",
+    ] {
+        assert!(
+            figure(&report, phase, "requests") >= 20.0,
+            "{phase}: {report:#}"
+        );
+        assert_eq!(figure(&report, phase, "failed"), 0.0, "{phase}");
+    }
+    assert_eq!(figure(&report, "backlog_drains_at_rate", "deploys"), 8.0);
+    assert!(figure(&report, "backlog_drains_at_rate", "peak_per_second") <= 5.0);
+    // 8 provisions at 4 a second: 7 intervals of at least 250 ms.
+    assert!(
+        figure(&report, "backlog_drains_at_rate", "seconds") >= 1.5,
+        "{report:#}"
+    );
+    let records = &report["checks"][11]["figures"]["before"];
+    assert_eq!(records["users"], 4, "the administrator and three users");
+    assert_eq!(records["memberships"], 3);
+    assert_eq!(records["terms_acceptances"], 3);
+    assert!(records["audit_events"].as_u64().unwrap() > 10, "{records}");
+    // The timeline went to stderr as it happened.
+    assert!(timeline.contains("control plane killed"), "{timeline}");
+    assert!(
+        report["timeline"].as_array().unwrap().len() >= 10,
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_short_drill_passes_on_sqlite() {
+    the_short_drill_passes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_short_drill_passes_on_postgres() {
+    the_short_drill_passes(Backend::Postgres).await;
+}
