@@ -8,12 +8,14 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use bulkhead::config::{LogFormat, ServeArgs};
+use cli::exit::Exit;
 
 #[derive(Parser)]
 #[command(
     name = "bulkhead",
     version,
-    about = "Bulkhead control-plane API server"
+    about = "Bulkhead control-plane API server, and its command-line client",
+    after_help = cli::help_footer()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -61,6 +63,24 @@ enum Command {
         #[command(subcommand)]
         action: cli::plugin::PluginAction,
     },
+    /// Log in to a server (email and password, or an API token) and store the credentials.
+    Login(cli::login::LoginArgs),
+    /// End the session and delete the stored credentials.
+    Logout(cli::login::LogoutArgs),
+    /// Projects and their environments.
+    Projects(cli::projects::ProjectsArgs),
+    /// A project's services.
+    Services(cli::services::ServicesArgs),
+    /// Deploy a service's current spec and follow the rollout to its end.
+    Deploy(cli::deployments::DeployArgs),
+    /// A service's deployments: list, show, events, cancel, rollback.
+    Deployments(cli::deployments::DeploymentsArgs),
+    /// Providers: state and health, drain, enable, disable, evacuate, plugin versions.
+    Providers(cli::providers::ProvidersArgs),
+    /// The routing table, its changes, and the edges serving it.
+    Routes(cli::routes::RoutesArgs),
+    /// Your API tokens.
+    Tokens(cli::tokens::TokensArgs),
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
@@ -77,6 +97,15 @@ async fn run(command: Command) -> anyhow::Result<()> {
             cli::process::logging_init(LogFormat::Text);
             cli::plugin::plugin_command(action).await
         }
+        Command::Login(args) => cli::login::login(args).await,
+        Command::Logout(args) => cli::login::logout(args).await,
+        Command::Projects(args) => cli::projects::projects(args).await,
+        Command::Services(args) => cli::services::services(args).await,
+        Command::Deploy(args) => cli::deployments::deploy(args).await,
+        Command::Deployments(args) => cli::deployments::deployments(args).await,
+        Command::Providers(args) => cli::providers::providers(args).await,
+        Command::Routes(args) => cli::routes::routes(args).await,
+        Command::Tokens(args) => cli::tokens::tokens(args).await,
     }
 }
 
@@ -86,7 +115,7 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            Exit::of_error(&err).into()
         }
     }
 }
