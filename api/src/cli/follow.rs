@@ -111,6 +111,9 @@ async fn stream_open(
             )
         })?;
         let status = response.status().as_u16();
+        if connection.args.verbose {
+            eprintln!("bulkhead: deployment_event_list (event stream) -> {status}");
+        }
         if status == 401 && !refreshed && connection.session_refresh().await? {
             refreshed = true;
             continue;
