@@ -6,6 +6,7 @@
 mod credentials;
 mod deploying;
 mod exit_statuses;
+mod operating;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
