@@ -25,8 +25,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the API server (migrations are applied at start-up).
+    #[command(
+        after_help = "Example:\n  BULKHEAD_BOOTSTRAP_TOKEN=my-first-admin-token-0001 bulkhead serve --listen 127.0.0.1:8080"
+    )]
     Serve(ServeArgs),
     /// Apply, roll back or list schema migrations.
+    #[command(
+        after_help = "Example:\n  bulkhead migrate --database-url postgres://bulkhead@db/bulkhead status"
+    )]
     Migrate {
         #[command(flatten)]
         args: ServeArgs,
@@ -35,12 +41,18 @@ enum Command {
     },
     /// Print the OpenAPI document (the committed copies are `openapi/openapi.json` and, in
     /// the 3.0 form that some generators need, `openapi/openapi-3.0.json`).
+    #[command(
+        after_help = "Example:\n  bulkhead openapi --openapi-version 3.0 > openapi/openapi-3.0.json"
+    )]
     Openapi {
         /// `3.1` (as the server serves it at `/openapi.json`) or `3.0`.
         #[arg(long = "openapi-version", default_value = "3.1", value_parser = ["3.1", "3.0"])]
         version: String,
     },
     /// Manage the master key that encrypts secrets at rest.
+    #[command(
+        after_help = "Example:\n  bulkhead secrets rotate-key --new-key-file /etc/bulkhead/secret.key.new"
+    )]
     Secrets {
         #[command(flatten)]
         args: ServeArgs,
@@ -49,16 +61,29 @@ enum Command {
     },
     /// Run a complete local platform: the server with the bundled providers, a host agent and
     /// the GCP and AWS simulators, the providers configured to use them.
+    #[command(
+        after_help = "Example:\n  BULKHEAD_BOOTSTRAP_TOKEN=my-first-admin-token-0001 bulkhead dev"
+    )]
     Dev(cli::local::DevArgs),
     /// A demo workload: answers every HTTP request on $PORT with its name.
+    #[command(after_help = "Example:\n  PORT=9000 bulkhead hello --name web-1")]
     Hello(cli::local::HelloArgs),
     /// Run the host agent of a machine of the platform's own fleet: workloads of the `metal`
     /// provider run here as supervised processes.
+    #[command(
+        after_help = "Example:\n  bulkhead agent --listen 0.0.0.0:7070 --token-file /etc/bulkhead/agent-token --data-dir /var/lib/bulkhead-agent"
+    )]
     Agent(cli::agent::AgentArgs),
     /// Run the edge agent next to a Caddy: keeps it routing by the signed routing table,
     /// from the last-known-good copy on disk when no control plane answers.
+    #[command(
+        after_help = "Example:\n  bulkhead edge --id edge-1 --control-plane http://127.0.0.1:8080 --token-file edge.token --trusted-keys trusted-keys.json --caddy-listen :8081"
+    )]
     Edge(bulkhead::edge::EdgeArgs),
     /// Tools for plugin authors.
+    #[command(
+        after_help = "Example:\n  bulkhead plugin new my-cloud && bulkhead plugin inspect my-cloud.wasm"
+    )]
     Plugin {
         #[command(subcommand)]
         action: cli::plugin::PluginAction,
@@ -117,5 +142,30 @@ async fn main() -> ExitCode {
             eprintln!("error: {err:#}");
             Exit::of_error(&err).into()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every command and subcommand's `--help` ends with an example.
+    #[test]
+    fn every_command_has_an_example() {
+        fn visit(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in command.get_subcommands().filter(|c| c.get_name() != "help") {
+                let path = format!("{path} {}", sub.get_name());
+                let help = sub.get_after_help().map(ToString::to_string);
+                if !help.is_some_and(|text| text.contains("Example")) {
+                    missing.push(path.clone());
+                }
+                visit(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        visit(&Cli::command(), "bulkhead", &mut missing);
+        assert!(missing.is_empty(), "no example in --help: {missing:?}");
     }
 }

@@ -40,6 +40,7 @@ pub enum ProjectsAction {
     #[command(after_help = "Example:\n  bulkhead projects delete shop")]
     Delete { project: String },
     /// A project's environments.
+    #[command(after_help = "Example:\n  bulkhead projects environments list -p shop")]
     #[command(subcommand)]
     Environments(EnvironmentsAction),
 }

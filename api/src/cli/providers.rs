@@ -49,6 +49,7 @@ pub enum ProvidersAction {
     #[command(after_help = "Example:\n  bulkhead providers evacuate gcp")]
     Evacuate { name: String },
     /// A provider's latest evacuation: how far it got, or cancel it.
+    #[command(after_help = "Example:\n  bulkhead providers evacuation show gcp")]
     #[command(subcommand)]
     Evacuation(EvacuationAction),
     /// Call the provider's plugin's health check now.
@@ -58,6 +59,9 @@ pub enum ProvidersAction {
     #[command(after_help = "Example:\n  bulkhead providers events gcp")]
     Events { name: String },
     /// A provider's plugin: upload a version, activate one, roll back.
+    #[command(
+        after_help = "Example:\n  bulkhead providers plugin upload gcp ./bulkhead_plugin_gcp.wasm"
+    )]
     #[command(subcommand)]
     Plugin(PluginAction),
 }

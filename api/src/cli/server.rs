@@ -13,6 +13,7 @@ pub enum SecretsAction {
     /// Re-wrap the database's data keys with a new master key (nothing else changes, and an
     /// interrupted rotation loses nothing). Without --new-key-file, the data directory's key is
     /// replaced by a new one.
+    #[command(after_help = "Example:\n  bulkhead secrets rotate-key")]
     RotateKey {
         /// Where the new key is (generated there, 0600, if the file does not exist).
         #[arg(long)]
@@ -23,13 +24,16 @@ pub enum SecretsAction {
 #[derive(Subcommand)]
 pub enum MigrateAction {
     /// Apply all pending migrations.
+    #[command(after_help = "Example:\n  bulkhead migrate up")]
     Up,
     /// Roll back the last N migrations.
+    #[command(after_help = "Example:\n  bulkhead migrate down 2")]
     Down {
         #[arg(default_value_t = 1)]
         steps: u32,
     },
     /// List migrations and whether each is applied.
+    #[command(after_help = "Example:\n  bulkhead migrate status")]
     Status,
 }
 
