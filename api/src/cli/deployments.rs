@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::connection::{Connection, GlobalArgs};
 use super::exit::{Exit, fail};
-use super::follow::{deployment_follow, deployment_view, event_print};
+use super::follow::{deployment_call, deployment_follow, deployment_view, event_print};
 use super::output::{self, OutputFormat, Row, optional};
 use super::resolve;
 
@@ -175,16 +175,13 @@ pub async fn deployments(args: DeploymentsArgs) -> anyhow::Result<()> {
                         .await?;
                 return outcome(format, &ended);
             }
-            let page = connection
-                .call(async |c| {
-                    c.deployment_event_list()
-                        .project_id(target.project)
-                        .service_id(target.service)
-                        .deployment_id(deployment)
-                        .send()
-                        .await
-                })
-                .await?;
+            let page = deployment_call!(
+                connection,
+                target.project,
+                target.service,
+                deployment,
+                deployment_event_list
+            )?;
             match format {
                 OutputFormat::Json => output::json(&page),
                 OutputFormat::Table => page
@@ -195,16 +192,13 @@ pub async fn deployments(args: DeploymentsArgs) -> anyhow::Result<()> {
         }
         DeploymentsAction::Cancel { target, deployment } => {
             let target = target.resolve(&connection).await?;
-            let cancelled = connection
-                .call(async |c| {
-                    c.deployment_cancel()
-                        .project_id(target.project)
-                        .service_id(target.service)
-                        .deployment_id(deployment)
-                        .send()
-                        .await
-                })
-                .await?;
+            let cancelled = deployment_call!(
+                connection,
+                target.project,
+                target.service,
+                deployment,
+                deployment_cancel
+            )?;
             output::one(format, &cancelled);
         }
         DeploymentsAction::Rollback {
@@ -217,16 +211,13 @@ pub async fn deployments(args: DeploymentsArgs) -> anyhow::Result<()> {
                 Some(from) => from,
                 None => latest_deployment(&connection, &target).await?,
             };
-            let created = connection
-                .call(async |c| {
-                    c.deployment_rollback()
-                        .project_id(target.project)
-                        .service_id(target.service)
-                        .deployment_id(from)
-                        .send()
-                        .await
-                })
-                .await?;
+            let created = deployment_call!(
+                connection,
+                target.project,
+                target.service,
+                from,
+                deployment_rollback
+            )?;
             settle(&connection, &target, created, detach).await?;
         }
     }
@@ -247,8 +238,8 @@ async fn settle(
     }
     if format == OutputFormat::Table {
         output::done(format!(
-            "Deployment #{} ({}) of service {} queued; following it (Ctrl-C stops watching, not the deployment).",
-            created.number, created.id, target.service
+            "Deployment #{} ({}) queued; following it (Ctrl-C stops watching, not the deployment).",
+            created.number, created.id
         ));
     }
     let ended = deployment_follow(connection, target.project, target.service, created.id).await?;

@@ -15,6 +15,23 @@ use super::connection::{Connection, error_chain};
 use super::exit::{Exit, Failure, fail};
 use super::output::OutputFormat;
 
+/// Sends operation `$operation` of the generated client about one deployment of a service.
+macro_rules! deployment_call {
+    ($connection:expr, $project:expr, $service:expr, $deployment:expr, $operation:ident) => {
+        $connection
+            .call(async |c| {
+                c.$operation()
+                    .project_id($project)
+                    .service_id($service)
+                    .deployment_id($deployment)
+                    .send()
+                    .await
+            })
+            .await
+    };
+}
+pub(super) use deployment_call;
+
 /// States of a deployment that has finished.
 const FINISHED: [&str; 4] = ["healthy", "failed", "cancelled", "superseded"];
 
@@ -138,16 +155,7 @@ pub async fn deployment_view(
     service: Uuid,
     deployment: Uuid,
 ) -> anyhow::Result<types::DeploymentView> {
-    connection
-        .call(async |c| {
-            c.deployment_view()
-                .project_id(project)
-                .service_id(service)
-                .deployment_id(deployment)
-                .send()
-                .await
-        })
-        .await
+    deployment_call!(connection, project, service, deployment, deployment_view)
 }
 
 /// One event: a line for people (time, kind, message), or the event as one line of JSON.
