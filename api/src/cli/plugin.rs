@@ -21,6 +21,7 @@ use bulkhead::plugins::{
 pub enum PluginAction {
     /// Create a plugin project that builds as it is: Cargo.toml (the SDK, serde, the release
     /// profile), a provider skeleton with a unit test, a README.
+    #[command(after_help = "Example:\n  bulkhead plugin new my-cloud --path ./my-cloud")]
     New {
         /// The plugin's name: lowercase letters, digits and `-` (its `info().name` too).
         name: String,
@@ -34,8 +35,14 @@ pub enum PluginAction {
     },
     /// Show a plugin's contract version, declared configuration, imports, exports, size and
     /// digest, and whether the server would accept it.
+    #[command(
+        after_help = "Example:\n  bulkhead plugin inspect target/wasm32-wasip2/release/my_cloud.wasm"
+    )]
     Inspect { file: PathBuf },
     /// Run one call of a plugin locally, in the same sandbox as the server.
+    #[command(
+        after_help = "Example:\n  bulkhead plugin call my_cloud.wasm provision --config endpoint=http://127.0.0.1:9000 --secret token=s3cret --key web-1"
+    )]
     Call {
         file: PathBuf,
         /// info, health, provision, deprovision, describe or list.

@@ -28,23 +28,43 @@ mod generated {
 }
 pub use generated::*;
 
-/// Told about each request just before it is sent, with the operation's `operationId`: for
-/// verbose logs, and for tests that check which operations they reached.
+/// Told about each request just before it is sent, with the operation's `operationId`, and
+/// optionally about its answer: for verbose logs, and for tests that check which operations
+/// they reached.
 #[derive(Clone, Default)]
-pub struct Observer(Option<Arc<ObserveFn>>);
+pub struct Observer {
+    sent: Option<Arc<ObserveFn>>,
+    answered: Option<Arc<AnswerFn>>,
+}
 
-/// What an [`Observer`] calls: the operation's `operationId`, and the request.
+/// What an [`Observer`] calls before sending: the operation's `operationId`, and the request.
 type ObserveFn = dyn Fn(&str, &reqwest::Request) + Send + Sync;
+
+/// What an [`Observer`] calls once answered: the `operationId`, and the status (`None` when no
+/// answer came: the connection failed).
+type AnswerFn = dyn Fn(&str, Option<reqwest::StatusCode>) + Send + Sync;
 
 impl Observer {
     pub fn new(observe: impl Fn(&str, &reqwest::Request) + Send + Sync + 'static) -> Self {
-        Self(Some(Arc::new(observe)))
+        Self {
+            sent: Some(Arc::new(observe)),
+            answered: None,
+        }
+    }
+
+    /// This observer, also told each answer's status.
+    pub fn with_answers(
+        mut self,
+        answered: impl Fn(&str, Option<reqwest::StatusCode>) + Send + Sync + 'static,
+    ) -> Self {
+        self.answered = Some(Arc::new(answered));
+        self
     }
 }
 
 impl std::fmt::Debug for Observer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
+        f.write_str(if self.sent.is_some() || self.answered.is_some() {
             "Observer(..)"
         } else {
             "Observer(none)"
@@ -58,8 +78,22 @@ impl ClientHooks<Observer> for Client {
         request: &mut reqwest::Request,
         info: &OperationInfo,
     ) -> Result<(), progenitor_client::Error<E>> {
-        if let Some(observe) = &self.inner().0 {
+        if let Some(observe) = &self.inner().sent {
             observe(info.operation_id, request);
+        }
+        Ok(())
+    }
+
+    async fn post<E>(
+        &self,
+        result: &reqwest::Result<reqwest::Response>,
+        info: &OperationInfo,
+    ) -> Result<(), progenitor_client::Error<E>> {
+        if let Some(answered) = &self.inner().answered {
+            answered(
+                info.operation_id,
+                result.as_ref().ok().map(reqwest::Response::status),
+            );
         }
         Ok(())
     }

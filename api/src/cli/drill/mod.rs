@@ -86,12 +86,17 @@ fn secret_random(len: usize) -> String {
         .collect()
 }
 
-/// Runs the drill and prints its report: whether every check passed.
-pub async fn drill_command(args: DrillArgs) -> anyhow::Result<bool> {
+/// Runs the drill and prints its report; an error when a check failed (exit status 1).
+pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.drain_rate > 0.0 && args.drain_rate <= 100.0,
         "--drain-rate must be more than 0 and at most 100"
     );
+    // The components in this process log only when asked to (RUST_LOG): the timeline is the
+    // drill's own output.
+    if std::env::var_os("RUST_LOG").is_some() {
+        super::process::logging_init(bulkhead::config::LogFormat::Text);
+    }
     bulkhead::dev::caddy::caddy_check(&args.caddy)?;
     let started_at = chrono::Utc::now();
     let timeline = Timeline::new();
@@ -151,7 +156,13 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<bool> {
             dir.display()
         );
     }
-    Ok(report.passed)
+    anyhow::ensure!(
+        report.passed,
+        "the drill failed: {} of {} checks passed",
+        report.checks.iter().filter(|c| c.passed).count(),
+        report.checks.len()
+    );
+    Ok(())
 }
 
 /// The drill's phases; on an error, the checks answered so far and the error.

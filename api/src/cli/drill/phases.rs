@@ -186,9 +186,11 @@ impl Drill<'_> {
         ));
         // The edge has the latest table when the outage begins.
         let (revision, _) = self.fleet.routing_upstreams().await?;
-        until("the edge has the latest table", REACTION_LIMIT, async || {
-            Ok((edge.revision().await? >= revision).then_some(()))
-        })
+        until(
+            "the edge has the latest table",
+            REACTION_LIMIT,
+            async || Ok((edge.revision().await? >= revision).then_some(())),
+        )
         .await?;
         let revision = edge.revision().await?;
 

@@ -1,0 +1,63 @@
+//! `bulkhead agent`: runs the host agent of a machine of the platform's own fleet, where the
+//! `metal` provider's workloads run as supervised processes. Only its flags and start-up are
+//! here; the agent itself is the `bulkhead-agent` crate.
+
+use bulkhead::config::LogFormat;
+
+use super::process::{logging_init, shutdown_signal};
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    /// Address to listen on.
+    #[arg(long, env = "BULKHEAD_AGENT_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: std::net::SocketAddr,
+    /// Where the agent keeps its state and its workloads' logs.
+    #[arg(long, env = "BULKHEAD_AGENT_DATA_DIR", default_value = "data/agent")]
+    data_dir: std::path::PathBuf,
+    /// Workloads this machine may run at once.
+    #[arg(long, env = "BULKHEAD_AGENT_SLOTS", default_value_t = bulkhead_agent::DEFAULT_SLOTS)]
+    slots: u32,
+    /// Host name or IP put in workload addresses (how the platform reaches this machine).
+    #[arg(long, env = "BULKHEAD_AGENT_ADVERTISE_HOST", default_value = bulkhead_agent::DEFAULT_ADVERTISE_HOST)]
+    advertise_host: String,
+    /// A file holding the agent's token (16+ characters), owned by the agent's user and
+    /// readable by it alone (mode 0600); any other file is refused.
+    #[arg(long, env = "BULKHEAD_AGENT_TOKEN_FILE")]
+    token_file: std::path::PathBuf,
+    /// The uids the workloads run as, FIRST-LAST, one per workload (at least as many as the
+    /// slots). No account of the machine, and no other agent, may use them.
+    #[arg(long, env = "BULKHEAD_AGENT_WORKLOAD_UIDS", default_value_t = bulkhead_agent::DEFAULT_WORKLOAD_UIDS)]
+    workload_uids: bulkhead_agent::UidRange,
+    /// When the agent is not root (and so cannot run workloads as users of their own), run
+    /// them as its own user instead of refusing to start. INSECURE: a workload can then read
+    /// the agent's token, its state (every workload's environment, secrets included) and the
+    /// other workloads' logs. For a developer's machine only.
+    #[arg(long)]
+    insecure_same_user: bool,
+}
+
+pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
+    logging_init(LogFormat::Text);
+    // The token is a secret: from a private file, never a flag (every user sees a process's
+    // command line) nor the environment.
+    anyhow::ensure!(
+        std::env::var_os("BULKHEAD_AGENT_TOKEN").is_none(),
+        "BULKHEAD_AGENT_TOKEN is no longer read: put the token in a file only the agent's user \
+         can read (chmod 600), pass it as --token-file (or BULKHEAD_AGENT_TOKEN_FILE), and unset \
+         BULKHEAD_AGENT_TOKEN"
+    );
+    let token = bulkhead_agent::token_file_read(&args.token_file)?;
+    let mut settings = bulkhead_agent::AgentSettings::new(args.listen, args.data_dir, token);
+    settings.slots = args.slots;
+    settings.advertise_host = args.advertise_host;
+    settings.workload_uids = args.workload_uids;
+    settings.insecure_same_user = args.insecure_same_user;
+    let stop = shutdown_signal()?;
+    let agent = bulkhead_agent::start(settings).await?;
+    println!("bulkhead agent listening on {}", agent.url());
+    println!("workloads: {}", agent.isolation);
+    stop.await;
+    // Workloads keep running: the next agent on this data directory adopts them.
+    agent.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! The credentials file of the client commands: where it is (`BULKHEAD_CONFIG_DIR`, else the
+//! user's config directory, `bulkhead/credentials.json`), what it holds (the server's URL and a
+//! session's tokens or an API token; never a password), and how it is kept private: created
+//! with mode 0600 in a 0700 directory, and refused when other users may read it.
+//!
+//! Nothing here talks to a server.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::exit::{Exit, fail};
+
+/// What `bulkhead login` stores.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Credentials {
+    /// The server's base URL, e.g. `http://127.0.0.1:8080`.
+    pub server: String,
+    #[serde(flatten)]
+    pub auth: Auth,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Auth {
+    /// A session from email and password: refreshed when the access token expires.
+    Session {
+        access_token: String,
+        refresh_token: String,
+    },
+    /// An API token (`bh_...`).
+    ApiToken { token: String },
+}
+
+impl Auth {
+    /// The bearer token to send.
+    pub fn bearer(&self) -> &str {
+        match self {
+            Auth::Session { access_token, .. } => access_token,
+            Auth::ApiToken { token } => token,
+        }
+    }
+}
+
+/// The directory of the credentials file.
+pub fn config_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("BULKHEAD_CONFIG_DIR").filter(|dir| !dir.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    match dirs::config_dir() {
+        Some(dir) => Ok(dir.join("bulkhead")),
+        None => fail(
+            Exit::Unexpected,
+            "no config directory for this user: set BULKHEAD_CONFIG_DIR",
+        ),
+    }
+}
+
+pub fn credentials_path() -> anyhow::Result<PathBuf> {
+    Ok(config_dir()?.join("credentials.json"))
+}
+
+/// The stored credentials, `None` when nobody logged in. A file that other users may read, or
+/// that is not a regular file, is refused, saying how to fix it.
+pub fn credentials_load() -> anyhow::Result<Option<Credentials>> {
+    let path = credentials_path()?;
+    let metadata = match std::fs::symlink_metadata(&path) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return fail(Exit::NotLoggedIn, format!("{}: {err}", path.display())),
+    };
+    if !metadata.is_file() {
+        return fail(
+            Exit::NotLoggedIn,
+            format!(
+                "{} is not a regular file: remove it and run `bulkhead login`",
+                path.display()
+            ),
+        );
+    }
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return fail(
+            Exit::NotLoggedIn,
+            format!(
+                "{} may be read by other users (mode {mode:03o}), so its tokens are refused: \
+                 run `chmod 600 {}` if nobody else read it, else revoke them with \
+                 `bulkhead logout` and log in again",
+                path.display(),
+                path.display()
+            ),
+        );
+    }
+    let text = std::fs::read_to_string(&path)?;
+    match serde_json::from_str(&text) {
+        Ok(credentials) => Ok(Some(credentials)),
+        Err(err) => fail(
+            Exit::NotLoggedIn,
+            format!(
+                "{} is not a credentials file ({err}): run `bulkhead login`",
+                path.display()
+            ),
+        ),
+    }
+}
+
+/// Stores `credentials`: written to a new 0600 file beside the old one, then renamed over it,
+/// so that the file is never readable by others nor half-written.
+pub fn credentials_save(credentials: &Credentials) -> anyhow::Result<PathBuf> {
+    let dir = config_dir()?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    let path = dir.join("credentials.json");
+    let partial = dir.join(format!(".credentials.json.{}", std::process::id()));
+    write_private(&partial, &serde_json::to_vec_pretty(credentials)?)?;
+    std::fs::rename(&partial, &path)?;
+    Ok(path)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    Ok(())
+}
+
+/// Deletes the credentials file; `false` when there was none.
+pub fn credentials_delete() -> anyhow::Result<bool> {
+    match std::fs::remove_file(credentials_path()?) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}

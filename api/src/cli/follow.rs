@@ -1,0 +1,175 @@
+//! Following a deployment to its end through its event stream
+//! (`GET .../deployments/{id}/events` with `Accept: text/event-stream`, which the generated
+//! client does not parse): each event printed as it comes, the stream reopened after its last
+//! event (`Last-Event-ID`) when it drops, and the deployment's final state read once the
+//! stream ends.
+
+use std::time::Duration;
+
+use bulkhead_client::{ClientInfo, types};
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use uuid::Uuid;
+
+use super::connection::{Connection, error_chain};
+use super::exit::{Exit, Failure, fail};
+use super::output::OutputFormat;
+
+/// Sends operation `$operation` of the generated client about one deployment of a service.
+macro_rules! deployment_call {
+    ($connection:expr, $project:expr, $service:expr, $deployment:expr, $operation:ident) => {
+        $connection
+            .call(async |c| {
+                c.$operation()
+                    .project_id($project)
+                    .service_id($service)
+                    .deployment_id($deployment)
+                    .send()
+                    .await
+            })
+            .await
+    };
+}
+pub(super) use deployment_call;
+
+/// States of a deployment that has finished.
+const FINISHED: [&str; 4] = ["healthy", "failed", "cancelled", "superseded"];
+
+/// Reconnections in a row that may fail before following gives up.
+const RECONNECTS: u32 = 10;
+
+/// Prints the deployment's events until it has finished; returns it as it ended.
+pub async fn deployment_follow(
+    connection: &Connection,
+    project: Uuid,
+    service: Uuid,
+    deployment: Uuid,
+) -> anyhow::Result<types::DeploymentView> {
+    let path = format!("/v1/projects/{project}/services/{service}/deployments/{deployment}/events");
+    let mut last_seen = None;
+    let mut failures = 0;
+    loop {
+        let before = last_seen;
+        let ended = stream_read(connection, &path, &mut last_seen).await;
+        if last_seen != before {
+            failures = 0;
+        }
+        match ended {
+            // The server ends the stream once the deployment has finished, or when it stops.
+            Ok(()) => {
+                let now = deployment_view(connection, project, service, deployment).await?;
+                if FINISHED.contains(&now.state.as_str()) {
+                    return Ok(now);
+                }
+            }
+            Err(err) if Exit::of_error(&err) != Exit::Unavailable => return Err(err),
+            Err(err) => {
+                failures += 1;
+                if failures > RECONNECTS {
+                    return Err(err);
+                }
+                if connection.args.verbose {
+                    eprintln!("bulkhead: the event stream dropped ({err:#}); reconnecting");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(
+            200 + 500 * u64::from(failures.min(6)),
+        ))
+        .await;
+    }
+}
+
+/// Reads the stream once, after `last_seen`, printing each event; `Ok` when it ended.
+async fn stream_read(
+    connection: &Connection,
+    path: &str,
+    last_seen: &mut Option<i64>,
+) -> anyhow::Result<()> {
+    let response = stream_open(connection, path, *last_seen).await?;
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|err| {
+            Failure::new(Exit::Unavailable, format!("the event stream broke: {err}"))
+        })?;
+        if event.data.is_empty() {
+            continue;
+        }
+        let parsed: types::DeploymentEventView = serde_json::from_str(&event.data)?;
+        if last_seen.is_some_and(|seen| parsed.seq <= seen) {
+            continue;
+        }
+        *last_seen = Some(parsed.seq);
+        event_print(connection.args.output, &parsed);
+    }
+    Ok(())
+}
+
+/// Opens the stream; an expired session is refreshed once.
+async fn stream_open(
+    connection: &Connection,
+    path: &str,
+    last_seen: Option<i64>,
+) -> anyhow::Result<reqwest::Response> {
+    let mut refreshed = false;
+    loop {
+        let client = connection.client();
+        let mut request = client
+            .client()
+            .get(format!("{}{path}", client.baseurl()))
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(seen) = last_seen {
+            request = request.header("last-event-id", seen.to_string());
+        }
+        let response = request.send().await.map_err(|err| {
+            Failure::new(
+                Exit::Unavailable,
+                format!("cannot reach {}: {}", client.baseurl(), error_chain(&err)),
+            )
+        })?;
+        let status = response.status().as_u16();
+        if connection.args.verbose {
+            eprintln!("bulkhead: deployment_event_list (event stream) -> {status}");
+        }
+        if status == 401 && !refreshed && connection.session_refresh().await? {
+            refreshed = true;
+            continue;
+        }
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let problem = response.json::<types::Problem>().await.ok();
+        return fail(
+            Exit::for_http_status(status),
+            match problem {
+                Some(p) => format!("{}: {} ({})", p.title, p.detail, p.code),
+                None => format!("the event stream answered {status}"),
+            },
+        );
+    }
+}
+
+pub async fn deployment_view(
+    connection: &Connection,
+    project: Uuid,
+    service: Uuid,
+    deployment: Uuid,
+) -> anyhow::Result<types::DeploymentView> {
+    deployment_call!(connection, project, service, deployment, deployment_view)
+}
+
+/// One event: a line for people (time, kind, message), or the event as one line of JSON.
+pub fn event_print(format: OutputFormat, event: &types::DeploymentEventView) {
+    match format {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string(event).expect("an event serializes")
+        ),
+        OutputFormat::Table => println!(
+            "{}  {:<24} {}",
+            event.created_at.format("%H:%M:%S"),
+            event.kind,
+            event.message
+        ),
+    }
+}

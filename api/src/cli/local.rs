@@ -1,0 +1,87 @@
+//! The local platform: `dev` runs a control plane with the bundled providers, a host agent and
+//! the cloud simulators, all configured to use each other, and prints how to try it; `hello` is
+//! the tiny demo workload. For a developer's machine, never the production shape.
+
+use bulkhead::config::{ServeArgs, Settings};
+use bulkhead::dev::DevPlatform;
+
+use super::process::{logging_init, shutdown_signal};
+
+#[derive(clap::Args)]
+pub struct DevArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(clap::Args)]
+pub struct HelloArgs {
+    #[arg(long, env = "PORT", default_value_t = 8080)]
+    port: u16,
+    #[arg(long, env = "BULKHEAD_INSTANCE_KEY", default_value = "hello")]
+    name: String,
+}
+
+pub async fn dev(DevArgs { mut serve }: DevArgs) -> anyhow::Result<()> {
+    serve.data_dir.get_or_insert_with(|| "data/dev".into());
+    let settings = Settings::resolve(serve)?;
+    logging_init(settings.log_format);
+    let stop = shutdown_signal()?;
+    std::fs::create_dir_all(&settings.data_dir)?;
+    let platform = DevPlatform::start(&settings.data_dir).await?;
+    let server = bulkhead::server::start(settings).await?;
+    platform.providers_configure(&server.app).await?;
+    dev_guide(&server, &platform);
+    stop.await;
+    tracing::info!("shutting down the local platform");
+    server.shutdown().await?;
+    platform.shutdown().await;
+    Ok(())
+}
+
+pub async fn hello(HelloArgs { port, name }: HelloArgs) -> anyhow::Result<()> {
+    bulkhead::dev::hello_serve(port, name).await
+}
+
+/// What `bulkhead dev` prints once everything runs: where things are, and how to try them.
+fn dev_guide(server: &bulkhead::server::RunningServer, platform: &DevPlatform) {
+    let hello = std::env::current_exe()
+        .map(|exe| format!("{} hello", exe.display()))
+        .unwrap_or_else(|_| "bulkhead hello".into());
+    println!(
+        r#"bulkhead listening on http://{addr}
+
+A local platform is running:
+  control plane   http://{addr}   (API reference: http://{addr}/docs/)
+  gcp simulator   {gcp}   (faults: PUT {gcp}/_sim/faults '{{"suspended":true}}')
+  aws simulator   {aws}
+  host agent      {agent}
+                  {isolation}
+The providers gcp, aws and metal use them. With A="Authorization: Bearer <admin token>"
+(BULKHEAD_BOOTSTRAP_TOKEN, or the token printed above on a first start):
+
+  curl -s -H "$A" http://{addr}/v1/providers | jq '.items[] | {{name, state}}'
+  curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/gcp/instances -d '{{"instance_key":"web-1","region":"{zone}","artifact":"shop/web:1","port":8080}}'
+  curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/aws/instances -d '{{"instance_key":"web-1","region":"{region}","artifact":"ami-0bulkhead","port":8080}}'
+  curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/metal/instances -d '{{"instance_key":"web-1","region":"local","artifact":"{hello}","port":8080}}'
+  curl -s http://<the "address" of an answer>/        # the instance's own answer
+
+Deploy a service of 3 replicas over the three (more in the README, "Deploying"):
+
+  B=http://{addr}; J='Content-Type: application/json'
+  P=$(curl -s -H "$A" -H "$J" $B/v1/projects -d '{{"name":"demo"}}' | jq -r .id)
+  E=$(curl -s -H "$A" -H "$J" $B/v1/projects/$P/environments -d '{{"name":"production"}}' | jq -r .id)
+  S=$(curl -s -H "$A" -H "$J" $B/v1/projects/$P/services -d '{{"environment_id":"'$E'","name":"web","port":8080,"replicas":3,"source":{{"type":"command","command":["python3","-m","http.server","$PORT"]}},"placement":{{"providers":[{{"name":"gcp"}},{{"name":"aws"}},{{"name":"metal"}}]}}}}' | jq -r .id)
+  D=$(curl -s -H "$A" -X POST $B/v1/projects/$P/services/$S/deployments | jq -r .id)
+  curl -sN -H "$A" -H 'Accept: text/event-stream' $B/v1/projects/$P/services/$S/deployments/$D/events
+  curl -s -H "$A" $B/v1/projects/$P/services/$S/instances | jq '.items[] | {{provider, address, health}}'
+
+Stop with Ctrl-C (the agent's workloads are stopped too)."#,
+        addr = server.addr,
+        gcp = platform.gcp.url(),
+        aws = platform.aws.url(),
+        agent = platform.agent.url(),
+        isolation = platform.agent_isolation_note(),
+        zone = bulkhead::dev::GCP_ZONE,
+        region = bulkhead::dev::AWS_REGION,
+    );
+}

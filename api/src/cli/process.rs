@@ -1,0 +1,44 @@
+//! What the long-running commands (`serve`, `dev`, `agent`, `edge`) share as processes: logs to
+//! stderr, and the signals that stop them. Nothing here knows what a command does.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+use bulkhead::config::LogFormat;
+
+pub fn logging_init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm=warn"));
+    // Colours only for a person at a terminal: not in files, pipes or CI logs.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
+/// the future is first polled, so a signal sent while the server starts is not lost.
+#[cfg(unix)]
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {},
+            _ = interrupt.recv() => {},
+        }
+    })
+}
+
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+}

@@ -1,0 +1,209 @@
+//! `bulkhead services`: list, create, show and delete a project's services. A service is what
+//! `bulkhead deploy` deploys: its source (an image or a command), port, replicas and the
+//! providers it may be placed on.
+
+use bulkhead_client::types;
+use clap::Subcommand;
+
+use super::connection::{Connection, GlobalArgs};
+use super::exit::{Exit, fail};
+use super::output::{self, Row};
+use super::resolve;
+
+#[derive(clap::Args)]
+#[command(after_help = "Example, from scratch:
+  bulkhead projects create shop
+  bulkhead projects environments create -p shop production
+  bulkhead services create -p shop --environment production --name web \\
+      --command 'python3 -m http.server $PORT' --port 8080 --replicas 2 \\
+      --provider aws --provider metal
+  bulkhead deploy -p shop -s web")]
+pub struct ServicesArgs {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    action: ServicesAction,
+}
+
+#[derive(Subcommand)]
+pub enum ServicesAction {
+    /// List a project's services.
+    #[command(after_help = "Example:\n  bulkhead services list -p shop")]
+    List {
+        /// The project (name or id).
+        #[arg(short, long)]
+        project: String,
+    },
+    /// Create a service (it runs nothing until deployed).
+    #[command(after_help = "Examples:
+  bulkhead services create -p shop --environment production --name web --image shop/web:1 --port 8080
+  bulkhead services create -p shop --environment production --name api \\
+      --command 'python3 -m http.server $PORT' --port 8080 --provider metal")]
+    Create(ServiceCreateArgs),
+    /// Show a service.
+    #[command(after_help = "Example:\n  bulkhead services show -p shop web")]
+    Show {
+        #[arg(short, long)]
+        project: String,
+        /// The service (name or id).
+        service: String,
+    },
+    /// Delete a service and its domains (its instances must be gone: deploy 0 replicas first).
+    #[command(after_help = "Example:\n  bulkhead services delete -p shop web")]
+    Delete {
+        #[arg(short, long)]
+        project: String,
+        service: String,
+    },
+}
+
+#[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["image", "command"]))]
+pub struct ServiceCreateArgs {
+    /// The project (name or id).
+    #[arg(short, long)]
+    project: String,
+    /// The environment (name or id).
+    #[arg(long)]
+    environment: String,
+    /// The service's name: lowercase letters, digits and `-`.
+    #[arg(long)]
+    name: String,
+    /// A packaged artifact to run, e.g. an OCI image reference.
+    #[arg(long)]
+    image: Option<String>,
+    /// A command line to run, split like a shell would (`$PORT` is the port to listen on).
+    #[arg(long)]
+    command: Option<String>,
+    /// The port the service listens on.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    port: u32,
+    /// How many instances to run.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
+    replicas: Option<i32>,
+    /// A provider it may be placed on, in order of preference (repeatable; default: any).
+    #[arg(long = "provider")]
+    providers: Vec<String>,
+}
+
+impl Row for types::PageServiceViewItemsItem {
+    const HEADER: &'static [&'static str] =
+        &["ID", "NAME", "ENVIRONMENT", "SOURCE", "PORT", "REPLICAS"];
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.name.clone(),
+            self.environment_id.to_string(),
+            source_text(&self.source),
+            self.port.to_string(),
+            self.replicas.to_string(),
+        ]
+    }
+}
+
+fn source_text(source: &types::ServiceSource) -> String {
+    match source {
+        types::ServiceSource::Artifact { image } => image.clone(),
+        types::ServiceSource::Command { command } => shell_words::join(command),
+    }
+}
+
+pub async fn services(args: ServicesArgs) -> anyhow::Result<()> {
+    let connection = Connection::open(&args.global)?;
+    let format = args.global.output;
+    match args.action {
+        ServicesAction::List { project } => {
+            let project = resolve::project_id(&connection, &project).await?;
+            let page = connection
+                .call(async |c| c.service_list().project_id(project).limit(200).send().await)
+                .await?;
+            output::list(format, &page, &page.items);
+        }
+        ServicesAction::Create(create) => {
+            let service = service_create(&connection, create).await?;
+            output::one(format, &service);
+        }
+        ServicesAction::Show { project, service } => {
+            let (project, service) =
+                resolve::project_and_service(&connection, &project, &service).await?;
+            let service = connection
+                .call(async |c| {
+                    c.service_view()
+                        .project_id(project)
+                        .service_id(service)
+                        .send()
+                        .await
+                })
+                .await?;
+            output::one(format, &service);
+        }
+        ServicesAction::Delete {
+            project,
+            service: name,
+        } => {
+            let (project, service) =
+                resolve::project_and_service(&connection, &project, &name).await?;
+            connection
+                .call(async |c| {
+                    c.service_delete()
+                        .project_id(project)
+                        .service_id(service)
+                        .send()
+                        .await
+                })
+                .await?;
+            output::done(format!("Deleted service {name}."));
+        }
+    }
+    Ok(())
+}
+
+async fn service_create(
+    connection: &Connection,
+    args: ServiceCreateArgs,
+) -> anyhow::Result<types::ServiceView> {
+    let source = match (args.image, args.command) {
+        (Some(image), _) => types::ServiceSource::Artifact { image },
+        (None, Some(command)) => match shell_words::split(&command) {
+            Ok(words) if !words.is_empty() => types::ServiceSource::Command { command: words },
+            _ => {
+                return fail(
+                    Exit::InvalidInput,
+                    format!("--command `{command}` is not a command line"),
+                );
+            }
+        },
+        (None, None) => unreachable!("clap requires --image or --command"),
+    };
+    let placement = (!args.providers.is_empty()).then(|| types::PlacementPolicy {
+        providers: args
+            .providers
+            .iter()
+            .map(|name| types::ProviderPreference {
+                name: name.clone(),
+                priority: None,
+                regions: vec![],
+                weight: None,
+            })
+            .collect(),
+        spread: None,
+    });
+    let project = resolve::project_id(connection, &args.project).await?;
+    let environment = resolve::environment_id(connection, project, &args.environment).await?;
+    connection
+        .call(async |c| {
+            c.service_create()
+                .project_id(project)
+                .body_map(|b| {
+                    b.environment_id(environment)
+                        .name(args.name.clone())
+                        .port(args.port)
+                        .replicas(args.replicas)
+                        .source(source.clone())
+                        .placement(placement.clone())
+                })
+                .send()
+                .await
+        })
+        .await
+}

@@ -1,0 +1,132 @@
+//! The client commands of the `bulkhead` binary (`login`, `projects`, `services`, `deploy`,
+//! `deployments`, `providers`, `routes`, `tokens`), run as processes against the real server
+//! with a credentials directory of their own: what they print, what they store, and their
+//! exit statuses. Here the harness; the tests are in the modules below.
+
+mod credentials;
+mod deploying;
+mod exit_statuses;
+mod operating;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::io::AsyncWriteExt;
+
+use crate::support::{PASSWORD, TestServer};
+
+/// A process's answer.
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    /// Its stdout, once it succeeded.
+    #[track_caller]
+    fn ok(&self) -> &str {
+        self.exits(0);
+        &self.stdout
+    }
+
+    #[track_caller]
+    fn json(&self) -> Value {
+        serde_json::from_str(self.ok())
+            .unwrap_or_else(|err| panic!("not JSON ({err}): {}", self.stdout))
+    }
+
+    /// Its stderr, once it exited with `code`.
+    #[track_caller]
+    fn exits(&self, code: i32) -> &str {
+        assert_eq!(
+            self.code, code,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        &self.stderr
+    }
+}
+
+/// The `bulkhead` binary with a config directory of its own, and environment variables.
+struct Cli {
+    config: TempDir,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Cli {
+    fn new() -> Self {
+        Self {
+            config: tempfile::tempdir().unwrap(),
+            env: vec![],
+        }
+    }
+
+    /// One that uses an API token from the environment (`BULKHEAD_TOKEN`, `BULKHEAD_URL`).
+    fn with_token(server: &str, token: &str) -> Self {
+        let mut cli = Self::new();
+        cli.env = vec![
+            ("BULKHEAD_TOKEN", token.to_owned()),
+            ("BULKHEAD_URL", server.to_owned()),
+        ];
+        cli
+    }
+
+    fn credentials(&self) -> PathBuf {
+        self.config.path().join("bulkhead/credentials.json")
+    }
+
+    /// Runs `bulkhead` with the arguments of `line`, split as a shell would.
+    async fn run(&self, line: &str) -> Ran {
+        self.run_with_stdin(line, "").await
+    }
+
+    async fn run_with_stdin(&self, line: &str, stdin: &str) -> Ran {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_bulkhead"));
+        command
+            .args(shell_words::split(line).unwrap())
+            .env_remove("BULKHEAD_URL")
+            .env_remove("BULKHEAD_TOKEN")
+            .env("BULKHEAD_CONFIG_DIR", self.config.path().join("bulkhead"))
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.as_bytes()).await.unwrap();
+        drop(input);
+        let output = child.wait_with_output().await.unwrap();
+        Ran {
+            code: output.status.code().expect("exited, not killed"),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Logs in as `email`, with [`PASSWORD`] on stdin.
+    async fn login(&self, s: &TestServer, email: &str) {
+        let line = format!("login --server {} --email {email} --password-stdin", s.base);
+        self.run_with_stdin(&line, &format!("{PASSWORD}\n"))
+            .await
+            .ok();
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn stored(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The line of a table that starts with `first`.
+fn row<'a>(table: &'a str, first: &str) -> Option<&'a str> {
+    table
+        .lines()
+        .find(|line| line.trim_start().starts_with(first))
+}

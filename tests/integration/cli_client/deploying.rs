@@ -1,0 +1,210 @@
+//! Deploying from scratch with the CLI alone, following rollouts to their end, and what the
+//! other client commands show along the way.
+
+use serde_json::json;
+
+use super::{Cli, row, stored};
+use crate::support::{ADMIN_TOKEN, TestServer, eventually, platform};
+
+crate::db_tests!(
+    a_user_deploys_from_scratch_with_the_cli,
+    a_deployment_that_does_not_end_healthy_exits_9,
+);
+
+async fn a_user_deploys_from_scratch_with_the_cli(s: TestServer) {
+    let (_platform, _dir) = platform(&s).await;
+    s.user_create("ana@example.com").await;
+    let cli = Cli::new();
+    cli.login(&s, "ana@example.com").await;
+
+    // A project, an environment and a service, named by name.
+    let created = cli.run("projects create shop").await;
+    assert!(row(created.ok(), "name").unwrap().contains("shop"));
+    let listed = cli.run("projects list").await;
+    assert!(row(listed.ok(), "ID").unwrap().contains("NAME"));
+    assert!(listed.stdout.contains(" shop "), "{}", listed.stdout);
+    let listed = cli.run("projects list --output json").await.json();
+    assert_eq!(listed["items"][0]["name"], "shop");
+    let project = listed["items"][0]["id"].as_str().unwrap().to_owned();
+    cli.run("projects environments create -p shop production")
+        .await
+        .ok();
+    let service = cli
+        .run(
+            "services create -p shop --environment production --name web --port 8080 \
+             --command 'python3 -m http.server $PORT --bind 127.0.0.1' --replicas 1 \
+             --provider metal --output json",
+        )
+        .await
+        .json();
+    assert_eq!(
+        service["source"]["command"],
+        json!([
+            "python3",
+            "-m",
+            "http.server",
+            "$PORT",
+            "--bind",
+            "127.0.0.1"
+        ])
+    );
+    assert_eq!(service["placement"]["providers"][0]["name"], "metal");
+    let services = cli.run(&format!("services list -p {project}")).await;
+    assert!(row(services.ok(), service["id"].as_str().unwrap()).is_some());
+
+    // Deploy, following the rollout until it is healthy.
+    let deployed = cli.run("deploy -p shop -s web").await;
+    let progress = deployed.ok();
+    assert!(progress.contains("instance.placed"), "{progress}");
+    assert!(progress.contains("deployment.healthy"), "{progress}");
+    assert!(
+        deployed.stderr.contains("ended healthy"),
+        "{}",
+        deployed.stderr
+    );
+    let deployments = cli.run("deployments list -p shop -s web").await;
+    assert!(row(deployments.ok(), "ID").is_some());
+    assert!(
+        deployments.stdout.contains(" healthy "),
+        "{}",
+        deployments.stdout
+    );
+
+    // Detached: the deployment as queued, at once; then followed by its id.
+    let detached = cli
+        .run("deploy -p shop -s web --detach --output json")
+        .await
+        .json();
+    assert_eq!(detached["number"], 2);
+    let deployment = detached["id"].as_str().unwrap();
+    let followed = cli
+        .run(&format!(
+            "deployments events -p shop -s web {deployment} --follow"
+        ))
+        .await;
+    assert!(
+        followed.ok().contains("deployment.healthy"),
+        "{}",
+        followed.stdout
+    );
+
+    // Providers as a member sees them: state and health, not the reasons.
+    let providers = cli.run("providers list").await;
+    let metal = row(providers.ok(), "metal").expect("metal is listed");
+    assert!(metal.contains("healthy"), "{metal}");
+
+    // Routes and edges, as an administrator.
+    let service_id = service["id"].as_str().unwrap();
+    s.post(
+        &format!("/v1/projects/{project}/domains"),
+        ADMIN_TOKEN,
+        json!({ "hostname": "shop.example.com", "service_id": service_id }),
+    )
+    .await
+    .assert_status(201);
+    let admin = Cli::with_token(&s.base, ADMIN_TOKEN);
+    eventually("the route is in the table", async || {
+        let table = admin.run("routes table").await;
+        row(table.ok(), "shop.example.com").is_some_and(|route| route.contains(service_id))
+    })
+    .await;
+    let changes = admin.run("routes changes --output json").await.json();
+    assert!(changes["revision"].as_i64().unwrap() >= 1, "{changes}");
+    s.post(
+        "/v1/edges/edge-1/status",
+        ADMIN_TOKEN,
+        json!({ "revision": 1, "agent_version": "edge-test-9" }),
+    )
+    .await
+    .assert_status(200);
+    let edges = admin.run("routes edges").await;
+    let edge = row(edges.ok(), "edge-1").expect("the edge is listed");
+    assert!(edge.contains("edge-test-9"), "{edge}");
+
+    // An API token: shown once, on stdout alone; it works until revoked.
+    let created = cli.run("tokens create --name ci --scope read").await;
+    let secret = created.ok().trim().to_owned();
+    assert!(secret.starts_with("bh_") && !secret.contains(char::is_whitespace));
+    assert!(!created.stderr.contains(&secret));
+    let tokens = cli.run("tokens list --output json").await.json();
+    let token = tokens["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ci")
+        .expect("the token is listed");
+    assert!(token.get("secret").is_none(), "{token}");
+    let reader = Cli::with_token(&s.base, &secret);
+    assert!(reader.run("projects list").await.ok().contains(" shop "));
+    let id = token["id"].as_str().unwrap();
+    cli.run(&format!("tokens revoke {id}")).await.ok();
+    reader.run("projects list").await.exits(3);
+
+    // Logging out ends the session and deletes the file.
+    let refresh_token = stored(&cli.credentials())["refresh_token"].clone();
+    cli.run("logout").await.ok();
+    assert!(!cli.credentials().exists());
+    cli.run("projects list").await.exits(3);
+    s.call(
+        reqwest::Method::POST,
+        "/v1/auth/refresh",
+        None,
+        Some(json!({ "refresh_token": refresh_token })),
+    )
+    .await
+    .assert_status(401);
+}
+
+async fn a_deployment_that_does_not_end_healthy_exits_9(s: TestServer) {
+    let (_platform, _dir) = platform(&s).await;
+    let cli = Cli::with_token(&s.base, ADMIN_TOKEN);
+    cli.run("projects create shop").await.ok();
+    cli.run("projects environments create -p shop production")
+        .await
+        .ok();
+    // It never listens, so it never becomes healthy.
+    cli.run(
+        "services create -p shop --environment production --name mute --port 8080 \
+         --command \"python3 -c 'import time; time.sleep(600)'\" --provider metal",
+    )
+    .await
+    .ok();
+    let detached = cli
+        .run("deploy -p shop -s mute --detach --output json")
+        .await
+        .json();
+    let deployment = detached["id"].as_str().unwrap();
+    let target = format!("-p shop -s mute {deployment}");
+    let cancelled = cli
+        .run(&format!("deployments cancel {target} --output json"))
+        .await
+        .json();
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    let followed = cli
+        .run(&format!("deployments events {target} --follow"))
+        .await;
+    assert!(
+        followed.exits(9).contains("ended cancelled"),
+        "{}",
+        followed.stderr
+    );
+    assert!(
+        followed.stdout.contains("deployment.queued"),
+        "{}",
+        followed.stdout
+    );
+    // Cancelling again answers the same; rolling back with no healthy deployment before is a
+    // conflict.
+    let again = cli
+        .run(&format!("deployments cancel {target} --output json"))
+        .await
+        .json();
+    assert_eq!(again["id"], cancelled["id"]);
+    let rollback = cli.run("deployments rollback -p shop -s mute").await;
+    assert!(
+        rollback.exits(6).contains("(no_healthy_deployment)")
+            || rollback.stderr.contains("(nothing_to_roll_back)"),
+        "{}",
+        rollback.stderr
+    );
+}
