@@ -41,7 +41,8 @@ pub struct DevPlatform {
     agent_token: String,
 }
 
-fn secret_random(len: usize) -> String {
+/// A random alphanumeric secret of `len` characters.
+pub fn secret_random(len: usize) -> String {
     rand::rng()
         .sample_iter(Alphanumeric)
         .take(len)

@@ -20,10 +20,8 @@ mod wait;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bulkhead::dev::DevPlatform;
+use bulkhead::dev::{DevPlatform, secret_random};
 use bulkhead_client::{Client, types};
-use rand::Rng;
-use rand::distr::Alphanumeric;
 
 use fleet::Fleet;
 use phases::Drill;
@@ -76,14 +74,6 @@ pub struct DrillSettings {
     pub backlog: u32,
     pub drain_rate: f64,
     pub outage: Duration,
-}
-
-fn secret_random(len: usize) -> String {
-    rand::rng()
-        .sample_iter(Alphanumeric)
-        .take(len)
-        .map(char::from)
-        .collect()
 }
 
 /// Runs the drill and prints its report; an error when a check failed (exit status 1).
