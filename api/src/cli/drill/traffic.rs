@@ -15,6 +15,17 @@ struct Sample {
     /// Since the drill started.
     at: Duration,
     failure: Option<String>,
+    /// Whether it was sent again after its connection broke before any answer.
+    retried: bool,
+}
+
+/// What became of one request.
+enum Outcome {
+    Answered,
+    /// An answer other than 200.
+    Refused(String),
+    /// No answer: the connection failed or broke first.
+    Broken(String),
 }
 
 /// What the requests of a window came to.
@@ -22,6 +33,10 @@ struct Sample {
 pub struct TrafficFigures {
     pub requests: usize,
     pub failed: usize,
+    /// Requests sent a second time because their connection broke before any answer, as
+    /// browsers do for a GET (Caddy closes connections when it loads a configuration); a
+    /// retried request that got its answer did not fail.
+    pub retried: usize,
     /// The first few failures, as the client saw them.
     pub failures: Vec<String>,
 }
@@ -39,10 +54,10 @@ impl Traffic {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, mut stopped) = watch::channel(false);
         let log = samples.clone();
-        // A new connection for each request, as each new visitor makes: Caddy closes idle
-        // keep-alive connections when it loads a configuration (one per routing revision),
-        // and a request sent on one at that moment fails in the client, which browsers retry
-        // and reqwest does not.
+        // A new connection for each request, as each new visitor makes. Caddy closes its
+        // connections when it loads a configuration (one per routing revision): a request
+        // whose connection breaks before any answer is sent once more, as browsers do for a
+        // GET, and counted as resent.
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .pool_max_idle_per_host(0)
@@ -51,10 +66,19 @@ impl Traffic {
         let task = tokio::spawn(async move {
             while !*stopped.borrow() {
                 for domain in &domains {
-                    let failure = request(&client, port, domain).await.err();
+                    let at = clock.elapsed();
+                    let (outcome, retried) = match request(&client, port, domain).await {
+                        Outcome::Broken(_) => (request(&client, port, domain).await, true),
+                        outcome => (outcome, false),
+                    };
+                    let failure = match outcome {
+                        Outcome::Answered => None,
+                        Outcome::Refused(failure) | Outcome::Broken(failure) => Some(failure),
+                    };
                     log.lock().expect("not poisoned").push(Sample {
-                        at: clock.elapsed(),
+                        at,
                         failure,
+                        retried,
                     });
                 }
                 tokio::select! {
@@ -76,6 +100,7 @@ impl Traffic {
         let mut figures = TrafficFigures::default();
         for sample in samples.iter().filter(|s| s.at >= from && s.at < to) {
             figures.requests += 1;
+            figures.retried += usize::from(sample.retried);
             if let Some(failure) = &sample.failure {
                 figures.failed += 1;
                 if figures.failures.len() < 5 {
@@ -94,20 +119,23 @@ impl Traffic {
     }
 }
 
-/// `GET /` of `domain` through Caddy: an error unless it answers 200.
-async fn request(client: &reqwest::Client, port: u16, domain: &str) -> Result<(), String> {
-    let answer = client
+/// `GET /` of `domain` through Caddy.
+async fn request(client: &reqwest::Client, port: u16, domain: &str) -> Outcome {
+    let answer = match client
         .get(format!("http://127.0.0.1:{port}/"))
         .header(reqwest::header::HOST, domain)
         .send()
         .await
-        .map_err(|err| format!("{domain}: {err}"))?;
+    {
+        Ok(answer) => answer,
+        Err(err) => return Outcome::Broken(format!("{domain}: {err}")),
+    };
     let status = answer.status();
     let _ = answer.bytes().await;
     if status == reqwest::StatusCode::OK {
-        Ok(())
+        Outcome::Answered
     } else {
-        Err(format!("{domain}: {status}"))
+        Outcome::Refused(format!("{domain}: {status}"))
     }
 }
 
@@ -120,11 +148,13 @@ pub async fn all_answer(port: u16, domains: &[String], limit: Duration) -> anyho
     for domain in domains {
         loop {
             match request(&client, port, domain).await {
-                Ok(()) => break,
-                Err(failure) if started.elapsed() > limit => {
+                Outcome::Answered => break,
+                Outcome::Refused(failure) | Outcome::Broken(failure)
+                    if started.elapsed() > limit =>
+                {
                     anyhow::bail!("not answering through the edge after {limit:?}: {failure}")
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
     }
