@@ -37,10 +37,7 @@ fn traffic_check(name: &'static str, during: &str, figures: &TrafficFigures) -> 
     let allowed = 1 + figures.requests / 100;
     Check::new(
         name,
-        format!(
-            "every service answers through the edge {during}: at most 1 + 1% of requests fail \
-             (Caddy reloading)"
-        ),
+        format!("every service answers through the edge {during} (≤ 1 + 1% fail)"),
         figures.requests > 0 && figures.failed <= allowed && figures.retried <= allowed,
         format!(
             "{} of {} requests failed ({} resent after a broken connection)",
