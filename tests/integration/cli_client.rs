@@ -11,6 +11,7 @@ mod operating;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::Value;
 use tempfile::TempDir;
@@ -94,12 +95,17 @@ impl Cli {
             .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         let mut child = command.spawn().unwrap();
         let mut input = child.stdin.take().unwrap();
         input.write_all(stdin.as_bytes()).await.unwrap();
         drop(input);
-        let output = child.wait_with_output().await.unwrap();
+        // A command that hangs (e.g. waiting on a server that never answers) fails the test.
+        let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("`bulkhead {line}` did not end within 120 s"))
+            .unwrap();
         Ran {
             code: output.status.code().expect("exited, not killed"),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

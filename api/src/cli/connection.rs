@@ -83,7 +83,13 @@ impl Connection {
                 }
             },
         };
-        let server = args.server.clone().unwrap_or(credentials.server);
+        // A token from the environment goes where the environment says; stored credentials
+        // only to the server that issued them.
+        let server = if stored {
+            credentials.server_for(args.server.as_deref())?
+        } else {
+            args.server.clone().unwrap_or(credentials.server)
+        };
         let client = client_for(args, &server, &credentials.auth)?;
         Ok(Self {
             args: args.clone(),
@@ -168,6 +174,11 @@ fn client_for(args: &GlobalArgs, server: &str, auth: &Auth) -> anyhow::Result<Cl
     })
 }
 
+/// How a problem the server answered is told to the user: title, detail and code.
+pub fn problem_text(problem: &types::Problem) -> String {
+    format!("{}: {} ({})", problem.title, problem.detail, problem.code)
+}
+
 /// A refusal or failure of an operation as a [`Failure`]: the problem's title, detail and code
 /// for an answer the server documents, the status otherwise.
 pub fn api_failure(server: &str, err: Error<types::Problem>) -> anyhow::Error {
@@ -175,10 +186,7 @@ pub fn api_failure(server: &str, err: Error<types::Problem>) -> anyhow::Error {
         Error::ErrorResponse(answer) => {
             let exit = Exit::for_http_status(answer.status().as_u16());
             let problem = answer.into_inner();
-            Failure::new(
-                exit,
-                format!("{}: {} ({})", problem.title, problem.detail, problem.code),
-            )
+            Failure::new(exit, problem_text(&problem))
         }
         Error::UnexpectedResponse(response) => Failure::new(
             Exit::for_http_status(response.status().as_u16()),

@@ -34,6 +34,28 @@ pub enum Auth {
     ApiToken { token: String },
 }
 
+impl Credentials {
+    /// The server to send these credentials to: the one that issued them. A `--server` (or
+    /// `BULKHEAD_URL`) naming another is refused rather than handed the tokens, so a typo or
+    /// a hostile URL never receives them.
+    pub fn server_for(&self, wanted: Option<&str>) -> anyhow::Result<String> {
+        match wanted {
+            Some(wanted) if wanted.trim_end_matches('/') != self.server.trim_end_matches('/') => {
+                fail(
+                    Exit::NotLoggedIn,
+                    format!(
+                        "logged in to {}, not {wanted}: the stored credentials go only to the \
+                         server that issued them; run `bulkhead login --server {wanted}` (or set \
+                         BULKHEAD_TOKEN)",
+                        self.server
+                    ),
+                )
+            }
+            _ => Ok(self.server.clone()),
+        }
+    }
+}
+
 impl Auth {
     /// The bearer token to send.
     pub fn bearer(&self) -> &str {

@@ -11,7 +11,7 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use uuid::Uuid;
 
-use super::connection::{Connection, error_chain};
+use super::connection::{Connection, error_chain, problem_text};
 use super::exit::{Exit, Failure, fail};
 use super::output::OutputFormat;
 
@@ -142,7 +142,7 @@ async fn stream_open(
         return fail(
             Exit::for_http_status(status),
             match problem {
-                Some(p) => format!("{}: {} ({})", p.title, p.detail, p.code),
+                Some(problem) => problem_text(&problem),
                 None => format!("the event stream answered {status}"),
             },
         );

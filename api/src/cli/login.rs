@@ -103,11 +103,7 @@ pub async fn logout(args: LogoutArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     if let Auth::Session { refresh_token, .. } = &credentials.auth {
-        let server = args
-            .global
-            .server
-            .clone()
-            .unwrap_or(credentials.server.clone());
+        let server = credentials.server_for(args.global.server.as_deref())?;
         let ended = args
             .global
             .anonymous(&server)

@@ -61,6 +61,29 @@ async fn credentials_are_private_and_refreshed(s: TestServer) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     cli.run("projects list").await.ok();
 
+    // The stored tokens go to no other server than the one that issued them: another
+    // --server is refused before anything is sent to it.
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    elsewhere.set_nonblocking(true).unwrap();
+    let other = format!("http://{}", elsewhere.local_addr().unwrap());
+    let refused = cli.run(&format!("projects list --server {other}")).await;
+    assert!(
+        refused.exits(3).contains("logged in to"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        elsewhere.accept().is_err(),
+        "the stored token was sent to {other}"
+    );
+    let logout_elsewhere = cli.run(&format!("logout --server {other}")).await;
+    logout_elsewhere.exits(3);
+    assert!(
+        elsewhere.accept().is_err(),
+        "the refresh token was sent to {other}"
+    );
+    assert!(path.exists(), "a refused logout keeps the credentials");
+
     // An API token instead of a password; a wrong one is not stored.
     let session = s.login("ana@example.com").await;
     let token = s
