@@ -106,20 +106,17 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
         drain_rate: args.drain_rate,
         outage: Duration::from_secs(args.outage_secs),
     };
-    let checks = match drill_run(&args, &settings, &dir, &timeline).await {
-        Ok(checks) => checks,
-        Err((mut checks, error)) => {
-            timeline.note(format!("the drill stopped: {error:#}"));
-            checks.push(Check::new(
-                "drill_completes",
-                "every phase runs to its end",
-                false,
-                format!("{error:#}"),
-                serde_json::json!({ "error": format!("{error:#}") }),
-            ));
-            checks
-        }
-    };
+    let mut checks = Vec::new();
+    if let Err(error) = drill_phases(&args, &settings, &dir, &timeline, &mut checks).await {
+        timeline.note(format!("the drill stopped: {error:#}"));
+        checks.push(Check::new(
+            "drill_completes",
+            "every phase runs to its end",
+            false,
+            format!("{error:#}"),
+            serde_json::json!({ "error": format!("{error:#}") }),
+        ));
+    }
     let report = Report::new(
         started_at,
         &timeline,
@@ -155,20 +152,7 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The drill's phases; on an error, the checks answered so far and the error.
-async fn drill_run(
-    args: &DrillArgs,
-    settings: &DrillSettings,
-    dir: &std::path::Path,
-    timeline: &Timeline,
-) -> Result<Vec<Check>, (Vec<Check>, anyhow::Error)> {
-    let mut checks = Vec::new();
-    match drill_phases(args, settings, dir, timeline, &mut checks).await {
-        Ok(()) => Ok(checks),
-        Err(error) => Err((checks, error)),
-    }
-}
-
+/// The drill's phases, each adding its checks to `checks` as it ends.
 async fn drill_phases(
     args: &DrillArgs,
     settings: &DrillSettings,
