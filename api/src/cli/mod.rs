@@ -41,7 +41,8 @@ pub fn help_footer() -> String {
         "Client commands read BULKHEAD_URL (the server) and BULKHEAD_TOKEN (an API token), which \
          take precedence over the credentials `bulkhead login` stores in \
          BULKHEAD_CONFIG_DIR/credentials.json (default: the user's config directory, \
-         bulkhead/credentials.json); a --server flag takes precedence over both.\n\n{}",
+         bulkhead/credentials.json); a --server flag takes precedence over both, and stored \
+         credentials are sent only to the server that issued them.\n\n{}",
         exit::Exit::help()
     )
 }
