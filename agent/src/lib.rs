@@ -18,13 +18,14 @@
 //! # }
 //! ```
 //!
-//! Run as root, the agent runs each workload as a user of its own (`isolation`); the `bulkhead
-//! agent` command reads the token from a private file ([`token_file_read`]).
+//! Run as root, the agent runs each workload as a user of its own (`isolation`); the
+//! `bulkhead-agent` command ([`command`], also `bulkhead agent`) reads the token from a private
+//! file.
 //!
 //! This module owns the settings and the agent's life (start, the data directory and its lock,
 //! the choice of isolation, serving, shutdown). The rest: `api` (routes, authentication,
 //! errors), `supervisor` (workloads and their processes), `isolation` (who workloads run as),
-//! `token` (the token file), `spec` (what a workload may be), `process` (OS processes and
+//! `spec` (what a workload may be), `process` (OS processes and
 //! `/proc`), `health` (the HTTP probe), `logs` (workload output files), `state` (the durable
 //! state file), `ports` (host ports).
 //!
@@ -34,6 +35,7 @@
 //! directory are owner-only (0600 files, a 0700 directory).
 
 mod api;
+pub mod command;
 mod health;
 mod isolation;
 mod logs;
@@ -42,7 +44,6 @@ mod process;
 mod spec;
 mod state;
 mod supervisor;
-mod token;
 
 use std::fs::{File, OpenOptions};
 use std::net::SocketAddr;
@@ -56,10 +57,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use bulkhead_common::tls::server::ServerTls;
+
 pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
-pub use state::write_atomically;
 pub use supervisor::{Capacity, WorkloadState, WorkloadView};
-pub use token::token_file_read;
 
 /// The number of workloads an agent runs at most unless told otherwise.
 pub const DEFAULT_SLOTS: u32 = 16;
@@ -88,6 +89,9 @@ pub struct AgentSettings {
     /// workload's environment) and the other workloads' logs: for a developer's machine only.
     /// An agent that can switch users isolates its workloads whatever this says.
     pub insecure_same_user: bool,
+    /// Serve the API over TLS with this certificate (re-read when its files change); `None`
+    /// serves plain HTTP, for an agent reached over loopback or a private network only.
+    pub tls: Option<ServerTls>,
 }
 
 impl AgentSettings {
@@ -101,6 +105,7 @@ impl AgentSettings {
             advertise_host: DEFAULT_ADVERTISE_HOST.into(),
             workload_uids: DEFAULT_WORKLOAD_UIDS,
             insecure_same_user: false,
+            tls: None,
         }
     }
 }
@@ -115,6 +120,7 @@ impl std::fmt::Debug for AgentSettings {
             .field("advertise_host", &self.advertise_host)
             .field("workload_uids", &self.workload_uids)
             .field("insecure_same_user", &self.insecure_same_user)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -127,7 +133,9 @@ pub struct RunningAgent {
     pub isolation: Isolation,
     supervisor: Arc<supervisor::Supervisor>,
     stop_serving: watch::Sender<bool>,
-    server: JoinHandle<std::io::Result<()>>,
+    server: JoinHandle<anyhow::Result<()>>,
+    /// Whether the API is served over TLS.
+    tls: bool,
     /// Held while the agent runs: one agent per data directory.
     _lock: Flock<File>,
     /// Held while the agent runs: its workload uids are no other agent's.
@@ -193,13 +201,19 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
     .with_context(|| format!("resuming the workloads of {}", data_dir.display()))?;
     let router = api::router(supervisor.clone(), &settings.token);
     let (stop_serving, mut stopped) = watch::channel(false);
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    let tls = settings.tls.clone();
+    if let Some(tls) = &tls {
+        // Refused at start rather than at the first connection.
+        tls.config_load()?;
+    }
+    let server = tokio::spawn(bulkhead_common::tls::server::serve(
+        listener,
+        router,
+        tls.clone(),
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        },
+    ));
     tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), %isolation, "agent serving");
     Ok(RunningAgent {
         addr,
@@ -207,6 +221,7 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         supervisor,
         stop_serving,
         server,
+        tls: tls.is_some(),
         _lock: lock,
         _uids_reserved: uids_reserved,
     })
@@ -283,7 +298,8 @@ fn isolation_decide(settings: &AgentSettings, data_dir: &Path) -> anyhow::Result
 impl RunningAgent {
     /// `http://addr`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops serving and supervising, leaving the workloads running: the next agent on this

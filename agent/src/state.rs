@@ -105,39 +105,11 @@ impl StateStore {
         };
         let bytes = serde_json::to_vec_pretty(&state)?;
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+        tokio::task::spawn_blocking(move || bulkhead_common::files::write_atomically(&path, &bytes))
             .await
             .context("state writer task")?
             .with_context(|| format!("writing {}", self.path.display()))
     }
-}
-
-/// Replaces the file at `path` with `bytes`, owner-only (0600), atomically and durably: a
-/// temporary file beside it, fsync, rename, fsync of the directory. A crash at any moment
-/// leaves the old content or the new, never half of one.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let temporary = path.with_extension("json.tmp");
-    // A leftover of a crash keeps its mode when reopened: start afresh.
-    let _ = std::fs::remove_file(&temporary);
-    {
-        // Owner-only: the workloads' environments may hold secrets.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&temporary, path)?;
-    // Make the rename itself durable.
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

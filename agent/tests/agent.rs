@@ -121,7 +121,7 @@ impl Drop for Client {
 impl Client {
     fn new(agent: &RunningAgent) -> Self {
         Self {
-            http: reqwest::Client::builder()
+            http: http_builder()
                 .timeout(Duration::from_secs(15))
                 .build()
                 .unwrap(),
@@ -255,7 +255,7 @@ async fn wait_dead(pid: u32) {
 
 /// `GET /` on the workload's address.
 async fn answers(address: &str) -> bool {
-    reqwest::Client::new()
+    http()
         .get(format!("http://{address}/"))
         .timeout(Duration::from_secs(2))
         .send()
@@ -434,7 +434,7 @@ async fn a_restarted_agent_re_adopts_its_workloads_under_their_uids() {
 async fn every_route_but_healthz_needs_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let agent = start_agent(dir.path(), 16).await;
-    let http = reqwest::Client::new();
+    let http = http();
     let url = |path: &str| format!("{}{path}", agent.url());
 
     let health = http.get(url("/healthz")).send().await.unwrap();
@@ -708,7 +708,10 @@ async fn workloads_cannot_read_the_token_the_state_or_each_others_logs() {
     let token_file = secrets.path().join("agent-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(bulkhead_agent::token_file_read(&token_file).unwrap(), TOKEN);
+    assert_eq!(
+        bulkhead_common::secret_file::token_file_read(&token_file, "the agent's token").unwrap(),
+        TOKEN
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().canonicalize().unwrap();
@@ -954,4 +957,15 @@ async fn a_deleted_workload_takes_its_leftovers_along_and_frees_its_uid() {
     for pid in pids {
         wait_dead(pid).await;
     }
+}
+
+/// A plain HTTP client (reqwest's TLS is configured by bulkhead-common in a workspace build, so
+/// its crypto provider must be installed before a client is built).
+fn http() -> reqwest::Client {
+    http_builder().build().expect("a client builds")
+}
+
+fn http_builder() -> reqwest::ClientBuilder {
+    bulkhead_common::tls::crypto_provider_install();
+    reqwest::Client::builder()
 }

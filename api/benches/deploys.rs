@@ -39,7 +39,7 @@ async fn latency(
     })
     .await;
     let api = Api {
-        http: reqwest::Client::new(),
+        http: common::http(),
         base: format!("http://{}", server.addr),
     };
     let (project, environment) = api.project().await;
@@ -97,7 +97,7 @@ async fn drain(platform: &DevPlatform, dir: &std::path::Path) {
     })
     .await;
     let api = Api {
-        http: reqwest::Client::new(),
+        http: common::http(),
         base: format!("http://{}", server.addr),
     };
     let (project, environment) = api.project().await;
@@ -141,7 +141,7 @@ async fn drain(platform: &DevPlatform, dir: &std::path::Path) {
     let max_in_flight = platform.gcp.faults.calls().max_in_flight;
     server.shutdown().await.unwrap();
 
-    let http = reqwest::Client::new();
+    let http = common::http();
     let bearer = token_exchange(&http, platform).await;
     let started = Instant::now();
     futures::stream::iter(0..BACKLOG)

@@ -98,7 +98,7 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let (platform, server) = common::platform_and_server(dir.path(), |_| {}).await;
     let base = format!("http://{}", server.addr);
-    let http = reqwest::Client::new();
+    let http = common::http();
 
     // Warm up every path (connections, compiled code, the breaker closed, the plugin's cache).
     let bearer = token_exchange(&http, &platform).await;

@@ -39,7 +39,7 @@ async fn main() {
     })
     .await;
     let api = Api {
-        http: reqwest::Client::new(),
+        http: common::http(),
         base: format!("http://{}", server.addr),
     };
     routes_make(&api, &server.app).await;
@@ -294,7 +294,7 @@ async fn propagation(api: &Api, app: &bulkhead::app::App) {
     let revision = app.routing.prepared().unwrap().revision;
     let arrivals: Vec<Arrivals> = (0..WATCHERS).map(|_| Arc::default()).collect();
     // One connection per watcher, as 1,000 edges would hold.
-    let http = reqwest::Client::builder()
+    let http = common::http_builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();

@@ -10,6 +10,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bulkhead_common::tls::server::ServerTls;
+use ipnet::IpNet;
 use secrecy::SecretString;
 
 use crate::app::login_throttle::LoginLimits;
@@ -24,6 +26,23 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port. The bound address is printed.
     #[arg(long, env = "BULKHEAD_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key); both files are re-read
+    /// when they change, so a renewed certificate needs no restart. Without it, plain HTTP
+    /// (behind a proxy that terminates TLS).
+    #[arg(long = "tls-cert", env = "BULKHEAD_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long = "tls-key", env = "BULKHEAD_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Proxies (CIDRs or addresses, comma-separated) whose `Forwarded` / `X-Forwarded-For`
+    /// headers name the client's address, for login limits and logs; from any other peer they
+    /// are ignored.
+    #[arg(
+        long = "trusted-proxies",
+        env = "BULKHEAD_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
     /// Directory for the SQLite database and other local state (created if missing).
     #[arg(long, env = "BULKHEAD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -100,6 +119,9 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 struct FileSettings {
     listen: Option<SocketAddr>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    trusted_proxies: Option<Vec<String>>,
     data_dir: Option<PathBuf>,
     database_url: Option<String>,
     cors_origins: Option<Vec<String>>,
@@ -125,6 +147,10 @@ struct FileSettings {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub listen: SocketAddr,
+    /// The certificate and key to serve HTTPS with, if not plain HTTP.
+    pub tls: Option<ServerTls>,
+    /// The proxies whose forwarding headers are believed.
+    pub trusted_proxies: Vec<IpNet>,
     pub data_dir: PathBuf,
     pub database_url: String,
     pub cors_origins: Vec<String>,
@@ -198,11 +224,24 @@ impl Settings {
             .ok()
             .filter(|token| !token.is_empty())
             .map(SecretString::from);
+        let tls = ServerTls::from_flags(
+            args.tls_cert.or(file.tls_cert),
+            args.tls_key.or(file.tls_key),
+        )?;
+        let trusted_proxies = args
+            .trusted_proxies
+            .or(file.trusted_proxies)
+            .unwrap_or_default()
+            .iter()
+            .map(|text| proxy_parse(text))
+            .collect::<anyhow::Result<_>>()?;
         Ok(Self {
             listen: args
                 .listen
                 .or(file.listen)
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            tls,
+            trusted_proxies,
             data_dir,
             database_url,
             cors_origins: args.cors_origins.or(file.cors_origins).unwrap_or_default(),
@@ -292,6 +331,14 @@ impl Settings {
             },
         })
     }
+}
+
+/// A trusted proxy: a CIDR (`10.0.0.0/8`) or one address.
+fn proxy_parse(text: &str) -> anyhow::Result<IpNet> {
+    let text = text.trim();
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| anyhow::anyhow!("--trusted-proxies: `{text}` is not a CIDR or an address"))
 }
 
 fn read_file_settings(path: &Path) -> anyhow::Result<FileSettings> {

@@ -41,7 +41,7 @@ async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<Da
             .parent()
             .filter(|dir| !dir.as_os_str().is_empty())
         {
-            private_dir_create(dir)?;
+            bulkhead_common::files::private_dir_create(dir)?;
         }
         if parsed.get_filename() != Path::new(":memory:") {
             private_file_create(parsed.get_filename())?;
@@ -56,18 +56,6 @@ async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<Da
     }
     options.max_connections(max_connections);
     Ok(Database::connect(options).await?)
-}
-
-/// Creates `dir` (and its parents) if missing, readable by this user only (0700).
-pub fn private_dir_create(dir: &Path) -> std::io::Result<()> {
-    if dir.exists() {
-        return Ok(());
-    }
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
 }
 
 /// Creates an empty `file` readable by this user only (0600) if it does not exist, so that

@@ -7,15 +7,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use bulkhead::config::{LogFormat, ServeArgs};
-use cli::exit::Exit;
+use bulkhead::config::ServeArgs;
+use bulkhead_cli::exit::Exit;
 
 #[derive(Parser)]
 #[command(
     name = "bulkhead",
     version,
     about = "Bulkhead control-plane API server, and its command-line client",
-    after_help = cli::help_footer()
+    after_help = bulkhead_cli::help_footer()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -75,13 +75,13 @@ enum Command {
     #[command(
         after_help = "Example:\n  bulkhead agent --listen 0.0.0.0:7070 --token-file /etc/bulkhead/agent-token --data-dir /var/lib/bulkhead-agent"
     )]
-    Agent(cli::agent::AgentArgs),
+    Agent(bulkhead_agent::command::AgentArgs),
     /// Run the edge agent next to a Caddy: keeps it routing by the signed routing table,
     /// from the last-known-good copy on disk when no control plane answers.
     #[command(
         after_help = "Example:\n  bulkhead edge --id edge-1 --control-plane http://127.0.0.1:8080 --token-file edge.token --trusted-keys trusted-keys.json --caddy-listen :8081"
     )]
-    Edge(bulkhead::edge::EdgeArgs),
+    Edge(bulkhead_edge::EdgeArgs),
     /// Play the account suspension that inspired Bulkhead against a local platform (a control
     /// plane process, the simulators, a host agent, an edge in front of real Caddy) and check
     /// that everything that must survive it does.
@@ -95,24 +95,10 @@ enum Command {
         #[command(subcommand)]
         action: cli::plugin::PluginAction,
     },
-    /// Log in to a server (email and password, or an API token) and store the credentials.
-    Login(cli::login::LoginArgs),
-    /// End the session and delete the stored credentials.
-    Logout(cli::login::LogoutArgs),
-    /// Projects and their environments.
-    Projects(cli::projects::ProjectsArgs),
-    /// A project's services.
-    Services(cli::services::ServicesArgs),
-    /// Deploy a service's current spec and follow the rollout to its end.
-    Deploy(cli::deployments::DeployArgs),
-    /// A service's deployments: list, show, events, cancel, rollback.
-    Deployments(cli::deployments::DeploymentsArgs),
-    /// Providers: state and health, drain, enable, disable, evacuate, plugin versions.
-    Providers(cli::providers::ProvidersArgs),
-    /// The routing table, its changes, and the edges serving it.
-    Routes(cli::routes::RoutesArgs),
-    /// Your API tokens.
-    Tokens(cli::tokens::TokensArgs),
+    /// The client commands (login, projects, services, deploy, ...), also the lean
+    /// `bulkhead-cli` binary.
+    #[command(flatten)]
+    Client(bulkhead_cli::ClientCommand),
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
@@ -125,28 +111,21 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Dev(args) => cli::local::dev(args).await,
         #[cfg(feature = "dev")]
         Command::Hello(args) => cli::local::hello(args).await,
-        Command::Agent(args) => cli::agent::agent(args).await,
-        Command::Edge(args) => cli::edge::edge(args).await,
+        Command::Agent(args) => bulkhead_agent::command::run(args).await,
+        Command::Edge(args) => bulkhead_edge::run(args).await,
         #[cfg(feature = "dev")]
         Command::Drill(args) => cli::drill::drill_command(args).await,
         Command::Plugin { action } => {
-            cli::process::logging_init(LogFormat::Text);
+            bulkhead_common::process::logging_init(false);
             cli::plugin::plugin_command(action).await
         }
-        Command::Login(args) => cli::login::login(args).await,
-        Command::Logout(args) => cli::login::logout(args).await,
-        Command::Projects(args) => cli::projects::projects(args).await,
-        Command::Services(args) => cli::services::services(args).await,
-        Command::Deploy(args) => cli::deployments::deploy(args).await,
-        Command::Deployments(args) => cli::deployments::deployments(args).await,
-        Command::Providers(args) => cli::providers::providers(args).await,
-        Command::Routes(args) => cli::routes::routes(args).await,
-        Command::Tokens(args) => cli::tokens::tokens(args).await,
+        Command::Client(command) => bulkhead_cli::run(command).await,
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    bulkhead_common::tls::crypto_provider_install();
     match run(Cli::parse().command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -165,18 +144,7 @@ mod tests {
     /// Every command and subcommand's `--help` ends with an example.
     #[test]
     fn every_command_has_an_example() {
-        fn visit(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
-            for sub in command.get_subcommands().filter(|c| c.get_name() != "help") {
-                let path = format!("{path} {}", sub.get_name());
-                let help = sub.get_after_help().map(ToString::to_string);
-                if !help.is_some_and(|text| text.contains("Example")) {
-                    missing.push(path.clone());
-                }
-                visit(sub, &path, missing);
-            }
-        }
-        let mut missing = Vec::new();
-        visit(&Cli::command(), "bulkhead", &mut missing);
+        let missing = bulkhead_cli::commands_without_example(&Cli::command(), "bulkhead");
         assert!(missing.is_empty(), "no example in --help: {missing:?}");
     }
 }

@@ -164,7 +164,7 @@ impl MasterKey {
 pub fn key_file_write(path: &Path, text: &str) -> anyhow::Result<()> {
     let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty());
     if let Some(dir) = dir {
-        crate::db::private_dir_create(dir)?;
+        bulkhead_common::files::private_dir_create(dir)?;
     }
     let temporary = path.with_extension("tmp");
     let mut options = std::fs::OpenOptions::new();

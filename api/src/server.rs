@@ -27,10 +27,20 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     pub app: App,
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<std::io::Result<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl RunningServer {
+    /// The base URL it serves: `https://` with TLS, else `http://`.
+    pub fn url(&self) -> String {
+        let scheme = if self.app.settings.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
     /// Stops accepting connections, lets in-flight requests finish, and waits for the end.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
@@ -80,7 +90,8 @@ async fn secrets_open(db: &DatabaseConnection, settings: &Settings) -> anyhow::R
     Ok(opened)
 }
 
-/// Prepares the database and starts serving on `settings.listen`.
+/// Prepares the database and starts serving on `settings.listen`: HTTPS with `settings.tls`,
+/// else plain HTTP.
 pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let migrator = crate::db::connect_for_migrations(&settings.database_url).await?;
     crate::db::migrate_up(&migrator).await?;
@@ -128,7 +139,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
             "encrypted secrets stored in plaintext by an earlier version"
         );
     }
-    let _ = crate::http::metrics_handle();
+    let _ = bulkhead_common::metrics::prometheus_handle();
     app.providers_start()
         .await
         .map_err(|err| anyhow::anyhow!("loading the providers: {err:?}"))?;
@@ -144,16 +155,15 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));
     tokio::spawn(app.clone().instance_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().routing_run(shutdown.subscribe()));
-    let task = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
+    let tls = app.settings.tls.clone();
+    let task = tokio::spawn(bulkhead_common::tls::server::serve(
+        listener,
+        router,
+        tls,
+        async move {
             let _ = stop.wait_for(|stopped| *stopped).await;
-        })
-        .await
-    });
+        },
+    ));
     Ok(RunningServer {
         addr,
         app,

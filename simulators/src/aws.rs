@@ -1484,7 +1484,7 @@ mod tests {
             "ec2",
             &amz_date,
         );
-        let response = reqwest::Client::new()
+        let response = crate::test_http()
             .post(format!("{}/", sim.url()))
             .header("content-type", content_type)
             .header("x-amz-date", amz_date)
@@ -1611,7 +1611,7 @@ mod tests {
             "RequestExpired",
         );
 
-        let response = reqwest::Client::new()
+        let response = crate::test_http()
             .post(format!("{}/", sim.url()))
             .header("content-type", "application/x-www-form-urlencoded")
             .body(body.clone())
@@ -1625,7 +1625,7 @@ mod tests {
             "MissingAuthenticationToken",
         );
 
-        let response = reqwest::Client::new()
+        let response = crate::test_http()
             .post(format!("{}/", sim.url()))
             .header("authorization", "Bearer abc")
             .body(body)
@@ -1734,7 +1734,7 @@ mod tests {
     }
 
     async fn fetch(url: &str) -> Result<String, reqwest::Error> {
-        reqwest::Client::new()
+        crate::test_http()
             .get(url)
             .timeout(Duration::from_secs(2))
             .send()
@@ -1890,7 +1890,7 @@ mod tests {
     #[tokio::test]
     async fn faults_are_reported_as_ec2_reports_them() {
         let sim = start().await;
-        let client = reqwest::Client::new();
+        let client = crate::test_http();
         let set = |state: serde_json::Value| {
             let client = client.clone();
             let url = format!("{}/_sim/faults", sim.url());

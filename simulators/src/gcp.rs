@@ -1463,7 +1463,7 @@ mod tests {
             form_encode(JWT_BEARER_GRANT),
             form_encode(assertion)
         );
-        let response = reqwest::Client::new()
+        let response = crate::test_http()
             .post(sim.token_url())
             .header("content-type", "application/x-www-form-urlencoded")
             .body(body)
@@ -1497,7 +1497,7 @@ mod tests {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> (u16, HeaderMap, Value) {
-        let mut request = reqwest::Client::new().request(method, url);
+        let mut request = crate::test_http().request(method, url);
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }
@@ -1723,7 +1723,9 @@ mod tests {
             let found = instances.values().next().unwrap();
             found.server.as_ref().unwrap().addr.port()
         };
-        let answer = reqwest::get(format!("http://{ip}:{port}/"))
+        let answer = crate::test_http()
+            .get(format!("http://{ip}:{port}/"))
+            .send()
             .await
             .unwrap()
             .text()
@@ -1799,7 +1801,13 @@ mod tests {
         .await;
         assert_eq!(status, 404);
         // Its server is gone with it.
-        assert!(reqwest::get(format!("http://{ip}:{port}/")).await.is_err());
+        assert!(
+            crate::test_http()
+                .get(format!("http://{ip}:{port}/"))
+                .send()
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]
@@ -1901,7 +1909,7 @@ mod tests {
         assert_eq!(body["error"]["status"], "UNAVAILABLE");
 
         // Recovery through the admin endpoint.
-        let recovered = reqwest::Client::new()
+        let recovered = crate::test_http()
             .post(format!("{}/_sim/recover", sim.url()))
             .send()
             .await

@@ -52,3 +52,16 @@ impl RunningSimulator {
         self.task.await.map_err(std::io::Error::other)?
     }
 }
+
+/// A plain HTTP client for the simulators' tests (in a workspace build, reqwest's TLS is
+/// configured by bulkhead-common, so its crypto provider must be installed first).
+#[cfg(test)]
+fn test_http() -> reqwest::Client {
+    test_http_builder().build().expect("a client builds")
+}
+
+#[cfg(test)]
+fn test_http_builder() -> reqwest::ClientBuilder {
+    bulkhead_common::tls::crypto_provider_install();
+    reqwest::Client::builder()
+}

@@ -84,7 +84,7 @@ fn terminate(mut child: Child) {
 }
 
 async fn get(addr: &str, path: &str, token: Option<&str>) -> reqwest::StatusCode {
-    let mut request = reqwest::Client::new().get(format!("http://{addr}{path}"));
+    let mut request = crate::support::http().get(format!("http://{addr}{path}"));
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
@@ -161,7 +161,7 @@ async fn settings_precedence_is_flag_then_environment_then_file() {
         );
         // The file's body limit applies (1 KiB).
         let big = serde_json::json!({ "name": "x".repeat(2000) });
-        let client = reqwest::Client::new();
+        let client = crate::support::http();
         let reply = client
             .post(format!("http://{addr}/v1/projects"))
             .bearer_auth("precedence-test-token-0001")
@@ -217,7 +217,7 @@ async fn dev_runs_a_complete_local_platform() {
         c.arg("dev").env("BULKHEAD_BOOTSTRAP_TOKEN", token);
         c
     });
-    let client = reqwest::Client::new();
+    let client = crate::support::http();
     let hello = format!("{} hello", workload_binary().display());
     let mut workload_address = String::new();
     for (provider, region, artifact) in [
@@ -241,7 +241,7 @@ async fn dev_runs_a_complete_local_platform() {
             .to_owned();
         let mut answer = Err(String::new());
         for _ in 0..100 {
-            answer = match reqwest::get(format!("http://{address}/")).await {
+            answer = match crate::support::get(format!("http://{address}/")).await {
                 Ok(response) => Ok(response.text().await.unwrap()),
                 Err(err) => Err(err.to_string()),
             };
@@ -263,7 +263,7 @@ async fn dev_runs_a_complete_local_platform() {
     }
     terminate(child);
     assert!(
-        reqwest::get(format!("http://{workload_address}/"))
+        crate::support::get(format!("http://{workload_address}/"))
             .await
             .is_err(),
         "stopping `bulkhead dev` stops the agent's workloads"

@@ -20,29 +20,29 @@ use tokio::io::AsyncWriteExt;
 use crate::support::{PASSWORD, TestServer};
 
 /// A process's answer.
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Ran {
     /// Its stdout, once it succeeded.
     #[track_caller]
-    fn ok(&self) -> &str {
+    pub fn ok(&self) -> &str {
         self.exits(0);
         &self.stdout
     }
 
     #[track_caller]
-    fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         serde_json::from_str(self.ok())
             .unwrap_or_else(|err| panic!("not JSON ({err}): {}", self.stdout))
     }
 
     /// Its stderr, once it exited with `code`.
     #[track_caller]
-    fn exits(&self, code: i32) -> &str {
+    pub fn exits(&self, code: i32) -> &str {
         assert_eq!(
             self.code, code,
             "stdout: {}\nstderr: {}",
@@ -53,13 +53,13 @@ impl Ran {
 }
 
 /// The `bulkhead` binary with a config directory of its own, and environment variables.
-struct Cli {
+pub struct Cli {
     config: TempDir,
-    env: Vec<(&'static str, String)>,
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Cli {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             config: tempfile::tempdir().unwrap(),
             env: vec![],
@@ -67,7 +67,7 @@ impl Cli {
     }
 
     /// One that uses an API token from the environment (`BULKHEAD_TOKEN`, `BULKHEAD_URL`).
-    fn with_token(server: &str, token: &str) -> Self {
+    pub fn with_token(server: &str, token: &str) -> Self {
         let mut cli = Self::new();
         cli.env = vec![
             ("BULKHEAD_TOKEN", token.to_owned()),
@@ -76,16 +76,16 @@ impl Cli {
         cli
     }
 
-    fn credentials(&self) -> PathBuf {
+    pub fn credentials(&self) -> PathBuf {
         self.config.path().join("bulkhead/credentials.json")
     }
 
     /// Runs `bulkhead` with the arguments of `line`, split as a shell would.
-    async fn run(&self, line: &str) -> Ran {
+    pub async fn run(&self, line: &str) -> Ran {
         self.run_with_stdin(line, "").await
     }
 
-    async fn run_with_stdin(&self, line: &str, stdin: &str) -> Ran {
+    pub async fn run_with_stdin(&self, line: &str, stdin: &str) -> Ran {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_bulkhead"));
         command
             .args(shell_words::split(line).unwrap())
@@ -114,7 +114,7 @@ impl Cli {
     }
 
     /// Logs in as `email`, with [`PASSWORD`] on stdin.
-    async fn login(&self, s: &TestServer, email: &str) {
+    pub async fn login(&self, s: &TestServer, email: &str) {
         let line = format!("login --server {} --email {email} --password-stdin", s.base);
         self.run_with_stdin(&line, &format!("{PASSWORD}\n"))
             .await
@@ -126,7 +126,7 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
-fn stored(path: &Path) -> Value {
+pub fn stored(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 

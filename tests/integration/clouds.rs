@@ -37,7 +37,10 @@ async fn lifecycle_check(s: &TestServer, provider: &str, region: &str, artifact:
     assert_eq!(again.assert_status(201)["provider_id"], made["provider_id"]);
     let address = made["address"].as_str().expect("an address").to_owned();
     let started = Instant::now();
-    while reqwest::get(format!("http://{address}/")).await.is_err() {
+    while crate::support::get(format!("http://{address}/"))
+        .await
+        .is_err()
+    {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "{address} never answered"
@@ -82,7 +85,7 @@ async fn provider_point(
 }
 
 pub async fn fault_set(sim_url: &str, faults: FaultState) {
-    let status = reqwest::Client::new()
+    let status = crate::support::http()
         .put(format!("{sim_url}/_sim/faults"))
         .json(&faults)
         .send()
@@ -130,7 +133,7 @@ async fn breaker_opened_by(s: &TestServer, name: &str, signal: &str, evidence: &
 
 /// What the instance at `address` answers over HTTP.
 async fn instance_answer(address: &str) -> String {
-    reqwest::get(format!("http://{address}/"))
+    crate::support::get(format!("http://{address}/"))
         .await
         .expect("the instance answers")
         .text()

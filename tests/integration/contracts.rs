@@ -1,5 +1,7 @@
 //! The contracts: the committed OpenAPI document must equal what the code generates (and lists
-//! every problem code), and the plugin WIT package must not change without a new version.
+//! every problem code), the plugin WIT package must not change without a new version, and the
+//! lean binaries (the CLI, the edge agent, the host agent) must not grow a dependency on the
+//! server's machinery.
 
 #[test]
 fn problem_codes_are_one_documented_enum() {
@@ -257,4 +259,77 @@ async fn the_server_accepts_and_refuses_what_the_schema_says(s: crate::support::
     s.post("/v1/users", ADMIN_TOKEN, user(min - 1))
         .await
         .assert_problem(422, "invalid_request");
+}
+
+/// The packages `package` depends on to run (`cargo tree -e normal`, for this machine), by
+/// name.
+fn runtime_dependencies(package: &str) -> Vec<String> {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
+        .args([
+            "--manifest-path",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"),
+        ])
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_lean_binaries_have_no_server_machinery() {
+    let server_only = [
+        "bulkhead-api",
+        "wasmtime",
+        "cranelift-codegen",
+        "sea-orm",
+        "sqlx",
+        "sqlx-core",
+        "libsqlite3-sys",
+        "utoipa",
+        "progenitor",
+    ];
+    for package in ["bulkhead-cli", "bulkhead-edge", "bulkhead-agent"] {
+        let dependencies = runtime_dependencies(package);
+        assert!(dependencies.len() > 20, "{package}: {dependencies:?}");
+        let found: Vec<_> = server_only
+            .iter()
+            .filter(|name| dependencies.iter().any(|dep| dep == *name))
+            .collect();
+        assert!(found.is_empty(), "{package} depends on {found:?}");
+    }
+    // The CLI speaks to the server through the generated client, and TLS through rustls.
+    let cli = runtime_dependencies("bulkhead-cli");
+    for needed in ["bulkhead-client", "rustls", "rustls-platform-verifier"] {
+        assert!(
+            cli.iter().any(|dep| dep == needed),
+            "bulkhead-cli lacks {needed}"
+        );
+    }
+    // The edge agent shares the routing table with the server, and nothing else of it.
+    let edge = runtime_dependencies("bulkhead-edge");
+    assert!(edge.iter().any(|dep| dep == "bulkhead-routing"));
+    assert!(
+        !edge
+            .iter()
+            .any(|dep| dep == "bulkhead-client" || dep == "axum-server")
+    );
 }

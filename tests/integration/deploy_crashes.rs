@@ -91,7 +91,7 @@ impl Server {
             log: data_dir.with_extension("log"),
             child,
             base,
-            http: reqwest::Client::builder()
+            http: crate::support::http_builder()
                 .timeout(Duration::from_secs(30))
                 .build()
                 .unwrap(),

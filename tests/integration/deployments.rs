@@ -160,7 +160,7 @@ async fn live_instances(s: &TestServer, service: &str) -> Vec<Value> {
 }
 
 async fn answer(address: &str) -> String {
-    reqwest::get(format!("http://{address}/"))
+    crate::support::get(format!("http://{address}/"))
         .await
         .unwrap_or_else(|err| panic!("{address} does not answer: {err}"))
         .text()

@@ -13,9 +13,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use bulkhead::dev::caddy::{self, CaddyProcess};
-use bulkhead::edge::sync::Source;
-use bulkhead::edge::{EdgeSettings, RunningEdge};
-use bulkhead::routing::{RoutingTable, SignedSnapshot};
+use bulkhead_edge::sync::Source;
+use bulkhead_edge::{EdgeSettings, RunningEdge};
+use bulkhead_routing::{RoutingTable, SignedSnapshot};
 
 use crate::routing::{routing_token, table_fetch, table_wait};
 use crate::support::{Backend, TestServer, platform};
@@ -38,7 +38,7 @@ async fn caddy_start(dir: &Path) -> CaddyProcess {
 
 /// `GET /` of the domain through Caddy: status and body (or the error).
 async fn through_caddy(port: u16) -> Result<(u16, String), String> {
-    let response = reqwest::Client::new()
+    let response = crate::support::http()
         .get(format!("http://127.0.0.1:{port}/"))
         .header("host", DOMAIN)
         .timeout(Duration::from_secs(5))
@@ -88,6 +88,7 @@ fn edge_settings(
         sources,
         token: Some(token.to_owned()),
         trusted_keys: dir.join("trusted-keys.json"),
+        ca_file: None,
         state_dir: dir.join("edge-state"),
         caddy_admin: caddy.admin(),
         caddy_listen: format!("127.0.0.1:{http_port}"),
@@ -99,7 +100,7 @@ fn edge_settings(
 }
 
 async fn edge_health(edge: &RunningEdge) -> Value {
-    reqwest::get(format!("http://{}/healthz", edge.addr))
+    crate::support::get(format!("http://{}/healthz", edge.addr))
         .await
         .unwrap()
         .json()
@@ -160,7 +161,7 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
         Source::ControlPlane(dead),
         Source::ControlPlane(s.base.clone()),
     ];
-    let edge = bulkhead::edge::start(edge_settings(
+    let edge = bulkhead_edge::start(edge_settings(
         dir.path(),
         sources.clone(),
         &token,
@@ -207,7 +208,7 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
     }
     let (table, _) = table_fetch(&s, &token).await;
     let sick = &table.routes[0].upstreams[0];
-    reqwest::get(format!("http://{}/sicken", sick.address))
+    crate::support::get(format!("http://{}/sicken", sick.address))
         .await
         .unwrap();
     table_wait(&s, &token, "the sick one out", |t| t.upstream_count() == 2).await;
@@ -228,7 +229,7 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
 
     // The agent restarts during the outage: it loads its table from disk.
     edge.shutdown().await;
-    let edge = bulkhead::edge::start(edge_settings(
+    let edge = bulkhead_edge::start(edge_settings(
         dir.path(),
         sources,
         &token,
@@ -246,7 +247,7 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
     answers(http_port, "after Caddy restarted").await;
     let health = edge_health(&edge).await;
     assert_eq!(health["caddy_revision"], before_outage.revision, "{health}");
-    let metrics = reqwest::get(format!("http://{}/metrics", edge.addr))
+    let metrics = crate::support::get(format!("http://{}/metrics", edge.addr))
         .await
         .unwrap()
         .text()
@@ -274,7 +275,7 @@ async fn tampered_foreign_older_and_empty_snapshots_are_refused() {
     let operator = SigningKey::from_bytes(&[42; 32]);
     let mut keys = s.get("/v1/routing-table/keys", &token).await.body.clone();
     keys["keys"].as_array_mut().unwrap().push(json!({
-        "id": bulkhead::routing::key_id_of(&operator.verifying_key()),
+        "id": bulkhead_routing::key_id_of(&operator.verifying_key()),
         "public_key": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, operator.verifying_key().as_bytes()),
         "state": "active",
         "created_at": "2026-11-30T00:00:00Z",
@@ -285,7 +286,7 @@ async fn tampered_foreign_older_and_empty_snapshots_are_refused() {
     std::fs::write(&file, &document).unwrap();
     let caddy = caddy_start(dir.path()).await;
     let http_port = free_port();
-    let edge = bulkhead::edge::start(edge_settings(
+    let edge = bulkhead_edge::start(edge_settings(
         dir.path(),
         vec![Source::File(file.clone())],
         &token,
@@ -297,7 +298,7 @@ async fn tampered_foreign_older_and_empty_snapshots_are_refused() {
     let serving = answers(http_port, "from the file").await;
 
     let stranger = SigningKey::from_bytes(&[13; 32]);
-    let newer = |routes: Vec<bulkhead::routing::Route>| RoutingTable {
+    let newer = |routes: Vec<bulkhead_routing::Route>| RoutingTable {
         revision: current.revision + 10,
         generated_at: chrono::Utc::now(),
         drop_intended: false,
@@ -320,7 +321,7 @@ async fn tampered_foreign_older_and_empty_snapshots_are_refused() {
         (
             "would drop",
             SignedSnapshot::sign(
-                &newer(vec![bulkhead::routing::Route {
+                &newer(vec![bulkhead_routing::Route {
                     upstreams: vec![],
                     ..current.routes[0].clone()
                 }]),
@@ -356,4 +357,36 @@ async fn tampered_foreign_older_and_empty_snapshots_are_refused() {
     let on_disk = std::fs::read(dir.path().join("edge-state/snapshot.json")).unwrap();
     assert_eq!(on_disk, document);
     edge.shutdown().await;
+}
+
+/// An edge agent that syncs from `s` alone (verifying it with `ca_file`), with no Caddy to
+/// drive: for tests of how it reaches the control plane.
+pub async fn edge_over(
+    s: &TestServer,
+    dir: &Path,
+    ca_file: Option<std::path::PathBuf>,
+) -> RunningEdge {
+    let token = routing_token(s).await;
+    let keys = s.get("/v1/routing-table/keys", &token).await;
+    std::fs::write(
+        dir.join("trusted-keys.json"),
+        keys.assert_status(200).to_string(),
+    )
+    .unwrap();
+    let settings = EdgeSettings {
+        id: "edge-tls".into(),
+        sources: vec![Source::ControlPlane(s.base.clone())],
+        token: Some(token),
+        trusted_keys: dir.join("trusted-keys.json"),
+        ca_file,
+        state_dir: dir.join("edge-state"),
+        // Nothing listens there: the edge keeps trying, which does not stop its sync.
+        caddy_admin: format!("http://127.0.0.1:{}", free_port()),
+        caddy_listen: format!("127.0.0.1:{}", free_port()),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_drop: 0.5,
+        poll_interval: Duration::from_millis(200),
+        stale_after: Duration::from_secs(300),
+    };
+    bulkhead_edge::start(settings).await.unwrap()
 }

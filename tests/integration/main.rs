@@ -30,3 +30,4 @@ mod rust_client;
 mod secrets;
 mod security;
 mod terms;
+mod tls;

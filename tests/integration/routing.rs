@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use bulkhead::routing::{RoutingTable, SignedSnapshot, TrustedKeys};
+use bulkhead_routing::{RoutingTable, SignedSnapshot, TrustedKeys};
 use bulkhead_simulators::faults::FaultState;
 
 use crate::clouds::fault_set;
@@ -235,7 +235,7 @@ async fn a_signed_table_follows_domains_and_healthy_instances(s: TestServer) {
         );
         assert_eq!(upstream.provider, "aws");
         assert_eq!(upstream.weight, 1);
-        reqwest::get(format!("http://{}/", upstream.address))
+        crate::support::get(format!("http://{}/", upstream.address))
             .await
             .expect("the upstream answers");
     }

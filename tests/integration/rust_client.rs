@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use bulkhead_client::{Client, Error, Observer, ResponseValue, types};
+use bulkhead_client::{Client, ClientOptions, Error, Observer, ResponseValue, types};
 use futures::StreamExt;
 
 use crate::support::{ADMIN_TOKEN, PASSWORD, TestServer, eventually, platform, plugin_bytes};
@@ -27,7 +27,15 @@ impl Reached {
     }
 
     fn client(&self, s: &TestServer, token: &str) -> Client {
-        Client::with_token_observed(&s.base, token, self.observer()).unwrap()
+        Client::with_options(
+            &s.base,
+            ClientOptions {
+                token: Some(token.to_owned()),
+                observer: self.observer(),
+                ..ClientOptions::default()
+            },
+        )
+        .unwrap()
     }
 }
 

@@ -469,7 +469,7 @@ async fn credentials_are_not_cached(s: TestServer) {
 
 /// A client sending logins from one address, for `email` (wrong password).
 async fn login_from(s: &TestServer, from: IpAddr, email: &str) -> Reply {
-    let client = reqwest::Client::builder()
+    let client = crate::support::http_builder()
         .local_address(from)
         .timeout(Duration::from_secs(30))
         .build()
@@ -513,7 +513,7 @@ async fn logins_are_limited_per_address_and_per_account() {
     login_from(&s, "127.0.1.9".parse().unwrap(), "target@example.com")
         .await
         .assert_problem(429, "too_many_attempts");
-    let right = reqwest::Client::builder()
+    let right = crate::support::http_builder()
         .local_address("127.0.1.10".parse::<IpAddr>().unwrap())
         .build()
         .unwrap()

@@ -124,6 +124,8 @@ async fn stale_databases_drop(admin: &sea_orm::DatabaseConnection) {
 pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
     Settings {
         listen: "127.0.0.1:0".parse().unwrap(),
+        tls: None,
+        trusted_proxies: Vec::new(),
         data_dir: data_dir.to_owned(),
         database_url: database_url.to_owned(),
         cors_origins: vec!["https://dashboard.example.com".into()],
@@ -231,18 +233,28 @@ impl TestServer {
         let server = bulkhead::server::start(settings)
             .await
             .expect("server starts");
-        let http = reqwest::Client::builder()
+        let http = http_builder()
             .timeout(Duration::from_secs(60))
             .build()
             .unwrap();
         Self {
-            base: format!("http://{}", server.addr),
+            base: server.url(),
             http,
             database_url,
             backend,
             server: Some(server),
             dir,
         }
+    }
+
+    /// This server, its client trusting the CA certificates of `ca_file` (a TLS server).
+    pub fn with_ca(mut self, ca_file: &Path) -> Self {
+        self.http = bulkhead_common::tls::http_client_builder(Some(ca_file))
+            .unwrap()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        self
     }
 
     /// Stops the server gracefully and starts a new one on the same database.
@@ -498,4 +510,22 @@ pub async fn healthy_probe(s: &TestServer, name: &str) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A plain HTTP client for tests (reqwest's TLS is configured by bulkhead-common in this build,
+/// so its crypto provider must be installed before a client is built).
+pub fn http() -> reqwest::Client {
+    http_builder().build().expect("a client builds")
+}
+
+/// [`http`]'s builder, for tests that set more.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    bulkhead_common::tls::crypto_provider_install();
+    reqwest::Client::builder()
+}
+
+/// `GET url` with [`http`] (as `reqwest::get`, which would build a client without the crypto
+/// provider installed).
+pub async fn get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
+    http().get(url).send().await
 }

@@ -221,3 +221,16 @@ impl Api {
         panic!("the stream ended before the deployment was healthy: {seen}");
     }
 }
+
+/// A plain HTTP client (reqwest's TLS is configured by bulkhead-common, so its crypto provider
+/// must be installed before a client is built).
+#[allow(dead_code)]
+pub fn http() -> reqwest::Client {
+    http_builder().build().expect("a client builds")
+}
+
+#[allow(dead_code)]
+pub fn http_builder() -> reqwest::ClientBuilder {
+    bulkhead_common::tls::crypto_provider_install();
+    reqwest::Client::builder()
+}

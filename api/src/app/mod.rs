@@ -117,18 +117,6 @@ pub fn text_validate(field: &str, value: &str, max: usize) -> ApiResult<String> 
 
 /// Checks a DNS-label-style name: lowercase letters, digits and `-`, 1..=63, starting with a letter.
 pub fn slug_validate(field: &str, value: &str) -> ApiResult<String> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value.starts_with(|c: char| c.is_ascii_lowercase())
-        && !value.ends_with('-')
-        && value
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if ok {
-        Ok(value.to_owned())
-    } else {
-        Err(ApiError::invalid(format!(
-            "`{field}` must be 1 to 63 lowercase letters, digits or '-', start with a letter and not end with '-'"
-        )))
-    }
+    bulkhead_common::names::slug_validate(field, value).map_err(ApiError::invalid)?;
+    Ok(value.to_owned())
 }

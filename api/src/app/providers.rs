@@ -271,6 +271,10 @@ fn settings_validate(
                     "`{field}` keys are 1 to 64 letters, digits, `_`, `-` or `.`"
                 )));
             }
+            if field == "config" && key == crate::plugins::tls_pins::TLS_PINS_KEY {
+                crate::plugins::tls_pins::pins_parse(value)
+                    .map_err(|err| ApiError::invalid(format!("`config.{key}`: {err}")))?;
+            }
             // A stored secret is sealed (longer than its value, which was checked when set).
             if value.len() > 16 * 1024 && !SecretBox::is_sealed(value) {
                 return Err(ApiError::invalid(format!(

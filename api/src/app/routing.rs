@@ -36,7 +36,7 @@ use utoipa::ToSchema;
 use super::App;
 use crate::entity::{domain, instance, routing_revision};
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::routing::{
+use bulkhead_routing::{
     Route, RouteChange, RoutingTable, SignedSnapshot, Upstream, changes_between, sha256_hex,
     snapshot_etag,
 };

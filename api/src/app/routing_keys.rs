@@ -22,7 +22,7 @@ use super::audit::{AuditEntry, audit_record};
 use crate::authz::{OpContext, Principal};
 use crate::entity::routing_key;
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::routing::{PublishedKey, PublishedKeys, key_id_of};
+use bulkhead_routing::{PublishedKey, PublishedKeys, key_id_of};
 
 /// The active key, opened.
 pub struct RoutingSigner {

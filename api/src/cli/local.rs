@@ -2,10 +2,10 @@
 //! the cloud simulators, all configured to use each other, and prints how to try it; `hello` is
 //! the tiny demo workload. For a developer's machine, never the production shape.
 
-use bulkhead::config::{ServeArgs, Settings};
+use bulkhead::config::{LogFormat, ServeArgs, Settings};
 use bulkhead::dev::DevPlatform;
 
-use super::process::{logging_init, shutdown_signal};
+use bulkhead_common::process::{logging_init, shutdown_signal};
 
 #[derive(clap::Args)]
 pub struct DevArgs {
@@ -24,7 +24,7 @@ pub struct HelloArgs {
 pub async fn dev(DevArgs { mut serve }: DevArgs) -> anyhow::Result<()> {
     serve.data_dir.get_or_insert_with(|| "data/dev".into());
     let settings = Settings::resolve(serve)?;
-    logging_init(settings.log_format);
+    logging_init(settings.log_format == LogFormat::Json);
     let stop = shutdown_signal()?;
     std::fs::create_dir_all(&settings.data_dir)?;
     let platform = DevPlatform::start(&settings.data_dir).await?;

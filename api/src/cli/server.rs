@@ -4,9 +4,9 @@
 
 use clap::Subcommand;
 
-use bulkhead::config::{ServeArgs, Settings};
+use bulkhead::config::{LogFormat, ServeArgs, Settings};
 
-use super::process::{logging_init, shutdown_signal};
+use bulkhead_common::process::{logging_init, shutdown_signal};
 
 #[derive(Subcommand)]
 pub enum SecretsAction {
@@ -39,10 +39,10 @@ pub enum MigrateAction {
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
-    logging_init(settings.log_format);
+    logging_init(settings.log_format == LogFormat::Json);
     let stop = shutdown_signal()?;
     let server = bulkhead::server::start(settings).await?;
-    println!("bulkhead listening on http://{}", server.addr);
+    println!("bulkhead listening on {}", server.url());
     tracing::info!(addr = %server.addr, "listening");
     stop.await;
     tracing::info!("shutting down: finishing in-flight requests");
@@ -52,7 +52,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 pub async fn migrate(args: ServeArgs, action: MigrateAction) -> anyhow::Result<()> {
     use bulkhead_migrations::{Migrator, MigratorTrait};
     let settings = Settings::resolve(args)?;
-    logging_init(settings.log_format);
+    logging_init(settings.log_format == LogFormat::Json);
     let db = bulkhead::db::connect_for_migrations(&settings.database_url).await?;
     match action {
         MigrateAction::Up => Migrator::up(&db, None).await?,
@@ -69,7 +69,7 @@ pub async fn migrate(args: ServeArgs, action: MigrateAction) -> anyhow::Result<(
 pub async fn secrets(args: ServeArgs, action: SecretsAction) -> anyhow::Result<()> {
     let SecretsAction::RotateKey { new_key_file } = action;
     let settings = Settings::resolve(args)?;
-    logging_init(settings.log_format);
+    logging_init(settings.log_format == LogFormat::Json);
     let report =
         bulkhead::secrets::master_key_rotate_command(&settings, new_key_file.as_deref()).await?;
     println!("{report}");

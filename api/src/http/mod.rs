@@ -6,6 +6,7 @@
 
 mod audit;
 mod auth;
+pub mod client_addr;
 mod deploy_pipeline;
 mod deployments;
 mod domains;
@@ -27,6 +28,8 @@ mod terms;
 mod tokens;
 mod users;
 
+use std::sync::Arc;
+
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -47,8 +50,6 @@ use utoipa::openapi::{ContentBuilder, OpenApi as OpenApiDoc, PathItem, RefOr, Re
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
-
-pub use ops::metrics_handle;
 
 use crate::app::pagination::Page;
 use crate::app::{App, etag_for};
@@ -442,6 +443,12 @@ pub fn router(app: App) -> Router {
                 header::AUTHORIZATION,
                 header::COOKIE,
             ]))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::new(client_addr::TrustedProxies(
+                    settings.trusted_proxies.clone(),
+                )),
+                client_addr::client_addr_resolve,
+            ))
             .layer(axum::middleware::from_fn(middleware::request_id_sanitize))
             .layer(SetRequestIdLayer::new(
                 middleware::REQUEST_ID,
@@ -455,11 +462,16 @@ pub fn router(app: App) -> Router {
                             .headers()
                             .get(middleware::REQUEST_ID)
                             .and_then(|v| v.to_str().ok());
+                        let client = request
+                            .extensions()
+                            .get::<client_addr::ClientAddr>()
+                            .map(|client| client.0.to_string());
                         tracing::info_span!(
                             "request",
                             method = %request.method(),
                             path = %request.uri().path(),
                             request_id = request_id.unwrap_or_default(),
+                            client = client.unwrap_or_default(),
                         )
                     })
                     .on_response(

@@ -1,13 +1,10 @@
 //! Operations endpoints: `/healthz` (alive), `/readyz` (database reachable and migrations
 //! current) and `/metrics` (Prometheus text format).
 
-use std::sync::OnceLock;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -28,24 +25,6 @@ pub fn router() -> OpenApiRouter<App> {
 pub struct Health {
     /// `ok` or `ready`.
     pub status: String,
-}
-
-/// The process-wide Prometheus recorder, installed on first use.
-pub fn metrics_handle() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let buckets = [
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-        ];
-        PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full("http_request_duration_seconds".into()),
-                &buckets,
-            )
-            .expect("buckets are not empty")
-            .install_recorder()
-            .expect("no other metrics recorder is installed")
-    })
 }
 
 /// Liveness: the process answers.
@@ -88,6 +67,6 @@ async fn metrics_render(State(app): State<App>) -> Response {
     let (open, idle) = crate::db::pool_stats(&app.db);
     metrics::gauge!("db_pool_connections").set(open as f64);
     metrics::gauge!("db_pool_idle_connections").set(idle as f64);
-    let body = metrics_handle().render();
+    let body = bulkhead_common::metrics::prometheus_handle().render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }

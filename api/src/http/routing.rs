@@ -16,8 +16,8 @@ use crate::app::App;
 use crate::app::routing::{Prepared, RoutingChanges};
 use crate::authz::OpContext;
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::routing::caddy::{CaddyOptions, config as caddy_config};
-use crate::routing::{PublishedKey, PublishedKeys};
+use bulkhead_routing::caddy::{CaddyOptions, config as caddy_config};
+use bulkhead_routing::{PublishedKey, PublishedKeys};
 
 /// The header naming the revision of the table in a response.
 pub const REVISION_HEADER: &str = "bulkhead-routing-revision";
@@ -79,7 +79,7 @@ pub struct ChangesParams {
         ("If-None-Match" = Option<String>, Header, description = "304 when it matches the current ETag")),
     responses(
         (status = 200, description = "The signed snapshot, or a Caddy configuration", content(
-            (crate::routing::SignedSnapshotDoc = "application/json"),
+            (bulkhead_routing::SignedSnapshotDoc = "application/json"),
         ), headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
         (status = 304, description = "Not modified"),
         (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),

@@ -37,7 +37,7 @@ impl CodeCache {
     /// A cache in `dir`, created 0700 if missing (an existing one is made 0700: its entries
     /// are trusted as code).
     pub fn new(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
-        crate::db::private_dir_create(dir)?;
+        bulkhead_common::files::private_dir_create(dir)?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

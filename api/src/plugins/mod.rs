@@ -20,6 +20,7 @@ mod outbound;
 pub mod provider_cache;
 pub mod registry;
 mod sandbox;
+pub mod tls_pins;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

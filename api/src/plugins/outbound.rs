@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
@@ -225,6 +225,8 @@ pub(super) struct OutboundPolicy {
     pub allowlist: Arc<Allowlist>,
     /// Largest response body the plugin may read.
     pub response_bytes: u64,
+    /// How its TLS servers are verified (`super::tls_pins`).
+    pub tls: Arc<rustls::ClientConfig>,
 }
 
 /// Where a checked request goes: the address to connect to, and the name to verify TLS
@@ -232,7 +234,8 @@ pub(super) struct OutboundPolicy {
 struct Destination {
     address: SocketAddr,
     server_name: String,
-    tls: bool,
+    /// `None` for plain HTTP.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl OutboundPolicy {
@@ -314,6 +317,7 @@ impl WasiHttpHooks for OutboundPolicy {
             provider: self.provider.clone(),
             allowlist: self.allowlist.clone(),
             response_bytes: self.response_bytes,
+            tls: self.tls.clone(),
         };
         Box::new(async move {
             let (host, port, tls) = checked?;
@@ -326,7 +330,7 @@ impl WasiHttpHooks for OutboundPolicy {
                     .trim_start_matches('[')
                     .trim_end_matches(']')
                     .to_owned(),
-                tls,
+                tls: tls.then(|| policy.tls.clone()),
             };
             let (response, io) = send_to(destination, request, options).await?;
             let cap = policy.response_bytes;
@@ -341,27 +345,6 @@ impl WasiHttpHooks for OutboundPolicy {
             Ok((response, io))
         })
     }
-}
-
-/// The TLS settings of outbound requests: the web's root certificates, no client auth.
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let roots = rustls::RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.into(),
-            };
-            Arc::new(
-                rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default TLS versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-            )
-        })
-        .clone()
 }
 
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
@@ -384,9 +367,9 @@ async fn send_to(
     .await
     .map_err(|_| HttpError::ConnectionTimeout)?
     .map_err(HttpError::Connect)?;
-    let stream: Box<dyn Stream> = if destination.tls {
+    let stream: Box<dyn Stream> = if let Some(config) = destination.tls {
         let name = rustls::pki_types::ServerName::try_from(destination.server_name)?;
-        let tls = tokio_rustls::TlsConnector::from(tls_config())
+        let tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
             .await
             .map_err(HttpError::Tls)?;
@@ -520,6 +503,7 @@ mod tests {
             provider: "test".into(),
             allowlist: Arc::new(Allowlist::parse(&["127.0.0.1:9000"]).unwrap()),
             response_bytes: 1024,
+            tls: super::super::tls_pins::client_config(&BTreeMap::new()),
         };
         let uri = |text: &str| text.parse::<http::Uri>().unwrap();
         assert_eq!(

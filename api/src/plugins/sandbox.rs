@@ -40,6 +40,7 @@ impl PluginState {
                 provider: env.provider.clone(),
                 allowlist: env.allowlist.clone(),
                 response_bytes: limits.http_response_bytes,
+                tls: super::tls_pins::client_config(&env.config),
             },
             env: env.clone(),
             wasi,

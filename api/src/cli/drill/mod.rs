@@ -85,7 +85,7 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
     // The components in this process log only when asked to (RUST_LOG): the timeline is the
     // drill's own output.
     if std::env::var_os("RUST_LOG").is_some() {
-        super::process::logging_init(bulkhead::config::LogFormat::Text);
+        bulkhead_common::process::logging_init(false);
     }
     bulkhead::dev::caddy::caddy_check(&args.caddy)?;
     let started_at = chrono::Utc::now();

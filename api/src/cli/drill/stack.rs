@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bulkhead::dev::caddy::{CaddyProcess, free_port};
-use bulkhead::edge::sync::Source;
-use bulkhead::edge::{EdgeSettings, RunningEdge};
+use bulkhead_edge::sync::Source;
+use bulkhead_edge::{EdgeSettings, RunningEdge};
 
 /// How often the control plane probes each provider: the breaker's reaction time.
 pub const PROBE_INTERVAL_MS: u64 = 500;
@@ -171,6 +171,7 @@ impl Edge {
             sources: vec![Source::ControlPlane(control_plane.to_owned())],
             token: Some(token.to_owned()),
             trusted_keys: dir.join("trusted-keys.json"),
+            ca_file: None,
             state_dir: dir.join("edge-state"),
             caddy_admin: caddy.admin(),
             caddy_listen: format!("127.0.0.1:{http_port}"),
@@ -179,7 +180,7 @@ impl Edge {
             poll_interval: Duration::from_millis(200),
             stale_after: Duration::from_secs(300),
         };
-        let agent = bulkhead::edge::start(settings.clone()).await?;
+        let agent = bulkhead_edge::start(settings.clone()).await?;
         Ok(Self {
             _caddy: caddy,
             agent: Some(agent),
@@ -194,7 +195,7 @@ impl Edge {
         if let Some(agent) = self.agent.take() {
             agent.shutdown().await;
         }
-        self.agent = Some(bulkhead::edge::start(self.settings.clone()).await?);
+        self.agent = Some(bulkhead_edge::start(self.settings.clone()).await?);
         self.revision().await
     }
 

@@ -45,11 +45,27 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
         .server
         .clone()
         .unwrap_or_else(|| DEFAULT_SERVER.to_owned());
+    // Stored as an absolute path: later commands may run from another directory.
+    let ca_file = match &args.global.ca_file {
+        Some(path) => Some(std::path::absolute(path)?),
+        None => None,
+    };
     let auth = if args.token_stdin {
         let token = stdin_line("API token")?;
-        let client =
-            bulkhead_client::Client::with_token_observed(&server, &token, args.global.observer())
-                .or_else(|_| fail(Exit::InvalidInput, "that is not a token"))?;
+        let client = bulkhead_client::Client::with_options(
+            &server,
+            bulkhead_client::ClientOptions {
+                token: Some(token.clone()),
+                ca_file: ca_file.clone(),
+                observer: args.global.observer(),
+            },
+        )
+        .or_else(|err| match err.to_string() {
+            reason if reason.contains("header value") => {
+                fail(Exit::InvalidInput, "that is not a token")
+            }
+            reason => fail(Exit::Usage, reason),
+        })?;
         client
             .me_view()
             .send()
@@ -74,7 +90,7 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
         };
         let session = args
             .global
-            .anonymous(&server)
+            .anonymous(&server, ca_file.clone())?
             .session_login()
             .body_map(|b| b.email(email).password(password))
             .send()
@@ -88,6 +104,7 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
     };
     let path = credentials_save(&Credentials {
         server: server.clone(),
+        ca_file,
         auth,
     })?;
     done(format!(
@@ -104,9 +121,10 @@ pub async fn logout(args: LogoutArgs) -> anyhow::Result<()> {
     };
     if let Auth::Session { refresh_token, .. } = &credentials.auth {
         let server = credentials.server_for(args.global.server.as_deref())?;
+        let ca_file = args.global.ca_file.clone().or(credentials.ca_file.clone());
         let ended = args
             .global
-            .anonymous(&server)
+            .anonymous(&server, ca_file)?
             .session_logout()
             .body_map(|b| b.refresh_token(refresh_token.clone()))
             .send()

@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use tokio::sync::watch;
 
 use super::{Applied, Edge, guard, status, store};
-use crate::routing::{SignedSnapshot, SnapshotError, TrustedKeys, snapshot_etag};
+use bulkhead_routing::{SignedSnapshot, SnapshotError, TrustedKeys, snapshot_etag};
 
 /// The largest snapshot document read from a mirror, a file or a control plane's answer (a
 /// 10,000-route table is about 4 MiB).
@@ -43,17 +43,16 @@ impl Source {
         let url = |text: &String| -> anyhow::Result<String> {
             let trimmed = text.trim().trim_end_matches('/');
             anyhow::ensure!(
-                !trimmed.starts_with("https://"),
-                "`{text}`: the edge agent speaks plain HTTP for now (snapshots are signed, so a \
-                 source cannot forge routes; the token is sent in clear): reach the control plane \
-                 through a local TLS-terminating proxy or a private network"
-            );
-            anyhow::ensure!(
-                trimmed.starts_with("http://"),
-                "`{text}` is not an http:// URL"
+                trimmed.starts_with("https://") || trimmed.starts_with("http://"),
+                "`{text}` is not an https:// (or http://) URL"
             );
             Ok(trimmed.to_owned())
         };
+        for control_plane in control_planes {
+            // The token goes there: never in clear across a network. A mirror may be plain
+            // HTTP anywhere: it gets no token, and cannot forge a signed snapshot.
+            bulkhead_common::tls::cleartext_refuse("--control-plane", control_plane.trim())?;
+        }
         let mut sources = Vec::new();
         for control_plane in control_planes {
             sources.push(Source::ControlPlane(url(control_plane)?));
@@ -298,7 +297,7 @@ pub fn offer(edge: &Edge, source: &Source, document: &[u8]) {
 
 /// Verifies `document`, re-reading the trusted keys once if it names a key not yet trusted
 /// (a rotation the operator has since told this edge about).
-fn verify(edge: &Edge, document: &[u8]) -> Result<crate::routing::RoutingTable, SnapshotError> {
+fn verify(edge: &Edge, document: &[u8]) -> Result<bulkhead_routing::RoutingTable, SnapshotError> {
     let trusted = edge.trusted.lock().expect("not poisoned").clone();
     match SignedSnapshot::verify(document, &trusted) {
         Err(SnapshotError::UnknownKey(_)) => {

@@ -4,9 +4,10 @@
 //! operation of the generated client, refreshes an expired session once, and turns a refusal
 //! into a [`Failure`] with its exit status. It never prints a token.
 
+use std::path::PathBuf;
 use std::sync::Mutex;
 
-use bulkhead_client::{Client, Error, Observer, ResponseValue, types};
+use bulkhead_client::{Client, ClientOptions, Error, Observer, ResponseValue, types};
 
 use super::credentials::{Auth, Credentials, credentials_load, credentials_save};
 use super::exit::{Exit, Failure, fail};
@@ -28,6 +29,10 @@ pub struct GlobalArgs {
     /// Print each operation sent and its answer's status to stderr.
     #[arg(long, global = true)]
     pub verbose: bool,
+    /// A PEM file of the CA certificates to verify the server with (a private CA), instead of
+    /// the platform's roots [default: BULKHEAD_CA_FILE, else the one given at login].
+    #[arg(long = "ca-file", env = "BULKHEAD_CA_FILE", global = true)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl GlobalArgs {
@@ -42,9 +47,9 @@ impl GlobalArgs {
         })
     }
 
-    /// A client without a credential (to log in).
-    pub fn anonymous(&self, server: &str) -> Client {
-        Client::new(server, self.observer())
+    /// A client without a credential (to log in), verifying the server with `ca_file`.
+    pub fn anonymous(&self, server: &str, ca_file: Option<PathBuf>) -> anyhow::Result<Client> {
+        client_make(self, server, None, ca_file)
     }
 }
 
@@ -52,6 +57,8 @@ impl GlobalArgs {
 pub struct Connection {
     pub args: GlobalArgs,
     server: String,
+    /// The CA file the server is verified with: `--ca-file`, else the one stored at login.
+    ca_file: Option<PathBuf>,
     auth: Mutex<Auth>,
     /// Whether refreshed tokens go back to the credentials file (not for `BULKHEAD_TOKEN`).
     stored: bool,
@@ -69,6 +76,7 @@ impl Connection {
             Some(token) => (
                 Credentials {
                     server: DEFAULT_SERVER.into(),
+                    ca_file: None,
                     auth: Auth::ApiToken { token },
                 },
                 false,
@@ -90,10 +98,12 @@ impl Connection {
         } else {
             args.server.clone().unwrap_or(credentials.server)
         };
-        let client = client_for(args, &server, &credentials.auth)?;
+        let ca_file = args.ca_file.clone().or(credentials.ca_file);
+        let client = client_make(args, &server, Some(&credentials.auth), ca_file.clone())?;
         Ok(Self {
             args: args.clone(),
             server,
+            ca_file,
             auth: Mutex::new(credentials.auth),
             stored,
             client: Mutex::new(client),
@@ -134,7 +144,7 @@ impl Connection {
         };
         let renewed = self
             .args
-            .anonymous(&self.server)
+            .anonymous(&self.server, self.ca_file.clone())?
             .session_refresh()
             .body_map(|b| b.refresh_token(refresh_token))
             .send()
@@ -152,10 +162,12 @@ impl Connection {
             access_token: renewed.access_token,
             refresh_token: renewed.refresh_token,
         };
-        *self.client.lock().expect("not poisoned") = client_for(&self.args, &self.server, &auth)?;
+        *self.client.lock().expect("not poisoned") =
+            client_make(&self.args, &self.server, Some(&auth), self.ca_file.clone())?;
         if self.stored {
             credentials_save(&Credentials {
                 server: self.server.clone(),
+                ca_file: self.ca_file.clone(),
                 auth: auth.clone(),
             })?;
         }
@@ -164,13 +176,29 @@ impl Connection {
     }
 }
 
-fn client_for(args: &GlobalArgs, server: &str, auth: &Auth) -> anyhow::Result<Client> {
-    Client::with_token_observed(server, auth.bearer(), args.observer()).map_err(|_| {
-        Failure::new(
+/// A client of `server`, with `auth`'s token if any. A plain-HTTP server that is not loopback,
+/// an unreadable CA file or a token that cannot be a header are refused before anything is
+/// sent.
+fn client_make(
+    args: &GlobalArgs,
+    server: &str,
+    auth: Option<&Auth>,
+    ca_file: Option<PathBuf>,
+) -> anyhow::Result<Client> {
+    if let Err(err) = bulkhead_common::tls::cleartext_refuse("the server", server) {
+        return fail(Exit::Usage, format!("{err:#}"));
+    }
+    let options = ClientOptions {
+        token: auth.map(|auth| auth.bearer().to_owned()),
+        ca_file,
+        observer: args.observer(),
+    };
+    Client::with_options(server, options).or_else(|err| match auth {
+        Some(_) if err.to_string().contains("header value") => fail(
             Exit::NotLoggedIn,
             "the stored token is not a valid header value: run `bulkhead login`",
-        )
-        .into()
+        ),
+        _ => fail(Exit::Usage, err.to_string()),
     })
 }
 

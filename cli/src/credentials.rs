@@ -16,8 +16,12 @@ use super::exit::{Exit, fail};
 /// What `bulkhead login` stores.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Credentials {
-    /// The server's base URL, e.g. `http://127.0.0.1:8080`.
+    /// The server's base URL, e.g. `https://bulkhead.example.com`.
     pub server: String,
+    /// The CA file the server was verified with at login (`--ca-file`), used again unless a
+    /// command gives another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     #[serde(flatten)]
     pub auth: Auth,
 }

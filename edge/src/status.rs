@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::Edge;
 use super::sync::Source;
-use crate::routing::RoutingTable;
+use bulkhead_routing::RoutingTable;
 
 /// Time between reports to the control plane when nothing changes.
 pub const REPORT_EVERY: Duration = Duration::from_secs(10);
@@ -103,7 +103,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     mut stop: watch::Receiver<bool>,
 ) {
-    let metrics = crate::http::metrics_handle();
+    let metrics = bulkhead_common::metrics::prometheus_handle();
     let router = axum::Router::new()
         .route("/healthz", axum::routing::get(healthz))
         .route(

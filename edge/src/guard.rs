@@ -4,7 +4,7 @@
 //! A control plane that lost its database, or whose health checks were cut off from the
 //! workloads, must not empty the edges.
 
-use crate::routing::RoutingTable;
+use bulkhead_routing::RoutingTable;
 
 /// Why a verified snapshot is not applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::{Route, Upstream};
+    use bulkhead_routing::{Route, Upstream};
 
     fn table(revision: i64, routes: usize, upstreams: usize) -> RoutingTable {
         RoutingTable {

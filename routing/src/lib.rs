@@ -1,8 +1,8 @@
 //! Routing tables as they travel: the table (domains to healthy upstreams), the signed
 //! snapshot that carries it to edges, the changes between two revisions, and the Caddy
-//! configuration a table becomes. Shared by the control plane, which builds and signs tables
-//! ([`crate::app::routing`]), and the edge agent, which verifies and applies them
-//! ([`crate::edge`]).
+//! configuration a table becomes ([`caddy`]). Shared by the control plane, which builds and
+//! signs tables, and the edge agent (`bulkhead-edge`), which verifies and applies them; so it
+//! depends on neither.
 //!
 //! A signed snapshot is one JSON object, the same over HTTP, on an edge's disk, on a mirror or
 //! in a file:
@@ -25,14 +25,14 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// The `format` of a signed snapshot.
 pub const SNAPSHOT_FORMAT: &str = "bulkhead.routing-table.v1";
 
 /// Where a domain's requests go: one healthy instance of its service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Upstream {
     /// `host:port` where the instance answers.
     pub address: String,
@@ -40,13 +40,14 @@ pub struct Upstream {
     pub region: String,
     pub instance_key: String,
     /// Relative share of the domain's requests.
-    #[schema(minimum = 1)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub weight: u32,
 }
 
 /// A domain and the healthy instances of its service. A route with no upstreams is kept (its
 /// domain still belongs to the service); a proxy answers 503 for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Route {
     pub domain: String,
     pub project_id: Uuid,
@@ -55,10 +56,11 @@ pub struct Route {
 }
 
 /// One revision of the routing table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RoutingTable {
     /// Monotonic: a newer table has a higher revision.
-    #[schema(minimum = 1)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub revision: i64,
     pub generated_at: DateTime<Utc>,
     /// Whether every route and upstream this revision dropped was taken away on purpose
@@ -77,7 +79,8 @@ impl RoutingTable {
 }
 
 /// One change of the table from one revision to the next.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum RouteChange {
     /// The domain's route is now this (new, or its upstreams changed).
@@ -141,7 +144,8 @@ pub struct SignedSnapshot {
 
 /// The signed snapshot document as the OpenAPI document describes it (readers must verify
 /// the signature over the exact bytes of `table`, not over a re-serialization).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignedSnapshotDoc {
     /// `bulkhead.routing-table.v1`.
     pub format: String,
@@ -215,7 +219,8 @@ impl SignedSnapshot {
 }
 
 /// A published public key of the routing tables.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PublishedKey {
     /// The first 16 hex digits of the SHA-256 of the public key.
     pub id: String,
@@ -230,7 +235,8 @@ pub struct PublishedKey {
 }
 
 /// The keys document: `GET /v1/routing-table/keys`, and what an edge is told to trust.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PublishedKeys {
     pub keys: Vec<PublishedKey>,
 }

@@ -1,5 +1,7 @@
-//! `bulkhead edge`: the agent next to a proxy (Caddy) on each edge machine, which keeps the
-//! proxy routing whatever happens to the control plane.
+//! The edge agent (`bulkhead-edge`, also `bulkhead edge`): the agent next to a proxy (Caddy) on
+//! each edge machine, which keeps the proxy routing whatever happens to the control plane. A
+//! crate of its own, with no server code in it: what it shares with the control plane is the
+//! routing table (`bulkhead-routing`).
 //!
 //! - At start it loads its last-known-good snapshot from disk ([`store`]) and applies it
 //!   before contacting anyone.
@@ -27,9 +29,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::routing::{RoutingTable, TrustedKeys};
+use bulkhead_routing::{RoutingTable, TrustedKeys};
 
-/// `bulkhead edge` flags.
+/// The edge agent's flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EdgeArgs {
     /// This edge's id, as the control plane lists it (lowercase letters, digits, '-').
@@ -57,6 +59,10 @@ pub struct EdgeArgs {
     /// snapshot names a key it lacks.
     #[arg(long, env = "BULKHEAD_EDGE_TRUSTED_KEYS")]
     pub trusted_keys: PathBuf,
+    /// A PEM file of the CA certificates that sign the control planes' and mirrors'
+    /// certificates (a private CA), trusted instead of the platform's roots.
+    #[arg(long = "ca-file", env = "BULKHEAD_EDGE_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     /// Where the last-known-good snapshot is kept.
     #[arg(long, env = "BULKHEAD_EDGE_STATE_DIR", default_value = "data/edge")]
     pub state_dir: PathBuf,
@@ -93,6 +99,7 @@ pub struct EdgeSettings {
     pub sources: Vec<sync::Source>,
     pub token: Option<String>,
     pub trusted_keys: PathBuf,
+    pub ca_file: Option<PathBuf>,
     pub state_dir: PathBuf,
     pub caddy_admin: String,
     pub caddy_listen: String,
@@ -104,8 +111,8 @@ pub struct EdgeSettings {
 
 impl EdgeSettings {
     pub fn resolve(args: EdgeArgs) -> anyhow::Result<Self> {
-        crate::app::slug_validate("id", &args.id)
-            .map_err(|err| anyhow::anyhow!("--id: {}", err.detail))?;
+        bulkhead_common::names::slug_validate("id", &args.id)
+            .map_err(|err| anyhow::anyhow!("--id: {err}"))?;
         anyhow::ensure!(
             (0.0..=1.0).contains(&args.max_drop),
             "--max-drop must be between 0 and 1"
@@ -113,7 +120,7 @@ impl EdgeSettings {
         let token = args
             .token_file
             .as_deref()
-            .map(bulkhead_agent::token_file_read)
+            .map(|path| bulkhead_common::secret_file::token_file_read(path, "the edge's token"))
             .transpose()?;
         let sources = sync::Source::list(&args.control_planes, &args.mirrors, &args.files)?;
         anyhow::ensure!(
@@ -129,6 +136,7 @@ impl EdgeSettings {
             sources,
             token,
             trusted_keys: args.trusted_keys,
+            ca_file: args.ca_file,
             state_dir: args.state_dir,
             caddy_admin: args.caddy_admin.trim_end_matches('/').to_owned(),
             caddy_listen: args.caddy_listen,
@@ -243,8 +251,8 @@ pub async fn start(settings: EdgeSettings) -> anyhow::Result<RunningEdge> {
         "{} lists no key to trust",
         settings.trusted_keys.display()
     );
-    crate::db::private_dir_create(&settings.state_dir)?;
-    let http = reqwest::Client::builder()
+    bulkhead_common::files::private_dir_create(&settings.state_dir)?;
+    let http = bulkhead_common::tls::http_client_builder(settings.ca_file.as_deref())?
         .connect_timeout(Duration::from_secs(2))
         // A watch sends a heartbeat every 15 s: a silent connection is dead.
         .read_timeout(Duration::from_secs(45))
@@ -289,4 +297,21 @@ pub async fn start(settings: EdgeSettings) -> anyhow::Result<RunningEdge> {
         stop,
         tasks,
     })
+}
+
+/// Runs an edge agent as a process until SIGINT or SIGTERM: what `bulkhead-edge` and
+/// `bulkhead edge` do.
+pub async fn run(args: EdgeArgs) -> anyhow::Result<()> {
+    bulkhead_common::tls::crypto_provider_install();
+    bulkhead_common::process::logging_init(false);
+    let settings = EdgeSettings::resolve(args)?;
+    let stop = bulkhead_common::process::shutdown_signal()?;
+    let edge = start(settings).await?;
+    println!(
+        "bulkhead edge: /metrics and /healthz on http://{}",
+        edge.addr
+    );
+    stop.await;
+    edge.shutdown().await;
+    Ok(())
 }

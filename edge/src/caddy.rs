@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::Edge;
-use crate::routing::caddy::{CaddyOptions, config, revision_id};
+use bulkhead_routing::caddy::{CaddyOptions, config, revision_id};
 
 /// How often Caddy is asked whether it still serves the table.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -67,7 +67,7 @@ async fn still_loaded(edge: &Edge, revision: i64) -> bool {
     )
 }
 
-async fn load(edge: &Edge, table: &crate::routing::RoutingTable) -> anyhow::Result<()> {
+async fn load(edge: &Edge, table: &bulkhead_routing::RoutingTable) -> anyhow::Result<()> {
     let options = CaddyOptions {
         listen: vec![edge.settings.caddy_listen.clone()],
         admin: Some(admin_listen(&edge.settings.caddy_admin)),

@@ -1,10 +1,7 @@
-//! `bulkhead agent`: runs the host agent of a machine of the platform's own fleet, where the
-//! `metal` provider's workloads run as supervised processes. Only its flags and start-up are
-//! here; the agent itself is the `bulkhead-agent` crate.
+//! The agent as a command (`bulkhead-agent`, also `bulkhead agent`): its flags and its life as a
+//! process, until SIGINT or SIGTERM.
 
-use bulkhead::config::LogFormat;
-
-use super::process::{logging_init, shutdown_signal};
+use bulkhead_common::process::{logging_init, shutdown_signal};
 
 #[derive(clap::Args)]
 pub struct AgentArgs {
@@ -15,10 +12,10 @@ pub struct AgentArgs {
     #[arg(long, env = "BULKHEAD_AGENT_DATA_DIR", default_value = "data/agent")]
     data_dir: std::path::PathBuf,
     /// Workloads this machine may run at once.
-    #[arg(long, env = "BULKHEAD_AGENT_SLOTS", default_value_t = bulkhead_agent::DEFAULT_SLOTS)]
+    #[arg(long, env = "BULKHEAD_AGENT_SLOTS", default_value_t = crate::DEFAULT_SLOTS)]
     slots: u32,
     /// Host name or IP put in workload addresses (how the platform reaches this machine).
-    #[arg(long, env = "BULKHEAD_AGENT_ADVERTISE_HOST", default_value = bulkhead_agent::DEFAULT_ADVERTISE_HOST)]
+    #[arg(long, env = "BULKHEAD_AGENT_ADVERTISE_HOST", default_value = crate::DEFAULT_ADVERTISE_HOST)]
     advertise_host: String,
     /// A file holding the agent's token (16+ characters), owned by the agent's user and
     /// readable by it alone (mode 0600); any other file is refused.
@@ -26,18 +23,26 @@ pub struct AgentArgs {
     token_file: std::path::PathBuf,
     /// The uids the workloads run as, FIRST-LAST, one per workload (at least as many as the
     /// slots). No account of the machine, and no other agent, may use them.
-    #[arg(long, env = "BULKHEAD_AGENT_WORKLOAD_UIDS", default_value_t = bulkhead_agent::DEFAULT_WORKLOAD_UIDS)]
-    workload_uids: bulkhead_agent::UidRange,
+    #[arg(long, env = "BULKHEAD_AGENT_WORKLOAD_UIDS", default_value_t = crate::DEFAULT_WORKLOAD_UIDS)]
+    workload_uids: crate::UidRange,
     /// When the agent is not root (and so cannot run workloads as users of their own), run
     /// them as its own user instead of refusing to start. INSECURE: a workload can then read
     /// the agent's token, its state (every workload's environment, secrets included) and the
     /// other workloads' logs. For a developer's machine only.
     #[arg(long)]
     insecure_same_user: bool,
+    /// Serve the API over HTTPS with this PEM certificate chain (with --tls-key), re-read when
+    /// the files change. The `metal` provider pins it (its SHA-256 in the provider's settings).
+    #[arg(long = "tls-cert", env = "BULKHEAD_AGENT_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long = "tls-key", env = "BULKHEAD_AGENT_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
-pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
-    logging_init(LogFormat::Text);
+pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    bulkhead_common::tls::crypto_provider_install();
+    logging_init(false);
     // The token is a secret: from a private file, never a flag (every user sees a process's
     // command line) nor the environment.
     anyhow::ensure!(
@@ -46,14 +51,16 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
          can read (chmod 600), pass it as --token-file (or BULKHEAD_AGENT_TOKEN_FILE), and unset \
          BULKHEAD_AGENT_TOKEN"
     );
-    let token = bulkhead_agent::token_file_read(&args.token_file)?;
-    let mut settings = bulkhead_agent::AgentSettings::new(args.listen, args.data_dir, token);
+    let token =
+        bulkhead_common::secret_file::token_file_read(&args.token_file, "the agent's token")?;
+    let mut settings = crate::AgentSettings::new(args.listen, args.data_dir, token);
     settings.slots = args.slots;
     settings.advertise_host = args.advertise_host;
     settings.workload_uids = args.workload_uids;
     settings.insecure_same_user = args.insecure_same_user;
+    settings.tls = crate::ServerTls::from_flags(args.tls_cert, args.tls_key)?;
     let stop = shutdown_signal()?;
-    let agent = bulkhead_agent::start(settings).await?;
+    let agent = crate::start(settings).await?;
     println!("bulkhead agent listening on {}", agent.url());
     println!("workloads: {}", agent.isolation);
     stop.await;

@@ -111,7 +111,7 @@ fn gcd(a: u32, b: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::Upstream;
+    use crate::Upstream;
 
     #[test]
     fn weights_repeat_upstreams_and_empty_routes_answer_503() {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::Applied;
-use crate::routing::{SignedSnapshot, TrustedKeys};
+use bulkhead_routing::{SignedSnapshot, TrustedKeys};
 
 const SNAPSHOT_FILE: &str = "snapshot.json";
 
@@ -29,13 +29,13 @@ pub fn load(dir: &Path, trusted: &TrustedKeys) -> anyhow::Result<Option<Applied>
 
 /// Replaces the snapshot on disk with `document`, atomically and durably.
 pub fn save(dir: &Path, document: &[u8]) -> std::io::Result<()> {
-    bulkhead_agent::write_atomically(&dir.join(SNAPSHOT_FILE), document)
+    bulkhead_common::files::write_atomically(&dir.join(SNAPSHOT_FILE), document)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::RoutingTable;
+    use bulkhead_routing::RoutingTable;
     use ed25519_dalek::SigningKey;
 
     #[test]
@@ -43,7 +43,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key = SigningKey::from_bytes(&[3; 32]);
         let keys = serde_json::json!({ "keys": [{
-            "id": crate::routing::key_id_of(&key.verifying_key()),
+            "id": bulkhead_routing::key_id_of(&key.verifying_key()),
             "public_key": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.verifying_key().as_bytes()),
             "state": "active",
             "created_at": "2026-11-30T00:00:00Z",

@@ -5,9 +5,9 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use bulkhead::config::LogFormat;
-
-pub fn logging_init(format: LogFormat) {
+/// Logs to stderr, as JSON lines or as text, filtered by `RUST_LOG` (default: `info`, with the
+/// database layers at `warn`).
+pub fn logging_init(json: bool) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm=warn"));
     // Colours only for a person at a terminal: not in files, pipes or CI logs.
@@ -15,9 +15,10 @@ pub fn logging_init(format: LogFormat) {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
     }
 }
 

@@ -1,0 +1,41 @@
+//! `bulkhead-cli`: the client commands of `bulkhead` alone, for the machines of the people and
+//! scripts that drive a server (no server code in it).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use bulkhead_cli::exit::Exit;
+
+/// Bulkhead's command-line client: log in, deploy, and operate a Bulkhead control plane.
+#[derive(Parser)]
+#[command(name = "bulkhead-cli", version, after_help = bulkhead_cli::help_footer())]
+struct Cli {
+    #[command(subcommand)]
+    command: bulkhead_cli::ClientCommand,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match bulkhead_cli::run(Cli::parse().command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            Exit::of_error(&err).into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every command and subcommand's `--help` ends with an example.
+    #[test]
+    fn every_command_has_an_example() {
+        let missing = bulkhead_cli::commands_without_example(&Cli::command(), "bulkhead-cli");
+        assert!(missing.is_empty(), "no example in --help: {missing:?}");
+    }
+}

@@ -1,0 +1,21 @@
+//! What every Bulkhead process shares, whatever else it is made of: the control plane, the
+//! host agent, the edge agent and the command-line client each use some of it, and none of it
+//! knows any of them.
+//!
+//! - [`files`]: private directories and atomic, durable writes of state files;
+//! - [`secret_file`]: secrets (tokens, keys) read from files only their owner may read;
+//! - [`names`]: the slug rule of ids chosen by people (providers, edges);
+//! - [`process`] (feature `process`): logs to stderr, and the signals that stop a command;
+//! - [`metrics`] (feature `metrics`): the process-wide Prometheus recorder;
+//! - [`tls`]: one crypto provider (ring), clients that verify the servers they reach (the
+//!   platform's roots, or a private CA), and (feature `tls-server`) servers whose certificate is
+//!   re-read when its files change.
+
+pub mod files;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+pub mod names;
+#[cfg(feature = "process")]
+pub mod process;
+pub mod secret_file;
+pub mod tls;
