@@ -8,7 +8,7 @@ use clap::Parser;
 #[command(
     name = "bulkhead-agent",
     version,
-    after_help = "Example:\n  bulkhead-agent --listen 0.0.0.0:7070 --token-file /etc/bulkhead/agent-token --data-dir /var/lib/bulkhead-agent"
+    after_help = "Example:\n  bulkhead-agent --listen 0.0.0.0:7070 --token-file /etc/bulkhead/agent-token --data-dir /var/lib/bulkhead-agent --tls-cert /etc/bulkhead/agent.pem --tls-key /etc/bulkhead/agent.key"
 )]
 struct Cli {
     #[command(flatten)]

@@ -16,7 +16,7 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 
 /// A plugin built by the build script.
 fn plugin_wasm(file: &str) -> Vec<u8> {
-    std::fs::read(Path::new(env!("BULKHEAD_PLUGINS_DIR")).join(file)).unwrap()
+    std::fs::read(Path::new(bulkhead_bundled_plugins::PLUGINS_DIR).join(file)).unwrap()
 }
 
 fn benches(c: &mut Criterion) {

@@ -1,8 +1,6 @@
 //! The `bulkhead` command: the list of its subcommands and where each goes. Each group lives in
 //! a module of `cli` (see its doc); this file only dispatches.
 
-mod cli;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -26,7 +24,7 @@ struct Cli {
 enum Command {
     /// Run the API server (migrations are applied at start-up).
     #[command(
-        after_help = "Example:\n  BULKHEAD_BOOTSTRAP_TOKEN=my-first-admin-token-0001 bulkhead serve --listen 127.0.0.1:8080"
+        after_help = "Example:\n  BULKHEAD_BOOTSTRAP_TOKEN=my-first-admin-token-0001 bulkhead serve --listen 0.0.0.0:8443 --tls-cert /etc/bulkhead/tls.pem --tls-key /etc/bulkhead/tls.key"
     )]
     Serve(ServeArgs),
     /// Apply, roll back or list schema migrations.
@@ -37,7 +35,7 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
         #[command(subcommand)]
-        action: cli::server::MigrateAction,
+        action: bulkhead_commands::server::MigrateAction,
     },
     /// Print the OpenAPI document (the committed copies are `openapi/openapi.json` and, in
     /// the 3.0 form that some generators need, `openapi/openapi-3.0.json`).
@@ -57,7 +55,7 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
         #[command(subcommand)]
-        action: cli::server::SecretsAction,
+        action: bulkhead_commands::server::SecretsAction,
     },
     /// Run a complete local platform: the server with the bundled providers, a host agent and
     /// the GCP and AWS simulators, the providers configured to use them.
@@ -65,35 +63,35 @@ enum Command {
     #[command(
         after_help = "Example:\n  BULKHEAD_BOOTSTRAP_TOKEN=my-first-admin-token-0001 bulkhead dev"
     )]
-    Dev(cli::local::DevArgs),
+    Dev(bulkhead_commands::local::DevArgs),
     /// A demo workload: answers every HTTP request on $PORT with its name.
     #[cfg(feature = "dev")]
     #[command(after_help = "Example:\n  PORT=9000 bulkhead hello --name web-1")]
-    Hello(cli::local::HelloArgs),
+    Hello(bulkhead_commands::local::HelloArgs),
     /// Run the host agent of a machine of the platform's own fleet: workloads of the `metal`
     /// provider run here as supervised processes.
     #[command(
-        after_help = "Example:\n  bulkhead agent --listen 0.0.0.0:7070 --token-file /etc/bulkhead/agent-token --data-dir /var/lib/bulkhead-agent"
+        after_help = "Example:\n  bulkhead agent --listen 0.0.0.0:7070 --token-file /etc/bulkhead/agent-token --data-dir /var/lib/bulkhead-agent --tls-cert /etc/bulkhead/agent.pem --tls-key /etc/bulkhead/agent.key"
     )]
     Agent(bulkhead_agent::command::AgentArgs),
     /// Run the edge agent next to a Caddy: keeps it routing by the signed routing table,
     /// from the last-known-good copy on disk when no control plane answers.
     #[command(
-        after_help = "Example:\n  bulkhead edge --id edge-1 --control-plane http://127.0.0.1:8080 --token-file edge.token --trusted-keys trusted-keys.json --caddy-listen :8081"
+        after_help = "Example:\n  bulkhead edge --id edge-1 --control-plane https://cp.example.com --token-file edge.token --trusted-keys trusted-keys.json --caddy-listen :8081"
     )]
     Edge(bulkhead_edge::EdgeArgs),
     /// Play the account suspension that inspired Bulkhead against a local platform (a control
     /// plane process, the simulators, a host agent, an edge in front of real Caddy) and check
     /// that everything that must survive it does.
     #[cfg(feature = "dev")]
-    Drill(cli::drill::DrillArgs),
+    Drill(bulkhead_commands::drill::DrillArgs),
     /// Tools for plugin authors.
     #[command(
         after_help = "Example:\n  bulkhead plugin new my-cloud && bulkhead plugin inspect my-cloud.wasm"
     )]
     Plugin {
         #[command(subcommand)]
-        action: cli::plugin::PluginAction,
+        action: bulkhead_commands::plugin::PluginAction,
     },
     /// The client commands (login, projects, services, deploy, ...), also the lean
     /// `bulkhead-cli` binary.
@@ -103,21 +101,21 @@ enum Command {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve(args) => cli::server::serve(args).await,
-        Command::Migrate { args, action } => cli::server::migrate(args, action).await,
-        Command::Openapi { version } => cli::server::openapi(&version),
-        Command::Secrets { args, action } => cli::server::secrets(args, action).await,
+        Command::Serve(args) => bulkhead_commands::server::serve(args).await,
+        Command::Migrate { args, action } => bulkhead_commands::server::migrate(args, action).await,
+        Command::Openapi { version } => bulkhead_commands::server::openapi(&version),
+        Command::Secrets { args, action } => bulkhead_commands::server::secrets(args, action).await,
         #[cfg(feature = "dev")]
-        Command::Dev(args) => cli::local::dev(args).await,
+        Command::Dev(args) => bulkhead_commands::local::dev(args).await,
         #[cfg(feature = "dev")]
-        Command::Hello(args) => cli::local::hello(args).await,
+        Command::Hello(args) => bulkhead_commands::local::hello(args).await,
         Command::Agent(args) => bulkhead_agent::command::run(args).await,
         Command::Edge(args) => bulkhead_edge::run(args).await,
         #[cfg(feature = "dev")]
-        Command::Drill(args) => cli::drill::drill_command(args).await,
+        Command::Drill(args) => bulkhead_commands::drill::drill_command(args).await,
         Command::Plugin { action } => {
             bulkhead_common::process::logging_init(false);
-            cli::plugin::plugin_command(action).await
+            bulkhead_commands::plugin::plugin_command(action).await
         }
         Command::Client(command) => bulkhead_cli::run(command).await,
     }

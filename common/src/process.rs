@@ -3,22 +3,31 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::prelude::*;
 
-/// Logs to stderr, as JSON lines or as text, filtered by `RUST_LOG` (default: `info`, with the
-/// database layers at `warn`).
+/// The filter when `RUST_LOG` sets none (or one that does not parse).
+const DEFAULT_FILTER: &str = "info,sqlx=warn,sea_orm=warn";
+
+/// Logs to stderr, as JSON lines or as text, filtered by `RUST_LOG` (`LEVEL` and
+/// `TARGET=LEVEL`, comma-separated; default: `info`, with the database layers at `warn`).
 pub fn logging_init(json: bool) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm=warn"));
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|spec| spec.parse::<Targets>().ok())
+        .unwrap_or_else(|| DEFAULT_FILTER.parse().expect("the default filter parses"));
     // Colours only for a person at a terminal: not in files, pipes or CI logs.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if json {
-        builder.json().init();
+        tracing_subscriber::registry()
+            .with(layer.json().with_filter(filter))
+            .init();
     } else {
-        builder.init();
+        tracing_subscriber::registry()
+            .with(layer.with_filter(filter))
+            .init();
     }
 }
 

@@ -298,6 +298,7 @@ fn runtime_dependencies(package: &str) -> Vec<String> {
 fn the_lean_binaries_have_no_server_machinery() {
     let server_only = [
         "bulkhead-api",
+        "bulkhead-server",
         "wasmtime",
         "cranelift-codegen",
         "sea-orm",

@@ -24,8 +24,8 @@ db_tests!(
 
 /// The bundled providers, in name order.
 fn bundled_names() -> Vec<&'static str> {
-    let mut names: Vec<&str> = bulkhead::plugins::bundled::BUNDLED
-        .iter()
+    let mut names: Vec<&str> = bulkhead_commands::bundled_plugins()
+        .each()
         .map(|bundled| bundled.provider)
         .collect();
     names.sort();

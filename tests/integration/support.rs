@@ -126,6 +126,7 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         listen: "127.0.0.1:0".parse().unwrap(),
         tls: None,
         trusted_proxies: Vec::new(),
+        client_address_header: Default::default(),
         data_dir: data_dir.to_owned(),
         database_url: database_url.to_owned(),
         cors_origins: vec!["https://dashboard.example.com".into()],
@@ -152,6 +153,7 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         },
         // Short, so that a test can outrun it.
         routing_history: 5,
+        bundled_plugins: bulkhead_commands::bundled_plugins(),
     }
 }
 
@@ -424,7 +426,7 @@ impl TestServer {
 
 /// The directory of the Wasm plugins built from `plugins/` by the `bulkhead-api` build script.
 pub fn plugins_dir() -> &'static Path {
-    Path::new(env!("BULKHEAD_PLUGINS_DIR"))
+    Path::new(bulkhead_bundled_plugins::PLUGINS_DIR)
 }
 
 /// The bytes of a plugin built by [`plugins_dir`], e.g. `bulkhead_plugin_example.wasm`.

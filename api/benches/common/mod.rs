@@ -40,6 +40,7 @@ pub async fn server_start(
         ..Default::default()
     })
     .unwrap();
+    settings.bundled_plugins = bulkhead_commands::bundled_plugins();
     adjust(&mut settings);
     std::fs::create_dir_all(&data_dir).unwrap();
     let server = bulkhead::server::start(settings).await.unwrap();

@@ -444,9 +444,10 @@ pub fn router(app: App) -> Router {
                 header::COOKIE,
             ]))
             .layer(axum::middleware::from_fn_with_state(
-                Arc::new(client_addr::TrustedProxies(
-                    settings.trusted_proxies.clone(),
-                )),
+                Arc::new(client_addr::TrustedProxies {
+                    proxies: settings.trusted_proxies.clone(),
+                    header: settings.client_address_header,
+                }),
                 client_addr::client_addr_resolve,
             ))
             .layer(axum::middleware::from_fn(middleware::request_id_sanitize))

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bulkhead_common::tls::server::ServerTls;
+
+use crate::http::client_addr::ClientAddressHeader;
+use crate::plugins::bundled::BundledPlugins;
 use ipnet::IpNet;
 use secrecy::SecretString;
 
@@ -34,15 +37,19 @@ pub struct ServeArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long = "tls-key", env = "BULKHEAD_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// Proxies (CIDRs or addresses, comma-separated) whose `Forwarded` / `X-Forwarded-For`
-    /// headers name the client's address, for login limits and logs; from any other peer they
-    /// are ignored.
+    /// Proxies (CIDRs or addresses, comma-separated) whose forwarding header names the
+    /// client's address, for login limits and logs; from any other peer it is ignored.
     #[arg(
         long = "trusted-proxies",
         env = "BULKHEAD_TRUSTED_PROXIES",
         value_delimiter = ','
     )]
     pub trusted_proxies: Option<Vec<String>>,
+    /// The header the trusted proxies write the client's address in: `x-forwarded-for` (what
+    /// nginx, HAProxy, Caddy, Envoy and cloud load balancers write) or `forwarded` (RFC 7239).
+    /// The other is ignored: a proxy passes it through as the client wrote it.
+    #[arg(long = "client-address-header", env = "BULKHEAD_CLIENT_ADDRESS_HEADER")]
+    pub client_address_header: Option<ClientAddressHeader>,
     /// Directory for the SQLite database and other local state (created if missing).
     #[arg(long, env = "BULKHEAD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -122,6 +129,7 @@ struct FileSettings {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     trusted_proxies: Option<Vec<String>>,
+    client_address_header: Option<ClientAddressHeader>,
     data_dir: Option<PathBuf>,
     database_url: Option<String>,
     cors_origins: Option<Vec<String>>,
@@ -149,8 +157,10 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// The certificate and key to serve HTTPS with, if not plain HTTP.
     pub tls: Option<ServerTls>,
-    /// The proxies whose forwarding headers are believed.
+    /// The proxies whose forwarding header is believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// The header they write the client's address in.
+    pub client_address_header: ClientAddressHeader,
     pub data_dir: PathBuf,
     pub database_url: String,
     pub cors_origins: Vec<String>,
@@ -174,6 +184,8 @@ pub struct Settings {
     pub deploy: DeploySettings,
     /// Revisions of the routing table whose changes are kept.
     pub routing_history: i64,
+    /// The plugins the binary bundles (none unless the binary sets them).
+    pub bundled_plugins: BundledPlugins,
 }
 
 /// The deploy pipeline's limits and pace.
@@ -242,6 +254,10 @@ impl Settings {
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
             tls,
             trusted_proxies,
+            client_address_header: args
+                .client_address_header
+                .or(file.client_address_header)
+                .unwrap_or_default(),
             data_dir,
             database_url,
             cors_origins: args.cors_origins.or(file.cors_origins).unwrap_or_default(),
@@ -307,6 +323,7 @@ impl Settings {
                     claim_ttl: default.claim_ttl,
                 }
             },
+            bundled_plugins: BundledPlugins::default(),
             routing_history: args
                 .routing_history
                 .or(file.routing_history)

@@ -6,6 +6,8 @@
 //! itself named by the allowlist (an IP pattern such as `127.0.0.1:9000`): a public name that resolves to loopback, a link-local address (the cloud
 //! metadata service at 169.254.169.254) or a private range is refused. The connection is then
 //! made to the very address that was checked, so a second DNS answer cannot redirect it.
+//! Plain HTTP goes to loopback addresses only; anything else must be HTTPS, verified against the
+//! web's roots or the provider's pinned certificates (`super::tls_pins`).
 //! Anything refused never leaves the host: the plugin gets `error-code.HTTP-request-denied`,
 //! the operator a warning naming the provider, the destination and why, and
 //! `plugin_http_denied_total{provider}` counts it.
@@ -324,6 +326,7 @@ impl WasiHttpHooks for OutboundPolicy {
             let address = Self::resolve(&policy.allowlist, &host, port)
                 .await
                 .map_err(|why| policy.refuse(&authority, &why))?;
+            cleartext_check(address, tls).map_err(|why| policy.refuse(&authority, why))?;
             let destination = Destination {
                 address,
                 server_name: host
@@ -344,6 +347,16 @@ impl WasiHttpHooks for OutboundPolicy {
             });
             Ok((response, io))
         })
+    }
+}
+
+/// Plain HTTP goes to loopback only: a plugin's requests carry its credentials (a cloud
+/// token, an agent's token), which must not cross a network in clear.
+fn cleartext_check(address: SocketAddr, tls: bool) -> Result<(), &'static str> {
+    if tls || address.ip().to_canonical().is_loopback() {
+        Ok(())
+    } else {
+        Err("plain HTTP to an address that is not loopback (use https)")
     }
 }
 
@@ -513,6 +526,21 @@ mod tests {
         let userinfo = policy.check_name(&uri("http://user:pw@127.0.0.1:9000/a"));
         assert!(userinfo.is_err_and(|why| why.contains("userinfo")));
         assert!(policy.check_name(&uri("https://127.0.0.1/a")).is_err());
+    }
+
+    #[test]
+    fn plain_http_leaves_the_host_for_loopback_only() {
+        let at = |text: &str| text.parse::<SocketAddr>().unwrap();
+        assert!(cleartext_check(at("127.0.0.1:9000"), false).is_ok());
+        assert!(cleartext_check(at("[::1]:9000"), false).is_ok());
+        assert!(cleartext_check(at("[::ffff:127.0.0.1]:9000"), false).is_ok());
+        for remote in ["10.0.0.5:7070", "203.0.113.7:80", "[2001:db8::1]:80"] {
+            assert!(cleartext_check(at(remote), false).is_err(), "{remote}");
+            assert!(
+                cleartext_check(at(remote), true).is_ok(),
+                "{remote} over TLS"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Builds the provider plugins under `../plugins/` for `wasm32-wasip2` (installing the target
-//! with rustup when it is missing), so that the server can bundle them and the tests can load
-//! them. Their directory is passed to the crate as `BULKHEAD_PLUGINS_DIR`.
+//! Builds the provider plugins under `plugins/` for `wasm32-wasip2` (installing the target
+//! with rustup when it is missing), so that the `bulkhead` binary can bundle them and the tests
+//! can load them. Their directory is passed to the crate as `BULKHEAD_PLUGINS_DIR`.
 //!
 //! The plugins are a workspace of their own with their own target directory
 //! (`plugins/target`); this script runs a nested `cargo build` on it, cleaned of the outer
@@ -13,7 +13,7 @@ const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo");
-    let root = Path::new(&manifest_dir).join("..");
+    let root = Path::new(&manifest_dir).join("../..");
     let plugins = root.join("plugins");
     let sdk = root.join("sdk");
     println!(

@@ -1,13 +1,15 @@
 //! Who the client is, by address: the peer of the connection, or — when the peer is one of the
 //! operator's `--trusted-proxies` — the address those proxies say they received the request
-//! from (`Forwarded: for=…`, RFC 7239, else `X-Forwarded-For`). Login throttling and the request
-//! log use it.
+//! from, in the one header they write (`--client-address-header`: `X-Forwarded-For`, as nginx,
+//! HAProxy, Caddy, Envoy and the clouds' load balancers write it, or `Forwarded: for=…`, RFC
+//! 7239). Login throttling and the request log use it.
 //!
-//! The forwarding headers are read from the right, the end the nearest proxy appended: each
-//! address that is itself a trusted proxy is stepped over, and the first that is not is the
-//! client. What a client wrote further left is never believed, so a client cannot pick another
-//! address to dodge its login limit or to lock someone else out. An entry that is not an address
-//! (`unknown`, an obfuscated name) ends the walk at the last proxy that handed it on.
+//! Only that header is read: a proxy passes the other one through as the client wrote it. It is
+//! read from the right, the end the nearest proxy appended: each address that is itself a
+//! trusted proxy is stepped over, and the first that is not is the client. What a client wrote
+//! further left is never believed, so a client cannot pick another address to dodge its login
+//! limit or to lock someone else out. An entry that is not an address (`unknown`, an obfuscated
+//! name) ends the walk at the last proxy that handed it on.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -22,14 +24,26 @@ use ipnet::IpNet;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub IpAddr);
 
-/// The proxies whose forwarding headers are believed.
+/// The header trusted proxies name the client in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientAddressHeader {
+    #[default]
+    XForwardedFor,
+    Forwarded,
+}
+
+/// The proxies whose forwarding header is believed, and which header that is.
 #[derive(Debug, Clone, Default)]
-pub struct TrustedProxies(pub Vec<IpNet>);
+pub struct TrustedProxies {
+    pub proxies: Vec<IpNet>,
+    pub header: ClientAddressHeader,
+}
 
 impl TrustedProxies {
     fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
-        self.0.iter().any(|net| net.contains(&ip))
+        self.proxies.iter().any(|net| net.contains(&ip))
     }
 }
 
@@ -56,7 +70,10 @@ pub fn client_addr_of(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxie
     if !trusted.contains(peer) {
         return peer;
     }
-    let hops = forwarded_for(headers).or_else(|| x_forwarded_for(headers));
+    let hops = match trusted.header {
+        ClientAddressHeader::XForwardedFor => x_forwarded_for(headers),
+        ClientAddressHeader::Forwarded => forwarded_for(headers),
+    };
     let Some(hops) = hops else {
         return peer;
     };
@@ -125,7 +142,14 @@ mod tests {
     use super::*;
 
     fn trusted(nets: &[&str]) -> TrustedProxies {
-        TrustedProxies(nets.iter().map(|net| net.parse().unwrap()).collect())
+        trusted_by(nets, ClientAddressHeader::XForwardedFor)
+    }
+
+    fn trusted_by(nets: &[&str], header: ClientAddressHeader) -> TrustedProxies {
+        TrustedProxies {
+            proxies: nets.iter().map(|net| net.parse().unwrap()).collect(),
+            header,
+        }
     }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -170,17 +194,24 @@ mod tests {
             ("x-forwarded-for", "198.51.100.7"),
         ]);
         assert_eq!(client_addr_of(peer, &split, &proxies), ip("198.51.100.7"));
-        // Forwarded is preferred, with ports, quotes and IPv6.
-        let forwarded = headers(&[
+        // Only the configured header is read: a proxy that writes X-Forwarded-For passes a
+        // client's own Forwarded through, and the other way round.
+        let both = headers(&[
             (
                 "forwarded",
                 "for=6.6.6.6;proto=https, for=\"[2001:db8:cafe::17]:4711\"",
             ),
             ("forwarded", "for=\"[2001:db8:ff::1]\";by=10.0.0.2"),
-            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", "198.51.100.7"),
         ]);
+        assert_eq!(client_addr_of(peer, &both, &proxies), ip("198.51.100.7"));
+        // Forwarded, with ports, quotes and IPv6.
+        let by_forwarded = trusted_by(
+            &["10.0.0.0/8", "2001:db8:ff::/48"],
+            ClientAddressHeader::Forwarded,
+        );
         assert_eq!(
-            client_addr_of(peer, &forwarded, &proxies),
+            client_addr_of(peer, &both, &by_forwarded),
             ip("2001:db8:cafe::17")
         );
         // Nothing forwarded: the proxy itself.
@@ -190,7 +221,7 @@ mod tests {
         assert_eq!(client_addr_of(peer, &internal, &proxies), ip("10.1.1.1"));
         // An entry that is no address stops the walk at the proxy that handed it on.
         let hidden = headers(&[("forwarded", "for=6.6.6.6, for=_hidden, for=10.0.0.1")]);
-        assert_eq!(client_addr_of(peer, &hidden, &proxies), ip("10.0.0.1"));
+        assert_eq!(client_addr_of(peer, &hidden, &by_forwarded), ip("10.0.0.1"));
         let garbage = headers(&[("x-forwarded-for", "198.51.100.7, not-an-ip")]);
         assert_eq!(client_addr_of(peer, &garbage, &proxies), peer);
         // An IPv4-mapped peer is the IPv4 address.

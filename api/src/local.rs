@@ -23,7 +23,8 @@ pub struct HelloArgs {
 
 pub async fn dev(DevArgs { mut serve }: DevArgs) -> anyhow::Result<()> {
     serve.data_dir.get_or_insert_with(|| "data/dev".into());
-    let settings = Settings::resolve(serve)?;
+    let mut settings = Settings::resolve(serve)?;
+    settings.bundled_plugins = crate::bundled_plugins();
     logging_init(settings.log_format == LogFormat::Json);
     let stop = shutdown_signal()?;
     std::fs::create_dir_all(&settings.data_dir)?;

@@ -427,7 +427,7 @@ impl App {
     /// such provider exists, and loads every enabled provider's plugin. A provider whose
     /// plugin cannot be loaded is logged and left out of service; the server still starts.
     pub async fn providers_start(&self) -> ApiResult<()> {
-        for bundled in crate::plugins::bundled::BUNDLED {
+        for bundled in self.settings.bundled_plugins.each() {
             let binary = match self.plugin_binary_store(bundled.wasm, None).await? {
                 Stored::Created(binary) | Stored::AlreadyStored(binary) => binary,
             };

@@ -1,0 +1,173 @@
+//! Starting and stopping the server: database, migrations, keys, first-start bootstrap, the
+//! listener, and graceful shutdown (in-flight requests finish; each write is one transaction,
+//! so nothing is half-written).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::app::App;
+use crate::app::bootstrap::Bootstrap;
+use crate::app::login_throttle::LoginThrottle;
+use crate::app::provider_health::HealthBoard;
+use crate::app::reconciler::Reconciler;
+use crate::auth::JwtKeys;
+use crate::config::Settings;
+use crate::plugins::PluginHost;
+use crate::plugins::registry::ProviderRegistry;
+use crate::secrets::{KeySource, MasterKey, SecretBox};
+
+/// A server that is accepting connections.
+pub struct RunningServer {
+    /// The address actually bound (useful with port 0).
+    pub addr: SocketAddr,
+    pub app: App,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// The base URL it serves: `https://` with TLS, else `http://`.
+    pub fn url(&self) -> String {
+        let scheme = if self.app.settings.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Stops accepting connections, lets in-flight requests finish, and waits for the end.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        self.task.await??;
+        self.app.db.clone().close().await?;
+        Ok(())
+    }
+}
+
+/// The master key of `settings` and the database's data keys, unwrapped. A key generated now
+/// is announced (it must be backed up); a rotation of the data directory's key that stopped
+/// after re-wrapping is finished.
+async fn secrets_open(db: &DatabaseConnection, settings: &Settings) -> anyhow::Result<SecretBox> {
+    use secrecy::ExposeSecret;
+    let environment = settings
+        .secret_key
+        .as_ref()
+        .map(|key| key.expose_secret().to_owned());
+    let (master, source) = MasterKey::resolve(
+        environment.as_deref(),
+        settings.secret_key_file.as_deref(),
+        &settings.data_dir,
+    )?;
+    let opened = match SecretBox::open(db, &master).await {
+        Ok(opened) => opened,
+        Err(err) => match (&source, MasterKey::pending(&settings.data_dir)) {
+            (KeySource::DataDir(_), Some((pending, _))) => {
+                let opened = SecretBox::open(db, &pending).await.map_err(|_| err)?;
+                crate::secrets::data_dir_rotation_finish(&settings.data_dir)?;
+                tracing::warn!(key_id = %pending.id, "finished an interrupted rotation of the secret key");
+                opened
+            }
+            _ => return Err(err),
+        },
+    };
+    match &source {
+        KeySource::Generated(path) => println!(
+            "Generated the secret key that encrypts secrets at rest: {} (id {}).\n\
+             Back it up: without it, the secrets in this database cannot be read.\n",
+            path.display(),
+            master.id
+        ),
+        source => {
+            tracing::info!(key_id = %opened.master_key_id, ?source, "secrets at rest are encrypted")
+        }
+    }
+    Ok(opened)
+}
+
+/// Prepares the database and starts serving on `settings.listen`: HTTPS with `settings.tls`,
+/// else plain HTTP.
+pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
+    let migrator = crate::db::connect_for_migrations(&settings.database_url).await?;
+    crate::db::migrate_up(&migrator).await?;
+    migrator.close().await?;
+    let db = crate::db::connect(&settings.database_url).await?;
+    let (shutdown, mut stop) = watch::channel(false);
+    let secrets = Arc::new(secrets_open(&db, &settings).await?);
+    let jwt = Arc::new(JwtKeys::load_or_create(&db, &secrets).await?);
+    let host = PluginHost::new(Some(&settings.data_dir.join("plugin-cache")))?;
+    let app = App {
+        db,
+        jwt,
+        providers: Arc::new(ProviderRegistry::new(host)),
+        health: Arc::new(HealthBoard::new(settings.provider_probe_interval)),
+        login: Arc::new(LoginThrottle::new(settings.login_limits)),
+        secrets,
+        auth_cache: Arc::default(),
+        changes: Default::default(),
+        stopping: shutdown.subscribe(),
+        reconciler: Arc::new(Reconciler::new(settings.deploy.clone())),
+        health_streaks: Arc::default(),
+        routing: Arc::default(),
+        settings: Arc::new(settings),
+    };
+    match app.bootstrap().await? {
+        Bootstrap::AlreadyDone => {}
+        Bootstrap::CreatedWithGivenToken => {
+            tracing::info!(email = %app.settings.admin_email, "created the administrator with BULKHEAD_BOOTSTRAP_TOKEN");
+        }
+        Bootstrap::CreatedWithGeneratedToken(token) => {
+            // Shown once, on the terminal only; it is stored hashed and never logged.
+            println!(
+                "Created the administrator {}. Its API token (shown only now):\n\n    {token}\n",
+                app.settings.admin_email
+            );
+        }
+    }
+    let sealed = app
+        .secrets_seal_plaintext()
+        .await
+        .map_err(|err| anyhow::anyhow!("encrypting stored secrets: {err:?}"))?;
+    if sealed > 0 {
+        tracing::info!(
+            values = sealed,
+            "encrypted secrets stored in plaintext by an earlier version"
+        );
+    }
+    let _ = bulkhead_common::metrics::prometheus_handle();
+    app.providers_start()
+        .await
+        .map_err(|err| anyhow::anyhow!("loading the providers: {err:?}"))?;
+    // The routing table is served from the first request on.
+    app.routing_refresh()
+        .await
+        .map_err(|err| anyhow::anyhow!("building the routing table: {err:?}"))?;
+    let listener = TcpListener::bind(app.settings.listen).await?;
+    let addr = listener.local_addr()?;
+    let router = crate::http::router(app.clone());
+    tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().instance_health_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().routing_run(shutdown.subscribe()));
+    let tls = app.settings.tls.clone();
+    let task = tokio::spawn(bulkhead_common::tls::server::serve(
+        listener,
+        router,
+        tls,
+        async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        },
+    ));
+    Ok(RunningServer {
+        addr,
+        app,
+        shutdown,
+        task,
+    })
+}
