@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use bulkhead::config::ServeArgs;
-use bulkhead_cli::exit::Exit;
 
 #[derive(Parser)]
 #[command(
@@ -124,13 +123,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> ExitCode {
     bulkhead_common::tls::crypto_provider_install();
-    match run(Cli::parse().command).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            Exit::of_error(&err).into()
-        }
-    }
+    bulkhead_cli::exit::process_exit(run(Cli::parse().command).await)
 }
 
 #[cfg(test)]

@@ -86,6 +86,17 @@ impl Exit {
     }
 }
 
+/// How a command ends the process: success, or its error on stderr and the status it means.
+pub fn process_exit(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            Exit::of_error(&err).into()
+        }
+    }
+}
+
 impl From<Exit> for std::process::ExitCode {
     fn from(exit: Exit) -> Self {
         Self::from(exit as u8)

@@ -5,8 +5,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use bulkhead_cli::exit::Exit;
-
 /// Bulkhead's command-line client: log in, deploy, and operate a Bulkhead control plane.
 #[derive(Parser)]
 #[command(name = "bulkhead-cli", version, after_help = bulkhead_cli::help_footer())]
@@ -17,13 +15,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match bulkhead_cli::run(Cli::parse().command).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            Exit::of_error(&err).into()
-        }
-    }
+    bulkhead_cli::exit::process_exit(bulkhead_cli::run(Cli::parse().command).await)
 }
 
 #[cfg(test)]
