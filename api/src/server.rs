@@ -54,12 +54,13 @@ pub async fn migrate(args: ServeArgs, action: MigrateAction) -> anyhow::Result<(
     use bulkhead_migrations::{Migrator, MigratorTrait};
     let settings = Settings::resolve(args)?;
     logging_init(settings.log_format == LogFormat::Json);
-    let db = bulkhead::db::connect_for_migrations(&settings.database_url).await?;
+    let setup = bulkhead::db::connect_for_migrations(&settings.database_url).await?;
+    let db = &setup.db;
     match action {
-        MigrateAction::Up => Migrator::up(&db, None).await?,
-        MigrateAction::Down { steps } => Migrator::down(&db, Some(steps)).await?,
+        MigrateAction::Up => Migrator::up(db, None).await?,
+        MigrateAction::Down { steps } => Migrator::down(db, Some(steps)).await?,
         MigrateAction::Status => {
-            for migration in Migrator::get_migration_with_status(&db).await? {
+            for migration in Migrator::get_migration_with_status(db).await? {
                 println!("{:?}\t{}", migration.status(), migration.name());
             }
         }

@@ -22,6 +22,7 @@ mod m20261130_000011_data_keys;
 mod m20261130_000012_deployments;
 mod m20261130_000013_plugin_contract_0_3;
 mod m20261130_000014_routing;
+mod m20261201_000015_replicas_and_leases;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000012_deployments::Migration),
             Box::new(m20261130_000013_plugin_contract_0_3::Migration),
             Box::new(m20261130_000014_routing::Migration),
+            Box::new(m20261201_000015_replicas_and_leases::Migration),
         ]
     }
 }

@@ -9,7 +9,7 @@ use bulkhead_migrations::{Migrator, MigratorTrait};
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend,
-    DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    DbErr, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
 };
 
 /// Opens the database at `url`. For SQLite, the file and its directory are created if missing,
@@ -18,22 +18,120 @@ pub async fn connect(url: &str) -> anyhow::Result<DatabaseConnection> {
     connect_with_pool(url, if url.starts_with("sqlite:") { 8 } else { 16 }).await
 }
 
-/// Opens the database with a single connection, for running migrations. SQLite checks a DDL
-/// statement against the schema its connection cached; on a pool, `DROP COLUMN` after an
-/// `ADD COLUMN` made on another connection fails with "no such column" (seen in the
-/// up-down-up migration tests). One connection sees its own changes.
-pub async fn connect_for_migrations(url: &str) -> anyhow::Result<DatabaseConnection> {
-    connect_with_pool(url, 1).await
+/// A single connection for migrating and setting up the database, holding the set-up lock
+/// until [`Setup::close`] (or until it is dropped).
+///
+/// One connection, because SQLite checks a DDL statement against the schema its connection
+/// cached; on a pool, `DROP COLUMN` after an `ADD COLUMN` made on another connection fails with
+/// "no such column" (seen in the up-down-up migration tests). One connection sees its own
+/// changes.
+///
+/// The lock makes replicas starting together take turns: each waits for the one migrating
+/// (and creating the first keys and the administrator) and then finds nothing left to do,
+/// where without it their `CREATE TABLE`s raced and all but one failed. On PostgreSQL it is an
+/// advisory lock of the connection (a replica that dies releases it with its connection); on
+/// SQLite, a lock on a file beside the database (released by the operating system with the
+/// process).
+pub struct Setup {
+    pub db: DatabaseConnection,
+    _file_lock: Option<std::fs::File>,
+}
+
+impl Setup {
+    /// Releases the lock.
+    pub async fn close(self) -> Result<(), DbErr> {
+        self.db.close().await
+    }
+}
+
+/// Opens the database for migrating it, holding the set-up lock (see [`Setup`]).
+pub async fn connect_for_migrations(url: &str) -> anyhow::Result<Setup> {
+    let file_lock = match url.starts_with("sqlite:") {
+        true => sqlite_setup_lock(url).await?,
+        false => None,
+    };
+    let db = connect_dedicated(url).await?;
+    if db.get_database_backend() == DbBackend::Postgres {
+        let taken = db
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                format!("SELECT pg_try_advisory_lock({SETUP_LOCK}) AS taken"),
+            ))
+            .await?
+            .map(|row| row.try_get::<bool>("", "taken"))
+            .transpose()?
+            .unwrap_or(false);
+        if !taken {
+            tracing::info!("waiting for another replica to finish setting up the database");
+            db.execute_unprepared(&format!("SELECT pg_advisory_lock({SETUP_LOCK})"))
+                .await?;
+        }
+    }
+    Ok(Setup {
+        db,
+        _file_lock: file_lock,
+    })
+}
+
+/// Locks `<database file>.setup-lock`, waiting for another process that holds it.
+async fn sqlite_setup_lock(url: &str) -> anyhow::Result<Option<std::fs::File>> {
+    let parsed = SqliteConnectOptions::from_str(url)?;
+    let database = parsed.get_filename();
+    if database == Path::new(":memory:") {
+        return Ok(None);
+    }
+    if let Some(dir) = database.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        bulkhead_common::files::private_dir_create(dir)?;
+    }
+    let mut path = database.as_os_str().to_owned();
+    path.push(".setup-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            tracing::info!("waiting for another process to finish setting up the database");
+            let file = tokio::task::spawn_blocking(move || file.lock().map(|()| file)).await??;
+            Ok(Some(file))
+        }
+        Err(std::fs::TryLockError::Error(err)) => Err(err.into()),
+    }
+}
+
+/// The PostgreSQL advisory lock held while the schema is migrated ("bulkhead" in ASCII).
+const SETUP_LOCK: i64 = 7_094_695_996_560_859_492;
+
+/// Opens one connection of its own that the pool never closes for age or idleness (sqlx closes
+/// pooled connections after `idle_timeout` and `max_lifetime`), only when it breaks: for the
+/// set-up lock, which lives as long as its connection, and for renewing leases, which must not
+/// wait behind the requests' pool.
+pub async fn connect_dedicated(url: &str) -> anyhow::Result<DatabaseConnection> {
+    let mut options = options(url, 1)?;
+    options
+        .min_connections(1)
+        .idle_timeout(None::<Duration>)
+        .max_lifetime(None::<Duration>)
+        .acquire_timeout(Duration::from_secs(2));
+    Ok(Database::connect(options).await?)
 }
 
 async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<DatabaseConnection> {
-    let mut options = ConnectOptions::new(url);
+    let mut options = options(url, max_connections)?;
     // Pinging a connection on every checkout costs a round trip per query; pinging only
     // connections idle for a while still catches the ones a server or proxy dropped.
+    options.test_before_acquire_if_idle_for(Duration::from_secs(30));
+    Ok(Database::connect(options).await?)
+}
+
+/// Pool options for `url`; for SQLite, the file and its directory are created if missing.
+fn options(url: &str, max_connections: u32) -> anyhow::Result<ConnectOptions> {
+    let mut options = ConnectOptions::new(url);
     options
         .sqlx_logging(false)
-        .acquire_timeout(Duration::from_secs(10))
-        .test_before_acquire_if_idle_for(Duration::from_secs(30));
+        .acquire_timeout(Duration::from_secs(10));
     if url.starts_with("sqlite:") {
         let parsed = SqliteConnectOptions::from_str(url)?;
         if let Some(dir) = parsed
@@ -55,7 +153,7 @@ async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<Da
         });
     }
     options.max_connections(max_connections);
-    Ok(Database::connect(options).await?)
+    Ok(options)
 }
 
 /// Creates an empty `file` readable by this user only (0600) if it does not exist, so that

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::App;
 use crate::app::bootstrap::Bootstrap;
+use crate::app::leases::Leases;
 use crate::app::login_throttle::LoginThrottle;
 use crate::app::provider_health::HealthBoard;
 use crate::app::reconciler::Reconciler;
@@ -28,6 +29,8 @@ pub struct RunningServer {
     pub app: App,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
+    /// Renews the leases; hands them over when the server stops.
+    leases: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -45,6 +48,7 @@ impl RunningServer {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
         self.task.await??;
+        self.leases.await?;
         self.app.db.clone().close().await?;
         Ok(())
     }
@@ -93,13 +97,15 @@ async fn secrets_open(db: &DatabaseConnection, settings: &Settings) -> anyhow::R
 /// Prepares the database and starts serving on `settings.listen`: HTTPS with `settings.tls`,
 /// else plain HTTP.
 pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
-    let migrator = crate::db::connect_for_migrations(&settings.database_url).await?;
-    crate::db::migrate_up(&migrator).await?;
-    migrator.close().await?;
+    // Replicas starting together take turns from here until the administrator exists and every
+    // secret is sealed (see `connect_for_migrations`).
+    let setup = crate::db::connect_for_migrations(&settings.database_url).await?;
+    crate::db::migrate_up(&setup.db).await?;
     let db = crate::db::connect(&settings.database_url).await?;
     let (shutdown, mut stop) = watch::channel(false);
     let secrets = Arc::new(secrets_open(&db, &settings).await?);
     let jwt = Arc::new(JwtKeys::load_or_create(&db, &secrets).await?);
+    let replica = format!("replica-{}", uuid::Uuid::new_v4().simple());
     let host = PluginHost::new(Some(&settings.data_dir.join("plugin-cache")))?;
     let app = App {
         db,
@@ -111,7 +117,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         auth_cache: Arc::default(),
         changes: Default::default(),
         stopping: shutdown.subscribe(),
-        reconciler: Arc::new(Reconciler::new(settings.deploy.clone())),
+        reconciler: Arc::new(Reconciler::new(settings.deploy.clone(), replica.clone())),
+        leases: Arc::new(Leases::new(replica)),
         health_streaks: Arc::default(),
         routing: Arc::default(),
         settings: Arc::new(settings),
@@ -139,6 +146,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
             "encrypted secrets stored in plaintext by an earlier version"
         );
     }
+    app.providers_bundled_register()
+        .await
+        .map_err(|err| anyhow::anyhow!("registering the bundled plugins: {err:?}"))?;
+    setup.close().await?;
     let _ = bulkhead_common::metrics::prometheus_handle();
     app.providers_start()
         .await
@@ -150,6 +161,13 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let listener = TcpListener::bind(app.settings.listen).await?;
     let addr = listener.local_addr()?;
     let router = crate::http::router(app.clone());
+    // The replica announces itself and takes the leases it can before its loops start, so
+    // that a lone replica does its background work from the first pass.
+    let leases_db = crate::db::connect_dedicated(&app.settings.database_url).await?;
+    app.replica_heartbeat_at(&leases_db, &addr.to_string())
+        .await?;
+    app.leases_renew(&leases_db).await;
+    let leases = tokio::spawn(app.clone().leases_run(leases_db, shutdown.subscribe()));
     tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
     tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));
@@ -169,5 +187,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         app,
         shutdown,
         task,
+        leases,
     })
 }

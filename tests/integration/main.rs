@@ -24,6 +24,7 @@ mod plugin_tools;
 mod plugins;
 mod projects;
 mod providers;
+mod replicas;
 mod resources;
 mod routing;
 mod rust_client;

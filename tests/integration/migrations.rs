@@ -9,28 +9,11 @@ use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait};
 use serde_json::json;
 
+use crate::backend_tests;
 use crate::support::{Backend, PASSWORD, TestServer, database_fresh};
 
 /// The migration that creates the terms and audit tables (1-based position).
 const TERMS_AND_AUDIT: u32 = 2;
-
-macro_rules! backend_tests {
-    ($($name:ident),*) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$name(crate::support::Backend::Sqlite).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::$name(crate::support::Backend::Postgres).await;
-                }
-            }
-        )*
-    };
-}
 
 backend_tests!(
     every_migration_goes_up_down_and_up,
@@ -44,7 +27,8 @@ async fn connect(backend: Backend) -> Option<(DatabaseConnection, String, tempfi
     };
     let db = bulkhead::db::connect_for_migrations(&url)
         .await
-        .expect("connect");
+        .expect("connect")
+        .db;
     Some((db, url, dir))
 }
 

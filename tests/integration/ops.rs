@@ -52,7 +52,7 @@ async fn health_readiness_metrics_and_reference(s: TestServer) {
     let migrator = bulkhead::db::connect_for_migrations(&s.database_url)
         .await
         .unwrap();
-    bulkhead_migrations::Migrator::down(&migrator, Some(1))
+    bulkhead_migrations::Migrator::down(&migrator.db, Some(1))
         .await
         .unwrap();
     let not_ready = s.call(Method::GET, "/readyz", None, None).await;

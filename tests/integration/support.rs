@@ -17,6 +17,8 @@ use tempfile::TempDir;
 /// The administrator's API token of every test server (`BULKHEAD_BOOTSTRAP_TOKEN`).
 pub const ADMIN_TOKEN: &str = "bh_test_bootstrap_admin_token_0123456789";
 pub const PASSWORD: &str = "correct horse battery staple";
+/// The secret key of replicas sharing a database ([`TestServer::replica_start`]).
+pub const REPLICAS_SECRET_KEY: &str = "cmVwbGljYXMtc2hhcmUtb25lLXNlY3JldC1rZXktLS0=";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -43,6 +45,27 @@ macro_rules! db_tests {
                         Some(server) => super::$name(server).await,
                         None => eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL"),
                     }
+                }
+            }
+        )*
+    };
+}
+
+/// Generates, for each named `async fn(Backend)`, a module with a `sqlite` test and a
+/// `postgres` test (the function itself skips, saying so, without a PostgreSQL URL).
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),*) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::support::Backend::Sqlite).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::support::Backend::Postgres).await;
                 }
             }
         )*
@@ -247,6 +270,16 @@ impl TestServer {
             server: Some(server),
             dir,
         }
+    }
+
+    /// A replica of a control plane on `database_url`: a data directory of its own, and the
+    /// secret key that every replica of that database shares.
+    pub async fn replica_start(backend: Backend, database_url: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        Self::start_on(backend, database_url.to_owned(), dir, |settings| {
+            settings.secret_key = Some(REPLICAS_SECRET_KEY.to_owned().into());
+        })
+        .await
     }
 
     /// This server, its client trusting the CA certificates of `ca_file` (a TLS server).

@@ -32,6 +32,21 @@ pub mod types {
             Default::default()
         }
     }
+    ///The control plane's replicas and leaders.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct ClusterStatus {
+        ///Each kind of work that has had a leader.
+        pub leaders: ::std::vec::Vec<LeaderView>,
+        ///The replica that answered.
+        pub replica: ::std::string::String,
+        ///Every replica that announced itself in the last day, oldest first.
+        pub replicas: ::std::vec::Vec<ReplicaView>,
+    }
+    impl ClusterStatus {
+        pub fn builder() -> builder::ClusterStatus {
+            Default::default()
+        }
+    }
     ///A configuration value or secret a plugin declares it reads (contract 0.3.0).
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ConfigKeyView {
@@ -1752,6 +1767,24 @@ default 120).*/
     }
     impl InvitationView {
         pub fn builder() -> builder::InvitationView {
+            Default::default()
+        }
+    }
+    ///Who leads a kind of background work.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct LeaderView {
+        pub acquired_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///Whether the lease is current (a lapsed one waits for the next replica to take it).
+        pub current: bool,
+        pub expires_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///The replica holding the lease.
+        pub holder: ::std::string::String,
+        ///Raised at each change of leader; the work's writes check it.
+        pub term: i64,
+        pub work: Work,
+    }
+    impl LeaderView {
+        pub fn builder() -> builder::LeaderView {
             Default::default()
         }
     }
@@ -3870,6 +3903,24 @@ earlier ones).*/
             Default::default()
         }
     }
+    ///A replica of the control plane.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct ReplicaView {
+        ///The address it listens on, as it bound it.
+        pub address: ::std::string::String,
+        ///Whether its heartbeat is recent (within 5 s of the database's clock).
+        pub alive: bool,
+        pub heartbeat_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub id: ::std::string::String,
+        pub started_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///Its Bulkhead version.
+        pub version: ::std::string::String,
+    }
+    impl ReplicaView {
+        pub fn builder() -> builder::ReplicaView {
+            Default::default()
+        }
+    }
     ///The changes of one revision: what `changes?since=` lists and watchers receive.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct RevisionChanges {
@@ -5436,6 +5487,65 @@ API token expires no later than that token (and is revoked with it).*/
             Default::default()
         }
     }
+    ///A kind of background work with one leader at a time.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum Work {
+        #[serde(rename = "deploys")]
+        Deploys,
+        #[serde(rename = "instance_health")]
+        InstanceHealth,
+        #[serde(rename = "maintenance")]
+        Maintenance,
+    }
+    impl ::std::fmt::Display for Work {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Deploys => f.write_str("deploys"),
+                Self::InstanceHealth => f.write_str("instance_health"),
+                Self::Maintenance => f.write_str("maintenance"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for Work {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "deploys" => Ok(Self::Deploys),
+                "instance_health" => Ok(Self::InstanceHealth),
+                "maintenance" => Ok(Self::Maintenance),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for Work {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for Work {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     /// Types for composing complex structures.
     pub mod builder {
         #[derive(Clone, Debug)]
@@ -5642,6 +5752,86 @@ API token expires no later than that token (and is revoked with it).*/
                     request_id: Ok(value.request_id),
                     resource_id: Ok(value.resource_id),
                     resource_type: Ok(value.resource_type),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ClusterStatus {
+            leaders: ::std::result::Result<
+                ::std::vec::Vec<super::LeaderView>,
+                ::std::string::String,
+            >,
+            replica: ::std::result::Result<::std::string::String, ::std::string::String>,
+            replicas: ::std::result::Result<
+                ::std::vec::Vec<super::ReplicaView>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ClusterStatus {
+            fn default() -> Self {
+                Self {
+                    leaders: Err("no value supplied for leaders".to_string()),
+                    replica: Err("no value supplied for replica".to_string()),
+                    replicas: Err("no value supplied for replicas".to_string()),
+                }
+            }
+        }
+        impl ClusterStatus {
+            pub fn leaders<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::LeaderView>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.leaders = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for leaders: {e}")
+                    });
+                self
+            }
+            pub fn replica<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.replica = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for replica: {e}")
+                    });
+                self
+            }
+            pub fn replicas<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ReplicaView>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.replicas = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for replicas: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ClusterStatus> for super::ClusterStatus {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ClusterStatus,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    leaders: value.leaders?,
+                    replica: value.replica?,
+                    replicas: value.replicas?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ClusterStatus> for ClusterStatus {
+            fn from(value: super::ClusterStatus) -> Self {
+                Self {
+                    leaders: Ok(value.leaders),
+                    replica: Ok(value.replica),
+                    replicas: Ok(value.replicas),
                 }
             }
         }
@@ -8142,6 +8332,134 @@ API token expires no later than that token (and is revoked with it).*/
                     id: Ok(value.id),
                     project_id: Ok(value.project_id),
                     role: Ok(value.role),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct LeaderView {
+            acquired_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            current: ::std::result::Result<bool, ::std::string::String>,
+            expires_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            holder: ::std::result::Result<::std::string::String, ::std::string::String>,
+            term: ::std::result::Result<i64, ::std::string::String>,
+            work: ::std::result::Result<super::Work, ::std::string::String>,
+        }
+        impl ::std::default::Default for LeaderView {
+            fn default() -> Self {
+                Self {
+                    acquired_at: Err("no value supplied for acquired_at".to_string()),
+                    current: Err("no value supplied for current".to_string()),
+                    expires_at: Err("no value supplied for expires_at".to_string()),
+                    holder: Err("no value supplied for holder".to_string()),
+                    term: Err("no value supplied for term".to_string()),
+                    work: Err("no value supplied for work".to_string()),
+                }
+            }
+        }
+        impl LeaderView {
+            pub fn acquired_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.acquired_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for acquired_at: {e}")
+                    });
+                self
+            }
+            pub fn current<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.current = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for current: {e}")
+                    });
+                self
+            }
+            pub fn expires_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.expires_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for expires_at: {e}")
+                    });
+                self
+            }
+            pub fn holder<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.holder = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for holder: {e}")
+                    });
+                self
+            }
+            pub fn term<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.term = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for term: {e}")
+                    });
+                self
+            }
+            pub fn work<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::Work>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.work = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for work: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LeaderView> for super::LeaderView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LeaderView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    acquired_at: value.acquired_at?,
+                    current: value.current?,
+                    expires_at: value.expires_at?,
+                    holder: value.holder?,
+                    term: value.term?,
+                    work: value.work?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LeaderView> for LeaderView {
+            fn from(value: super::LeaderView) -> Self {
+                Self {
+                    acquired_at: Ok(value.acquired_at),
+                    current: Ok(value.current),
+                    expires_at: Ok(value.expires_at),
+                    holder: Ok(value.holder),
+                    term: Ok(value.term),
+                    work: Ok(value.work),
                 }
             }
         }
@@ -15849,6 +16167,132 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct ReplicaView {
+            address: ::std::result::Result<::std::string::String, ::std::string::String>,
+            alive: ::std::result::Result<bool, ::std::string::String>,
+            heartbeat_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            started_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            version: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ReplicaView {
+            fn default() -> Self {
+                Self {
+                    address: Err("no value supplied for address".to_string()),
+                    alive: Err("no value supplied for alive".to_string()),
+                    heartbeat_at: Err("no value supplied for heartbeat_at".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    started_at: Err("no value supplied for started_at".to_string()),
+                    version: Err("no value supplied for version".to_string()),
+                }
+            }
+        }
+        impl ReplicaView {
+            pub fn address<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.address = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for address: {e}")
+                    });
+                self
+            }
+            pub fn alive<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.alive = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for alive: {e}")
+                    });
+                self
+            }
+            pub fn heartbeat_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.heartbeat_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for heartbeat_at: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn started_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.started_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for started_at: {e}")
+                    });
+                self
+            }
+            pub fn version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.version = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for version: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ReplicaView> for super::ReplicaView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ReplicaView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    address: value.address?,
+                    alive: value.alive?,
+                    heartbeat_at: value.heartbeat_at?,
+                    id: value.id?,
+                    started_at: value.started_at?,
+                    version: value.version?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ReplicaView> for ReplicaView {
+            fn from(value: super::ReplicaView) -> Self {
+                Self {
+                    address: Ok(value.address),
+                    alive: Ok(value.alive),
+                    heartbeat_at: Ok(value.heartbeat_at),
+                    id: Ok(value.id),
+                    started_at: Ok(value.started_at),
+                    version: Ok(value.version),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct RevisionChanges {
             changes: ::std::result::Result<
                 ::std::vec::Vec<super::RouteChange>,
@@ -20266,6 +20710,19 @@ let response = client.routing_table_watch()
 ```*/
     pub fn routing_table_watch(&self) -> builder::RoutingTableWatch<'_> {
         builder::RoutingTableWatch::new(self)
+    }
+    /**The replicas sharing the database (id, address, version, heartbeat) and, for each kind of
+background work, the replica leading it and its lease's term (administrators)
+
+Sends a `GET` request to `/v1/status`
+
+```ignore
+let response = client.cluster_status()
+    .send()
+    .await;
+```*/
+    pub fn cluster_status(&self) -> builder::ClusterStatus<'_> {
+        builder::ClusterStatus::new(self)
     }
     /**List published versions of the terms of service, oldest first
 
@@ -32564,6 +33021,96 @@ pub mod builder {
                     )
                 }
                 503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::cluster_status`]
+
+[`Client::cluster_status`]: super::Client::cluster_status*/
+    #[derive(Debug, Clone)]
+    pub struct ClusterStatus<'a> {
+        client: &'a super::Client,
+    }
+    impl<'a> ClusterStatus<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self { client: client }
+        }
+        ///Sends a `GET` request to `/v1/status`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::ClusterStatus>, Error<types::Problem>> {
+            let Self { client } = self;
+            let url = format!("{}/v1/status", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "cluster_status",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

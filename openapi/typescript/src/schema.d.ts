@@ -1076,6 +1076,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The replicas sharing the database (id, address, version, heartbeat) and, for each kind of
+         *     background work, the replica leading it and its lease's term (administrators).
+         */
+        get: operations["cluster_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/terms": {
         parameters: {
             query?: never;
@@ -1200,6 +1220,15 @@ export interface components {
             project_id?: string | null;
             request_id: string;
             details: unknown;
+        };
+        /** @description The control plane's replicas and leaders. */
+        ClusterStatus: {
+            /** @description The replica that answered. */
+            replica: string;
+            /** @description Every replica that announced itself in the last day, oldest first. */
+            replicas: components["schemas"]["ReplicaView"][];
+            /** @description Each kind of work that has had a leader. */
+            leaders: components["schemas"]["LeaderView"][];
         };
         /** @description A configuration value or secret a plugin declares it reads (contract 0.3.0). */
         ConfigKeyView: {
@@ -1537,6 +1566,23 @@ export interface components {
              * @description After this, the invitation can no longer be accepted.
              */
             expires_at: string;
+        };
+        /** @description Who leads a kind of background work. */
+        LeaderView: {
+            work: components["schemas"]["Work"];
+            /** @description The replica holding the lease. */
+            holder: string;
+            /**
+             * Format: int64
+             * @description Raised at each change of leader; the work's writes check it.
+             */
+            term: number;
+            /** Format: date-time */
+            acquired_at: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description Whether the lease is current (a lapsed one waits for the next replica to take it). */
+            current: boolean;
         };
         /** @description Credentials of a password login. */
         LoginRequest: {
@@ -2393,6 +2439,20 @@ export interface components {
         RefreshRequest: {
             refresh_token: string;
         };
+        /** @description A replica of the control plane. */
+        ReplicaView: {
+            id: string;
+            /** @description The address it listens on, as it bound it. */
+            address: string;
+            /** @description Its Bulkhead version. */
+            version: string;
+            /** Format: date-time */
+            started_at: string;
+            /** Format: date-time */
+            heartbeat_at: string;
+            /** @description Whether its heartbeat is recent (within 5 s of the database's clock). */
+            alive: boolean;
+        };
         /** @description The changes of one revision: what `changes?since=` lists and watchers receive. */
         RevisionChanges: {
             /** Format: int64 */
@@ -2730,6 +2790,11 @@ export interface components {
             /** @description The value; absent for secrets. */
             value?: string | null;
         };
+        /**
+         * @description A kind of background work with one leader at a time.
+         * @enum {string}
+         */
+        Work: "deploys" | "instance_health" | "maintenance";
     };
     responses: never;
     parameters: never;
@@ -10995,6 +11060,80 @@ export interface operations {
             };
             /** @description The routing table is being built (at start-up) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cluster_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClusterStatus"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -22,6 +22,7 @@ use super::audit::{AuditEntry, audit_record};
 use super::deployment_events::event_append;
 use super::deployments;
 use super::instances as states;
+use super::leases::Work;
 use super::placement::place;
 use super::reconciler::{Takeover, instance_insert, instance_transition};
 use super::services::ServiceSpec;
@@ -233,6 +234,7 @@ impl App {
         candidates: &[super::placement::Candidate],
     ) -> ApiResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
         let on_provider = instance::Entity::find()
             .filter(instance::Column::Provider.eq(&found.provider))
             .filter(instance::Column::CreatedAt.lt(found.created_at))

@@ -27,6 +27,7 @@ use super::deployment_events::event_append;
 use super::deployments::{self, deployment_finish};
 use super::health_checks::{HealthCheckSpec, probe};
 use super::instances as states;
+use super::leases::Work;
 use super::reconciler::instance_transition;
 use super::services::ServiceSpec;
 use crate::entity::{deployment, instance};
@@ -87,6 +88,9 @@ impl App {
                     }
                 }
                 _ = tick.tick() => {}
+            }
+            if !self.leases.leads(Work::InstanceHealth) {
+                continue;
             }
             if let Err(err) = self.instance_health_pass().await {
                 self.reconciler
@@ -179,6 +183,7 @@ impl App {
     /// A starting instance passed its checks: it runs, serves, and the one it replaces drains.
     async fn instance_healthy_first(&self, row: &instance::Model, streak: i32) -> ApiResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::InstanceHealth).await?;
         let now = Utc::now();
         let moved = instance_transition(&txn, row, states::STARTING, states::RUNNING, |u| {
             u.col_expr(
@@ -236,6 +241,7 @@ impl App {
         spec: &HealthCheckSpec,
     ) -> ApiResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::InstanceHealth).await?;
         let moved = instance_transition(&txn, row, states::STARTING, states::FAILED, |u| {
             u.col_expr(
                 instance::Column::Health,
@@ -286,6 +292,7 @@ impl App {
         streak: i32,
     ) -> ApiResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::InstanceHealth).await?;
         let changed = instance::Entity::update_many()
             .col_expr(instance::Column::Health, Expr::value(health))
             .col_expr(instance::Column::HealthStreak, Expr::value(streak))

@@ -24,6 +24,7 @@ use super::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
 use super::deployment_events::event_append;
 use super::deployments::{self, deployment_finish};
 use super::instances as states;
+use super::leases::Work;
 use super::reconciler::{instance_transition, operation_record};
 use super::services::ServiceSpec;
 use crate::entity::{deployment, evacuation, instance};
@@ -113,6 +114,7 @@ impl App {
             })
             .await;
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
         match outcome {
             Ok((_, made)) if made.address.is_some() => {
                 operation_record(&row.provider, "provision", "ok", started);
@@ -286,6 +288,7 @@ impl App {
             })
             .await;
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
         match outcome {
             Ok(_) => self.instance_removed(&txn, &row, started).await?,
             Err(err) if err.code == "instance_not_found" => {

@@ -1,12 +1,14 @@
 //! Housekeeping: expired idempotency records and invitations are purged, the login limiter
 //! forgets clients that stopped trying, and plaintext secrets of earlier versions are sealed.
-//! Each task is idempotent; running it on several replicas at once is harmless.
+//! The purges run on the replica that leads [`Work::Maintenance`] (each is idempotent, so a
+//! second one at a handover is harmless); the trim is of this replica's memory.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::App;
+use super::leases::Work;
 use crate::error::ApiResult;
 
 /// How often the purges run (and once at start-up).
@@ -35,8 +37,12 @@ impl App {
             tracing::warn!(error = %err, "invitation purge failed");
             0
         });
-        if idempotency + invitations > 0 {
-            tracing::info!(idempotency, invitations, "purged expired records");
+        let replicas = self.replicas_purge().await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "replica purge failed");
+            0
+        });
+        if idempotency + invitations + replicas > 0 {
+            tracing::info!(idempotency, invitations, replicas, "purged expired records");
         }
         (idempotency, invitations)
     }
@@ -53,7 +59,9 @@ impl App {
                     }
                 }
                 _ = purge.tick() => {
-                    self.maintenance_purge().await;
+                    if self.leases.leads(Work::Maintenance) {
+                        self.maintenance_purge().await;
+                    }
                 }
                 _ = trim.tick() => self.login.forget_idle(),
             }

@@ -23,6 +23,7 @@ pub mod instance_health;
 pub mod instance_operations;
 pub mod instances;
 pub mod invitations;
+pub mod leases;
 pub mod login_throttle;
 pub mod maintenance;
 pub mod members;
@@ -36,6 +37,7 @@ pub mod provider_instances;
 pub mod provider_versions;
 pub mod providers;
 pub mod reconciler;
+pub mod replicas;
 pub mod routing;
 pub mod routing_keys;
 pub mod services;
@@ -79,6 +81,8 @@ pub struct App {
     pub health_streaks: Arc<instance_health::HealthStreaks>,
     /// The routing table this server serves.
     pub routing: Arc<routing::RoutingState>,
+    /// This replica's id and the leases of background work it holds.
+    pub leases: Arc<leases::Leases>,
 }
 
 /// A strong entity tag for a resource at `revision`.

@@ -423,10 +423,9 @@ impl App {
         })
     }
 
-    /// At start-up: stores the bundled plugins, makes each the provider of its name when no
-    /// such provider exists, and loads every enabled provider's plugin. A provider whose
-    /// plugin cannot be loaded is logged and left out of service; the server still starts.
-    pub async fn providers_start(&self) -> ApiResult<()> {
+    /// At start-up (replicas taking turns): stores the bundled plugins and makes each the
+    /// provider of its name when no such provider exists.
+    pub async fn providers_bundled_register(&self) -> ApiResult<()> {
         for bundled in self.settings.bundled_plugins.each() {
             let binary = match self.plugin_binary_store(bundled.wasm, None).await? {
                 Stored::Created(binary) | Stored::AlreadyStored(binary) => binary,
@@ -465,6 +464,13 @@ impl App {
             }
             txn.commit().await?;
         }
+        Ok(())
+    }
+
+    /// At start-up, after [`Self::providers_bundled_register`]: loads every enabled provider's
+    /// plugin. A provider whose plugin cannot be loaded is logged and left out of service; the
+    /// server still starts.
+    pub async fn providers_start(&self) -> ApiResult<()> {
         self.provider_health_gauges_init().await?;
         for row in provider::Entity::find().all(&self.db).await? {
             match self.provider_prepare(&self.db, &row).await {

@@ -37,6 +37,7 @@ use super::backpressure::{Throttle, Wait};
 use super::deployment_events::event_append;
 use super::deployments::{self, deployment_finish};
 use super::instances::{self as states, instance_key_new};
+use super::leases::Work;
 use super::placement::{Candidate, Slot, place};
 use super::services::ServiceSpec;
 use crate::config::DeploySettings;
@@ -75,8 +76,8 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    pub fn new(settings: DeploySettings) -> Self {
-        let runner = format!("runner-{}", Uuid::new_v4().simple());
+    /// The reconciler of replica `runner` (claims in the database name it).
+    pub fn new(settings: DeploySettings, runner: String) -> Self {
         Self {
             throttle: Throttle::new(settings.concurrency, settings.provider_rate),
             status: Mutex::new(ReconcilerStatus {
@@ -172,6 +173,11 @@ impl App {
                 }
                 _ = tick.tick() => {}
                 _ = due => {}
+            }
+            // Another replica leads: this one only waits to take over.
+            if !self.leases.leads(Work::Deploys) {
+                due_at = None;
+                continue;
             }
             due_at = match self.reconcile_pass().await {
                 Ok(held_for) => held_for.map(|wait| tokio::time::Instant::now() + wait),
@@ -298,6 +304,7 @@ impl App {
 
     async fn deployment_place(&self, id: Uuid, candidates: &[Candidate]) -> ApiResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
         let Some(found) = deployment::Entity::find_by_id(id)
             .filter(deployment::Column::State.is_in([deployments::QUEUED, deployments::PLACING]))
             .lock_exclusive()
@@ -470,6 +477,7 @@ impl App {
 
     async fn deployment_healthy(&self, found: &deployment::Model, replicas: u32) -> ApiResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
         let now = Utc::now();
         let changed = deployment::Entity::update_many()
             .col_expr(deployment::Column::State, Expr::value(deployments::HEALTHY))
@@ -562,6 +570,7 @@ impl App {
             .await?;
         for row in due {
             let txn = crate::db::begin_write(&self.db).await?;
+            self.lease_fence(&txn, Work::Deploys).await?;
             let moved =
                 instance_transition(&txn, &row, states::DRAINING, states::REMOVING, |u| u).await?;
             if moved {
@@ -680,6 +689,10 @@ impl App {
         let ttl = self.reconciler.settings.claim_ttl;
         loop {
             tokio::time::sleep(ttl / 3).await;
+            // A replica that lost the lead lets its claims lapse to the new leader.
+            if !self.leases.leads(Work::Deploys) {
+                return;
+            }
             let until = Utc::now() + ChronoDuration::from_std(ttl).unwrap_or_default();
             let renewed = instance::Entity::update_many()
                 .col_expr(instance::Column::ClaimedUntil, Expr::value(until))
@@ -706,6 +719,8 @@ impl App {
         } else {
             row.state.as_str()
         };
+        let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
         let claimed = instance::Entity::update_many()
             .col_expr(
                 instance::Column::ClaimedBy,
@@ -721,8 +736,9 @@ impl App {
                     .add(instance::Column::ClaimedUntil.is_null())
                     .add(instance::Column::ClaimedUntil.lt(now)),
             )
-            .exec(&self.db)
+            .exec(&txn)
             .await?;
+        txn.commit().await?;
         Ok(claimed.rows_affected == 1)
     }
 }

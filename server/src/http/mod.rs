@@ -24,6 +24,7 @@ mod providers;
 mod routing;
 mod services;
 pub mod sse;
+mod status;
 mod terms;
 mod tokens;
 mod users;
@@ -70,7 +71,7 @@ use crate::error::Problem;
         (name = "terms", description = "Terms of service"),
         (name = "audit", description = "The audit log"),
         (name = "providers", description = "Cloud and fleet providers, and the plugin binaries they run"),
-        (name = "operations", description = "Health, readiness and metrics"),
+        (name = "operations", description = "Health, readiness, metrics, and the replicas with their leaders"),
     )
 )]
 struct ApiDoc;
@@ -295,6 +296,7 @@ fn api_router() -> OpenApiRouter<App> {
         .merge(plugins::router())
         .merge(providers::router())
         .merge(ops::router())
+        .merge(status::router())
 }
 
 /// The OpenAPI document of the API, as served at `/openapi.json` and committed in `openapi/`.
