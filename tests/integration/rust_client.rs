@@ -788,6 +788,18 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
     assert_eq!(admin.edge_list().send().await.unwrap().items.len(), 1);
     admin.edge_delete().edge_id("edge-1").send().await.unwrap();
 
+    // The replicas and their leaders: this lone replica leads every kind of work.
+    let cluster = admin.cluster_status().send().await.unwrap();
+    assert_eq!(cluster.replicas.len(), 1);
+    assert_eq!(cluster.replicas[0].id, cluster.replica);
+    assert_eq!(cluster.leaders.len(), 3);
+    assert!(
+        cluster
+            .leaders
+            .iter()
+            .all(|l| l.holder == cluster.replica && l.current)
+    );
+
     // The deploy pipeline.
     let pipeline = admin.deploy_pipeline_view().send().await.unwrap();
     assert!(!pipeline.paused);
