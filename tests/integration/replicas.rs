@@ -7,11 +7,13 @@
 use std::time::{Duration, Instant};
 
 use bulkhead::app::leases::{LEASE_TTL, RENEW_EVERY, Work};
+use bulkhead::dev::DevPlatform;
 use sea_orm::{ConnectionTrait, Database, TransactionTrait};
 use serde_json::Value;
+use tempfile::TempDir;
 
 use crate::backend_tests;
-use crate::deployments::{deploy, deployment_wait, fixture};
+use crate::deployments::{Fixture, deploy, deployment_wait, fixture};
 use crate::support::{ADMIN_TOKEN, Backend, TestServer, database_fresh, eventually, platform};
 
 backend_tests!(
@@ -44,6 +46,21 @@ fn leader(status: &Value, work: &str) -> Option<(String, i64)> {
 
 fn replica_id(s: &TestServer) -> String {
     s.app().leases.replica.clone()
+}
+
+/// A replica on a fresh database of `backend` with the local platform's providers and a
+/// service of one replica on gcp; `None` (saying so) without PostgreSQL.
+async fn first_replica_with_a_service(
+    backend: Backend,
+) -> Option<(String, TempDir, TestServer, (DevPlatform, TempDir), Fixture)> {
+    let Some((url, dir)) = database_fresh(backend).await else {
+        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+        return None;
+    };
+    let a = TestServer::replica_start(backend, &url).await;
+    let platform = platform(&a).await;
+    let f = fixture(&a, 1, &["gcp"]).await;
+    Some((url, dir, a, platform, f))
 }
 
 async fn replicas_start_together_and_serve_one_api(backend: Backend) {
@@ -122,15 +139,11 @@ async fn replicas_start_together_and_serve_one_api(backend: Backend) {
 }
 
 async fn a_stopped_leader_hands_its_work_to_another_replica(backend: Backend) {
-    let Some((url, _dir)) = database_fresh(backend).await else {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
-        return;
-    };
     // The first replica takes every lease; the providers are configured before the others
     // start, so that all of them run the same plugins.
-    let a = TestServer::replica_start(backend, &url).await;
-    let (_platform, _platform_dir) = platform(&a).await;
-    let f = fixture(&a, 1, &["gcp"]).await;
+    let Some((url, _dir, a, _platform, f)) = first_replica_with_a_service(backend).await else {
+        return;
+    };
     let (b, c) = tokio::join!(
         TestServer::replica_start(backend, &url),
         TestServer::replica_start(backend, &url),
@@ -176,13 +189,9 @@ async fn a_stopped_leader_hands_its_work_to_another_replica(backend: Backend) {
 }
 
 async fn a_replica_that_lost_its_lease_neither_acts_nor_writes(backend: Backend) {
-    let Some((url, _dir)) = database_fresh(backend).await else {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+    let Some((url, _dir, a, _platform, f)) = first_replica_with_a_service(backend).await else {
         return;
     };
-    let a = TestServer::replica_start(backend, &url).await;
-    let (_platform, _platform_dir) = platform(&a).await;
-    let f = fixture(&a, 1, &["gcp"]).await;
     let app = a.app().clone();
     let term = app
         .leases
