@@ -19,6 +19,7 @@ mod providers;
 mod resolve;
 mod routes;
 mod services;
+mod status;
 mod tokens;
 
 pub use connection::problem_text;
@@ -44,6 +45,8 @@ pub enum ClientCommand {
     Routes(routes::RoutesArgs),
     /// Your API tokens.
     Tokens(tokens::TokensArgs),
+    /// The control plane's replicas and the leader of each kind of background work.
+    Status(status::StatusArgs),
 }
 
 /// Runs one client command.
@@ -59,6 +62,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Providers(args) => providers::providers(args).await,
         ClientCommand::Routes(args) => routes::routes(args).await,
         ClientCommand::Tokens(args) => tokens::tokens(args).await,
+        ClientCommand::Status(args) => status::status(args).await,
     }
 }
 

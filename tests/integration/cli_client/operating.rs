@@ -52,6 +52,20 @@ async fn an_administrator_operates_a_provider(s: TestServer) {
     let probe = admin.run("providers probe toy --output json").await.json();
     assert_eq!(probe["digest"], uploaded["digest"]);
 
+    // The replicas and their leaders: this lone replica leads every kind of work.
+    let status = admin.run("status --output json").await.json();
+    assert_eq!(status["replicas"].as_array().unwrap().len(), 1);
+    let leaders = status["leaders"].as_array().unwrap();
+    assert_eq!(leaders.len(), 3);
+    assert!(leaders.iter().all(|l| l["holder"] == status["replica"]));
+    let table = admin.run("status").await;
+    let replica = status["replica"].as_str().unwrap();
+    assert!(
+        row(table.ok(), "deploys").is_some_and(|line| line.contains(replica)),
+        "{}",
+        table.stdout
+    );
+
     // Drained, disabled, and back; each state in the list.
     let state = async |name: &str| {
         let listed = admin.run("providers list").await;
