@@ -1,5 +1,6 @@
 //! The `bulkhead` command: the list of its subcommands and where each goes. Each group lives in
-//! a module of `cli` (see its doc); this file only dispatches.
+//! a module of `bulkhead_commands` (this package's library) or in the crate it delegates to
+//! (`bulkhead-cli`, `bulkhead-agent`, `bulkhead-edge`); this file only dispatches.
 
 use std::process::ExitCode;
 

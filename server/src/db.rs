@@ -46,11 +46,12 @@ impl Setup {
 
 /// Opens the database for migrating it, holding the set-up lock (see [`Setup`]).
 pub async fn connect_for_migrations(url: &str) -> anyhow::Result<Setup> {
-    let file_lock = match url.starts_with("sqlite:") {
-        true => sqlite_setup_lock(url).await?,
-        false => None,
-    };
+    // Opening creates the SQLite file (and its directory) the lock file goes beside.
     let db = connect_dedicated(url).await?;
+    let file_lock = match db.get_database_backend() {
+        DbBackend::Sqlite => sqlite_setup_lock(url).await?,
+        _ => None,
+    };
     if db.get_database_backend() == DbBackend::Postgres {
         let taken = db
             .query_one_raw(Statement::from_string(
@@ -79,9 +80,6 @@ async fn sqlite_setup_lock(url: &str) -> anyhow::Result<Option<std::fs::File>> {
     let database = parsed.get_filename();
     if database == Path::new(":memory:") {
         return Ok(None);
-    }
-    if let Some(dir) = database.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        bulkhead_common::files::private_dir_create(dir)?;
     }
     let mut path = database.as_os_str().to_owned();
     path.push(".setup-lock");

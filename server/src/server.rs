@@ -164,10 +164,13 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     // The replica announces itself and takes the leases it can before its loops start, so
     // that a lone replica does its background work from the first pass.
     let leases_db = crate::db::connect_dedicated(&app.settings.database_url).await?;
-    app.replica_heartbeat_at(&leases_db, &addr.to_string())
-        .await?;
+    app.replica_heartbeat(&leases_db, &addr.to_string()).await?;
     app.leases_renew(&leases_db).await;
-    let leases = tokio::spawn(app.clone().leases_run(leases_db, shutdown.subscribe()));
+    let leases = tokio::spawn(app.clone().leases_run(
+        leases_db,
+        addr.to_string(),
+        shutdown.subscribe(),
+    ));
     tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
     tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));

@@ -118,10 +118,7 @@ async fn replicas_start_together_and_serve_one_api(backend: Backend) {
         assert!(term >= 1);
         // The holder knows it, and only the holder.
         for s in [&a, &b, &c] {
-            let work = [Work::Deploys, Work::InstanceHealth, Work::Maintenance]
-                .into_iter()
-                .find(|w| w.as_str() == work)
-                .unwrap();
+            let work = Work::of_kind(work).unwrap();
             assert_eq!(
                 s.app().leases.leads(work),
                 replica_id(s) == holder,
@@ -130,9 +127,23 @@ async fn replicas_start_together_and_serve_one_api(backend: Backend) {
             );
         }
     }
-    // Status is for administrators.
+    // Status is for administrators, with a token of the `admin` scope: an administrator's
+    // read-only token is refused too.
     let refused = a.get("/v1/status", &owner).await;
     refused.assert_problem(403, "forbidden");
+    let read_only = a
+        .post(
+            "/v1/tokens",
+            ADMIN_TOKEN,
+            serde_json::json!({ "name": "watcher", "scopes": ["read"] }),
+        )
+        .await;
+    let read_only = read_only.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let refused = b.get("/v1/status", &read_only).await;
+    refused.assert_problem(403, "insufficient_scope");
     for s in [a, b, c] {
         s.stop().await;
     }

@@ -49,6 +49,11 @@ pub enum Work {
 impl Work {
     pub const ALL: [Work; 3] = [Work::Deploys, Work::InstanceHealth, Work::Maintenance];
 
+    /// The work whose lease has `kind`.
+    pub fn of_kind(kind: &str) -> Option<Work> {
+        Work::ALL.into_iter().find(|work| work.as_str() == kind)
+    }
+
     /// The lease's `kind`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -147,18 +152,21 @@ pub(super) fn statement(
     Statement::from_sql_and_values(backend, sql, values)
 }
 
-/// Takes or renews `work`'s lease for `holder`; its term if `holder` has it now.
-async fn lease_acquire(
+/// Takes or renews, for `holder`, every kind of work's lease that is its or has lapsed, in one
+/// statement; the kinds it holds now, with their terms.
+async fn leases_acquire(
     db: &DatabaseConnection,
-    work: Work,
     holder: &str,
-) -> Result<Option<i64>, sea_orm::DbErr> {
+) -> Result<Vec<(String, i64)>, sea_orm::DbErr> {
     let backend = db.get_database_backend();
     let now = now_ms_sql(backend);
-    // A renewal keeps the term; a takeover (only of a lapsed lease) raises it.
+    let rows: Vec<String> = (0..Work::ALL.len())
+        .map(|i| format!("(${}, $1, 1, {now} + $2, {now})", i + 3))
+        .collect();
+    // A renewal keeps the term; a takeover (only of a lapsed lease) raises it. Rows the WHERE
+    // leaves alone (another holder's current lease) are not returned.
     let sql = format!(
-        "INSERT INTO leases (kind, holder, term, expires_at_ms, acquired_at_ms) \
-         VALUES ($1, $2, 1, {now} + $3, {now}) \
+        "INSERT INTO leases (kind, holder, term, expires_at_ms, acquired_at_ms) VALUES {} \
          ON CONFLICT (kind) DO UPDATE SET \
            term = CASE WHEN leases.holder = excluded.holder THEN leases.term ELSE leases.term + 1 END, \
            acquired_at_ms = CASE WHEN leases.holder = excluded.holder \
@@ -166,17 +174,26 @@ async fn lease_acquire(
            holder = excluded.holder, \
            expires_at_ms = excluded.expires_at_ms \
          WHERE leases.holder = excluded.holder OR leases.expires_at_ms < excluded.acquired_at_ms \
-         RETURNING term"
+         RETURNING kind, term",
+        rows.join(", ")
     );
     let ttl_ms = LEASE_TTL.as_millis() as i64;
-    let row = db
-        .query_one_raw(statement(
-            backend,
-            &sql,
-            [work.as_str().into(), holder.into(), ttl_ms.into()],
-        ))
-        .await?;
-    row.map(|row| row.try_get::<i64>("", "term")).transpose()
+    let mut values: Vec<Value> = vec![holder.into(), ttl_ms.into()];
+    values.extend(Work::ALL.iter().map(|work| Value::from(work.as_str())));
+    db.query_all_raw(statement(backend, &sql, values))
+        .await?
+        .into_iter()
+        .map(|row| Ok((row.try_get("", "kind")?, row.try_get("", "term")?)))
+        .collect()
+}
+
+/// What a transaction of leader-only work gets when this replica does not lead it (any more).
+fn lease_lost(work: Work) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::NotReady,
+        format!("this replica no longer leads {}", work.as_str()),
+    )
 }
 
 impl App {
@@ -184,31 +201,41 @@ impl App {
     /// replica's own connection). A failure (the database unreachable) leaves the leases to
     /// lapse here as they will in the database.
     pub async fn leases_renew(&self, db: &DatabaseConnection) {
-        for work in Work::ALL {
-            let sent = Instant::now();
-            match lease_acquire(db, work, &self.leases.replica).await {
-                Ok(Some(term)) => self.leases.record(
-                    work,
-                    Some(Held {
-                        term,
-                        // A tenth of the lease's length short: the database counts from a
-                        // moment after this one, and clocks run at slightly different rates.
-                        until: sent + LEASE_TTL - LEASE_TTL / 10,
-                    }),
-                ),
-                Ok(None) => self.leases.record(work, None),
-                Err(err) => {
-                    tracing::warn!(work = work.as_str(), error = %err, "lease: could not renew");
-                    metrics::counter!("lease_renewal_failures_total", "work" => work.as_str())
-                        .increment(1);
+        let sent = Instant::now();
+        match leases_acquire(db, &self.leases.replica).await {
+            Ok(held) => {
+                for work in Work::ALL {
+                    let term = held
+                        .iter()
+                        .find(|(kind, _)| kind == work.as_str())
+                        .map(|(_, term)| *term);
+                    self.leases.record(
+                        work,
+                        term.map(|term| Held {
+                            term,
+                            // A tenth of the lease's length short: the database counts from
+                            // a moment after this one, and clocks run at slightly different
+                            // rates.
+                            until: sent + LEASE_TTL - LEASE_TTL / 10,
+                        }),
+                    );
                 }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "leases: could not renew");
+                metrics::counter!("lease_renewal_failures_total").increment(1);
             }
         }
     }
 
-    /// Renews leases and this replica's heartbeat until `stop`, then hands the leases over
-    /// and signs the replica off.
-    pub async fn leases_run(self, db: DatabaseConnection, mut stop: watch::Receiver<bool>) {
+    /// Renews leases and the heartbeat of this replica (listening on `address`) until `stop`,
+    /// then hands the leases over and signs the replica off.
+    pub async fn leases_run(
+        self,
+        db: DatabaseConnection,
+        address: String,
+        mut stop: watch::Receiver<bool>,
+    ) {
         let mut tick = tokio::time::interval(RENEW_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heartbeat = Instant::now();
@@ -220,7 +247,7 @@ impl App {
             self.leases_renew(&db).await;
             if last_heartbeat.elapsed() >= super::replicas::HEARTBEAT_EVERY {
                 last_heartbeat = Instant::now();
-                if let Err(err) = self.replica_heartbeat(&db).await {
+                if let Err(err) = self.replica_heartbeat(&db, &address).await {
                     tracing::warn!(error = %err, "replica heartbeat failed");
                 }
             }
@@ -246,14 +273,7 @@ impl App {
     /// Checks, inside `txn`, that this replica still leads `work` with the term it holds; a
     /// transaction of leader-only work calls it before it commits anything.
     pub async fn lease_fence(&self, txn: &impl ConnectionTrait, work: Work) -> ApiResult<()> {
-        let lost = || {
-            ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::NotReady,
-                format!("this replica no longer leads {}", work.as_str()),
-            )
-        };
-        let term = self.leases.term(work).ok_or_else(lost)?;
+        let term = self.leases.term(work).ok_or_else(|| lease_lost(work))?;
         self.lease_fence_term(txn, work, term).await
     }
 
@@ -264,13 +284,6 @@ impl App {
         work: Work,
         term: i64,
     ) -> ApiResult<()> {
-        let lost = || {
-            ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::NotReady,
-                format!("this replica no longer leads {}", work.as_str()),
-            )
-        };
         let backend = txn.get_database_backend();
         let lock = match backend {
             DbBackend::Postgres => " FOR SHARE",
@@ -290,7 +303,7 @@ impl App {
             _ => {
                 metrics::counter!("lease_fenced_writes_total", "work" => work.as_str())
                     .increment(1);
-                Err(lost())
+                Err(lease_lost(work))
             }
         }
     }

@@ -66,8 +66,9 @@ fn time_of_ms(ms: i64) -> DateTime<Utc> {
 }
 
 impl App {
-    /// Announces this replica listening on `address`, or renews its heartbeat.
-    pub async fn replica_heartbeat_at(
+    /// Announces this replica listening on `address`, or renews its heartbeat (announcing it
+    /// again if a purge forgot it).
+    pub async fn replica_heartbeat(
         &self,
         db: &DatabaseConnection,
         address: &str,
@@ -86,22 +87,6 @@ impl App {
                 address.into(),
                 env!("CARGO_PKG_VERSION").into(),
             ],
-        ))
-        .await
-        .map(|_| ())
-    }
-
-    /// Renews this replica's heartbeat.
-    pub(super) async fn replica_heartbeat(
-        &self,
-        db: &DatabaseConnection,
-    ) -> Result<(), sea_orm::DbErr> {
-        let backend = db.get_database_backend();
-        let now = now_ms_sql(backend);
-        db.execute_raw(statement(
-            backend,
-            &format!("UPDATE replicas SET heartbeat_at_ms = {now} WHERE id = $1"),
-            [self.leases.replica.clone().into()],
         ))
         .await
         .map(|_| ())
@@ -182,7 +167,7 @@ impl App {
             .await?
         {
             let kind: String = row.try_get("", "kind")?;
-            let Some(work) = Work::ALL.into_iter().find(|w| w.as_str() == kind) else {
+            let Some(work) = Work::of_kind(&kind) else {
                 continue;
             };
             let expires_at_ms: i64 = row.try_get("", "expires_at_ms")?;
