@@ -46,12 +46,13 @@ impl Setup {
 
 /// Opens the database for migrating it, holding the set-up lock (see [`Setup`]).
 pub async fn connect_for_migrations(url: &str) -> anyhow::Result<Setup> {
-    // Opening creates the SQLite file (and its directory) the lock file goes beside.
-    let db = connect_dedicated(url).await?;
-    let file_lock = match db.get_database_backend() {
-        DbBackend::Sqlite => sqlite_setup_lock(url).await?,
-        _ => None,
+    // On SQLite the lock comes first: opening a connection writes (WAL mode), and would wait
+    // behind another process's set-up.
+    let file_lock = match url.starts_with("sqlite:") {
+        true => sqlite_setup_lock(url).await?,
+        false => None,
     };
+    let db = connect_dedicated(url).await?;
     if db.get_database_backend() == DbBackend::Postgres {
         let taken = db
             .query_one_raw(Statement::from_string(
@@ -80,6 +81,9 @@ async fn sqlite_setup_lock(url: &str) -> anyhow::Result<Option<std::fs::File>> {
     let database = parsed.get_filename();
     if database == Path::new(":memory:") {
         return Ok(None);
+    }
+    if let Some(dir) = database.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        bulkhead_common::files::private_dir_create(dir)?;
     }
     let mut path = database.as_os_str().to_owned();
     path.push(".setup-lock");
@@ -111,8 +115,7 @@ pub async fn connect_dedicated(url: &str) -> anyhow::Result<DatabaseConnection> 
     options
         .min_connections(1)
         .idle_timeout(None::<Duration>)
-        .max_lifetime(None::<Duration>)
-        .acquire_timeout(Duration::from_secs(2));
+        .max_lifetime(None::<Duration>);
     Ok(Database::connect(options).await?)
 }
 
