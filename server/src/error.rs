@@ -244,8 +244,35 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+/// Whether `err` says the database could not be reached (not that a statement failed): no
+/// connection to be had, or the one in use broke.
+pub fn database_unreachable(err: &DbErr) -> bool {
+    use sea_orm::RuntimeErr;
+    use sea_orm::sqlx::Error;
+    let runtime = match err {
+        DbErr::ConnectionAcquire(_) => return true,
+        DbErr::Conn(runtime) | DbErr::Exec(runtime) | DbErr::Query(runtime) => runtime,
+        _ => return false,
+    };
+    matches!(runtime, RuntimeErr::SqlxError(sqlx) if matches!(
+        **sqlx,
+        Error::Io(_) | Error::Tls(_) | Error::PoolTimedOut | Error::PoolClosed | Error::WorkerCrashed
+    ))
+}
+
 impl From<DbErr> for ApiError {
     fn from(err: DbErr) -> Self {
+        if database_unreachable(&err) {
+            // This replica is cut off from the database (or it restarts): another replica
+            // may answer, or this one shortly.
+            tracing::warn!(error = %err, "database unreachable");
+            return Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::NotReady,
+                "the database is unreachable; try again shortly",
+            )
+            .retry_after(1);
+        }
         match err.sql_err() {
             Some(SqlErr::UniqueConstraintViolation(_)) => Self::conflict(
                 ErrorCode::AlreadyExists,

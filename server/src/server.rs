@@ -154,10 +154,11 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     app.providers_start()
         .await
         .map_err(|err| anyhow::anyhow!("loading the providers: {err:?}"))?;
-    // The routing table is served from the first request on.
-    app.routing_refresh()
-        .await
-        .map_err(|err| anyhow::anyhow!("building the routing table: {err:?}"))?;
+    if app.db.get_database_backend() == sea_orm::DbBackend::Postgres {
+        // Until it listens to the other replicas' changes, a cached credential could be one
+        // another replica revoked.
+        app.auth_cache.trust(false);
+    }
     let listener = TcpListener::bind(app.settings.listen).await?;
     let addr = listener.local_addr()?;
     let router = crate::http::router(app.clone());
@@ -166,11 +167,22 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let leases_db = crate::db::connect_dedicated(&app.settings.database_url).await?;
     app.replica_heartbeat(&leases_db, &addr.to_string()).await?;
     app.leases_renew(&leases_db).await;
+    // The routing table is served from the first request on (by the routing leader, which
+    // publishes it; the others serve the latest published).
+    let routing_ready = if app.leases.leads(crate::app::leases::Work::Routing) {
+        app.routing_refresh().await
+    } else {
+        app.routing_prepare().await
+    };
+    routing_ready.map_err(|err| anyhow::anyhow!("building the routing table: {err:?}"))?;
     let leases = tokio::spawn(app.clone().leases_run(
         leases_db,
         addr.to_string(),
         shutdown.subscribe(),
     ));
+    tokio::spawn(app.clone().change_feed_listen_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().change_feed_tell_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().providers_sync_run(shutdown.subscribe()));
     tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
     tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));

@@ -24,6 +24,7 @@ mod plugin_tools;
 mod plugins;
 mod projects;
 mod providers;
+mod replica_changes;
 mod replicas;
 mod resources;
 mod routing;

@@ -32,7 +32,7 @@ fn bundled_names() -> Vec<&'static str> {
     names
 }
 
-async fn upload(s: &TestServer, token: &str, bytes: Vec<u8>) -> Reply {
+pub(crate) async fn upload(s: &TestServer, token: &str, bytes: Vec<u8>) -> Reply {
     TestServer::send(
         s.request(Method::POST, "/v1/plugins", Some(token))
             .header("content-type", "application/wasm")
@@ -43,7 +43,7 @@ async fn upload(s: &TestServer, token: &str, bytes: Vec<u8>) -> Reply {
 
 /// The example plugin with a custom section appended: the same behaviour, another digest
 /// (a second "version" to switch between).
-fn example_variant(tag: &str) -> Vec<u8> {
+pub(crate) fn example_variant(tag: &str) -> Vec<u8> {
     let mut bytes = plugin_bytes("bulkhead_plugin_example.wasm");
     let name = b"bulkhead-test-variant";
     let mut payload = vec![name.len() as u8];
@@ -93,7 +93,7 @@ async fn partial_upload_answer(s: &TestServer, token: &str) -> String {
     String::from_utf8_lossy(&answer[..read]).into_owned()
 }
 
-async fn provider_with(s: &TestServer, name: &str, digest: &str) {
+pub(crate) async fn provider_with(s: &TestServer, name: &str, digest: &str) {
     s.post(
         "/v1/providers",
         ADMIN_TOKEN,
@@ -111,7 +111,7 @@ async fn provider_with(s: &TestServer, name: &str, digest: &str) {
     assert_eq!(activated.assert_status(200)["plugin"]["digest"], digest);
 }
 
-async fn probe_digest(s: &TestServer, name: &str) -> String {
+pub(crate) async fn probe_digest(s: &TestServer, name: &str) -> String {
     let probe = provider_probe(s, name).await;
     let body = probe.assert_status(200);
     assert_eq!(body["status"], "healthy", "{body}");

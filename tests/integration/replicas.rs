@@ -23,7 +23,7 @@ backend_tests!(
 );
 
 /// `GET /v1/status` through `s`.
-async fn status(s: &TestServer) -> Value {
+pub(crate) async fn status(s: &TestServer) -> Value {
     s.get("/v1/status", ADMIN_TOKEN)
         .await
         .assert_status(200)
@@ -31,7 +31,7 @@ async fn status(s: &TestServer) -> Value {
 }
 
 /// The current leader of `work` in `status`, with its term.
-fn leader(status: &Value, work: &str) -> Option<(String, i64)> {
+pub(crate) fn leader(status: &Value, work: &str) -> Option<(String, i64)> {
     status["leaders"]
         .as_array()?
         .iter()
@@ -44,13 +44,13 @@ fn leader(status: &Value, work: &str) -> Option<(String, i64)> {
         })
 }
 
-fn replica_id(s: &TestServer) -> String {
+pub(crate) fn replica_id(s: &TestServer) -> String {
     s.app().leases.replica.clone()
 }
 
 /// A replica on a fresh database of `backend` with the local platform's providers and a
 /// service of one replica on gcp; `None` (saying so) without PostgreSQL.
-async fn first_replica_with_a_service(
+pub(crate) async fn first_replica_with_a_service(
     backend: Backend,
 ) -> Option<(String, TempDir, TestServer, (DevPlatform, TempDir), Fixture)> {
     let Some((url, dir)) = database_fresh(backend).await else {

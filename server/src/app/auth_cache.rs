@@ -9,12 +9,14 @@
 //! generation is never used. An entry read from the database is stored only if no change was
 //! made while it was read, so a lookup that raced a change cannot bring the old answer back.
 //!
-//! Other replicas do not see this server's generation: they honour a change within
-//! [`AUTH_CACHE_TTL`], the life of an entry. Writes never use the cache: they authorize
-//! inside their transaction.
+//! Other replicas learn of a change through the change feed ([`super::change_feed`]), which
+//! bumps their generation too; while a replica is not listening to it, its cache is not
+//! trusted ([`AuthCache::trust`]), and without a feed (SQLite) another process honours a
+//! change within [`AUTH_CACHE_TTL`], the life of an entry. Writes never use the cache: they
+//! authorize inside their transaction.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use moka::sync::Cache;
@@ -24,7 +26,8 @@ use super::App;
 use crate::authz::{Principal, ProjectRole};
 use crate::entity::project;
 
-/// How long an entry lives: how soon another replica honours a revocation made here.
+/// How long an entry lives: how soon another process honours a revocation made there when
+/// no change feed tells of it.
 pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(5);
 const CAPACITY: u64 = 100_000;
 
@@ -48,6 +51,8 @@ pub struct CachedAccess {
 
 pub struct AuthCache {
     generation: AtomicU64,
+    /// Whether entries may be used: false while another replica's change could go unheard.
+    trusted: AtomicBool,
     /// By SHA-256 of the bearer string.
     principals: Cache<[u8; 32], Arc<CachedPrincipal>>,
     /// By (user, project).
@@ -58,6 +63,7 @@ impl Default for AuthCache {
     fn default() -> Self {
         Self {
             generation: AtomicU64::new(0),
+            trusted: AtomicBool::new(true),
             principals: Cache::builder()
                 .max_capacity(CAPACITY)
                 .time_to_live(AUTH_CACHE_TTL)
@@ -77,10 +83,24 @@ impl AuthCache {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// Uses entries again (`true`), or stops using and keeping them (`false`) while changes
+    /// made by other replicas could go unheard. Either way, what is cached now is dropped.
+    pub fn trust(&self, trusted: bool) {
+        self.trusted.store(trusted, Ordering::Release);
+        self.invalidate();
+    }
+
+    /// The generation, if entries may be used.
+    fn usable(&self) -> Option<u64> {
+        self.trusted
+            .load(Ordering::Acquire)
+            .then(|| self.generation())
+    }
+
     pub fn principal(&self, bearer: &[u8; 32]) -> Option<Arc<CachedPrincipal>> {
         self.principals
             .get(bearer)
-            .filter(|entry| entry.generation == self.generation())
+            .filter(|entry| Some(entry.generation) == self.usable())
     }
 
     pub fn principal_insert(
@@ -91,7 +111,7 @@ impl AuthCache {
         expires_at: Option<i64>,
         last_used_recorded: i64,
     ) {
-        if generation == self.generation() {
+        if Some(generation) == self.usable() {
             self.principals.insert(
                 bearer,
                 Arc::new(CachedPrincipal {
@@ -107,7 +127,7 @@ impl AuthCache {
     pub fn access(&self, user_id: Uuid, project_id: Uuid) -> Option<Arc<CachedAccess>> {
         self.access
             .get(&(user_id, project_id))
-            .filter(|entry| entry.generation == self.generation())
+            .filter(|entry| Some(entry.generation) == self.usable())
     }
 
     pub fn access_insert(
@@ -118,7 +138,7 @@ impl AuthCache {
         project: Option<project::Model>,
         role: Option<ProjectRole>,
     ) {
-        if generation == self.generation() {
+        if Some(generation) == self.usable() {
             self.access.insert(
                 (user_id, project_id),
                 Arc::new(CachedAccess {
@@ -140,8 +160,10 @@ impl AuthCache {
 
 impl App {
     /// Call after committing any change that can narrow what a credential may do or see:
-    /// cached authentications and project accesses of this server are dropped at once.
+    /// cached authentications and project accesses are dropped at once here, and on the other
+    /// replicas once the change feed tells them.
     pub fn auth_changed(&self) {
         self.auth_cache.invalidate();
+        self.changes.auth.notify();
     }
 }

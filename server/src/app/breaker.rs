@@ -219,6 +219,33 @@ impl Breaker {
         })
     }
 
+    /// Takes `health` as recorded by another replica: open there, open here (probed after the
+    /// current backoff); closed there, closed here.
+    pub fn adopt(&mut self, health: ProviderHealth, now: Instant) {
+        if health == self.health() {
+            return;
+        }
+        self.failures = 0;
+        match health {
+            ProviderHealth::Unavailable => {
+                self.phase = Phase::Open;
+                self.next_probe = now + self.backoff;
+            }
+            ProviderHealth::Degraded if self.phase == Phase::Open => {
+                self.phase = Phase::HalfOpen;
+            }
+            ProviderHealth::Degraded => {
+                self.phase = Phase::Closed;
+                self.degraded = true;
+            }
+            ProviderHealth::Healthy => {
+                self.phase = Phase::Closed;
+                self.degraded = false;
+                self.backoff = self.config.backoff_base;
+            }
+        }
+    }
+
     fn open(&mut self, now: Instant, jitter: f64) {
         self.backoff = match self.phase {
             Phase::Closed => self.config.backoff_base,
@@ -317,6 +344,27 @@ mod tests {
             "only a probe half-opens"
         );
         assert_eq!(b.health(), ProviderHealth::Unavailable);
+    }
+
+    #[test]
+    fn another_replicas_health_is_taken_as_it_is() {
+        let now = Instant::now();
+        let mut b = breaker(now);
+        b.adopt(ProviderHealth::Unavailable, now);
+        assert_eq!(b.health(), ProviderHealth::Unavailable);
+        assert!(!b.allows_calls(), "open elsewhere, open here");
+        assert!(!b.probe_due(now), "probed after the backoff, not at once");
+        b.adopt(ProviderHealth::Degraded, now);
+        assert_eq!(b.health(), ProviderHealth::Degraded);
+        assert!(b.allows_calls());
+        // Half-open: one more failure opens it again.
+        b.record(Signal::Transient("x".into()), false, now, 0.0);
+        assert_eq!(b.health(), ProviderHealth::Unavailable);
+        b.adopt(ProviderHealth::Healthy, now);
+        assert_eq!(b.health(), ProviderHealth::Healthy);
+        // Closed: it takes the threshold of failures to open.
+        b.record(Signal::Transient("x".into()), false, now, 0.0);
+        assert_eq!(b.health(), ProviderHealth::Healthy);
     }
 
     #[test]

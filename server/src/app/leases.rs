@@ -44,10 +44,20 @@ pub enum Work {
     InstanceHealth,
     /// Purges of expired records.
     Maintenance,
+    /// Publishing routing revisions (every replica serves them).
+    Routing,
+    /// Periodic health probes of providers' APIs.
+    ProviderProbes,
 }
 
 impl Work {
-    pub const ALL: [Work; 3] = [Work::Deploys, Work::InstanceHealth, Work::Maintenance];
+    pub const ALL: [Work; 5] = [
+        Work::Deploys,
+        Work::InstanceHealth,
+        Work::Maintenance,
+        Work::Routing,
+        Work::ProviderProbes,
+    ];
 
     /// The work whose lease has `kind`.
     pub fn of_kind(kind: &str) -> Option<Work> {
@@ -60,6 +70,8 @@ impl Work {
             Work::Deploys => "deploys",
             Work::InstanceHealth => "instance_health",
             Work::Maintenance => "maintenance",
+            Work::Routing => "routing",
+            Work::ProviderProbes => "provider_probes",
         }
     }
 }

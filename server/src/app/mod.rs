@@ -9,6 +9,7 @@ pub mod auth_cache;
 pub mod backpressure;
 pub mod bootstrap;
 pub mod breaker;
+pub mod change_feed;
 pub mod changes;
 pub mod deploy_pipeline;
 pub mod deployment_events;
@@ -34,6 +35,7 @@ pub mod project_write;
 pub mod projects;
 pub mod provider_health;
 pub mod provider_instances;
+pub mod provider_sync;
 pub mod provider_versions;
 pub mod providers;
 pub mod reconciler;
@@ -71,7 +73,7 @@ pub struct App {
     pub auth_cache: Arc<auth_cache::AuthCache>,
     /// Seals and opens secrets at rest.
     pub secrets: Arc<crate::secrets::SecretBox>,
-    /// Change notifications inside this server.
+    /// Change notifications, here and (through the change feed) from other replicas.
     pub changes: changes::Changes,
     /// Turns true when the server begins to stop (event streams end, loops return).
     pub stopping: tokio::sync::watch::Receiver<bool>,

@@ -11,8 +11,10 @@
 //! per-provider gate, so a slow cloud is not probed twice at once and the second probe finds
 //! what the first one cached (an access token, say).
 //!
-//! The breakers live in this server's memory; with several replicas each probes on its own
-//! and the stored health is the last one written.
+//! Each replica keeps its breakers in memory and feeds them its own calls' outcomes; one
+//! replica (the `provider_probes` lease's holder) probes. A change of health recorded by any
+//! replica is taken by every other's breaker ([`super::provider_sync`]): the stored health is
+//! the last one written.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +41,8 @@ use crate::plugins::{HealthReport, HealthStatus, PluginError, ProviderError};
 pub struct HealthBoard {
     config: BreakerConfig,
     breakers: Mutex<HashMap<String, Breaker>>,
+    /// Each provider's stored `health_changed_at` that its breaker has taken (or written).
+    adopted: Mutex<HashMap<String, Option<DateTime<Utc>>>>,
     probe_gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -47,6 +51,7 @@ impl HealthBoard {
         Self {
             config: BreakerConfig::for_interval(probe_interval),
             breakers: Mutex::default(),
+            adopted: Mutex::default(),
             probe_gates: Mutex::default(),
         }
     }
@@ -73,6 +78,40 @@ impl HealthBoard {
             .entry(provider.to_owned())
             .or_insert_with(|| Breaker::new(self.config.clone(), stored, Instant::now()));
         f(breaker)
+    }
+
+    /// Takes the health stored for `provider` if it changed (`changed_at`) since this board
+    /// last took or wrote it: a change another replica recorded.
+    pub fn adopt(&self, provider: &str, stored: ProviderHealth, changed_at: Option<DateTime<Utc>>) {
+        {
+            let mut adopted = self.adopted.lock().expect("not poisoned");
+            match adopted.get(provider) {
+                Some(known) if *known == changed_at => return,
+                // The first sight of a provider: its breaker is made from the stored health.
+                None => {
+                    adopted.insert(provider.to_owned(), changed_at);
+                    return;
+                }
+                Some(_) => adopted.insert(provider.to_owned(), changed_at),
+            };
+        }
+        if let Some(breaker) = self
+            .breakers
+            .lock()
+            .expect("not poisoned")
+            .get_mut(provider)
+        {
+            breaker.adopt(stored, Instant::now());
+        }
+        health_gauge_set(provider, stored);
+    }
+
+    /// Records that `provider`'s stored health, changed at `changed_at`, is this board's own.
+    fn written(&self, provider: &str, changed_at: DateTime<Utc>) {
+        self.adopted
+            .lock()
+            .expect("not poisoned")
+            .insert(provider.to_owned(), Some(changed_at));
     }
 
     /// Whether `provider` should be probed now (a provider without a breaker yet: yes).
@@ -209,7 +248,8 @@ impl App {
     }
 
     async fn provider_health_change_store(&self, name: &str, change: &Change) -> ApiResult<()> {
-        let now = Utc::now();
+        // Microseconds, as PostgreSQL keeps them: the other replicas compare it.
+        let now = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
         let reason: String = change.reason.chars().take(1000).collect();
         let txn = crate::db::begin_write(&self.db).await?;
         provider::Entity::update_many()
@@ -242,6 +282,8 @@ impl App {
         )
         .await?;
         txn.commit().await?;
+        self.health.written(name, now);
+        self.changes.providers.notify();
         health_gauge_set(name, change.to);
         metrics::counter!("provider_health_changes_total", "provider" => name.to_owned(), "to" => change.to.as_str())
             .increment(1);
@@ -275,8 +317,8 @@ impl App {
         .await
     }
 
-    /// Probes every serving provider whose probe is due, each in its own task (a slow
-    /// provider never delays another's probe), until `stop` turns true.
+    /// On the probe leader, probes every serving provider whose probe is due, each in its own
+    /// task (a slow provider never delays another's probe), until `stop` turns true.
     pub async fn provider_health_run(self, mut stop: watch::Receiver<bool>) {
         let tick = (self.health.config.probe_interval / 4)
             .clamp(Duration::from_millis(50), Duration::from_secs(1));
@@ -286,6 +328,9 @@ impl App {
             tokio::select! {
                 _ = interval.tick() => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            if !self.leases.leads(super::leases::Work::ProviderProbes) {
+                continue;
             }
             // Only the providers whose probe is due are read from the database: most ticks
             // touch nothing but memory.

@@ -318,9 +318,12 @@ impl App {
         };
         audit_record(&txn, ctx, provider_audit(audit_action, &updated, details)).await?;
         txn.commit().await?;
-        if let Some((plugin, env)) = prepared {
-            self.providers.slot(&updated.name).activate(plugin, env);
+        let slot = self.providers.slot(&updated.name);
+        match prepared {
+            Some((plugin, env)) => slot.activate(plugin, env, updated.revision),
+            None => slot.deactivate(updated.revision),
         }
+        self.changes.providers.notify();
         self.health.probe_soon(&updated.name);
         self.provider_view_load(updated).await
     }
@@ -474,8 +477,12 @@ impl App {
         self.provider_health_gauges_init().await?;
         for row in provider::Entity::find().all(&self.db).await? {
             match self.provider_prepare(&self.db, &row).await {
-                Ok(Some((plugin, env))) => self.providers.slot(&row.name).activate(plugin, env),
-                Ok(None) => {}
+                Ok(Some((plugin, env))) => {
+                    self.providers
+                        .slot(&row.name)
+                        .activate(plugin, env, row.revision)
+                }
+                Ok(None) => self.providers.slot(&row.name).deactivate(row.revision),
                 Err(err) => {
                     tracing::error!(provider = %row.name, error = %err, "provider plugin not loaded; the provider is out of service")
                 }

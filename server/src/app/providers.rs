@@ -668,9 +668,10 @@ impl App {
         let prepared = self.provider_prepare(&txn, &updated).await?;
         txn.commit().await?;
         match prepared {
-            Some((plugin, env)) => slot.activate(plugin, env),
-            None => slot.deactivate(),
+            Some((plugin, env)) => slot.activate(plugin, env, updated.revision),
+            None => slot.deactivate(updated.revision),
         }
+        self.changes.providers.notify();
         self.health.probe_soon(name);
         self.provider_view_load(updated).await
     }

@@ -10,10 +10,12 @@
 //! - **Preparing** ([`App::routing_prepare`]): once per revision (and per signing key) each
 //!   server signs the latest table, compresses it and keeps the bytes, their ETag and the
 //!   recent changes in memory ([`Prepared`]); readers and watchers never touch the database.
-//! - **The loop** ([`App::routing_run`]) publishes and prepares when routes change on this
-//!   server, prepares every [`REFRESH_EVERY`] (revisions other replicas published), and
-//!   rebuilds every [`REBUILD_EVERY`] in case a change was committed by a server that stopped
-//!   before publishing it.
+//! - **The loop** ([`App::routing_run`]): the routing leader (one replica, by lease) publishes
+//!   when routes change on any replica (the change feed tells it), and rebuilds every
+//!   [`REBUILD_EVERY`] in case a hint was lost; each publication is fenced by the lease's term.
+//!   Every replica prepares a revision as soon as it is told of it, and every
+//!   [`REFRESH_EVERY`]. Ed25519 signatures are deterministic: every replica serves the same
+//!   bytes, with the same ETag, for a revision.
 //!
 //! Keys: see [`super::routing_keys`]; edges' reports: [`super::edges`].
 
@@ -157,17 +159,23 @@ impl App {
         })
     }
 
-    /// Publishes and prepares when routes change here, and every [`REFRESH_EVERY`], until
-    /// `stop` turns true.
+    /// On the routing leader, publishes and prepares when routes change (here or, told by
+    /// the change feed, on another replica); on every replica, prepares when a revision is
+    /// published and every [`REFRESH_EVERY`]; until `stop` turns true.
     pub async fn routing_run(self, mut stop: watch::Receiver<bool>) {
         let mut routes = self.changes.routes.subscribe();
+        let mut revisions = self.changes.routing.subscribe();
         let mut published_at = tokio::time::Instant::now();
         let mut publish = true;
+        let mut leading = false;
         loop {
-            // Whoever changes routes (here or on another replica) publishes; the others only
-            // pick the revision up. A rebuild now and then covers a change whose server
-            // stopped before publishing it.
-            let served = if publish || published_at.elapsed() >= REBUILD_EVERY {
+            // A replica that has just become the leader rebuilds at once: its predecessor may
+            // have stopped before publishing a change. A rebuild now and then covers a hint
+            // that never came.
+            let leads = self.leases.leads(super::leases::Work::Routing);
+            publish |= leads && !leading;
+            leading = leads;
+            let served = if leads && (publish || published_at.elapsed() >= REBUILD_EVERY) {
                 published_at = tokio::time::Instant::now();
                 self.routing_refresh().await
             } else {
@@ -178,6 +186,7 @@ impl App {
             }
             publish = tokio::select! {
                 _ = routes.changed() => true,
+                _ = revisions.changed() => false,
                 _ = tokio::time::sleep(REFRESH_EVERY) => false,
                 _ = stop.wait_for(|stopped| *stopped) => return,
             };
@@ -226,6 +235,7 @@ impl App {
         // Microseconds, as PostgreSQL keeps them: every replica signs the same bytes.
         let created_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
         let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, super::leases::Work::Routing).await?;
         let inserted = routing_revision::ActiveModel {
             revision: Set(revision),
             content_hash: Set(content_hash),
@@ -257,6 +267,7 @@ impl App {
             .exec(&txn)
             .await?;
         txn.commit().await?;
+        self.changes.routing.notify();
         metrics::gauge!("bulkhead_routing_revision").set(revision as f64);
         tracing::info!(
             revision,

@@ -170,6 +170,11 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
             errors.push((422, "Invalid values"));
         }
         errors.push((408, "Request timed out"));
+        if !matches!(path, "/healthz" | "/metrics") {
+            // Whatever reads the database: this replica cannot reach it (see `Retry-After`;
+            // another replica may answer).
+            errors.push((503, "The database is unreachable from this replica"));
+        }
         // Every response has a description (OpenAPI requires one): the status's reason phrase
         // where the operation gives none.
         for (status, response) in operation.responses.responses.iter_mut() {

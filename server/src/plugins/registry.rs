@@ -8,6 +8,7 @@
 //! application (`app::providers`); this module only holds it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use arc_swap::ArcSwapOption;
@@ -23,9 +24,11 @@ pub struct ActivePlugin {
 }
 
 /// One provider's place in the registry.
-#[derive(Default)]
 pub struct ProviderSlot {
     active: ArcSwapOption<ActivePlugin>,
+    /// The revision of the provider's row that what is active here was made from (0: none
+    /// yet): a replica whose revision is behind the database's loads the provider again.
+    revision: AtomicI64,
     /// Calls of every version of this provider since the server started, by outcome.
     pub stats: Arc<CallStats>,
     /// Held while the provider's plugin or settings change, so that two changes of one
@@ -33,25 +36,45 @@ pub struct ProviderSlot {
     pub changing: tokio::sync::Mutex<()>,
 }
 
+impl Default for ProviderSlot {
+    fn default() -> Self {
+        Self {
+            active: ArcSwapOption::empty(),
+            revision: AtomicI64::new(0),
+            stats: Arc::default(),
+            changing: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
 impl ProviderSlot {
+    /// The revision of the provider's row that this slot serves.
+    pub fn revision(&self) -> i64 {
+        self.revision.load(Ordering::Acquire)
+    }
+
     /// The version new calls use, if the provider is enabled and has one.
     pub fn active(&self) -> Option<Arc<ActivePlugin>> {
         self.active.load_full()
     }
 
-    /// Makes `plugin` (counted in this slot's stats) the version new calls use.
-    pub fn activate(&self, mut plugin: Plugin, env: Arc<PluginEnv>) {
+    /// Makes `plugin` (counted in this slot's stats), made from `revision` of the provider,
+    /// the version new calls use.
+    pub fn activate(&self, mut plugin: Plugin, env: Arc<PluginEnv>, revision: i64) {
         plugin.stats = self.stats.clone();
         self.active.store(Some(Arc::new(ActivePlugin {
             plugin: Arc::new(plugin),
             env,
             info: tokio::sync::OnceCell::new(),
         })));
+        self.revision.store(revision, Ordering::Release);
     }
 
-    /// Takes the provider out of service: new calls find no plugin.
-    pub fn deactivate(&self) {
+    /// Takes the provider out of service (as `revision` of it says): new calls find no
+    /// plugin.
+    pub fn deactivate(&self, revision: i64) {
         self.active.store(None);
+        self.revision.store(revision, Ordering::Release);
     }
 }
 
