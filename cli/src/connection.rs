@@ -232,7 +232,12 @@ pub fn problem_text(problem: &types::Problem) -> String {
 /// A refusal or failure of an operation as a [`Failure`]: the problem's title, detail and code
 /// for an answer the server documents, the status otherwise.
 pub fn api_failure(server: &str, err: Error<types::Problem>) -> anyhow::Error {
-    let failure = match err {
+    failure_of(server, err).into()
+}
+
+/// [`api_failure`], as the [`Failure`] it is.
+pub fn failure_of(server: &str, err: Error<types::Problem>) -> Failure {
+    match err {
         Error::ErrorResponse(answer) => {
             let exit = Exit::for_http_status(answer.status().as_u16());
             let problem = answer.into_inner();
@@ -251,8 +256,7 @@ pub fn api_failure(server: &str, err: Error<types::Problem>) -> anyhow::Error {
             Failure::new(Exit::InvalidInput, format!("invalid input: {reason}"))
         }
         other => Failure::new(Exit::Unexpected, other.to_string()),
-    };
-    failure.into()
+    }
 }
 
 /// An error with its causes, `a: b: c`.

@@ -1,8 +1,8 @@
 //! `bulkhead login` and `bulkhead logout`: obtain a session (email and password) or take an API
-//! token from the first of the servers that answers, and keep it in the credentials file with
-//! the whole list of servers; end the session and delete the file. Secrets
-//! come from a prompt without echo or from stdin, never from a flag (every user can read a
-//! process's command line).
+//! token, from the first server of the list that answers, and keep it in the credentials file
+//! with the whole list; end the session and delete the file. Secrets come from a prompt
+//! without echo or from stdin, never from a flag (every user can read a process's command
+//! line).
 
 use std::io::{BufRead, IsTerminal};
 

@@ -16,7 +16,7 @@ use bulkhead_client::{Client, ClientInfo, Error, Observer, ResponseValue, types}
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::connection::{api_failure, error_chain, problem_text};
+use super::connection::{api_failure, error_chain, failure_of, problem_text};
 use super::exit::Failure;
 
 /// The servers a command may use, in the order they are tried: at least one, each an HTTPS
@@ -310,10 +310,7 @@ impl Unanswered {
             return api_failure(&self.server, self.error);
         }
         let last = attempt_text(&self.server, &self.error);
-        let exit = match api_failure(&self.server, self.error).downcast::<Failure>() {
-            Ok(failure) => failure.exit,
-            Err(other) => return other,
-        };
+        let exit = failure_of(&self.server, self.error).exit;
         let tried = self.missed.len() + 1;
         let mut message = format!(
             "no server answered ({tried} tried): {}; {last}",
