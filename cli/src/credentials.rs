@@ -1,7 +1,9 @@
 //! The credentials file of the client commands: where it is (`BULKHEAD_CONFIG_DIR`, else the
-//! user's config directory, `bulkhead/credentials.json`), what it holds (the server's URL and a
-//! session's tokens or an API token; never a password), and how it is kept private: created
-//! with mode 0600 in a 0700 directory, and refused when other users may read it.
+//! user's config directory, `bulkhead/credentials.json`), what it holds (the URLs of the
+//! servers that issued it — one, or the replicas of one control plane — and a session's tokens
+//! or an API token; never a password), which servers it may be sent to (those only), and how
+//! it is kept private: created with mode 0600 in a 0700 directory, and refused when other users
+//! may read it.
 //!
 //! Nothing here talks to a server.
 
@@ -12,12 +14,15 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::exit::{Exit, fail};
+use super::servers::ServerList;
 
 /// What `bulkhead login` stores.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Credentials {
-    /// The server's base URL, e.g. `https://bulkhead.example.com`.
-    pub server: String,
+    /// The base URLs of the servers logged in to, e.g. `https://bulkhead.example.com`: under
+    /// `server`, a string when it is one (as older versions wrote it), a list when several.
+    #[serde(rename = "server")]
+    pub servers: ServerList,
     /// The CA file the server was verified with at login (`--ca-file`), used again unless a
     /// command gives another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -39,23 +44,22 @@ pub enum Auth {
 }
 
 impl Credentials {
-    /// The server to send these credentials to: the one that issued them. A `--server` (or
-    /// `BULKHEAD_URL`) naming another is refused rather than handed the tokens, so a typo or
-    /// a hostile URL never receives them.
-    pub fn server_for(&self, wanted: Option<&str>) -> anyhow::Result<String> {
+    /// The servers to send these credentials to: those that issued them, or the part of them
+    /// that `wanted` (`--server`, `BULKHEAD_URL`) names. A list naming any other server is
+    /// refused rather than handed the tokens, so a typo or a hostile URL never receives them.
+    pub fn server_for(&self, wanted: Option<&ServerList>) -> anyhow::Result<ServerList> {
         match wanted {
-            Some(wanted) if wanted.trim_end_matches('/') != self.server.trim_end_matches('/') => {
-                fail(
-                    Exit::NotLoggedIn,
-                    format!(
-                        "logged in to {}, not {wanted}: the stored credentials go only to the \
-                         server that issued them; run `bulkhead login --server {wanted}` (or set \
-                         BULKHEAD_TOKEN)",
-                        self.server
-                    ),
-                )
-            }
-            _ => Ok(self.server.clone()),
+            Some(wanted) if !wanted.is_subset_of(&self.servers) => fail(
+                Exit::NotLoggedIn,
+                format!(
+                    "logged in to {}, not {wanted}: the stored credentials go only to the \
+                     servers that issued them; run `bulkhead login --server {wanted}` (or set \
+                     BULKHEAD_TOKEN)",
+                    self.servers
+                ),
+            ),
+            Some(wanted) => Ok(wanted.clone()),
+            None => Ok(self.servers.clone()),
         }
     }
 }
@@ -165,5 +169,83 @@ pub fn credentials_delete() -> anyhow::Result<bool> {
         Ok(()) => Ok(true),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(err) => Err(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::Exit;
+
+    fn logged_in_to(servers: &str) -> Credentials {
+        Credentials {
+            servers: ServerList::parse(servers).unwrap(),
+            ca_file: None,
+            auth: Auth::ApiToken {
+                token: "bh_secret".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn credentials_go_to_the_servers_that_issued_them_or_a_part_of_them() {
+        let credentials = logged_in_to("https://a:8443,https://b:8443,https://c:8443");
+        assert_eq!(credentials.server_for(None).unwrap(), credentials.servers);
+        for part in [
+            "https://b:8443",
+            "https://c:8443,https://a:8443/",
+            "https://a:8443,https://b:8443,https://c:8443",
+        ] {
+            let wanted = ServerList::parse(part).unwrap();
+            assert_eq!(
+                credentials.server_for(Some(&wanted)).unwrap(),
+                wanted,
+                "{part}"
+            );
+        }
+        for other in [
+            "https://d:8443",
+            "https://a:8443,https://d:8443",
+            "https://a:9443",
+        ] {
+            let wanted = ServerList::parse(other).unwrap();
+            let err = credentials.server_for(Some(&wanted)).unwrap_err();
+            assert_eq!(Exit::of_error(&err), Exit::NotLoggedIn, "{other}");
+            assert!(
+                err.to_string().contains("logged in to https://a:8443,"),
+                "{err}"
+            );
+            assert!(!err.to_string().contains("bh_secret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_file_of_one_server_as_older_versions_wrote_it_still_loads() {
+        let old = r#"{"server":"https://bulkhead.example.com","kind":"session",
+            "access_token":"a","refresh_token":"r"}"#;
+        let credentials: Credentials = serde_json::from_str(old).unwrap();
+        assert_eq!(credentials.servers.urls(), ["https://bulkhead.example.com"]);
+        assert_eq!(
+            credentials.auth,
+            Auth::Session {
+                access_token: "a".into(),
+                refresh_token: "r".into()
+            }
+        );
+        // And is written as they read it.
+        let written = serde_json::to_value(&credentials).unwrap();
+        assert_eq!(written["server"], "https://bulkhead.example.com");
+    }
+
+    #[test]
+    fn a_file_of_several_servers_keeps_them_in_order() {
+        let credentials = logged_in_to("https://b,https://a");
+        let written = serde_json::to_string(&credentials).unwrap();
+        let read: Credentials = serde_json::from_str(&written).unwrap();
+        assert_eq!(read, credentials);
+        assert_eq!(read.servers.urls(), ["https://b", "https://a"]);
+        // A file edited to send the tokens in clear is refused.
+        let edited = written.replace("https://a", "http://a.example.com");
+        assert!(serde_json::from_str::<Credentials>(&edited).is_err());
     }
 }

@@ -1,8 +1,8 @@
 //! Following a deployment to its end through its event stream
 //! (`GET .../deployments/{id}/events` with `Accept: text/event-stream`, which the generated
 //! client does not parse): each event printed as it comes, the stream reopened after its last
-//! event (`Last-Event-ID`) when it drops, and the deployment's final state read once the
-//! stream ends.
+//! event (`Last-Event-ID`) when it drops — at the next server when the one it was on stopped
+//! answering — and the deployment's final state read once the stream ends.
 
 use std::time::Duration;
 
@@ -122,6 +122,7 @@ async fn stream_open(
             request = request.header("last-event-id", seen.to_string());
         }
         let response = request.send().await.map_err(|err| {
+            connection.server_move_on("gave no answer");
             Failure::new(
                 Exit::Unavailable,
                 format!("cannot reach {}: {}", client.baseurl(), error_chain(&err)),
@@ -130,6 +131,9 @@ async fn stream_open(
         let status = response.status().as_u16();
         if connection.args.verbose {
             eprintln!("bulkhead: deployment_event_list (event stream) -> {status}");
+        }
+        if matches!(status, 502..=504) {
+            connection.server_move_on(&format!("answered {}", response.status()));
         }
         if status == 401 && !refreshed && connection.session_refresh().await? {
             refreshed = true;

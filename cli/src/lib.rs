@@ -4,8 +4,9 @@
 //!
 //! One module per group of commands: `login` (login, logout), `projects`, `services`,
 //! `deployments` (deploy and deployments), `providers`, `routes`, `tokens`; with what they
-//! share: `connection` (flags, credentials, TLS, calls), `credentials`, `resolve` (names to
-//! ids), `follow` (event streams), `output` and [`exit`].
+//! share: `connection` (flags, credentials, TLS, calls), `servers` (the list of a control
+//! plane's replicas, and moving on to the next when one does not answer), `credentials`,
+//! `resolve` (names to ids), `follow` (event streams), `output` and [`exit`].
 
 mod connection;
 mod credentials;
@@ -18,6 +19,7 @@ mod projects;
 mod providers;
 mod resolve;
 mod routes;
+mod servers;
 mod services;
 mod status;
 mod tokens;
@@ -73,9 +75,11 @@ pub fn help_footer() -> String {
          BULKHEAD_CA_FILE (a private CA), which take precedence over the credentials `login` \
          stores in BULKHEAD_CONFIG_DIR/credentials.json (default: the user's config directory, \
          bulkhead/credentials.json); a flag takes precedence over both, and stored credentials \
-         are sent only to the server that issued them. Servers are reached over HTTPS, \
+         are sent only to the servers that issued them. Servers are reached over HTTPS, \
          verified against the platform's roots (or --ca-file); plain http:// only to \
-         loopback.\n\n{}",
+         loopback. --server (and BULKHEAD_URL) may list the replicas of one control plane, \
+         separated by commas: a request that one of them does not answer goes to the next (a \
+         write only when it cannot have been applied).\n\n{}",
         exit::Exit::help()
     )
 }

@@ -1,20 +1,23 @@
 //! `bulkhead login` and `bulkhead logout`: obtain a session (email and password) or take an API
-//! token, and keep it in the credentials file; end the session and delete the file. Secrets
-//! come from a prompt without echo or from stdin, never from a flag (every user can read a
-//! process's command line).
+//! token, from the first server of the list that answers, and keep it in the credentials file
+//! with the whole list; end the session and delete the file. Secrets come from a prompt
+//! without echo or from stdin, never from a flag (every user can read a process's command
+//! line).
 
 use std::io::{BufRead, IsTerminal};
 
-use super::connection::{DEFAULT_SERVER, GlobalArgs, api_failure};
+use super::connection::{GlobalArgs, clients_make, default_servers};
 use super::credentials::{
     Auth, Credentials, credentials_delete, credentials_load, credentials_save,
 };
 use super::exit::{Exit, fail};
 use super::output::done;
+use super::servers::Unanswered;
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   bulkhead login --server http://127.0.0.1:8080 --email ana@example.com
+  bulkhead login --server https://a:8443,https://b:8443,https://c:8443 --email ana@example.com
   echo \"$PASSWORD\" | bulkhead login --email ana@example.com --password-stdin
   echo \"$API_TOKEN\" | bulkhead login --token-stdin")]
 pub struct LoginArgs {
@@ -40,11 +43,9 @@ pub struct LogoutArgs {
 }
 
 pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
-    let server = args
+    let servers = args
         .global
-        .server
-        .clone()
-        .unwrap_or_else(|| DEFAULT_SERVER.to_owned());
+        .servers(args.global.server.clone().unwrap_or_else(default_servers));
     // Stored as an absolute path: later commands may run from another directory.
     let ca_file = match &args.global.ca_file {
         Some(path) => Some(std::path::absolute(path)?),
@@ -52,26 +53,16 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
     };
     let auth = if args.token_stdin {
         let token = stdin_line("API token")?;
-        let client = bulkhead_client::Client::with_options(
-            &server,
-            bulkhead_client::ClientOptions {
-                token: Some(token.clone()),
-                ca_file: ca_file.clone(),
-                observer: args.global.observer(),
-            },
-        )
-        .or_else(|err| match err.to_string() {
-            reason if reason.contains("header value") => {
-                fail(Exit::InvalidInput, "that is not a token")
-            }
-            reason => fail(Exit::Usage, reason),
-        })?;
-        client
-            .me_view()
-            .send()
+        if reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+            return fail(Exit::InvalidInput, "that is not a token");
+        }
+        let auth = Auth::ApiToken { token };
+        let clients = clients_make(servers.list(), Some(&auth), ca_file.as_deref())?;
+        servers
+            .send(&clients, async |c| c.me_view().send().await)
             .await
-            .map_err(|err| api_failure(&server, err))?;
-        Auth::ApiToken { token }
+            .map_err(Unanswered::failure)?;
+        auth
     } else {
         let email = match args.email {
             Some(email) => email,
@@ -88,14 +79,16 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
                 "stdin is not a terminal: give --password-stdin (or --token-stdin)",
             );
         };
-        let session = args
-            .global
-            .anonymous(&server, ca_file.clone())?
-            .session_login()
-            .body_map(|b| b.email(email).password(password))
-            .send()
+        let anonymous = clients_make(servers.list(), None, ca_file.as_deref())?;
+        let session = servers
+            .send(&anonymous, async |c| {
+                c.session_login()
+                    .body_map(|b| b.email(email.clone()).password(password.clone()))
+                    .send()
+                    .await
+            })
             .await
-            .map_err(|err| api_failure(&server, err))?
+            .map_err(Unanswered::failure)?
             .into_inner();
         Auth::Session {
             access_token: session.access_token,
@@ -103,12 +96,13 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
         }
     };
     let path = credentials_save(&Credentials {
-        server: server.clone(),
+        servers: servers.list().clone(),
         ca_file,
         auth,
     })?;
     done(format!(
-        "Logged in to {server} (credentials in {})",
+        "Logged in to {} (credentials in {})",
+        servers.list(),
         path.display()
     ));
     Ok(())
@@ -120,20 +114,24 @@ pub async fn logout(args: LogoutArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     if let Auth::Session { refresh_token, .. } = &credentials.auth {
-        let server = credentials.server_for(args.global.server.as_deref())?;
-        let ca_file = args.global.ca_file.clone().or(credentials.ca_file.clone());
-        let ended = args
+        let servers = args
             .global
-            .anonymous(&server, ca_file)?
-            .session_logout()
-            .body_map(|b| b.refresh_token(refresh_token.clone()))
-            .send()
+            .servers(credentials.server_for(args.global.server.as_ref())?);
+        let ca_file = args.global.ca_file.clone().or(credentials.ca_file.clone());
+        let anonymous = clients_make(servers.list(), None, ca_file.as_deref())?;
+        let ended = servers
+            .send(&anonymous, async |c| {
+                c.session_logout()
+                    .body_map(|b| b.refresh_token(refresh_token.clone()))
+                    .send()
+                    .await
+            })
             .await;
         // The file goes anyway: a session the server no longer knows is over.
-        if let Err(err) = ended {
+        if let Err(unanswered) = ended {
             done(format!(
                 "warning: the server did not end the session: {}",
-                api_failure(&server, err)
+                unanswered.failure()
             ));
         }
     }

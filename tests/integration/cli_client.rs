@@ -7,6 +7,7 @@ mod credentials;
 mod deploying;
 mod exit_statuses;
 mod operating;
+mod servers;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
