@@ -17,7 +17,7 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::connection::{api_failure, error_chain, failure_of, problem_text};
-use super::exit::Failure;
+use super::exit::{Exit, Failure};
 
 /// The servers a command may use, in the order they are tried: at least one, each an HTTPS
 /// URL (or plain HTTP to loopback), none twice. Stored as a string when it is one server (as
@@ -120,9 +120,16 @@ pub enum Miss {
 impl Miss {
     /// What `error` says about where the request went; `None` for an answer of the server's
     /// own (success or refusal), which goes to no other.
-    pub fn of(error: &Error<types::Problem>) -> Option<Self> {
+    /// `answered`: the status the answer had, if one came (an answer whose body is not the
+    /// API's JSON carries none in `error`).
+    pub fn of(error: &Error<types::Problem>, answered: Option<StatusCode>) -> Option<Self> {
         let unready = |status: StatusCode| matches!(status.as_u16(), 502..=504);
         match error {
+            // A gateway status the operation documents, with a body that is not a problem of
+            // the API's: a load balancer's or proxy's page.
+            Error::InvalidResponsePayload(..) if answered.is_some_and(unready) => {
+                answered.map(Self::NotHandled)
+            }
             Error::CommunicationError(err) if err.is_connect() => Some(Self::NotDelivered),
             Error::CommunicationError(_) | Error::ResponseBodyError(_) => Some(Self::NoAnswer),
             // A problem of Bulkhead's that the API does not document for the operation: which
@@ -169,6 +176,13 @@ impl fmt::Display for Miss {
     }
 }
 
+/// What the observer of one request saw.
+#[derive(Default)]
+struct Sent {
+    method: Option<Method>,
+    answered: Option<StatusCode>,
+}
+
 /// The servers of one command, and the one that answered last.
 pub struct Servers {
     list: ServerList,
@@ -181,6 +195,8 @@ pub struct Servers {
 pub struct Unanswered {
     pub server: String,
     pub error: Error<types::Problem>,
+    /// The status of the last server's answer, if one came.
+    answered: Option<StatusCode>,
     /// Each server tried before, and how it missed.
     missed: Vec<String>,
     /// Whether the request was not sent on because it may have taken effect (a write).
@@ -221,7 +237,7 @@ impl Servers {
         let mut missed = Vec::new();
         for step in 0..urls.len() {
             let index = (first + step) % urls.len();
-            let sent = Arc::new(Mutex::new(None));
+            let sent = Arc::new(Mutex::new(Sent::default()));
             let client = Client::new_with_client(
                 clients[index].baseurl(),
                 clients[index].client().clone(),
@@ -234,8 +250,9 @@ impl Servers {
                 }
                 Err(error) => error,
             };
-            let method = sent.lock().expect("not poisoned").take();
-            let miss = Miss::of(&error);
+            let Sent { method, answered } =
+                std::mem::take(&mut *sent.lock().expect("not poisoned"));
+            let miss = Miss::of(&error, answered);
             let resendable =
                 matches!((miss, &method), (Some(miss), Some(method)) if miss.resendable(method));
             let next = urls
@@ -246,7 +263,7 @@ impl Servers {
                     if let (true, Some(miss)) = (self.verbose, miss) {
                         eprintln!("bulkhead: {} {miss}; sending to {next}", urls[index]);
                     }
-                    missed.push(attempt_text(&urls[index], &error));
+                    missed.push(attempt_text(&urls[index], &error, answered));
                 }
                 _ if miss.is_none() => {
                     // The server's own answer (a refusal): what the others missed is no news.
@@ -254,6 +271,7 @@ impl Servers {
                     return Err(Unanswered {
                         server: urls[index].clone(),
                         error,
+                        answered,
                         missed: Vec::new(),
                         kept_back: false,
                     });
@@ -262,6 +280,7 @@ impl Servers {
                     return Err(Unanswered {
                         server: urls[index].clone(),
                         error,
+                        answered,
                         missed,
                         kept_back: next.is_some(),
                     });
@@ -286,18 +305,23 @@ impl Servers {
         }
     }
 
-    /// The observer of one request: notes its method in `sent`, and prints each operation and
-    /// its answer's status with `--verbose` (operation ids and statuses only).
-    fn observer(&self, sent: Arc<Mutex<Option<Method>>>) -> Observer {
-        let observer = Observer::new(move |_, request| {
-            *sent.lock().expect("not poisoned") = Some(request.method().clone());
-        });
-        if !self.verbose {
-            return observer;
-        }
-        observer.with_answers(|operation, status| match status {
-            Some(status) => eprintln!("bulkhead: {operation} -> {}", status.as_u16()),
-            None => eprintln!("bulkhead: {operation} -> no answer"),
+    /// The observer of one request: notes its method and its answer's status in `sent`, and
+    /// prints each operation and its answer's status with `--verbose` (operation ids and
+    /// statuses only).
+    fn observer(&self, sent: Arc<Mutex<Sent>>) -> Observer {
+        let verbose = self.verbose;
+        let answers = sent.clone();
+        Observer::new(move |_, request| {
+            sent.lock().expect("not poisoned").method = Some(request.method().clone());
+        })
+        .with_answers(move |operation, status| {
+            answers.lock().expect("not poisoned").answered = status;
+            if verbose {
+                match status {
+                    Some(status) => eprintln!("bulkhead: {operation} -> {}", status.as_u16()),
+                    None => eprintln!("bulkhead: {operation} -> no answer"),
+                }
+            }
         })
     }
 }
@@ -306,11 +330,22 @@ impl Unanswered {
     /// The failure to report: the last server's, as with one server; after several, each
     /// server tried and why.
     pub fn failure(self) -> anyhow::Error {
-        if self.missed.is_empty() {
+        // An answer whose body is not the API's (a proxy's page) is known by its status.
+        let proxied = match (&self.error, self.answered) {
+            (Error::InvalidResponsePayload(..), Some(status)) => Some(status),
+            _ => None,
+        };
+        if self.missed.is_empty() && proxied.is_none() {
             return api_failure(&self.server, self.error);
         }
-        let last = attempt_text(&self.server, &self.error);
-        let exit = failure_of(&self.server, self.error).exit;
+        let last = attempt_text(&self.server, &self.error, self.answered);
+        let exit = match proxied {
+            Some(status) => Exit::for_http_status(status.as_u16()),
+            None => failure_of(&self.server, self.error).exit,
+        };
+        if self.missed.is_empty() {
+            return Failure::new(exit, last).into();
+        }
         let tried = self.missed.len() + 1;
         let mut message = format!(
             "no server answered ({tried} tried): {}; {last}",
@@ -324,7 +359,11 @@ impl Unanswered {
 }
 
 /// One server's failure, naming it.
-fn attempt_text(server: &str, error: &Error<types::Problem>) -> String {
+fn attempt_text(
+    server: &str,
+    error: &Error<types::Problem>,
+    answered: Option<StatusCode>,
+) -> String {
     match error {
         Error::CommunicationError(err) => format!("cannot reach {server}: {}", error_chain(err)),
         Error::ResponseBodyError(err) => {
@@ -336,6 +375,10 @@ fn attempt_text(server: &str, error: &Error<types::Problem>) -> String {
             problem_text(answer)
         ),
         Error::UnexpectedResponse(response) => format!("{server} answered {}", response.status()),
+        Error::InvalidResponsePayload(..) if answered.is_some() => format!(
+            "{server} answered {} with a body that is not the API's",
+            answered.unwrap_or_default()
+        ),
         other => format!("{server}: {other}"),
     }
 }
@@ -477,19 +520,19 @@ mod tests {
     fn a_replica_not_ready_did_not_handle_the_request_and_a_providers_failure_did() {
         let unavailable = StatusCode::SERVICE_UNAVAILABLE;
         assert_eq!(
-            Miss::of(&problem(503, "not_ready")),
+            Miss::of(&problem(503, "not_ready"), None),
             Some(Miss::NotHandled(unavailable))
         );
         assert_eq!(
-            Miss::of(&problem(503, "busy")),
+            Miss::of(&problem(503, "busy"), None),
             Some(Miss::NotHandled(unavailable))
         );
         assert_eq!(
-            Miss::of(&problem(503, "provider_unavailable")),
+            Miss::of(&problem(503, "provider_unavailable"), None),
             Some(Miss::Failed(unavailable))
         );
         assert_eq!(
-            Miss::of(&problem(502, "provider_error")),
+            Miss::of(&problem(502, "provider_error"), None),
             Some(Miss::Failed(StatusCode::BAD_GATEWAY))
         );
         // The server's own refusals go to no other server.
@@ -499,9 +542,16 @@ mod tests {
             (401, "unauthenticated"),
             (429, "too_many_attempts"),
         ] {
-            assert_eq!(Miss::of(&problem(status, code)), None, "{status} {code}");
+            assert_eq!(
+                Miss::of(&problem(status, code), None),
+                None,
+                "{status} {code}"
+            );
         }
-        assert_eq!(Miss::of(&Error::InvalidRequest("no name".into())), None);
+        assert_eq!(
+            Miss::of(&Error::InvalidRequest("no name".into()), None),
+            None
+        );
     }
 
     /// A port nothing listens on.

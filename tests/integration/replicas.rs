@@ -112,7 +112,7 @@ async fn replicas_start_together_and_serve_one_api(backend: Backend) {
         assert!(listed.contains(&id.as_str()), "{id} not in {seen:#}");
     }
     assert_eq!(seen["replica"], ids[2]);
-    for work in ["deploys", "instance_health", "maintenance"] {
+    for work in Work::ALL.map(Work::as_str) {
         let (holder, term) = leader(&seen, work).unwrap_or_else(|| panic!("{work}: {seen:#}"));
         assert!(ids.contains(&holder), "{work} led by {holder}");
         assert!(term >= 1);
