@@ -102,6 +102,14 @@ async fn stream_lags(s: &TestServer, url: &str) -> Vec<(String, Duration)> {
     }
 }
 
+/// The digest of the plugin `s` serves for `provider` now.
+fn serving(s: &TestServer, provider: &str) -> Option<String> {
+    s.app()
+        .providers
+        .active(provider)
+        .map(|active| active.plugin.digest.clone())
+}
+
 /// `{ids}` of `path` (the last segment).
 fn last_segment(path: &str) -> &str {
     path.rsplit('/').next().unwrap()
@@ -215,12 +223,7 @@ async fn changes_made_through_one_replica_take_effect_on_the_others(backend: Bac
         within(
             "the new provider serves",
             Duration::from_secs(1),
-            async || {
-                s.app()
-                    .providers
-                    .active("edge")
-                    .is_some_and(|active| active.plugin.digest == first)
-            },
+            async || serving(s, "edge").as_ref() == Some(&first),
         )
         .await;
         assert_eq!(probe_digest(s, "edge").await, first);
@@ -236,12 +239,7 @@ async fn changes_made_through_one_replica_take_effect_on_the_others(backend: Bac
         let took = within(
             "the activated version serves",
             Duration::from_secs(1),
-            async || {
-                s.app()
-                    .providers
-                    .active("edge")
-                    .is_some_and(|active| active.plugin.digest == second)
-            },
+            async || serving(s, "edge").as_ref() == Some(&second),
         )
         .await;
         eprintln!("activation served by {} after {took:?}", replica_id(s));
@@ -435,12 +433,7 @@ async fn a_replica_cut_off_from_the_database_gives_its_work_up_and_recovers(back
     within(
         "b serves what was activated while it was cut off",
         Duration::from_secs(1),
-        async || {
-            b.app()
-                .providers
-                .active("edge")
-                .is_some_and(|active| active.plugin.digest == second)
-        },
+        async || serving(&b, "edge").as_ref() == Some(&second),
     )
     .await;
     // And hears the next change at once.
@@ -450,12 +443,7 @@ async fn a_replica_cut_off_from_the_database_gives_its_work_up_and_recovers(back
     within(
         "b serves the rollback",
         Duration::from_secs(1),
-        async || {
-            b.app()
-                .providers
-                .active("edge")
-                .is_some_and(|active| active.plugin.digest == first)
-        },
+        async || serving(&b, "edge").as_ref() == Some(&first),
     )
     .await;
     assert_eq!(b.get("/v1/projects", ADMIN_TOKEN).await.status, 200);
