@@ -101,8 +101,6 @@ impl App {
     /// not begin to.
     async fn change_feed_listen(&self, url: &str) -> Result<(), sea_orm::sqlx::Error> {
         let mut listener = PgListener::connect(url).await?;
-        // It reconnects by returning here, so that a reconnection always resyncs.
-        listener.ignore_pool_close_event(true);
         listener.listen(CHANNEL).await?;
         // Listening from here on: what changed before is read now.
         self.change_feed_resync();
@@ -112,6 +110,8 @@ impl App {
         loop {
             match listener.try_recv().await {
                 Ok(Some(notification)) => self.change_hint(notification.payload()),
+                // The connection dropped (the listener would reconnect by itself; returning
+                // makes every reconnection go through the resync above).
                 Ok(None) => {
                     tracing::warn!("change feed: the listening connection dropped");
                     return Ok(());

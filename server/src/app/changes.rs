@@ -108,6 +108,11 @@ impl Topic {
         self.outbox.mark(self.kind);
     }
 
+    /// Tells the other replicas only: what changed here is already applied here.
+    pub fn notify_others(&self) {
+        self.outbox.mark(self.kind);
+    }
+
     /// Tells this server's waiters only (another replica's change, or a resync).
     pub fn notify_local(&self) {
         self.counter

@@ -267,7 +267,8 @@ impl App {
             .exec(&txn)
             .await?;
         txn.commit().await?;
-        self.changes.routing.notify();
+        // This server prepares what it published itself (`routing_prepare_published`).
+        self.changes.routing.notify_others();
         metrics::gauge!("bulkhead_routing_revision").set(revision as f64);
         tracing::info!(
             revision,
