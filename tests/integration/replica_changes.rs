@@ -6,7 +6,8 @@
 //! is refused by the others. And a replica cut off from the database says it is not ready,
 //! gives its work up, and recovers without a restart when the database comes back.
 //!
-//! SQLite has no change feed (one process per file in production); these run on PostgreSQL.
+//! SQLite has no change feed (one process per file in production): these run on PostgreSQL
+//! only, and are skipped, saying so, without `BULKHEAD_TEST_POSTGRES_URL`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +19,6 @@ use bulkhead_simulators::faults::FaultState;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::backend_tests;
 use crate::clouds::fault_set;
 use crate::deployments::deploy;
 use crate::providers::{example_variant, probe_digest, provider_with, upload};
@@ -27,10 +27,15 @@ use crate::support::{
     ADMIN_TOKEN, Backend, TestServer, database_fresh, eventually, provider_probe,
 };
 
-backend_tests!(
-    changes_made_through_one_replica_take_effect_on_the_others,
-    a_replica_cut_off_from_the_database_gives_its_work_up_and_recovers
-);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_through_one_replica_take_effect_on_the_others() {
+    changes_take_effect_on_the_others(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_the_database_gives_its_work_up_and_recovers() {
+    cut_off_and_recovered(Backend::Postgres).await;
+}
 
 /// Polls `check` every 10 ms until it holds; how long that took, failing after `bound`.
 async fn within<F: AsyncFn() -> bool>(what: &str, bound: Duration, check: F) -> Duration {
@@ -115,11 +120,7 @@ fn last_segment(path: &str) -> &str {
     path.rsplit('/').next().unwrap()
 }
 
-async fn changes_made_through_one_replica_take_effect_on_the_others(backend: Backend) {
-    if backend == Backend::Sqlite {
-        eprintln!("skipped: the change feed is PostgreSQL's");
-        return;
-    }
+async fn changes_take_effect_on_the_others(backend: Backend) {
     let Some((url, _dir, a, platform, f)) = first_replica_with_a_service(backend).await else {
         return;
     };
@@ -361,12 +362,9 @@ impl Drop for Relay {
     }
 }
 
-async fn a_replica_cut_off_from_the_database_gives_its_work_up_and_recovers(backend: Backend) {
-    if backend == Backend::Sqlite {
-        eprintln!("skipped: replicas on separate hosts share PostgreSQL, not a file");
-        return;
-    }
+async fn cut_off_and_recovered(backend: Backend) {
     let Some((url, _dir)) = database_fresh(backend).await else {
+        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
         return;
     };
     let parsed = reqwest::Url::parse(&url).unwrap();
