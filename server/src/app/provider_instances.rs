@@ -180,7 +180,7 @@ impl App {
             ));
         }
         self.health.call_check(&row)?;
-        let active = self.providers.active(name).ok_or_else(|| {
+        let active = self.provider_serving(&row).await?.ok_or_else(|| {
             ApiError::conflict(
                 ErrorCode::ProviderNotServing,
                 format!("provider `{name}`'s plugin is not loaded on this server"),

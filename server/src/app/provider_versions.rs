@@ -394,7 +394,7 @@ impl App {
         // probing the cloud twice at once.
         let gate = self.health.probe_gate(&row.name);
         let _passing = gate.lock().await;
-        let active = self.providers.active(&row.name).ok_or_else(|| {
+        let active = self.provider_serving(&row).await?.ok_or_else(|| {
             ApiError::conflict(
                 ErrorCode::ProviderNotServing,
                 "this provider has no active plugin, or is disabled",

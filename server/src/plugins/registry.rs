@@ -29,6 +29,9 @@ pub struct ProviderSlot {
     /// The revision of the provider's row that what is active here was made from (0: none
     /// yet): a replica whose revision is behind the database's loads the provider again.
     revision: AtomicI64,
+    /// The last revision this replica failed to load (0: none): a call does not try it again,
+    /// the periodic sync does.
+    pub failed_revision: AtomicI64,
     /// Calls of every version of this provider since the server started, by outcome.
     pub stats: Arc<CallStats>,
     /// Held while the provider's plugin or settings change, so that two changes of one
@@ -41,6 +44,7 @@ impl Default for ProviderSlot {
         Self {
             active: ArcSwapOption::empty(),
             revision: AtomicI64::new(0),
+            failed_revision: AtomicI64::new(0),
             stats: Arc::default(),
             changing: tokio::sync::Mutex::new(()),
         }
