@@ -245,7 +245,9 @@ impl std::fmt::Display for ApiError {
 }
 
 /// Whether `err` says the database could not be reached (not that a statement failed): no
-/// connection to be had, or the one in use broke.
+/// connection to be had, the one in use broke, or the server ended it as it shut down or
+/// while it starts (SQLSTATE class 08, connection exception, and 57P, e.g. `57P01
+/// admin_shutdown` on every session of a restarted PostgreSQL).
 pub fn database_unreachable(err: &DbErr) -> bool {
     use sea_orm::RuntimeErr;
     use sea_orm::sqlx::Error;
@@ -254,10 +256,20 @@ pub fn database_unreachable(err: &DbErr) -> bool {
         DbErr::Conn(runtime) | DbErr::Exec(runtime) | DbErr::Query(runtime) => runtime,
         _ => return false,
     };
-    matches!(runtime, RuntimeErr::SqlxError(sqlx) if matches!(
-        **sqlx,
-        Error::Io(_) | Error::Tls(_) | Error::PoolTimedOut | Error::PoolClosed | Error::WorkerCrashed
-    ))
+    let RuntimeErr::SqlxError(sqlx) = runtime else {
+        return false;
+    };
+    match &**sqlx {
+        Error::Io(_)
+        | Error::Tls(_)
+        | Error::PoolTimedOut
+        | Error::PoolClosed
+        | Error::WorkerCrashed => true,
+        Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
+    }
 }
 
 impl From<DbErr> for ApiError {

@@ -22,6 +22,7 @@ mod migrations;
 mod ops;
 mod plugin_tools;
 mod plugins;
+mod postgres_restart;
 mod projects;
 mod providers;
 mod replica_changes;
