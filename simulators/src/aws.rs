@@ -132,6 +132,30 @@ impl AwsSimulator {
             .count()
     }
 
+    /// The `bulkhead-key` tag (the control plane's instance key) of each instance not
+    /// terminated, sorted: what a check of "none duplicated, none orphaned" compares with the
+    /// control plane's own records.
+    pub fn live_instance_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .shared
+            .ec2
+            .lock()
+            .expect("not poisoned")
+            .instances
+            .values()
+            .filter(|instance| instance.state != InstanceState::Terminated)
+            .filter_map(|instance| {
+                instance
+                    .tags
+                    .iter()
+                    .find(|(key, _)| key == "bulkhead-key")
+                    .map(|(_, value)| value.clone())
+            })
+            .collect();
+        keys.sort();
+        keys
+    }
+
     /// When each instance launched at or after `since` was launched, as time since `since`,
     /// in order: the pace at which a client really provisions.
     pub fn launches_since(&self, since: Instant) -> Vec<Duration> {

@@ -2,7 +2,8 @@
 //! plane killed with the edge agent restarted meanwhile, a backlog drained, GCP restored)
 //! against its own control plane process, simulators, agent and a real Caddy, on SQLite and
 //! on PostgreSQL, and its JSON report must say that every check passed, with figures that
-//! make sense.
+//! make sense. With `--replicas 3` on PostgreSQL, the deploys' leader is SIGKILLed under API
+//! traffic through a Caddy in front of the replicas while deploys are in flight.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,13 +30,36 @@ const CHECKS: [&str; 12] = [
     "user_records_intact",
 ];
 
-/// Runs a short drill on a fresh database: its exit status and its JSON report.
-async fn drill_short(backend: Backend) -> Option<(bool, Value, String)> {
+/// Every check of a drill with replicas, in order.
+const REPLICA_CHECKS: [&str; 16] = [
+    "breaker_opens",
+    "dead_instances_leave_routes",
+    "others_stay_healthy",
+    "deploys_fail_over",
+    "edge_serves_through_gcp_outage",
+    "leader_replaced",
+    "api_serves_through_replica_kill",
+    "edge_serves_through_replica_kill",
+    "backlog_drains_at_rate",
+    "no_instance_doubled_or_orphaned",
+    "acknowledged_writes_kept",
+    "killed_replica_rejoins",
+    "breaker_closes",
+    "placements_use_gcp_again",
+    "edge_serves_through_recovery",
+    "user_records_intact",
+];
+
+/// Runs a short drill of `replicas` control-plane replicas on a fresh database: its exit
+/// status and its JSON report.
+async fn drill_short(backend: Backend, replicas: u32) -> Option<(bool, Value, String)> {
     let (database_url, db_dir) = database_fresh(backend).await?;
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(BIN)
         .args(["drill", "--services", "2", "--outage-secs", "4"])
         .args(["--backlog", "8", "--drain-rate", "4", "--output", "json"])
+        .arg("--replicas")
+        .arg(replicas.to_string())
         .arg("--database-url")
         .arg(&database_url)
         .arg("--dir")
@@ -54,6 +78,10 @@ async fn drill_short(backend: Backend) -> Option<(bool, Value, String)> {
     }
     let output = child.wait_with_output().unwrap();
     drop(db_dir);
+    if !output.status.success() {
+        // The control plane's logs, for whoever reads the failure.
+        eprintln!("the drill's directory is kept: {}", dir.keep().display());
+    }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let report: Value = serde_json::from_str(&stdout)
@@ -61,35 +89,53 @@ async fn drill_short(backend: Backend) -> Option<(bool, Value, String)> {
     Some((output.status.success(), report, stderr))
 }
 
-fn figure(report: &Value, check: &str, name: &str) -> f64 {
-    let check = report["checks"]
+fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["checks"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["name"] == check)
-        .unwrap_or_else(|| panic!("no check {check}: {report:#}"));
-    check["figures"][name]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no figure {name} in {check:#}"))
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {report:#}"))
 }
 
-async fn the_short_drill_passes(backend: Backend) {
-    let Some((success, report, timeline)) = drill_short(backend).await else {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
-        return;
-    };
+fn figure(report: &Value, name: &str, figure: &str) -> f64 {
+    let check = check(report, name);
+    check["figures"][figure]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no figure {figure} in {check:#}"))
+}
+
+/// That the drill answered exactly `checks`, each passed, and exited 0.
+fn all_passed(success: bool, report: &Value, timeline: &str, checks: &[&str]) {
     let names: Vec<&str> = report["checks"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, CHECKS, "{report:#}\n{timeline}");
+    assert_eq!(names, checks, "{report:#}\n{timeline}");
     for check in report["checks"].as_array().unwrap() {
         assert_eq!(check["passed"], true, "{check:#}\n{timeline}");
     }
     assert_eq!(report["passed"], true);
     assert!(success, "a passing drill exits 0");
+}
+
+/// The user records the drill compared: the administrator and three users, and what they did.
+fn records_counted(report: &Value) {
+    let records = &check(report, "user_records_intact")["figures"]["before"];
+    assert_eq!(records["users"], 4, "the administrator and three users");
+    assert_eq!(records["memberships"], 3);
+    assert_eq!(records["terms_acceptances"], 3);
+    assert!(records["audit_events"].as_u64().unwrap() > 10, "{records}");
+}
+
+async fn the_short_drill_passes(backend: Backend) {
+    let Some((success, report, timeline)) = drill_short(backend, 1).await else {
+        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+        return;
+    };
+    all_passed(success, &report, &timeline, &CHECKS);
 
     // The figures behind the verdicts.
     let opened = figure(&report, "breaker_opens", "seconds");
@@ -115,11 +161,7 @@ async fn the_short_drill_passes(backend: Backend) {
         figure(&report, "backlog_drains_at_rate", "seconds") >= 1.5,
         "{report:#}"
     );
-    let records = &report["checks"][11]["figures"]["before"];
-    assert_eq!(records["users"], 4, "the administrator and three users");
-    assert_eq!(records["memberships"], 3);
-    assert_eq!(records["terms_acceptances"], 3);
-    assert!(records["audit_events"].as_u64().unwrap() > 10, "{records}");
+    records_counted(&report);
     // The timeline went to stderr as it happened.
     assert!(timeline.contains("control plane killed"), "{timeline}");
     assert!(
@@ -136,4 +178,50 @@ async fn the_short_drill_passes_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_short_drill_passes_on_postgres() {
     the_short_drill_passes(Backend::Postgres).await;
+}
+
+/// Three replicas behind Caddy: the deploys' leader is SIGKILLed with deploys in flight and
+/// sign-ins, reads and writes going through the balancer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_short_drill_with_three_replicas_passes_on_postgres() {
+    let Some((success, report, timeline)) = drill_short(Backend::Postgres, 3).await else {
+        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+        return;
+    };
+    all_passed(success, &report, &timeline, &REPLICA_CHECKS);
+    assert_eq!(report["settings"]["replicas"], 3, "{report:#}");
+
+    // Another replica led everything within the bound, and the killed one led the deploys.
+    let takeover = figure(&report, "leader_replaced", "seconds");
+    assert!(takeover > 0.0 && takeover <= 5.0, "{takeover}");
+    let work = &check(&report, "leader_replaced")["figures"]["work"];
+    assert!(
+        work.as_array().unwrap().iter().any(|w| w == "deploys"),
+        "{work}"
+    );
+    // Traffic of every kind went through the balancer, and at most the requests in flight
+    // to the killed replica (one per worker) failed.
+    let api = &check(&report, "api_serves_through_replica_kill")["figures"];
+    for operation in ["service_list", "environment_create", "session_login"] {
+        assert!(
+            api["by_operation"][operation].as_u64().unwrap() >= 2,
+            "{operation}: {api:#}"
+        );
+    }
+    assert!(api["requests"].as_u64().unwrap() >= 50, "{api:#}");
+    assert!(api["failed"].as_u64().unwrap() <= 3, "{api:#}");
+    assert!(figure(&report, "acknowledged_writes_kept", "acknowledged") >= 10.0);
+    assert_eq!(
+        check(&report, "acknowledged_writes_kept")["figures"]["lost"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        figure(&report, "no_instance_doubled_or_orphaned", "deploys"),
+        8.0
+    );
+    assert_eq!(figure(&report, "backlog_drains_at_rate", "deploys"), 8.0);
+    assert!(figure(&report, "killed_replica_rejoins", "seconds") <= 30.0);
+    records_counted(&report);
+    assert!(timeline.contains("killed (SIGKILL)"), "{timeline}");
+    assert!(timeline.contains("behind Caddy"), "{timeline}");
 }

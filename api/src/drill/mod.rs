@@ -5,13 +5,20 @@
 //! measured figures at the end (`--output json` for scripts), and exits 1 when any check
 //! fails.
 //!
+//! With `--replicas N` (PostgreSQL), the control plane is N replicas behind a Caddy load
+//! balancer, and the control-plane phase kills the deploys' leader under API traffic instead
+//! of the only control plane ([`replica_kill`]).
+//!
 //! [`stack`] runs the components, [`fleet`] makes the tenants and services through the API,
-//! [`traffic`] sends the requests through the edge, [`phases`] plays the outage and answers
-//! the checks, [`records`] compares the user records, [`report`] renders the result.
+//! [`traffic`] sends the requests through the edge and [`api_traffic`] through the balancer,
+//! [`phases`] plays the outage and answers the checks, [`records`] compares the user records,
+//! [`report`] renders the result.
 
+mod api_traffic;
 mod fleet;
 mod phases;
 mod records;
+mod replica_kill;
 mod report;
 mod stack;
 mod traffic;
@@ -27,7 +34,7 @@ use fleet::Fleet;
 use phases::Drill;
 use records::Records;
 use report::{Check, Report, Timeline};
-use stack::{ControlPlane, Edge, workload_binary_copy};
+use stack::{ApiFront, ControlPlane, ControlPlaneSettings, Edge, workload_binary_copy};
 use traffic::Traffic;
 
 /// `bulkhead drill` flags.
@@ -37,6 +44,7 @@ use traffic::Traffic;
   bulkhead drill --services 2 --outage-secs 5 --backlog 8
   bulkhead drill --output json | jq '.checks[] | select(.passed | not)'
   bulkhead drill --database-url postgres://postgres@127.0.0.1/drill
+  bulkhead drill --database-url postgres://postgres@127.0.0.1/drill --replicas 3
 
 Needs Caddy 2.6+ (`apt-get install caddy`). Exit status: 0 when every check passed, 1 when
 one failed or the drill could not run.")]
@@ -57,6 +65,11 @@ pub struct DrillArgs {
     /// database: the drill makes its own users and projects.
     #[arg(long)]
     database_url: Option<String>,
+    /// Control-plane replicas, behind a Caddy load balancer (more than one needs a PostgreSQL
+    /// `--database-url`). With several, the leader of the deploys is killed under API traffic
+    /// instead of the only control plane, and started again after `--outage-secs`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    replicas: u32,
     /// Where the drill keeps its state (default: a new temporary directory, removed when
     /// every check passed).
     #[arg(long)]
@@ -81,6 +94,14 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.drain_rate > 0.0 && args.drain_rate <= 100.0,
         "--drain-rate must be more than 0 and at most 100"
+    );
+    anyhow::ensure!(
+        args.replicas == 1
+            || args.database_url.as_deref().is_some_and(
+                |url| url.starts_with("postgres://") || url.starts_with("postgresql://")
+            ),
+        "--replicas {} needs a PostgreSQL --database-url: replicas share their database",
+        args.replicas
     );
     // The components in this process log only when asked to (RUST_LOG): the timeline is the
     // drill's own output.
@@ -126,6 +147,7 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
             "backlog": args.backlog,
             "drain_rate": args.drain_rate,
             "database": if args.database_url.is_some() { "postgres" } else { "sqlite" },
+            "replicas": args.replicas,
         }),
         checks,
         dir.display().to_string(),
@@ -188,14 +210,50 @@ async fn drill_on_platform(
     workload_binary: &std::path::Path,
 ) -> anyhow::Result<()> {
     let admin_token = secret_random(40);
-    let mut control_plane = ControlPlane::start(
-        &std::env::current_exe()?,
-        &dir.join("control-plane"),
-        args.database_url.clone(),
-        &admin_token,
-    )
-    .await?;
-    let base_url = control_plane.url();
+    let mut process = ControlPlaneSettings {
+        program: std::env::current_exe()?,
+        database_url: args.database_url.clone(),
+        admin_token: admin_token.clone(),
+        secret_key_file: None,
+    };
+    if args.replicas > 1 {
+        // Replicas share the master key of secrets at rest, as they share the database.
+        let key_file = dir.join("secret.key");
+        let (_, key) = bulkhead::secrets::MasterKey::generate();
+        bulkhead::secrets::key_file_write(&key_file, &key)?;
+        process.secret_key_file = Some(key_file);
+    }
+    // Started at once, so that their migrations meet (one waits for the other).
+    let mut replicas = (1..=args.replicas)
+        .map(|n| {
+            let name = if args.replicas == 1 {
+                "control-plane".to_owned()
+            } else {
+                format!("control-plane-{n}")
+            };
+            ControlPlane::spawned(&process, &dir.join(name))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for replica in &mut replicas {
+        replica.ready().await?;
+    }
+    let replica_urls: Vec<String> = replicas.iter().map(ControlPlane::url).collect();
+    let front = if args.replicas > 1 {
+        let ports: Vec<u16> = replicas.iter().map(ControlPlane::port).collect();
+        let front = ApiFront::start(&args.caddy, &dir.join("front"), &ports).await?;
+        timeline.note(format!(
+            "{} control-plane replicas on {}, behind Caddy on {}",
+            replicas.len(),
+            replica_urls.join(", "),
+            front.url()
+        ));
+        Some(front)
+    } else {
+        None
+    };
+    let base_url = front
+        .as_ref()
+        .map_or_else(|| replica_urls[0].clone(), ApiFront::url);
     timeline.note(format!(
         "control plane on {base_url}, simulators on {} and {}, agent on {}",
         platform.gcp.url(),
@@ -219,10 +277,11 @@ async fn drill_on_platform(
         .into_inner()
         .secret;
     let keys = fleet.admin.routing_key_list().send().await?.into_inner();
+    // The edge syncs from every replica, the next when one fails.
     let mut edge = Edge::start(
         &args.caddy,
         &dir.join("edge"),
-        &base_url,
+        &replica_urls,
         &routing_token,
         &serde_json::to_vec(&keys)?,
     )
@@ -251,11 +310,15 @@ async fn drill_on_platform(
     };
     let outcome = async {
         checks.extend(drill.gcp_suspended().await?);
-        checks.extend(
-            drill
-                .control_plane_killed(&mut control_plane, &mut edge)
-                .await?,
-        );
+        if replicas.len() > 1 {
+            checks.extend(drill.replica_killed(&mut replicas, &base_url).await?);
+        } else {
+            checks.extend(
+                drill
+                    .control_plane_killed(&mut replicas[0], &mut edge)
+                    .await?,
+            );
+        }
         checks.extend(drill.gcp_restored().await?);
         checks.push(drill.records_intact(&records).await?);
         anyhow::Ok(())
@@ -263,6 +326,9 @@ async fn drill_on_platform(
     .await;
     traffic.stop().await;
     edge.shutdown().await;
-    control_plane.kill();
+    for replica in &mut replicas {
+        replica.kill();
+    }
+    drop(front);
     outcome
 }

@@ -18,10 +18,10 @@ use bulkhead::dev::DevPlatform;
 
 /// The longest a breaker may take to open (twice that to close), or dead instances to leave
 /// the routes.
-const REACTION_LIMIT: Duration = Duration::from_secs(15);
+pub const REACTION_LIMIT: Duration = Duration::from_secs(15);
 /// How long the drill waits for such a reaction before it gives up: a slow one is measured
 /// and fails its check; one that never comes ends the drill.
-const REACTION_WAIT: Duration = Duration::from_secs(90);
+pub const REACTION_WAIT: Duration = Duration::from_secs(90);
 
 /// What the phases share.
 pub struct Drill<'a> {
@@ -37,7 +37,7 @@ pub struct Drill<'a> {
 /// stopped, whose first upstream was dead, gets a 502 without a retry; and it closes
 /// connections then (the client resends those once). So at most 1 + 1% of the requests may
 /// fail, and as many may be resent; anything more is an outage.
-fn traffic_check(name: &'static str, during: &str, figures: &TrafficFigures) -> Check {
+pub fn traffic_check(name: &'static str, during: &str, figures: &TrafficFigures) -> Check {
     let allowed = 1 + figures.requests / 100;
     Check::new(
         name,
@@ -157,14 +157,9 @@ impl Drill<'_> {
         Ok(states)
     }
 
-    /// A backlog of deploys is queued (the pipeline paused, as an operator does in an
-    /// outage), the control plane is killed, the edge agent restarts during the outage, and
-    /// the control plane comes back and drains the backlog at the set rate.
-    pub async fn control_plane_killed(
-        &self,
-        control_plane: &mut ControlPlane,
-        edge: &mut Edge,
-    ) -> anyhow::Result<Vec<Check>> {
+    /// Queues a backlog of deploys on aws with the pipeline paused (as an operator does in an
+    /// outage) and the drain rate set: the services and their deployments.
+    pub async fn backlog_queue(&self) -> anyhow::Result<Vec<(uuid::Uuid, uuid::Uuid)>> {
         let admin = &self.fleet.admin;
         let backlog = self.settings.backlog;
         admin
@@ -193,6 +188,18 @@ impl Drill<'_> {
             "{backlog} deploys queued on aws (pipeline paused, drain rate {}/s)",
             self.settings.drain_rate
         ));
+        Ok(queued)
+    }
+
+    /// A backlog of deploys is queued, the control plane is killed, the edge agent restarts
+    /// during the outage, and the control plane comes back and drains the backlog at the set
+    /// rate.
+    pub async fn control_plane_killed(
+        &self,
+        control_plane: &mut ControlPlane,
+        edge: &mut Edge,
+    ) -> anyhow::Result<Vec<Check>> {
+        let queued = self.backlog_queue().await?;
         // The edge has the latest table when the outage begins.
         let (revision, _) = self.fleet.routing_upstreams().await?;
         until(
@@ -234,18 +241,28 @@ impl Drill<'_> {
                 json!({ "served": served, "latest": revision }),
             ),
         ];
-        checks.push(self.backlog_drain(queued).await?);
+        let resumed = self.backlog_resume().await?;
+        checks.push(self.backlog_drained(&queued, resumed).await?);
         Ok(checks)
     }
 
-    /// Resumes the pipeline and measures, at the AWS API, the pace of the backlog's
-    /// provisions.
-    async fn backlog_drain(&self, queued: Vec<(uuid::Uuid, uuid::Uuid)>) -> anyhow::Result<Check> {
-        let aws = &self.platform.aws;
-        let backlog = queued.len();
+    /// Resumes the deploy pipeline: when.
+    pub async fn backlog_resume(&self) -> anyhow::Result<std::time::Instant> {
         let resumed = std::time::Instant::now();
         self.fleet.admin.deploy_pipeline_resume().send().await?;
         self.timeline.note("deploy pipeline resumed");
+        Ok(resumed)
+    }
+
+    /// Measures, at the AWS API, the pace of the backlog's provisions since the pipeline was
+    /// `resumed`, and waits until each of its deployments is healthy.
+    pub async fn backlog_drained(
+        &self,
+        queued: &[(uuid::Uuid, uuid::Uuid)],
+        resumed: std::time::Instant,
+    ) -> anyhow::Result<Check> {
+        let aws = &self.platform.aws;
+        let backlog = queued.len();
         let rate = self.settings.drain_rate;
         let limit = Duration::from_secs_f64(backlog as f64 / rate * 3.0 + 30.0);
         // When each of the backlog's instances was launched at the provider.
@@ -255,7 +272,7 @@ impl Drill<'_> {
         })
         .await?;
         let appeared: Vec<f64> = appeared.iter().map(Duration::as_secs_f64).collect();
-        for (service, deployment) in &queued {
+        for (service, deployment) in queued {
             deployment_healthy(&self.fleet.owner, self.fleet.project, *service, *deployment)
                 .await?;
         }

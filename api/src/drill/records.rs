@@ -19,7 +19,7 @@ pub struct Records {
 
 /// Every page of a list: `fetch` gets a page from a cursor and answers its items and the
 /// next cursor.
-async fn all_pages<T, F>(fetch: F) -> anyhow::Result<Vec<T>>
+pub async fn all_pages<T, F>(fetch: F) -> anyhow::Result<Vec<T>>
 where
     F: AsyncFn(Option<String>) -> anyhow::Result<(Vec<T>, Option<String>)>,
 {
@@ -82,8 +82,16 @@ impl Records {
             let theirs = user.me_terms_acceptance_list().send().await?.into_inner();
             acceptances.extend(theirs.items.into_iter().map(|a| (me.id, a)));
         }
+        let mut users = by_key(all_users, |u| u.id.to_string())?;
+        // Signing in moves a user's last sign-in time (the drill's users sign in during it):
+        // the rest of the account must stay as it was.
+        for user in users.values_mut() {
+            if let Some(user) = user.as_object_mut() {
+                user.remove("last_login_at");
+            }
+        }
         Ok(Self {
-            users: by_key(all_users, |u| u.id.to_string())?,
+            users,
             memberships: by_key(memberships, |m| m.user_id.to_string())?,
             terms_acceptances: by_key(acceptances, |(user, a)| format!("{user}/{}", a.id))?,
             audit_events: by_key(audit_events, |e| e.id.to_string())?,

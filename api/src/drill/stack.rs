@@ -1,6 +1,7 @@
 //! The drill's platform, all real components on this machine: the GCP and AWS simulators
-//! and a host agent ([`DevPlatform`], in this process), the control plane as a child process
-//! (`bulkhead serve`, so that it can be killed outright and started again on its data), and
+//! and a host agent ([`DevPlatform`], in this process), the control plane as child processes
+//! (`bulkhead serve`, so that each can be killed outright and started again on its data; with
+//! `--replicas`, several on one PostgreSQL behind a Caddy load balancer, [`ApiFront`]), and
 //! an edge agent (in this process, restartable) in front of a real Caddy.
 
 use std::fs::File;
@@ -15,40 +16,51 @@ use bulkhead_edge::{EdgeSettings, RunningEdge};
 /// How often the control plane probes each provider: the breaker's reaction time.
 pub const PROBE_INTERVAL_MS: u64 = 500;
 
-/// The control plane, a `bulkhead serve` child process on a fixed loopback port.
+/// How a control-plane process is started.
+#[derive(Debug, Clone)]
+pub struct ControlPlaneSettings {
+    pub program: PathBuf,
+    pub database_url: Option<String>,
+    pub admin_token: String,
+    /// The master key's file, shared by replicas (default: the data directory's own).
+    pub secret_key_file: Option<PathBuf>,
+}
+
+/// A control plane (or one replica of it), a `bulkhead serve` child process on a fixed
+/// loopback port.
 pub struct ControlPlane {
     child: Option<Child>,
-    program: PathBuf,
+    settings: ControlPlaneSettings,
     dir: PathBuf,
     port: u16,
-    database_url: Option<String>,
-    admin_token: String,
 }
 
 impl ControlPlane {
-    /// Starts `program serve` on a free port, its data in `dir`, and waits until it is ready.
-    pub async fn start(
-        program: &Path,
-        dir: &Path,
-        database_url: Option<String>,
-        admin_token: &str,
-    ) -> anyhow::Result<Self> {
+    /// Starts `serve` on a free port, its data in `dir`, without waiting for it ([`Self::ready`]
+    /// waits).
+    pub fn spawned(settings: &ControlPlaneSettings, dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let mut control_plane = Self {
             child: None,
-            program: program.to_owned(),
+            settings: settings.clone(),
             dir: dir.to_owned(),
             port: free_port()?,
-            database_url,
-            admin_token: admin_token.to_owned(),
         };
         control_plane.spawn()?;
-        control_plane.ready().await?;
         Ok(control_plane)
     }
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The address it listens on, as `/v1/status` shows it.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Where its output goes.
@@ -61,7 +73,7 @@ impl ControlPlane {
             .create(true)
             .append(true)
             .open(self.log_path())?;
-        let mut command = Command::new(&self.program);
+        let mut command = Command::new(&self.settings.program);
         // Only what the drill says: none of the operator's own BULKHEAD_* settings.
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("BULKHEAD_") {
@@ -76,18 +88,21 @@ impl ControlPlane {
             .arg(&self.dir)
             .arg("--provider-probe-interval-ms")
             .arg(PROBE_INTERVAL_MS.to_string())
-            .env("BULKHEAD_BOOTSTRAP_TOKEN", &self.admin_token)
+            .env("BULKHEAD_BOOTSTRAP_TOKEN", &self.settings.admin_token)
             .env("RUST_LOG", "info,sqlx=warn,sea_orm=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));
-        if let Some(url) = &self.database_url {
+        if let Some(url) = &self.settings.database_url {
             command.arg("--database-url").arg(url);
+        }
+        if let Some(key_file) = &self.settings.secret_key_file {
+            command.arg("--secret-key-file").arg(key_file);
         }
         self.child = Some(command.spawn().map_err(|err| {
             anyhow::anyhow!(
                 "starting the control plane ({} serve): {err}",
-                self.program.display()
+                self.settings.program.display()
             )
         })?);
         Ok(())
@@ -136,6 +151,74 @@ impl ControlPlane {
     }
 }
 
+/// A real Caddy in front of the control plane's replicas, as the README's "Three replicas
+/// behind Caddy" sets it up: round robin, a refused connection tried on the next replica,
+/// `/readyz` checked every second, event streams flushed at once.
+pub struct ApiFront {
+    /// Kept for as long as the front runs: dropping it stops Caddy.
+    _caddy: CaddyProcess,
+    pub port: u16,
+}
+
+impl ApiFront {
+    /// Starts Caddy balancing `127.0.0.1:<port>` over `replicas` (their ports).
+    pub async fn start(caddy_program: &Path, dir: &Path, replicas: &[u16]) -> anyhow::Result<Self> {
+        let admin_port = free_port()?;
+        let caddy = CaddyProcess::start(caddy_program, dir, admin_port)?;
+        caddy.ready().await?;
+        let port = free_port()?;
+        let config = front_config(admin_port, port, replicas);
+        let answer = reqwest::Client::new()
+            .post(format!("{}/load", caddy.admin()))
+            .json(&config)
+            .send()
+            .await?;
+        let status = answer.status();
+        anyhow::ensure!(
+            status.is_success(),
+            "Caddy refused the front's configuration ({status}): {}",
+            answer.text().await.unwrap_or_default()
+        );
+        Ok(Self {
+            _caddy: caddy,
+            port,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+/// The README's Caddyfile for replicas, as Caddy's JSON (its admin API kept on `admin_port`).
+fn front_config(admin_port: u16, port: u16, replicas: &[u16]) -> serde_json::Value {
+    let upstreams: Vec<_> = replicas
+        .iter()
+        .map(|port| serde_json::json!({ "dial": format!("127.0.0.1:{port}") }))
+        .collect();
+    serde_json::json!({
+        "admin": { "listen": format!("127.0.0.1:{admin_port}") },
+        "apps": { "http": { "servers": { "front": {
+            "listen": [format!("127.0.0.1:{port}")],
+            "automatic_https": { "disable": true },
+            "routes": [{ "handle": [{
+                "handler": "reverse_proxy",
+                "upstreams": upstreams,
+                "load_balancing": {
+                    "selection_policy": { "policy": "round_robin" },
+                    "try_duration": "5s",
+                    "try_interval": "100ms",
+                },
+                "health_checks": {
+                    "active": { "uri": "/readyz", "interval": "1s" },
+                    "passive": { "fail_duration": "10s" },
+                },
+                "flush_interval": -1,
+            }] }],
+        } } } },
+    })
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.kill();
@@ -153,12 +236,12 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// Starts Caddy, then the edge agent watching `control_plane` with `token`, trusting
-    /// `trusted_keys` (the keys document).
+    /// Starts Caddy, then the edge agent watching `control_planes` (each replica, the next
+    /// when one fails) with `token`, trusting `trusted_keys` (the keys document).
     pub async fn start(
         caddy_program: &Path,
         dir: &Path,
-        control_plane: &str,
+        control_planes: &[String],
         token: &str,
         trusted_keys: &[u8],
     ) -> anyhow::Result<Self> {
@@ -168,7 +251,10 @@ impl Edge {
         let http_port = free_port()?;
         let settings = EdgeSettings {
             id: "drill-edge".into(),
-            sources: vec![Source::ControlPlane(control_plane.to_owned())],
+            sources: control_planes
+                .iter()
+                .map(|url| Source::ControlPlane(url.clone()))
+                .collect(),
             token: Some(token.to_owned()),
             trusted_keys: dir.join("trusted-keys.json"),
             ca_file: None,
