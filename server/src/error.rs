@@ -252,8 +252,10 @@ pub fn database_unreachable(err: &DbErr) -> bool {
     use sea_orm::RuntimeErr;
     use sea_orm::sqlx::Error;
     let runtime = match err {
-        DbErr::ConnectionAcquire(_) => return true,
-        DbErr::Conn(runtime) | DbErr::Exec(runtime) | DbErr::Query(runtime) => runtime,
+        // No connection to be had, however it failed (refused, reset, or closed before the
+        // server's first answer: `unexpected response from SSLRequest`).
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => return true,
+        DbErr::Exec(runtime) | DbErr::Query(runtime) => runtime,
         _ => return false,
     };
     let RuntimeErr::SqlxError(sqlx) = runtime else {
@@ -340,6 +342,35 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::ErrorCode;
+
+    #[test]
+    fn a_connection_that_cannot_be_had_is_unreachable_and_a_failed_statement_is_not() {
+        use sea_orm::{DbErr, RuntimeErr};
+        let unreachable = [
+            DbErr::Conn(RuntimeErr::Internal(
+                "unexpected response from SSLRequest".into(),
+            )),
+            DbErr::Query(RuntimeErr::SqlxError(std::sync::Arc::new(
+                sea_orm::sqlx::Error::PoolTimedOut,
+            ))),
+            DbErr::Exec(RuntimeErr::SqlxError(std::sync::Arc::new(
+                sea_orm::sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into()),
+            ))),
+        ];
+        for err in &unreachable {
+            assert!(super::database_unreachable(err), "{err}");
+        }
+        let failed = [
+            DbErr::RecordNotFound("project".into()),
+            DbErr::Query(RuntimeErr::Internal("syntax error".into())),
+            DbErr::Exec(RuntimeErr::SqlxError(std::sync::Arc::new(
+                sea_orm::sqlx::Error::RowNotFound,
+            ))),
+        ];
+        for err in &failed {
+            assert!(!super::database_unreachable(err), "{err}");
+        }
+    }
 
     #[test]
     fn each_code_serializes_as_itself() {

@@ -253,6 +253,11 @@ impl TestServer {
         dir: TempDir,
         adjust: impl FnOnce(&mut Settings),
     ) -> Self {
+        // The servers' logs, when asked for (`RUST_LOG=warn cargo test … -- --nocapture`).
+        if std::env::var_os("RUST_LOG").is_some() {
+            static LOGGING: std::sync::Once = std::sync::Once::new();
+            LOGGING.call_once(|| bulkhead_common::process::logging_init(false));
+        }
         let mut settings = settings(&database_url, dir.path());
         adjust(&mut settings);
         let server = bulkhead::server::start(settings)
