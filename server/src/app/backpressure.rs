@@ -2,7 +2,8 @@
 //! in flight, a global drain rate (operations started per second, set by the operator), a rate
 //! per provider (token bucket), a provider's own `rate-limited` answer honoured until its
 //! retry-after, capped exponential backoff with full jitter between attempts, and a retry
-//! budget per provider: retries never exceed a fraction of first attempts.
+//! budget per provider: retries never exceed a fraction of first attempts, plus a slow floor
+//! (as Finagle's `minRetriesPerSec`) so that a queue of nothing but retries still drains.
 //!
 //! The decisions that need no clock of their own ([`backoff_delay`], [`RetryBudget`]) are pure
 //! and tested apart; [`Throttle`] holds the shared state of one server.
@@ -27,6 +28,11 @@ pub const RETRY_RATIO: f64 = 0.2;
 /// transient failure of a quiet provider is retried).
 pub const RETRY_RESERVE: f64 = 2.0;
 
+/// Retries a provider may have a second however few first attempts earn, up to the reserve:
+/// without it, retries queued after the first attempts ended (a new leader taking up a dead
+/// one's work, a provider back from an outage) would wait for ever.
+pub const RETRY_FLOOR_PER_SEC: f64 = 0.5;
+
 /// Full-jitter backoff: a random delay between zero and `min(cap, base × 2^attempt)`.
 pub fn backoff_delay(attempt: u32, base: Duration, cap: Duration, rng: &mut impl Rng) -> Duration {
     let ceiling = base
@@ -36,21 +42,34 @@ pub fn backoff_delay(attempt: u32, base: Duration, cap: Duration, rng: &mut impl
     ceiling.mul_f64(rng.random::<f64>())
 }
 
-/// A retry budget: each first attempt earns `ratio` of a retry, up to `cap` saved; a retry
-/// spends one. So over time retries are at most `ratio` × first attempts (plus the reserve).
+/// A retry budget: each first attempt earns `ratio` of a retry, up to `cap` saved; time earns
+/// `floor_per_sec` up to the reserve; a retry spends one. So over time retries are at most
+/// `ratio` × first attempts plus `floor_per_sec` a second (and the reserve).
 #[derive(Debug, Clone)]
 pub struct RetryBudget {
     balance: f64,
     ratio: f64,
     cap: f64,
+    reserve: f64,
+    floor_per_sec: f64,
 }
 
 impl RetryBudget {
-    pub fn new(ratio: f64, reserve: f64) -> Self {
+    pub fn new(ratio: f64, reserve: f64, floor_per_sec: f64) -> Self {
         Self {
             balance: reserve,
             ratio,
             cap: reserve.max(10.0),
+            reserve,
+            floor_per_sec,
+        }
+    }
+
+    /// `elapsed` passed since the last refill: the floor's share, up to the reserve.
+    pub fn refill(&mut self, elapsed: Duration) {
+        if self.balance < self.reserve {
+            self.balance =
+                (self.balance + elapsed.as_secs_f64() * self.floor_per_sec).min(self.reserve);
         }
     }
 
@@ -84,6 +103,8 @@ struct ProviderState {
     rate: DefaultDirectRateLimiter,
     hold_until: Option<Instant>,
     budget: RetryBudget,
+    /// When the budget was last given the floor's share.
+    refilled_at: Instant,
 }
 
 /// The shared limits of one server's provider operations.
@@ -147,8 +168,13 @@ impl Throttle {
             .or_insert_with(|| ProviderState {
                 rate: RateLimiter::direct(Quota::per_second(self.per_provider_rate)),
                 hold_until: None,
-                budget: RetryBudget::new(RETRY_RATIO, RETRY_RESERVE),
+                budget: RetryBudget::new(RETRY_RATIO, RETRY_RESERVE, RETRY_FLOOR_PER_SEC),
+                refilled_at: now,
             });
+        state
+            .budget
+            .refill(now.saturating_duration_since(state.refilled_at));
+        state.refilled_at = now;
         if let Some(until) = state.hold_until {
             if until > now {
                 return Err(Wait::ProviderHold(until));
@@ -221,7 +247,7 @@ mod tests {
 
     #[test]
     fn retries_stay_a_fraction_of_first_attempts() {
-        let mut budget = RetryBudget::new(0.2, 2.0);
+        let mut budget = RetryBudget::new(0.2, 2.0, 0.0);
         let mut retries = 0;
         for _ in 0..100 {
             budget.first_attempt();
@@ -237,6 +263,21 @@ mod tests {
             "{retries} retries for 100 first attempts"
         );
         assert!(retries >= 20);
+    }
+
+    #[test]
+    fn retries_alone_still_drain_at_the_floor() {
+        let mut budget = RetryBudget::new(0.2, 2.0, 0.5);
+        assert!(budget.retry() && budget.retry());
+        assert!(!budget.retry(), "the reserve is spent");
+        budget.refill(Duration::from_secs(1));
+        assert!(!budget.retry(), "half a retry earned");
+        budget.refill(Duration::from_secs(1));
+        assert!(budget.retry(), "one earned in two seconds");
+        // Idle for long: no more than the reserve saved up.
+        budget.refill(Duration::from_secs(3600));
+        assert!(budget.retry() && budget.retry());
+        assert!(!budget.retry());
     }
 
     #[test]

@@ -642,25 +642,22 @@ impl App {
             let Some(permit) = throttle.slot() else {
                 break;
             };
-            match throttle.admit(&row.provider, row.attempts > 0) {
-                Ok(()) => {}
-                Err(wait) => {
-                    // This provider waits; others may go on.
-                    let wait = match wait {
-                        Wait::Rate(wait) => Some(wait),
-                        Wait::ProviderHold(until) => {
-                            Some(until.saturating_duration_since(Instant::now()))
-                        }
-                        // Retries wait for first attempts, which wake the loop.
-                        Wait::RetryBudget => None,
-                    };
-                    held_for = match (held_for, wait) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    deferred_providers.insert(row.provider.clone());
-                    continue;
+            let wait = match throttle.admit(&row.provider, row.attempts > 0) {
+                Ok(()) => None,
+                // This retry waits for first attempts to earn the provider's budget: the
+                // provider's first attempts behind it go on (deferring the whole provider
+                // would leave nothing to earn it, and the queue stuck), and wake the loop.
+                Err(Wait::RetryBudget) => continue,
+                Err(Wait::Rate(wait)) => Some(wait),
+                Err(Wait::ProviderHold(until)) => {
+                    Some(until.saturating_duration_since(Instant::now()))
                 }
+            };
+            if let Some(wait) = wait {
+                // This provider waits; others may go on.
+                held_for = Some(held_for.map_or(wait, |held| held.min(wait)));
+                deferred_providers.insert(row.provider.clone());
+                continue;
             }
             if !self.instance_claim(&row).await? {
                 continue;
