@@ -219,6 +219,15 @@ async fn the_short_drill_with_three_replicas_passes_on_postgres() {
         figure(&report, "no_instance_doubled_or_orphaned", "deploys"),
         8.0
     );
+    // The leader died with provider calls under way (each AWS call takes 300 ms then).
+    assert!(
+        figure(
+            &report,
+            "no_instance_doubled_or_orphaned",
+            "aws_calls_under_way_at_kill"
+        ) >= 1.0,
+        "{report:#}"
+    );
     assert_eq!(figure(&report, "backlog_drains_at_rate", "deploys"), 8.0);
     assert!(figure(&report, "killed_replica_rejoins", "seconds") <= 30.0);
     records_counted(&report);

@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use bulkhead_client::types;
+use bulkhead_simulators::faults::FaultState;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -17,6 +18,9 @@ use super::report::Check;
 use super::stack::ControlPlane;
 use super::wait::until;
 
+/// Added to every AWS call during the phase, so that the killed leader has provider
+/// operations under way.
+const AWS_LATENCY_MS: u64 = 300;
 /// The bound on replacing a lost leader (the README's, from the lease's 1.5 s lifetime).
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(5);
 /// How soon a replica started again must be ready and announced.
@@ -37,14 +41,22 @@ impl Drill<'_> {
         let phase_started = self.timeline.now();
         tokio::time::sleep(Duration::from_secs(1)).await;
 
-        // Deploys in flight: the pipeline drains, and a quarter of the backlog is launched.
-        let resumed = self.backlog_resume().await?;
+        // Deploys in flight: every AWS call takes a while, the pipeline drains, and the
+        // leader is killed when a quarter of the backlog is launched and calls are under way.
         let aws = &self.platform.aws;
+        aws.faults.set(FaultState {
+            latency_ms: AWS_LATENCY_MS,
+            ..FaultState::default()
+        });
+        let resumed = self.backlog_resume().await?;
         let started = (queued.len() / 4).max(1);
         until(
             "the backlog's first launches",
             Duration::from_secs(60),
-            async || Ok((aws.launches_since(resumed).len() >= started).then_some(())),
+            async || {
+                let launched = aws.launches_since(resumed).len();
+                Ok((launched >= started && aws.faults.calls().in_flight > 0).then_some(()))
+            },
         )
         .await?;
 
@@ -63,9 +75,10 @@ impl Drill<'_> {
             .ok_or_else(|| anyhow::anyhow!("the leader {} is none of the drill's", leader.id))?;
         let killed_at = chrono::Utc::now();
         let kill_started = self.timeline.now();
+        let calls_in_flight = aws.faults.calls().in_flight;
         replicas[killed].kill();
         self.timeline.note(format!(
-            "replica {} ({}), leader of {}, killed (SIGKILL) with {} of {} backlog deploys launched",
+            "replica {} ({}), leader of {}, killed (SIGKILL) with {} of {} backlog deploys launched and {calls_in_flight} AWS calls under way",
             killed + 1,
             leader.address,
             led.join(", "),
@@ -97,7 +110,10 @@ impl Drill<'_> {
         ));
 
         let drained = self.backlog_drained(&queued, resumed).await?;
-        let instances = self.backlog_instances_exact(&queued).await?;
+        aws.faults.set(FaultState::default());
+        let instances = self
+            .backlog_instances_exact(&queued, calls_in_flight)
+            .await?;
 
         // The rest of the outage, then the killed replica starts again on its data.
         let down_for = self.timeline.now() - kill_started;
@@ -208,7 +224,11 @@ impl Drill<'_> {
     /// Each backlog deploy (one instance, on aws) ended with exactly one instance at the
     /// provider, the one the control plane records: none doubled by a retry of the killed
     /// leader's work, none left behind.
-    async fn backlog_instances_exact(&self, queued: &[(Uuid, Uuid)]) -> anyhow::Result<Check> {
+    async fn backlog_instances_exact(
+        &self,
+        queued: &[(Uuid, Uuid)],
+        calls_in_flight: u32,
+    ) -> anyhow::Result<Check> {
         let live = self.platform.aws.live_instance_keys();
         let mut wrong = Vec::new();
         for (n, (service, _)) in queued.iter().enumerate() {
@@ -250,7 +270,11 @@ impl Drill<'_> {
             } else {
                 wrong.join("; ")
             },
-            json!({ "deploys": queued.len(), "differences": wrong }),
+            json!({
+                "deploys": queued.len(),
+                "differences": wrong,
+                "aws_calls_under_way_at_kill": calls_in_flight,
+            }),
         ))
     }
 
