@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bulkhead::app::leases::Work;
 use serde_json::json;
 
+use crate::replica_changes::within;
 use crate::support::{ADMIN_TOKEN, Backend, TestServer, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,21 +80,21 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
     );
     let before = acknowledged.lock().unwrap().len();
     for (name, replica) in [("a", &a), ("b", &b)] {
-        let took = until_within(
+        let took = within(
             &format!("{name} ready again"),
             Duration::from_secs(10),
             async || replica.get("/readyz", ADMIN_TOKEN).await.status == 200,
         )
         .await;
         eprintln!("{name} ready {took:?} after the restart");
-        until_within(
+        within(
             &format!("{name} listens to changes again"),
             Duration::from_secs(10),
             async || replica.app().changes.listening(),
         )
         .await;
     }
-    until_within(
+    within(
         "every kind of work led by exactly one replica",
         Duration::from_secs(10),
         async || {
@@ -103,7 +104,7 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
         },
     )
     .await;
-    until_within(
+    within(
         "writes acknowledged after the restart",
         Duration::from_secs(10),
         async || acknowledged.lock().unwrap().len() >= before + 20,
@@ -144,7 +145,7 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
     a.delete(&format!("/v1/tokens/{id}"), ADMIN_TOKEN)
         .await
         .assert_status(204);
-    until_within(
+    within(
         "b refuses the revoked token",
         Duration::from_secs(1),
         async || b.get("/v1/projects", &secret).await.status == 401,
@@ -157,16 +158,6 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
             .stop()
             .await;
     }
-}
-
-/// Polls `check` every 10 ms until it holds: how long that took, failing after `bound`.
-async fn until_within<F: AsyncFn() -> bool>(what: &str, bound: Duration, check: F) -> Duration {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < bound, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    start.elapsed()
 }
 
 /// A PostgreSQL cluster of the test's own, on a free loopback port, removed when dropped.

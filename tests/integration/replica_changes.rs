@@ -38,7 +38,11 @@ async fn a_replica_cut_off_from_the_database_gives_its_work_up_and_recovers() {
 }
 
 /// Polls `check` every 10 ms until it holds; how long that took, failing after `bound`.
-async fn within<F: AsyncFn() -> bool>(what: &str, bound: Duration, check: F) -> Duration {
+pub(crate) async fn within<F: AsyncFn() -> bool>(
+    what: &str,
+    bound: Duration,
+    check: F,
+) -> Duration {
     let start = Instant::now();
     while !check().await {
         assert!(start.elapsed() < bound, "{what}: not within {bound:?}");

@@ -210,47 +210,8 @@ async fn drill_on_platform(
     workload_binary: &std::path::Path,
 ) -> anyhow::Result<()> {
     let admin_token = secret_random(40);
-    let mut process = ControlPlaneSettings {
-        program: std::env::current_exe()?,
-        database_url: args.database_url.clone(),
-        admin_token: admin_token.clone(),
-        secret_key_file: None,
-    };
-    if args.replicas > 1 {
-        // Replicas share the master key of secrets at rest, as they share the database.
-        let key_file = dir.join("secret.key");
-        let (_, key) = bulkhead::secrets::MasterKey::generate();
-        bulkhead::secrets::key_file_write(&key_file, &key)?;
-        process.secret_key_file = Some(key_file);
-    }
-    // Started at once, so that their migrations meet (one waits for the other).
-    let mut replicas = (1..=args.replicas)
-        .map(|n| {
-            let name = if args.replicas == 1 {
-                "control-plane".to_owned()
-            } else {
-                format!("control-plane-{n}")
-            };
-            ControlPlane::spawned(&process, &dir.join(name))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    for replica in &mut replicas {
-        replica.ready().await?;
-    }
+    let (mut replicas, front) = control_plane_start(args, dir, &admin_token, timeline).await?;
     let replica_urls: Vec<String> = replicas.iter().map(ControlPlane::url).collect();
-    let front = if args.replicas > 1 {
-        let ports: Vec<u16> = replicas.iter().map(ControlPlane::port).collect();
-        let front = ApiFront::start(&args.caddy, &dir.join("front"), &ports).await?;
-        timeline.note(format!(
-            "{} control-plane replicas on {}, behind Caddy on {}",
-            replicas.len(),
-            replica_urls.join(", "),
-            front.url()
-        ));
-        Some(front)
-    } else {
-        None
-    };
     let base_url = front
         .as_ref()
         .map_or_else(|| replica_urls[0].clone(), ApiFront::url);
@@ -331,4 +292,56 @@ async fn drill_on_platform(
     }
     drop(front);
     outcome
+}
+
+/// Starts the control plane: `--replicas` processes at once (so that their migrations meet:
+/// one waits for the other) sharing one master key, and with several, a Caddy in front.
+async fn control_plane_start(
+    args: &DrillArgs,
+    dir: &std::path::Path,
+    admin_token: &str,
+    timeline: &Timeline,
+) -> anyhow::Result<(Vec<ControlPlane>, Option<ApiFront>)> {
+    let mut process = ControlPlaneSettings {
+        program: std::env::current_exe()?,
+        database_url: args.database_url.clone(),
+        admin_token: admin_token.to_owned(),
+        secret_key_file: None,
+    };
+    if args.replicas > 1 {
+        // Replicas share the master key of secrets at rest, as they share the database.
+        let key_file = dir.join("secret.key");
+        let (_, key) = bulkhead::secrets::MasterKey::generate();
+        bulkhead::secrets::key_file_write(&key_file, &key)?;
+        process.secret_key_file = Some(key_file);
+    }
+    let mut replicas = (1..=args.replicas)
+        .map(|n| {
+            let name = if args.replicas == 1 {
+                "control-plane".to_owned()
+            } else {
+                format!("control-plane-{n}")
+            };
+            ControlPlane::spawned(&process, &dir.join(name))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for replica in &mut replicas {
+        replica.ready().await?;
+    }
+    if args.replicas == 1 {
+        return Ok((replicas, None));
+    }
+    let ports: Vec<u16> = replicas.iter().map(ControlPlane::port).collect();
+    let front = ApiFront::start(&args.caddy, &dir.join("front"), &ports).await?;
+    timeline.note(format!(
+        "{} control-plane replicas on {}, behind Caddy on {}",
+        replicas.len(),
+        replicas
+            .iter()
+            .map(ControlPlane::url)
+            .collect::<Vec<_>>()
+            .join(", "),
+        front.url()
+    ));
+    Ok((replicas, Some(front)))
 }

@@ -23,6 +23,9 @@ use super::wait::until;
 const AWS_LATENCY_MS: u64 = 300;
 /// The bound on replacing a lost leader (the README's, from the lease's 1.5 s lifetime).
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(5);
+/// The kinds of leased work (`Work` in the API: deploys, instance health, maintenance,
+/// routing, provider probes).
+const WORK_KINDS: usize = 5;
 /// How soon a replica started again must be ready and announced.
 const REJOIN_LIMIT: Duration = Duration::from_secs(30);
 /// How long the drill waits for it: a slow rejoin is measured and fails its check.
@@ -95,7 +98,7 @@ impl Drill<'_> {
                 let Ok(status) = self.cluster_status().await else {
                     return Ok(None);
                 };
-                let taken = status.leaders.len() == 5
+                let taken = status.leaders.len() == WORK_KINDS
                     && status
                         .leaders
                         .iter()
