@@ -111,6 +111,10 @@ pub struct ServeArgs {
     /// a client further behind fetches the whole table.
     #[arg(long, env = "BULKHEAD_ROUTING_HISTORY")]
     pub routing_history: Option<i64>,
+    /// The URL other replicas, operators and edges reach this replica at, shown in
+    /// `/v1/status` (default: the address it binds, which says little across machines).
+    #[arg(long, env = "BULKHEAD_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -149,6 +153,7 @@ struct FileSettings {
     login_rate_per_account: Option<u32>,
     password_hash_concurrency: Option<usize>,
     routing_history: Option<i64>,
+    advertise_url: Option<String>,
 }
 
 /// Resolved settings of a running server.
@@ -184,6 +189,8 @@ pub struct Settings {
     pub deploy: DeploySettings,
     /// Revisions of the routing table whose changes are kept.
     pub routing_history: i64,
+    /// Where this replica is reached (`http(s)://host[:port]`), if not at its bound address.
+    pub advertise_url: Option<String>,
     /// The plugins the binary bundles (none unless the binary sets them).
     pub bundled_plugins: BundledPlugins,
 }
@@ -329,6 +336,11 @@ impl Settings {
                 .or(file.routing_history)
                 .unwrap_or(1000)
                 .max(1),
+            advertise_url: args
+                .advertise_url
+                .or(file.advertise_url)
+                .map(|url| advertise_url_parse(&url))
+                .transpose()?,
             login_limits: {
                 let default = LoginLimits::default();
                 LoginLimits {
@@ -351,6 +363,24 @@ impl Settings {
 }
 
 /// A trusted proxy: a CIDR (`10.0.0.0/8`) or one address.
+/// An advertised URL: `http` or `https`, a host, no credentials, path, query or fragment
+/// (trailing `/` dropped).
+fn advertise_url_parse(text: &str) -> anyhow::Result<String> {
+    let url = reqwest::Url::parse(text)
+        .map_err(|err| anyhow::anyhow!("--advertise-url `{text}` is not a URL: {err}"))?;
+    anyhow::ensure!(
+        matches!(url.scheme(), "http" | "https")
+            && url.host().is_some()
+            && url.username().is_empty()
+            && url.password().is_none()
+            && url.path() == "/"
+            && url.query().is_none()
+            && url.fragment().is_none(),
+        "--advertise-url `{text}` must be http(s)://host[:port], nothing more"
+    );
+    Ok(text.trim_end_matches('/').to_owned())
+}
+
 fn proxy_parse(text: &str) -> anyhow::Result<IpNet> {
     let text = text.trim();
     text.parse::<IpNet>()
@@ -363,4 +393,27 @@ fn read_file_settings(path: &Path) -> anyhow::Result<FileSettings> {
         .map_err(|err| anyhow::anyhow!("cannot read config file {}: {err}", path.display()))?;
     toml::from_str(&text)
         .map_err(|err| anyhow::anyhow!("invalid config file {}: {err}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_advertised_url_is_a_scheme_a_host_and_a_port_only() {
+        for good in ["https://cp-1.example.com", "http://10.0.0.7:8080/"] {
+            assert!(super::advertise_url_parse(good).is_ok(), "{good}");
+        }
+        assert_eq!(
+            super::advertise_url_parse("https://cp.example.com:8443/").unwrap(),
+            "https://cp.example.com:8443"
+        );
+        for bad in [
+            "cp-1.example.com",
+            "ftp://cp.example.com",
+            "https://user:pass@cp.example.com",
+            "https://cp.example.com/v1",
+            "https://cp.example.com/?a=1",
+        ] {
+            assert!(super::advertise_url_parse(bad).is_err(), "{bad}");
+        }
+    }
 }

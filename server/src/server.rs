@@ -165,7 +165,12 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     // The replica announces itself and takes the leases it can before its loops start, so
     // that a lone replica does its background work from the first pass.
     let leases_db = crate::db::connect_dedicated(&app.settings.database_url).await?;
-    app.replica_heartbeat(&leases_db, &addr.to_string()).await?;
+    let advertised = app
+        .settings
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| addr.to_string());
+    app.replica_heartbeat(&leases_db, &advertised).await?;
     app.leases_renew(&leases_db).await;
     // The routing table is served from the first request on (by the routing leader, which
     // publishes it; the others serve the latest published).
@@ -175,11 +180,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         app.routing_prepare().await
     };
     routing_ready.map_err(|err| anyhow::anyhow!("building the routing table: {err:?}"))?;
-    let leases = tokio::spawn(app.clone().leases_run(
-        leases_db,
-        addr.to_string(),
-        shutdown.subscribe(),
-    ));
+    let leases = tokio::spawn(
+        app.clone()
+            .leases_run(leases_db, advertised, shutdown.subscribe()),
+    );
     tokio::spawn(app.clone().change_feed_listen_run(shutdown.subscribe()));
     tokio::spawn(app.clone().change_feed_tell_run(shutdown.subscribe()));
     tokio::spawn(app.clone().providers_sync_run(shutdown.subscribe()));

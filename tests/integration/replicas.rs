@@ -144,7 +144,31 @@ async fn replicas_start_together_and_serve_one_api(backend: Backend) {
         .to_owned();
     let refused = b.get("/v1/status", &read_only).await;
     refused.assert_problem(403, "insufficient_scope");
-    for s in [a, b, c] {
+
+    // A replica is shown at its bound address, or at the URL it advertises.
+    let d = TestServer::replica_start_with(backend, &url, |settings| {
+        settings.advertise_url = Some("https://cp-d.example.com:8443".into());
+    })
+    .await;
+    let seen = status(&a).await;
+    let address_of = |id: &str| {
+        seen["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("{id} not in {seen:#}"))["address"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(address_of(&replica_id(&d)), "https://cp-d.example.com:8443");
+    assert_eq!(
+        address_of(&ids[0]),
+        a.base.trim_start_matches("http://"),
+        "{seen:#}"
+    );
+    for s in [a, b, c, d] {
         s.stop().await;
     }
 }

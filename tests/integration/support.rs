@@ -176,6 +176,7 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         },
         // Short, so that a test can outrun it.
         routing_history: 5,
+        advertise_url: None,
         bundled_plugins: bulkhead_commands::bundled_plugins(),
     }
 }
@@ -280,9 +281,19 @@ impl TestServer {
     /// A replica of a control plane on `database_url`: a data directory of its own, and the
     /// secret key that every replica of that database shares.
     pub async fn replica_start(backend: Backend, database_url: &str) -> Self {
+        Self::replica_start_with(backend, database_url, |_| {}).await
+    }
+
+    /// [`Self::replica_start`] with settings adjusted by `adjust`.
+    pub async fn replica_start_with(
+        backend: Backend,
+        database_url: &str,
+        adjust: impl FnOnce(&mut Settings),
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         Self::start_on(backend, database_url.to_owned(), dir, |settings| {
             settings.secret_key = Some(REPLICAS_SECRET_KEY.to_owned().into());
+            adjust(settings);
         })
         .await
     }

@@ -3906,7 +3906,7 @@ earlier ones).*/
     ///A replica of the control plane.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ReplicaView {
-        ///The address it listens on, as it bound it.
+        ///Where it is reached: its `--advertise-url`, else the address it bound.
         pub address: ::std::string::String,
         ///Whether its heartbeat is recent (within 5 s of the database's clock).
         pub alive: bool,

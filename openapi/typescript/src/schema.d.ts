@@ -2442,7 +2442,7 @@ export interface components {
         /** @description A replica of the control plane. */
         ReplicaView: {
             id: string;
-            /** @description The address it listens on, as it bound it. */
+            /** @description Where it is reached: its `--advertise-url`, else the address it bound. */
             address: string;
             /** @description Its Bulkhead version. */
             version: string;

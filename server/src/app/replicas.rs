@@ -26,7 +26,7 @@ const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ReplicaView {
     pub id: String,
-    /// The address it listens on, as it bound it.
+    /// Where it is reached: its `--advertise-url`, else the address it bound.
     pub address: String,
     /// Its Bulkhead version.
     pub version: String,
