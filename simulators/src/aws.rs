@@ -122,38 +122,38 @@ impl AwsSimulator {
 
     /// Instances not terminated (pending or running).
     pub fn instance_count(&self) -> usize {
-        self.shared
-            .ec2
-            .lock()
-            .expect("not poisoned")
-            .instances
-            .values()
-            .filter(|instance| instance.state != InstanceState::Terminated)
-            .count()
+        self.live_instances(|live| live.count())
     }
 
     /// The `bulkhead-key` tag (the control plane's instance key) of each instance not
     /// terminated, sorted: what a check of "none duplicated, none orphaned" compares with the
     /// control plane's own records.
     pub fn live_instance_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self
-            .shared
-            .ec2
-            .lock()
-            .expect("not poisoned")
-            .instances
-            .values()
-            .filter(|instance| instance.state != InstanceState::Terminated)
-            .filter_map(|instance| {
-                instance
+        let mut keys: Vec<String> = self.live_instances(|live| {
+            live.filter_map(|instance| {
+                let (_, key) = instance
                     .tags
                     .iter()
-                    .find(|(key, _)| key == "bulkhead-key")
-                    .map(|(_, value)| value.clone())
+                    .find(|(key, _)| key == "bulkhead-key")?;
+                Some(key.clone())
             })
-            .collect();
+            .collect()
+        });
         keys.sort();
         keys
+    }
+
+    /// `read` of the instances not terminated.
+    fn live_instances<T>(
+        &self,
+        read: impl FnOnce(&mut dyn Iterator<Item = &Ec2Instance>) -> T,
+    ) -> T {
+        let ec2 = self.shared.ec2.lock().expect("not poisoned");
+        let mut live = ec2
+            .instances
+            .values()
+            .filter(|instance| instance.state != InstanceState::Terminated);
+        read(&mut live)
     }
 
     /// When each instance launched at or after `since` was launched, as time since `since`,
