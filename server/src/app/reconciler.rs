@@ -11,7 +11,8 @@
 //! 4. **evacuate** providers being evacuated ([`super::evacuations`]);
 //! 5. **dispatch** provider operations (provision, deprovision) on due instances, each claimed
 //!    in the database by this runner for a while (so that several replicas never run one
-//!    operation twice, and a runner that dies leaves it to the next), within the limits of
+//!    operation twice, and a runner that dies leaves it to the next: a replica that becomes the
+//!    deploys' leader releases every other runner's claims at once), within the limits of
 //!    [`super::backpressure`] — unless the operator paused the pipeline.
 //!
 //! A crash at any point is safe: provisioning is idempotent on the stored key, removal is
@@ -153,6 +154,7 @@ impl App {
         // When operations held back by a rate may go: the next pass is due then, not at the
         // next tick (or the drain rate would be capped at one operation a tick).
         let mut due_at: Option<tokio::time::Instant> = None;
+        let mut leading = false;
         loop {
             let due = async {
                 match due_at {
@@ -177,7 +179,22 @@ impl App {
             // Another replica leads: this one only waits to take over.
             if !self.leases.leads(Work::Deploys) {
                 due_at = None;
+                leading = false;
                 continue;
+            }
+            if !leading {
+                leading = true;
+                match self.claims_of_others_release().await {
+                    Ok(0) => {}
+                    Ok(released) => tracing::info!(
+                        released,
+                        "deploys: took up the operations a previous leader had claimed"
+                    ),
+                    // They lapse on their own (claim_ttl).
+                    Err(err) => self
+                        .reconciler
+                        .error_record(format!("releasing earlier claims: {}", err.detail)),
+                }
             }
             due_at = match self.reconcile_pass().await {
                 Ok(held_for) => held_for.map(|wait| tokio::time::Instant::now() + wait),
@@ -677,6 +694,31 @@ impl App {
             });
         }
         Ok((depth, held_for))
+    }
+
+    /// Releases the claims of every other runner, on becoming the deploys' leader: the
+    /// operations a previous leader claimed are taken up at once, not when their claims
+    /// lapse. Its lease ended, so whatever it may still do cannot be written (its writes check
+    /// the lease), and provider operations are idempotent on the instance key; its claim
+    /// renewals name it, so they no longer match.
+    async fn claims_of_others_release(&self) -> ApiResult<u64> {
+        let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
+        let released = instance::Entity::update_many()
+            .col_expr(
+                instance::Column::ClaimedBy,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                instance::Column::ClaimedUntil,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .filter(instance::Column::ClaimedBy.is_not_null())
+            .filter(instance::Column::ClaimedBy.ne(self.reconciler.runner.clone()))
+            .exec(&txn)
+            .await?;
+        txn.commit().await?;
+        Ok(released.rows_affected)
     }
 
     /// Keeps this runner's claim on instance `id` alive while its operation runs: a claim
