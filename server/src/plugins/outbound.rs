@@ -56,7 +56,11 @@ impl FromStr for HostPattern {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         };
-        let ipv6 = bare.starts_with('[') && bare.ends_with(']');
+        // A bracketed host is an IPv6 address, exactly (and takes no `*.`).
+        let ipv6 = host
+            .strip_prefix('[')
+            .and_then(|inner| inner.strip_suffix(']'))
+            .is_some_and(|inner| inner.parse::<std::net::Ipv6Addr>().is_ok());
         if !(ipv6 || (bare.len() <= 253 && bare.split('.').all(valid_label))) {
             return Err(format!(
                 "`{pattern}`: `{host}` is not a host name, an IP address or `*.domain`"
@@ -295,6 +299,14 @@ impl OutboundPolicy {
     }
 }
 
+/// An authority as it may be logged: `host[:port]`, never the credentials before an `@`.
+fn authority_shown(authority: &http::uri::Authority) -> String {
+    match authority.port() {
+        Some(port) => format!("{}:{port}", authority.host()),
+        None => authority.host().to_owned(),
+    }
+}
+
 type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
 type SendFuture =
     Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>;
@@ -310,7 +322,7 @@ impl WasiHttpHooks for OutboundPolicy {
         let authority = request
             .uri()
             .authority()
-            .map(|a| a.to_string())
+            .map(authority_shown)
             .unwrap_or_default();
         let checked = self
             .check_name(request.uri())
@@ -508,6 +520,33 @@ mod tests {
         assert_eq!(address, Ok("127.0.0.1:9000".parse().unwrap()));
         let literal = OutboundPolicy::resolve(&Allowlist::default(), "169.254.169.254", 80).await;
         assert!(literal.is_err_and(|why| why.contains("link-local")));
+    }
+
+    #[test]
+    fn a_refused_authority_is_logged_without_its_credentials() {
+        let shown =
+            |text: &str| authority_shown(text.parse::<http::Uri>().unwrap().authority().unwrap());
+        assert_eq!(
+            shown("http://user:hunter2@127.0.0.1:9000/a"),
+            "127.0.0.1:9000"
+        );
+        assert_eq!(shown("https://token@api.example.com/x"), "api.example.com");
+        assert_eq!(shown("https://u:p@[::1]:8443/"), "[::1]:8443");
+    }
+
+    #[test]
+    fn a_bracketed_pattern_is_an_ipv6_address_or_refused() {
+        assert!("[::1]:80".parse::<HostPattern>().is_ok());
+        assert!("[2001:db8::7]:*".parse::<HostPattern>().is_ok());
+        for bad in [
+            "[zzz]:80",
+            "[]:80",
+            "*.[::1]:80",
+            "[127.0.0.1]:80",
+            "[::1:80",
+        ] {
+            assert!(bad.parse::<HostPattern>().is_err(), "{bad}");
+        }
     }
 
     #[test]
