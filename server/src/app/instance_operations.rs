@@ -25,7 +25,7 @@ use super::deployment_events::event_append;
 use super::deployments::{self, deployment_finish};
 use super::instances as states;
 use super::leases::Work;
-use super::reconciler::{instance_transition, operation_record};
+use super::reconciler::{claim_cleared, instance_transition, operation_record};
 use super::services::ServiceSpec;
 use crate::entity::{deployment, evacuation, instance};
 use crate::error::{ApiError, ApiResult, ErrorCode};
@@ -348,15 +348,7 @@ async fn claim_release(
     row: &instance::Model,
     next_attempt_at: Option<DateTime<Utc>>,
 ) -> ApiResult<()> {
-    instance::Entity::update_many()
-        .col_expr(
-            instance::Column::ClaimedBy,
-            Expr::value(Option::<String>::None),
-        )
-        .col_expr(
-            instance::Column::ClaimedUntil,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        )
+    claim_cleared(instance::Entity::update_many())
         .col_expr(
             instance::Column::NextAttemptAt,
             Expr::value(next_attempt_at),

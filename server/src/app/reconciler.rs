@@ -704,15 +704,7 @@ impl App {
     async fn claims_of_others_release(&self) -> ApiResult<u64> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
-        let released = instance::Entity::update_many()
-            .col_expr(
-                instance::Column::ClaimedBy,
-                Expr::value(Option::<String>::None),
-            )
-            .col_expr(
-                instance::Column::ClaimedUntil,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            )
+        let released = claim_cleared(instance::Entity::update_many())
             .filter(instance::Column::ClaimedBy.is_not_null())
             .filter(instance::Column::ClaimedBy.ne(self.reconciler.runner.clone()))
             .exec(&txn)
@@ -889,6 +881,21 @@ pub(super) async fn instance_insert(
     Ok(row)
 }
 
+/// `update` with the instances' claims cleared (no runner, no expiry).
+pub(super) fn claim_cleared(
+    update: sea_orm::UpdateMany<instance::Entity>,
+) -> sea_orm::UpdateMany<instance::Entity> {
+    update
+        .col_expr(
+            instance::Column::ClaimedBy,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(
+            instance::Column::ClaimedUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+}
+
 /// Moves `row` from state `from` to `to` (changing more with `change`), if it is still in
 /// `from`; false if it moved on meanwhile (a cancel, another runner). Clears its claim.
 pub(super) async fn instance_transition(
@@ -898,17 +905,9 @@ pub(super) async fn instance_transition(
     to: &str,
     change: impl FnOnce(sea_orm::UpdateMany<instance::Entity>) -> sea_orm::UpdateMany<instance::Entity>,
 ) -> ApiResult<bool> {
-    let update = instance::Entity::update_many()
+    let update = claim_cleared(instance::Entity::update_many())
         .col_expr(instance::Column::State, Expr::value(to))
-        .col_expr(instance::Column::UpdatedAt, Expr::value(Utc::now()))
-        .col_expr(
-            instance::Column::ClaimedBy,
-            Expr::value(Option::<String>::None),
-        )
-        .col_expr(
-            instance::Column::ClaimedUntil,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        );
+        .col_expr(instance::Column::UpdatedAt, Expr::value(Utc::now()));
     let moved = change(update)
         .filter(instance::Column::Id.eq(row.id))
         .filter(instance::Column::State.eq(from))
