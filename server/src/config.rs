@@ -101,7 +101,8 @@ pub struct ServeArgs {
     /// Login attempts a minute from one client address.
     #[arg(long, env = "BULKHEAD_LOGIN_RATE_PER_IP")]
     pub login_rate_per_ip: Option<u32>,
-    /// Login attempts a minute for one account.
+    /// Login attempts a minute for one account from one address, and from the addresses it has
+    /// not signed in from lately, together.
     #[arg(long, env = "BULKHEAD_LOGIN_RATE_PER_ACCOUNT")]
     pub login_rate_per_account: Option<u32>,
     /// Password hashes computed at once (each takes ~19 MiB); default: the number of cores.

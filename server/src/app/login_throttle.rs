@@ -1,10 +1,20 @@
-//! What bounds password guessing and the cost of password hashing: a rate limit per client
-//! address and one per account (email) on login attempts, and a cap on argon2 hashes running
-//! at once (each takes about 19 MiB and a core for tens of milliseconds).
+//! What bounds password guessing and the cost of password hashing: rate limits on login
+//! attempts, and a cap on argon2 hashes running at once (each takes about 19 MiB and a core for
+//! tens of milliseconds).
 //!
-//! Limits are per server process (GCRA from `governor`); a client over a limit is told when to
-//! come back (429 with `Retry-After`). A hash that cannot start within [`HASH_WAIT`] is refused
-//! with 503 rather than queued without bound.
+//! Three limits apply to a login attempt, so that guessing is bounded without letting a guesser
+//! lock the account's owner out:
+//! - per client address: one address guessing many accounts;
+//! - per account and address: one address guessing one account;
+//! - per account, counting only addresses the account has not signed in from lately: many
+//!   addresses guessing one account. An address the account signed in from in the last
+//!   [`KNOWN_ADDRESS_TTL`] (its owner's) is not counted here, so a flood from rotating addresses
+//!   cannot keep the owner out; it can still delay a first sign-in from a new address.
+//!
+//! Checks of the current password through a session (a password change) have an account limit
+//! of their own. Limits are per server process (GCRA from `governor`); a client over a limit is
+//! told when to come back (429 with `Retry-After`). A hash that cannot start within
+//! [`HASH_WAIT`] is refused with 503 rather than queued without bound.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -20,13 +30,17 @@ use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// How long a password hash may wait for a free hashing slot.
 pub const HASH_WAIT: Duration = Duration::from_secs(5);
+/// How long an address an account signed in from stays exempt from the account-wide limit.
+pub const KNOWN_ADDRESS_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+const KNOWN_ADDRESSES: u64 = 100_000;
 
 /// Login rate limits and the hashing cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoginLimits {
     /// Login attempts per minute from one client address (also the burst).
     pub per_ip_per_minute: u32,
-    /// Login attempts per minute for one email, from anywhere (also the burst).
+    /// Login attempts per minute for one email from one address, and from all the addresses
+    /// it has not signed in from lately together (also the burst).
     pub per_account_per_minute: u32,
     /// Password hashes (logins, password changes, new users) computed at once.
     pub concurrent_hashes: usize,
@@ -47,7 +61,13 @@ impl Default for LoginLimits {
 
 pub struct LoginThrottle {
     per_ip: DefaultKeyedRateLimiter<IpAddr>,
+    per_account_and_address: DefaultKeyedRateLimiter<(String, IpAddr)>,
+    /// Attempts from addresses not in `known`.
     per_account: DefaultKeyedRateLimiter<String>,
+    /// Checks of the current password through a session.
+    per_account_in_session: DefaultKeyedRateLimiter<String>,
+    /// (email, address) of recent successful sign-ins.
+    known: moka::sync::Cache<(String, IpAddr), ()>,
     hashes: Arc<Semaphore>,
     clock: DefaultClock,
 }
@@ -60,27 +80,50 @@ impl LoginThrottle {
     pub fn new(limits: LoginLimits) -> Self {
         Self {
             per_ip: RateLimiter::keyed(per_minute(limits.per_ip_per_minute)),
+            per_account_and_address: RateLimiter::keyed(per_minute(limits.per_account_per_minute)),
             per_account: RateLimiter::keyed(per_minute(limits.per_account_per_minute)),
+            per_account_in_session: RateLimiter::keyed(per_minute(limits.per_account_per_minute)),
+            known: moka::sync::Cache::builder()
+                .max_capacity(KNOWN_ADDRESSES)
+                .time_to_live(KNOWN_ADDRESS_TTL)
+                .build(),
             hashes: Arc::new(Semaphore::new(limits.concurrent_hashes.max(1))),
             clock: DefaultClock::default(),
         }
     }
 
     /// Counts a login attempt from `client` for `email`; refused with 429 and `Retry-After`
-    /// when either is over its limit.
+    /// when one of its limits is over (see the module documentation).
     pub fn attempt(&self, client: IpAddr, email: &str) -> ApiResult<()> {
+        let from = (email.to_owned(), client);
         let refused = self
             .per_ip
             .check_key(&client)
             .err()
-            .or_else(|| self.per_account.check_key(&email.to_owned()).err());
+            .or_else(|| self.per_account_and_address.check_key(&from).err())
+            .or_else(|| {
+                if self.known.contains_key(&from) {
+                    None
+                } else {
+                    self.per_account.check_key(&from.0).err()
+                }
+            });
         self.refused(refused)
+    }
+
+    /// Records that `email` signed in from `client`: its later attempts from there are not
+    /// counted against the account-wide limit.
+    pub fn signed_in(&self, client: IpAddr, email: &str) {
+        self.known.insert((email.to_owned(), client), ());
     }
 
     /// Counts a password check for `email` that is not a login (the current password of a
     /// password change): guessing through a stolen session is limited like logging in.
     pub fn attempt_account(&self, email: &str) -> ApiResult<()> {
-        let refused = self.per_account.check_key(&email.to_owned()).err();
+        let refused = self
+            .per_account_in_session
+            .check_key(&email.to_owned())
+            .err();
         self.refused(refused)
     }
 
@@ -134,8 +177,12 @@ impl LoginThrottle {
     /// that the tables stay as small as the recent attackers).
     pub fn forget_idle(&self) {
         self.per_ip.retain_recent();
+        self.per_account_and_address.retain_recent();
         self.per_account.retain_recent();
+        self.per_account_in_session.retain_recent();
         self.per_ip.shrink_to_fit();
+        self.per_account_and_address.shrink_to_fit();
         self.per_account.shrink_to_fit();
+        self.per_account_in_session.shrink_to_fit();
     }
 }
