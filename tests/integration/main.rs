@@ -28,6 +28,7 @@ mod providers;
 mod replica_changes;
 mod replicas;
 mod resources;
+mod revocation;
 mod routing;
 mod rust_client;
 mod secrets;

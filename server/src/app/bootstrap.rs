@@ -73,6 +73,7 @@ impl App {
             last_used_at: Set(None),
             created_at: Set(now),
             parent_token_id: Set(None),
+            session_id: Set(None),
         }
         .insert(&txn)
         .await?;

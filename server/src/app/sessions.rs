@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Set,
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
@@ -118,6 +120,7 @@ impl App {
         )
         .await?;
         txn.commit().await?;
+        self.login.signed_in(client, &email);
         Ok(tokens)
     }
 
@@ -135,9 +138,10 @@ impl App {
         };
         let now = Utc::now();
         if stored.used_at.is_some() || stored.revoked_at.is_some() {
-            family_revoke(&txn, stored.family_id).await?;
+            let minted = session_compromised_revoke(&txn, stored.family_id).await?;
             txn.commit().await?;
-            tracing::warn!(user_id = %stored.user_id, "refresh token reused; session revoked");
+            self.auth_changed();
+            tracing::warn!(user_id = %stored.user_id, minted_tokens_revoked = minted, "refresh token reused; session revoked");
             return Err(bad_refresh_token());
         }
         if stored.expires_at <= now {
@@ -156,9 +160,10 @@ impl App {
         if marked.rows_affected != 1 {
             // Another use of this token got there first (on PostgreSQL, both read it unused):
             // a second use is reuse, whichever came first.
-            family_revoke(&txn, stored.family_id).await?;
+            let minted = session_compromised_revoke(&txn, stored.family_id).await?;
             txn.commit().await?;
-            tracing::warn!(user_id = %stored.user_id, "refresh token used twice at once; session revoked");
+            self.auth_changed();
+            tracing::warn!(user_id = %stored.user_id, minted_tokens_revoked = minted, "refresh token used twice at once; session revoked");
             return Err(bad_refresh_token());
         }
         let tokens = self
@@ -168,19 +173,24 @@ impl App {
         Ok(tokens)
     }
 
-    /// Revokes the session that `request.refresh_token` belongs to. Unknown tokens are ignored,
-    /// so that logout never tells whether a token existed.
+    /// Revokes the session that `request.refresh_token` belongs to: its refresh tokens, and
+    /// its access tokens from the next request on. API tokens minted in it stay (they are
+    /// made to outlive a session). Unknown tokens are ignored, so that logout never tells
+    /// whether a token existed.
     pub async fn session_logout(&self, request: RefreshRequest) -> ApiResult<()> {
         let hash = opaque_token_hash(&request.refresh_token);
         let txn = crate::db::begin_write(&self.db).await?;
-        if let Some(stored) = refresh_token::Entity::find()
+        let found = refresh_token::Entity::find()
             .filter(refresh_token::Column::TokenHash.eq(hash))
             .one(&txn)
-            .await?
-        {
+            .await?;
+        if let Some(stored) = &found {
             family_revoke(&txn, stored.family_id).await?;
         }
         txn.commit().await?;
+        if found.is_some() {
+            self.auth_changed();
+        }
         Ok(())
     }
 
@@ -277,6 +287,9 @@ impl App {
             return Err(ApiError::unauthenticated(
                 "the session has ended (the password changed or the user was disabled); log in again",
             ));
+        }
+        if !session_open(&self.db, claims.sid).await? {
+            return Err(session_ended());
         }
         let principal = Principal {
             user,
@@ -380,6 +393,57 @@ pub(super) async fn sessions_revoke_all(
         .exec(db)
         .await?;
     Ok(open)
+}
+
+/// The refusal of an access token whose session was logged out or revoked.
+pub(super) fn session_ended() -> ApiError {
+    ApiError::unauthenticated("the session has ended (logged out or revoked); log in again")
+}
+
+/// Whether the session (refresh-token family) `family_id` is open: none of its refresh tokens
+/// was revoked (logout, reuse and password changes revoke them all).
+async fn session_open(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<bool> {
+    let revoked = refresh_token::Entity::find()
+        .select_only()
+        .column(refresh_token::Column::Id)
+        .filter(refresh_token::Column::FamilyId.eq(family_id))
+        .filter(refresh_token::Column::RevokedAt.is_not_null())
+        .into_tuple::<Uuid>()
+        .one(db)
+        .await?;
+    Ok(revoked.is_none())
+}
+
+/// [`session_open`], inside a write transaction, keeping the session's rows locked until it
+/// ends: a revocation of the session at the same moment waits for it, or is waited for.
+pub(super) async fn session_open_lock(
+    db: &impl ConnectionTrait,
+    family_id: Uuid,
+) -> ApiResult<bool> {
+    let rows: Vec<(Uuid, Option<chrono::DateTime<Utc>>)> = refresh_token::Entity::find()
+        .select_only()
+        .column(refresh_token::Column::Id)
+        .column(refresh_token::Column::RevokedAt)
+        .filter(refresh_token::Column::FamilyId.eq(family_id))
+        .lock_exclusive()
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(!rows.is_empty() && rows.iter().all(|(_, revoked_at)| revoked_at.is_none()))
+}
+
+/// Revokes a session caught reusing a refresh token (a stolen session), with every API token
+/// minted in it and their descendants; returns how many tokens that revoked.
+async fn session_compromised_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<u64> {
+    family_revoke(db, family_id).await?;
+    let minted: Vec<Uuid> = api_token::Entity::find()
+        .select_only()
+        .column(api_token::Column::Id)
+        .filter(api_token::Column::SessionId.eq(family_id))
+        .into_tuple()
+        .all(db)
+        .await?;
+    super::tokens::tokens_revoke_tree(db, minted).await
 }
 
 async fn family_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<()> {

@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Set,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -14,7 +16,7 @@ use super::audit::{AuditEntry, audit_record};
 use super::pagination::{Page, PageParams, paginate};
 use super::{App, text_validate};
 use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash};
-use crate::authz::{OpContext, Principal, Scope};
+use crate::authz::{Credential, OpContext, Principal, Scope};
 use crate::entity::api_token;
 use crate::error::{ApiError, ApiResult};
 
@@ -125,16 +127,25 @@ impl App {
         }
         let secret = opaque_token_generate(API_TOKEN_PREFIX);
         let txn = crate::db::begin_write(&self.db).await?;
-        // A token minted by a token lives no longer than its parent, and dies with it.
-        let parent = match ctx.principal.token_id() {
-            Some(id) => Some(
-                api_token::Entity::find_by_id(id)
+        // A token minted by a token lives no longer than its parent, and dies with it. The
+        // parent's row (or the session's) stays locked until this commits: a revocation at the
+        // same moment either waits and then finds this token, or is waited for and refuses it.
+        let (parent, session_id) = match ctx.principal.credential {
+            Credential::ApiToken(id) => {
+                let parent = api_token::Entity::find_by_id(id)
+                    .lock_exclusive()
                     .one(&txn)
                     .await?
                     .filter(|parent| parent.revoked_at.is_none())
-                    .ok_or_else(|| ApiError::unauthenticated("the API token is revoked"))?,
-            ),
-            None => None,
+                    .ok_or_else(|| ApiError::unauthenticated("the API token is revoked"))?;
+                (Some(parent), None)
+            }
+            Credential::Session(family) => {
+                if !super::sessions::session_open_lock(&txn, family).await? {
+                    return Err(super::sessions::session_ended());
+                }
+                (None, Some(family))
+            }
         };
         let expires_at = match (
             create.expires_at,
@@ -155,6 +166,7 @@ impl App {
             last_used_at: Set(None),
             created_at: Set(Utc::now()),
             parent_token_id: Set(parent.map(|p| p.id)),
+            session_id: Set(session_id),
         }
         .insert(&txn)
         .await?;
@@ -175,29 +187,9 @@ impl App {
             return Ok(());
         }
         let txn = crate::db::begin_write(&self.db).await?;
-        let now = Utc::now();
-        let mut revoked = vec![token.id];
-        let mut frontier = vec![token.id];
-        while !frontier.is_empty() {
-            let children: Vec<Uuid> = api_token::Entity::find()
-                .filter(api_token::Column::ParentTokenId.is_in(frontier))
-                .filter(api_token::Column::RevokedAt.is_null())
-                .all(&txn)
-                .await?
-                .into_iter()
-                .map(|child| child.id)
-                .collect();
-            revoked.extend(&children);
-            frontier = children;
-        }
-        api_token::Entity::update_many()
-            .col_expr(api_token::Column::RevokedAt, Expr::value(now))
-            .filter(api_token::Column::Id.is_in(revoked.clone()))
-            .filter(api_token::Column::RevokedAt.is_null())
-            .exec(&txn)
-            .await?;
+        let revoked = tokens_revoke_tree(&txn, vec![token.id]).await?;
         let mut entry = token_audit("token.revoke", &token);
-        entry.details["revoked_with_it"] = (revoked.len() - 1).into();
+        entry.details["revoked_with_it"] = revoked.saturating_sub(1).into();
         audit_record(&txn, ctx, entry).await?;
         txn.commit().await?;
         self.auth_changed();
@@ -211,6 +203,39 @@ impl App {
             .await?
             .ok_or_else(|| ApiError::not_found("token"))
     }
+}
+
+/// Revokes `roots` and every token minted from them, at any depth; returns how many it revoked.
+///
+/// Level by level, each level is revoked (its rows locked) before its children are read: a
+/// token being minted from one of them at that moment holds its parent's lock
+/// ([`App::token_create`]), so it has either committed, and is found as a child, or it waits
+/// and then reads its parent revoked.
+pub(super) async fn tokens_revoke_tree(
+    db: &impl ConnectionTrait,
+    roots: Vec<Uuid>,
+) -> ApiResult<u64> {
+    let now = Utc::now();
+    let mut revoked = 0;
+    let mut level = roots;
+    while !level.is_empty() {
+        revoked += api_token::Entity::update_many()
+            .col_expr(api_token::Column::RevokedAt, Expr::value(now))
+            .filter(api_token::Column::Id.is_in(level.clone()))
+            .filter(api_token::Column::RevokedAt.is_null())
+            .exec(db)
+            .await?
+            .rows_affected;
+        level = api_token::Entity::find()
+            .select_only()
+            .column(api_token::Column::Id)
+            .filter(api_token::Column::ParentTokenId.is_in(level))
+            .filter(api_token::Column::RevokedAt.is_null())
+            .into_tuple()
+            .all(db)
+            .await?;
+    }
+    Ok(revoked)
 }
 
 fn token_audit(action: &'static str, token: &api_token::Model) -> AuditEntry {

@@ -19,6 +19,9 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// The token that minted this one: it expires no later and is revoked with it.
     pub parent_token_id: Option<Uuid>,
+    /// The session (refresh-token family) that minted this one: revoked with it when the
+    /// session is caught reusing a refresh token.
+    pub session_id: Option<Uuid>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
