@@ -121,6 +121,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         leases: Arc::new(Leases::new(replica)),
         health_streaks: Arc::default(),
         routing: Arc::default(),
+        deployment_watch: Arc::default(),
         settings: Arc::new(settings),
     };
     match app.bootstrap().await? {
@@ -192,6 +193,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));
     tokio::spawn(app.clone().instance_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().routing_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().deployment_watch_run(shutdown.subscribe()));
     let tls = app.settings.tls.clone();
     let task = tokio::spawn(bulkhead_common::tls::server::serve(
         listener,

@@ -689,7 +689,9 @@ export interface paths {
          *     Server-Sent Events (`id` = `seq`, `event` = `kind`, `data` = the event as JSON) that sends
          *     what already happened (after `Last-Event-ID`, if given), then new events as they happen,
          *     with heartbeat comments, and ends once the deployment has finished and its removals are
-         *     done.
+         *     done — or, within a second, once the caller's credential no longer gives access (revoked,
+         *     logged out, expired, its user disabled or removed from the project): reconnect with a valid
+         *     one and `Last-Event-ID`.
          */
         get: operations["deployment_event_list"];
         put?: never;
@@ -1065,7 +1067,8 @@ export interface paths {
          *     signed snapshot document), `event: end-of-snapshot`, then each new revision's changes
          *     (`event: change`, `id` = the revision), with heartbeat comments. Resuming with
          *     `Last-Event-ID` sends only the changes after it, or the whole table again when they are no
-         *     longer kept.
+         *     longer kept. The stream ends within a second once the caller's credential no longer gives
+         *     access (revoked, expired, its user no longer an administrator).
          */
         get: operations["routing_table_watch"];
         put?: never;

@@ -92,6 +92,17 @@ impl DeploymentView {
 }
 
 /// The scope a read of deployments needs: `read`, or `deploy` for a deploy-only token.
+/// The states of an instance still being made or removed: a deployment's event stream goes on
+/// while one of its instances is in one.
+pub(super) const STREAM_MOVING_STATES: [&str; 6] = [
+    states::PENDING,
+    states::PROVISIONING,
+    states::STARTING,
+    states::DRAINING,
+    states::REMOVING,
+    states::FAILED,
+];
+
 fn read_scope(principal: &Principal) -> Scope {
     if principal.has_scope(Scope::Read) {
         Scope::Read
@@ -255,6 +266,24 @@ impl App {
         deployment_find(&self.db, service_id, id).await
     }
 
+    /// Whether `principal` may still follow the events of a deployment of `project_id` whose
+    /// stream it opened (checked again while the stream lasts; a deployment never moves to
+    /// another project, so the project's access is what can change).
+    pub async fn deployment_stream_allowed(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+    ) -> ApiResult<()> {
+        self.project_authorize(
+            principal,
+            project_id,
+            ProjectRole::Viewer,
+            read_scope(principal),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Events of a deployment (already authorized) after `after`.
     pub async fn deployment_events(
         &self,
@@ -277,14 +306,7 @@ impl App {
         }
         let moving = instance::Entity::find()
             .filter(instance::Column::DeploymentId.eq(id))
-            .filter(instance::Column::State.is_in([
-                states::PENDING,
-                states::PROVISIONING,
-                states::STARTING,
-                states::DRAINING,
-                states::REMOVING,
-                states::FAILED,
-            ]))
+            .filter(instance::Column::State.is_in(STREAM_MOVING_STATES))
             .count(&self.db)
             .await?;
         Ok(moving == 0)

@@ -13,6 +13,7 @@ pub mod change_feed;
 pub mod changes;
 pub mod deploy_pipeline;
 pub mod deployment_events;
+pub mod deployment_watch;
 pub mod deployments;
 pub mod domains;
 pub mod edges;
@@ -85,6 +86,8 @@ pub struct App {
     pub routing: Arc<routing::RoutingState>,
     /// This replica's id and the leases of background work it holds.
     pub leases: Arc<leases::Leases>,
+    /// The deployments this server's event streams follow.
+    pub deployment_watch: Arc<deployment_watch::DeploymentWatch>,
 }
 
 /// A strong entity tag for a resource at `revision`.

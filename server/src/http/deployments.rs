@@ -9,7 +9,10 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::extract::{ApiPath, ApiQuery};
-use super::sse::{LastEventId, StreamBatch, StreamEvent, event_stream, wants_event_stream};
+use super::sse::{
+    BearerCredential, LastEventId, StreamAccess, StreamBatch, StreamEvent, event_stream,
+    wants_event_stream,
+};
 use super::{created, tagged};
 use crate::app::App;
 use crate::app::deployment_events::{DeploymentEventView, EventPage, EventParams};
@@ -140,7 +143,9 @@ async fn deployment_rollback(
 /// Server-Sent Events (`id` = `seq`, `event` = `kind`, `data` = the event as JSON) that sends
 /// what already happened (after `Last-Event-ID`, if given), then new events as they happen,
 /// with heartbeat comments, and ends once the deployment has finished and its removals are
-/// done.
+/// done — or, within a second, once the caller's credential no longer gives access (revoked,
+/// logged out, expired, its user disabled or removed from the project): reconnect with a valid
+/// one and `Last-Event-ID`.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}/events", tag = "deployments",
     params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
         ("deployment_id" = Uuid, Path, description = "Deployment id"), EventParams,
@@ -152,6 +157,7 @@ async fn deployment_rollback(
 async fn deployment_event_list(
     State(app): State<App>,
     principal: Principal,
+    bearer: BearerCredential,
     headers: HeaderMap,
     last_event_id: LastEventId,
     ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
@@ -174,11 +180,23 @@ async fn deployment_event_list(
         return Ok(Json(EventPage { items, next_after }).into_response());
     }
     let cursor = last_event_id.0.or(params.after);
-    let wake = app.changes.deployments.subscribe();
+    let wake = app.deployment_watch.follow(id);
     let stopping = app.stopping.clone();
-    Ok(event_stream(cursor, wake, stopping, move |after| {
+    let access = {
+        let app = app.clone();
+        StreamAccess::new(
+            &app.clone(),
+            bearer,
+            Box::new(move |principal| {
+                let app = app.clone();
+                Box::pin(async move { app.deployment_stream_allowed(&principal, project_id).await })
+            }),
+        )
+    };
+    Ok(event_stream(cursor, wake, stopping, access, move |after| {
         let app = app.clone();
         async move {
+            app.deployment_watch.read_recorded();
             // Whether it finished is read before its events: an event written between the two
             // reads (the last one, say) is then still sent before the stream ends.
             let finished = app.deployment_stream_finished(id).await?;

@@ -229,7 +229,9 @@ pub async fn authenticate(State(app): State<App>, mut request: Request, next: Ne
         };
         match app.principal_from_bearer(bearer).await {
             Ok(principal) => {
+                let bearer = super::sse::BearerCredential(bearer.into());
                 request.extensions_mut().insert(principal);
+                request.extensions_mut().insert(bearer);
             }
             Err(err) => return err.into_response(),
         }

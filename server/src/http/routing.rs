@@ -11,7 +11,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiPath, ApiQuery, RoutingReader};
-use super::sse::{LastEventId, StreamBatch, StreamEvent, event_stream};
+use super::sse::{
+    BearerCredential, LastEventId, StreamAccess, StreamBatch, StreamEvent, event_stream,
+};
 use crate::app::App;
 use crate::app::routing::{Prepared, RoutingChanges};
 use crate::authz::OpContext;
@@ -206,7 +208,8 @@ async fn routing_table_changes(
 /// signed snapshot document), `event: end-of-snapshot`, then each new revision's changes
 /// (`event: change`, `id` = the revision), with heartbeat comments. Resuming with
 /// `Last-Event-ID` sends only the changes after it, or the whole table again when they are no
-/// longer kept.
+/// longer kept. The stream ends within a second once the caller's credential no longer gives
+/// access (revoked, expired, its user no longer an administrator).
 #[utoipa::path(get, path = "/v1/routing-table/watch", tag = "routing",
     params(("Last-Event-ID" = Option<i64>, Header, description = "Resume after this revision")),
     responses(
@@ -216,15 +219,22 @@ async fn routing_table_changes(
 async fn routing_table_watch(
     State(app): State<App>,
     _caller: RoutingReader,
+    bearer: BearerCredential,
     last_event_id: LastEventId,
 ) -> ApiResult<Response> {
     app.routing_prepared()?;
     let wake = app.routing.subscribe();
     let stopping = app.stopping.clone();
+    let access = StreamAccess::new(
+        &app,
+        bearer,
+        Box::new(|principal| Box::pin(async move { principal.require_routing_read() })),
+    );
     Ok(event_stream(
         last_event_id.0,
         wake,
         stopping,
+        access,
         move |cursor| {
             let app = app.clone();
             async move {

@@ -3,14 +3,23 @@
 //! ends when its source says there is nothing more to come. A client that drops reconnects
 //! with the id of the last event it saw and misses nothing.
 //!
+//! A stream is authorized again while it lasts, not only when it opens: before every batch it
+//! sends, and at once whenever access may have narrowed (the `auth` topic: a token revoked, a
+//! logout, a user disabled or demoted, a membership removed — here or, through the change feed,
+//! on another replica). A credential that no longer passes, or that expired, ends the stream
+//! within a second ([`POLL_EVERY`]); the client's reconnection is then refused with 401 or
+//! 403/404 like any request.
+//!
 //! To add a streaming route, give [`event_stream`] a `fetch` that reads the events after a
-//! cursor (oldest first, at most a page) and a [`watch`] receiver that is bumped whenever one
-//! is written on this server; a periodic re-read covers writes made by other replicas. The
-//! request timeout does not cut a stream (it bounds only the response head), and no
-//! middleware buffers a body, so nothing else is needed.
+//! cursor (oldest first, at most a page), a [`watch`] receiver that is bumped whenever there
+//! may be more to read — also for writes of other replicas: the stream reads only when it
+//! moves (see `app::deployment_watch`) — and the route's [`StreamAccess`]. The request timeout does not cut a stream (it bounds only the
+//! response head), and no middleware buffers a body, so nothing else is needed.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
@@ -21,9 +30,12 @@ use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use tokio::sync::watch;
 
+use crate::app::App;
+use crate::authz::Principal;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 
-/// How often a stream re-reads its source without being woken (writes of other replicas).
+/// How often a stream checks its credential again without being told of a change (its
+/// expiry); its source is read only when its `wake` moves.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How long a stream may stay silent before a heartbeat comment is sent.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(15);
@@ -71,6 +83,55 @@ impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
     }
 }
 
+/// The bearer credential of a request, as the authentication middleware found it: what a
+/// stream checks again while it lasts.
+#[derive(Clone)]
+pub struct BearerCredential(pub Arc<str>);
+
+/// A check of the caller of a stream, run again while the stream lasts: the principal that the
+/// stream's credential stands for now, authorized for the stream's resource.
+pub type AccessCheck =
+    Box<dyn FnMut(Principal) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send>> + Send>;
+
+/// Who may go on reading a stream (see the module documentation).
+pub struct StreamAccess {
+    app: App,
+    bearer: Arc<str>,
+    changes: watch::Receiver<u64>,
+    check: AccessCheck,
+}
+
+impl StreamAccess {
+    /// The access of the request's credential (`bearer`), checked again with `check`.
+    pub fn new(app: &App, bearer: BearerCredential, check: AccessCheck) -> Self {
+        Self {
+            app: app.clone(),
+            bearer: bearer.0,
+            changes: app.changes.auth.subscribe(),
+            check,
+        }
+    }
+
+    /// Whether the credential still passes the stream's check.
+    async fn allowed(&mut self) -> ApiResult<()> {
+        self.changes.borrow_and_update();
+        let principal = self.app.principal_from_bearer(&self.bearer).await?;
+        (self.check)(principal).await
+    }
+}
+
+impl FromRequestParts<App> for BearerCredential {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &App) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<BearerCredential>()
+            .cloned()
+            .ok_or_else(|| ApiError::unauthenticated("this needs `Authorization: Bearer <token>`"))
+    }
+}
+
 /// Whether the client asked for an event stream (`Accept: text/event-stream`).
 pub fn wants_event_stream(headers: &HeaderMap) -> bool {
     headers
@@ -81,18 +142,19 @@ pub fn wants_event_stream(headers: &HeaderMap) -> bool {
 }
 
 /// An event stream starting after `cursor`, woken by `wake`, ended when the server stops
-/// (`stopping` turns true): see the module documentation.
+/// (`stopping` turns true) or when `access` no longer passes: see the module documentation.
 pub fn event_stream<F, Fut>(
     cursor: Option<i64>,
     wake: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
+    access: StreamAccess,
     fetch: F,
 ) -> Response
 where
     F: FnMut(Option<i64>) -> Fut + Send + 'static,
     Fut: Future<Output = ApiResult<StreamBatch>> + Send + 'static,
 {
-    Sse::new(events(cursor, wake, stopping, fetch))
+    Sse::new(events(cursor, wake, stopping, access, fetch))
         .keep_alive(KeepAlive::new().interval(HEARTBEAT_EVERY))
         .into_response()
 }
@@ -103,6 +165,7 @@ struct Follow<F> {
     finished: bool,
     wake: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
+    access: StreamAccess,
     fetch: F,
 }
 
@@ -110,6 +173,7 @@ fn events<F, Fut>(
     cursor: Option<i64>,
     wake: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
+    access: StreamAccess,
     fetch: F,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send
 where
@@ -122,9 +186,12 @@ where
         finished: false,
         wake,
         stopping,
+        access,
         fetch,
     };
     futures_util::stream::unfold(state, |mut state| async move {
+        // Read at once; later, only when woken.
+        let mut woken = true;
         loop {
             if let Some(next) = state.pending.pop_front() {
                 state.cursor = Some(next.id);
@@ -137,20 +204,33 @@ where
             if state.finished || *state.stopping.borrow() {
                 return None;
             }
-            // Mark what was seen before reading, so that a write during the read wakes us.
-            state.wake.borrow_and_update();
-            match (state.fetch)(state.cursor).await {
-                Ok(batch) => {
-                    state.finished = batch.finished;
-                    if !batch.events.is_empty() || batch.finished {
-                        state.pending.extend(batch.events);
-                        continue;
+            if let Err(err) = state.access.allowed().await {
+                metrics::counter!("event_streams_ended_by_access_total").increment(1);
+                tracing::info!(
+                    status = err.status.as_u16(),
+                    "event stream ended: its credential no longer gives access"
+                );
+                return None;
+            }
+            if woken {
+                woken = false;
+                // Mark what was seen before reading, so that a write during the read wakes us.
+                state.wake.borrow_and_update();
+                match (state.fetch)(state.cursor).await {
+                    Ok(batch) => {
+                        state.finished = batch.finished;
+                        if !batch.events.is_empty() || batch.finished {
+                            state.pending.extend(batch.events);
+                            // More may follow a full page.
+                            woken = true;
+                            continue;
+                        }
                     }
-                }
-                Err(err) => {
-                    // The client reconnects with its Last-Event-ID and misses nothing.
-                    tracing::warn!(error = %err, "event stream ended by a failed read");
-                    return None;
+                    Err(err) => {
+                        // The client reconnects with its Last-Event-ID and misses nothing.
+                        tracing::warn!(error = %err, "event stream ended by a failed read");
+                        return None;
+                    }
                 }
             }
             tokio::select! {
@@ -158,9 +238,13 @@ where
                     if changed.is_err() {
                         return None;
                     }
+                    woken = true;
                 }
                 // A graceful shutdown waits for open connections: streams end first.
                 _ = state.stopping.changed() => {}
+                // Access is checked again on each change that may narrow it, and every
+                // `POLL_EVERY` (a credential's expiry).
+                _ = state.access.changes.changed() => {}
                 _ = tokio::time::sleep(POLL_EVERY) => {}
             }
         }
