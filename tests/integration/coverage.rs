@@ -1,13 +1,106 @@
 //! Every operation in the OpenAPI document refuses a caller without credentials (401) and a
 //! caller whose token is too narrow (403, or 404 where the resource is hidden from them).
 
+use std::collections::HashMap;
+
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::db_tests;
-use crate::support::TestServer;
+use crate::support::{ADMIN_TOKEN, TestServer};
 
 db_tests!(every_operation_requires_authorization);
+
+/// Makes one of each resource that a path names, so that every path parameter names something
+/// that exists: a 404 then cannot stand in for a refusal.
+async fn resources_made(
+    s: &TestServer,
+    owner: &str,
+    project: &str,
+    narrow_session: &str,
+) -> HashMap<&'static str, String> {
+    let id =
+        |reply: &crate::support::Reply| reply.assert_status(201)["id"].as_str().unwrap().to_owned();
+    let environment = id(&s
+        .post(
+            &format!("/v1/projects/{project}/environments"),
+            owner,
+            json!({ "name": "production" }),
+        )
+        .await);
+    let service = id(&s
+        .post(
+            &format!("/v1/projects/{project}/services"),
+            owner,
+            json!({ "environment_id": environment, "name": "web", "source": { "type": "artifact", "image": "nginx:1" }, "port": 80 }),
+        )
+        .await);
+    let domain = id(&s
+        .post(
+            &format!("/v1/projects/{project}/domains"),
+            owner,
+            json!({ "hostname": "coverage.example.test", "service_id": service }),
+        )
+        .await);
+    s.post(
+        "/v1/deploy-pipeline/pause",
+        ADMIN_TOKEN,
+        json!({ "reason": "coverage" }),
+    )
+    .await
+    .assert_status(200);
+    let deployment = id(&s
+        .call(
+            Method::POST,
+            &format!("/v1/projects/{project}/services/{service}/deployments"),
+            Some(owner),
+            None,
+        )
+        .await);
+    let user = s.get("/v1/me", narrow_session).await.assert_status(200)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token = s.get("/v1/tokens", narrow_session).await.assert_status(200)["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let invitation = id(&s
+        .post(
+            &format!("/v1/projects/{project}/invitations"),
+            owner,
+            json!({ "email": "cov-invited@example.com", "role": "member" }),
+        )
+        .await);
+    let first = |reply: crate::support::Reply, field: &str| {
+        reply.assert_status(200)["items"][0][field]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let provider = first(s.get("/v1/providers", ADMIN_TOKEN).await, "name").expect("a provider");
+    let keys = s.get("/v1/routing-table/keys", ADMIN_TOKEN).await;
+    let key = keys.assert_status(200)["keys"][0]["id"]
+        .as_str()
+        .expect("a key")
+        .to_owned();
+    let digest = first(s.get("/v1/plugins", ADMIN_TOKEN).await, "digest").expect("a plugin binary");
+    HashMap::from([
+        ("project_id", project.to_owned()),
+        ("environment_id", environment),
+        ("service_id", service),
+        ("domain_id", domain),
+        ("deployment_id", deployment),
+        ("user_id", user),
+        ("token_id", token),
+        ("invitation_id", invitation),
+        ("name", provider),
+        ("key_id", key),
+        ("digest", digest),
+        // Made by edges and providers as they run: any well-formed value.
+        ("edge_id", "edge-coverage".to_owned()),
+        ("instance_key", "web-1".to_owned()),
+    ])
+}
 
 async fn every_operation_requires_authorization(s: TestServer) {
     // A project the narrow caller is a viewer of, so that 403 (not 404) is reachable too.
@@ -27,6 +120,7 @@ async fn every_operation_requires_authorization(s: TestServer) {
         .as_str()
         .unwrap()
         .to_owned();
+    let made = resources_made(&s, &owner, &project, &narrow_session).await;
 
     let doc: Value = s
         .http
@@ -53,15 +147,18 @@ async fn every_operation_requires_authorization(s: TestServer) {
                 continue;
             }
             let concrete = path
-                .replace("{project_id}", &project)
                 .split('/')
-                .map(|segment| {
-                    if segment.starts_with('{') {
-                        uuid::Uuid::now_v7().to_string()
-                    } else {
-                        segment.to_owned()
-                    }
-                })
+                .map(
+                    |segment| match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                        Some(param) => made
+                            .get(param)
+                            .unwrap_or_else(|| {
+                                panic!("{path}: make a `{param}` in `resources_made`")
+                            })
+                            .clone(),
+                        None => segment.to_owned(),
+                    },
+                )
                 .collect::<Vec<_>>()
                 .join("/");
             let body =
@@ -73,11 +170,11 @@ async fn every_operation_requires_authorization(s: TestServer) {
                 anonymous.text
             );
             anonymous.assert_problem(401, "unauthenticated");
+            // Every resource exists and the caller may see the project: a refusal is 403.
             let limited = s.call(method.clone(), &concrete, Some(&narrow), body).await;
-            assert!(
-                [403, 404].contains(&limited.status),
-                "{method} {path} with a routing:read token: {} {}",
-                limited.status,
+            assert_eq!(
+                limited.status, 403,
+                "{method} {concrete} with a viewer's routing:read token: {}",
                 limited.text
             );
             assert_eq!(
