@@ -276,10 +276,28 @@ async fn idempotent_replays_belong_to_one_credential(s: TestServer) {
     assert!(stolen.header("idempotent-replayed").is_none());
 
     // The same credential still gets its replay.
-    let replay = post_with_key(&s, "/v1/tokens", &session, "k", body).await;
+    let replay = post_with_key(&s, "/v1/tokens", &session, "k", body.clone()).await;
     assert_eq!(replay.assert_status(201)["secret"], secret.as_str());
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
     assert_eq!(replay.header("cache-control"), Some("no-store"));
+
+    // Two tokens of the user with the very same scopes (no scope check can tell them apart)
+    // and the same key: each gets an answer of its own, not the other's.
+    let one = token_create(&s, &session, &["admin"]).await;
+    let two = token_create(&s, &session, &["admin"]).await;
+    let first = post_with_key(&s, "/v1/tokens", &one, "shared", body.clone()).await;
+    let first_secret = first.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = post_with_key(&s, "/v1/tokens", &two, "shared", body).await;
+    let second_secret = second.assert_status(201)["secret"].as_str().unwrap();
+    assert_ne!(
+        second_secret, first_secret,
+        "the second token was given the first's token"
+    );
+    assert!(!second.text.contains(&first_secret));
+    assert!(second.header("idempotent-replayed").is_none());
 }
 
 async fn a_replay_is_authorized_like_a_fresh_request(s: TestServer) {
@@ -328,13 +346,17 @@ async fn a_refresh_token_used_twice_at_once_revokes_the_session(s: TestServer) {
             refresh(session["refresh_token"].clone()),
             refresh(session["refresh_token"].clone())
         );
+        // Exactly one use wins; the other is reuse, refused.
         let winners: Vec<&Reply> = [&a, &b].into_iter().filter(|r| r.status == 200).collect();
-        assert!(
-            winners.len() <= 1,
-            "both uses succeeded: {} {}",
+        assert_eq!(
+            winners.len(),
+            1,
+            "one use, and only one, must succeed: {} {}",
             a.text,
             b.text
         );
+        let loser = if a.status == 200 { &b } else { &a };
+        loser.assert_problem(401, "unauthenticated");
         // Whatever the winner got belongs to a revoked session.
         for winner in winners {
             assert_eq!(winner.header("cache-control"), Some("no-store"));
@@ -482,6 +504,17 @@ async fn login_from(s: &TestServer, from: IpAddr, email: &str) -> Reply {
     .await
 }
 
+/// A login with the right password from `from`.
+async fn login_right_from(s: &TestServer, from: IpAddr, email: &str) -> Reply {
+    let request = crate::support::http_builder()
+        .local_address(from)
+        .build()
+        .unwrap()
+        .post(s.url("/v1/auth/login"))
+        .json(&json!({ "email": email, "password": PASSWORD }));
+    TestServer::send(request).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_are_limited_per_address_and_per_account() {
     let (url, dir) = database_fresh(Backend::Sqlite).await.unwrap();
@@ -502,9 +535,14 @@ async fn logins_are_limited_per_address_and_per_account() {
     refused.assert_problem(429, "too_many_attempts");
     let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=60).contains(&retry), "Retry-After {retry}");
-    // Many addresses guessing one account: the fourth attempt a minute is refused, even from
-    // a fresh address, and even with the right password.
-    for n in 0..3 {
+    // The owner signs in from their usual address, which the account then knows.
+    let usual: IpAddr = "127.0.1.50".parse().unwrap();
+    login_right_from(&s, usual, "target@example.com")
+        .await
+        .assert_status(200);
+    // Many addresses guessing one account: past the account's limit (3, one spent by the
+    // owner), refused even from a fresh address, and even with the right password.
+    for n in 0..2 {
         let from: IpAddr = format!("127.0.1.{}", n + 1).parse().unwrap();
         login_from(&s, from, "target@example.com")
             .await
@@ -513,13 +551,18 @@ async fn logins_are_limited_per_address_and_per_account() {
     login_from(&s, "127.0.1.9".parse().unwrap(), "target@example.com")
         .await
         .assert_problem(429, "too_many_attempts");
-    let right = crate::support::http_builder()
-        .local_address("127.0.1.10".parse::<IpAddr>().unwrap())
-        .build()
-        .unwrap()
-        .post(s.url("/v1/auth/login"))
-        .json(&json!({ "email": "target@example.com", "password": PASSWORD }));
-    TestServer::send(right)
+    login_right_from(&s, "127.0.1.10".parse().unwrap(), "target@example.com")
+        .await
+        .assert_problem(429, "too_many_attempts");
+    // The flood does not lock the owner out: their usual address is admitted, limited on its
+    // own (3 a minute for the account from there).
+    login_right_from(&s, usual, "target@example.com")
+        .await
+        .assert_status(200);
+    login_from(&s, usual, "target@example.com")
+        .await
+        .assert_problem(401, "unauthenticated");
+    login_from(&s, usual, "target@example.com")
         .await
         .assert_problem(429, "too_many_attempts");
     // Other accounts from other addresses are unaffected.
