@@ -3,7 +3,6 @@
 //! time the deployment completes with exactly the desired instances, at the providers as in
 //! the database: none duplicated, none orphaned.
 
-use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -27,7 +26,7 @@ async fn killed_mid_deployment_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_deployment_postgres() {
     if std::env::var("BULKHEAD_TEST_POSTGRES_URL").is_err() {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
+        crate::support::postgres_skipped();
         return;
     }
     killed_mid_deployment(Backend::Postgres).await;
@@ -162,10 +161,11 @@ async fn converged(server: &Server, service: &str, deployment: &str, replicas: u
             .unwrap()
             .clone();
         let held = held_keys(server).await;
-        let wanted: BTreeSet<String> = live
+        let mut wanted: Vec<String> = live
             .iter()
             .map(|i| i["instance_key"].as_str().unwrap().to_owned())
             .collect();
+        wanted.sort();
         let done = view["state"] == "healthy"
             && live.len() == replicas
             && live
@@ -184,9 +184,10 @@ async fn converged(server: &Server, service: &str, deployment: &str, replicas: u
     }
 }
 
-/// Keys of the instances the providers hold (as their plugins list them).
-async fn held_keys(server: &Server) -> BTreeSet<String> {
-    let mut keys = BTreeSet::new();
+/// Keys of the instances the providers hold (as their plugins list them), sorted, each as
+/// often as it is held: two instances under one key count twice.
+async fn held_keys(server: &Server) -> Vec<String> {
+    let mut keys = Vec::new();
     for provider in ["gcp", "aws", "metal"] {
         let (status, list) = server
             .call(
@@ -197,16 +198,38 @@ async fn held_keys(server: &Server) -> BTreeSet<String> {
             .await;
         if status != 200 {
             // A provider not serving yet right after a restart: try again later.
-            keys.insert(format!("<{provider} unavailable>"));
+            keys.push(format!("<{provider} unavailable>"));
             continue;
         }
         for instance in list["items"].as_array().unwrap() {
             if instance["state"] != "stopped" {
-                keys.insert(instance["instance_key"].as_str().unwrap().to_owned());
+                keys.push(instance["instance_key"].as_str().unwrap().to_owned());
             }
         }
     }
+    keys.sort();
     keys
+}
+
+/// The state of a deployment and how many instances it has, read from the database itself
+/// (with the server killed, nothing else answers).
+async fn deployment_in_database(database_url: &str, id: &str) -> (String, u64) {
+    use bulkhead::entity::{deployment, instance};
+    use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+    let db = bulkhead::db::connect(database_url).await.unwrap();
+    let id: uuid::Uuid = id.parse().unwrap();
+    let found = deployment::Entity::find_by_id(id)
+        .one(&db)
+        .await
+        .unwrap()
+        .expect("the deployment is stored");
+    let instances = instance::Entity::find()
+        .filter(instance::Column::DeploymentId.eq(id))
+        .count(&db)
+        .await
+        .unwrap();
+    db.close().await.unwrap();
+    (found.state, instances)
 }
 
 async fn deploy(server: &Server, service: &str) -> String {
@@ -307,10 +330,28 @@ async fn killed_mid_deployment(backend: Backend) {
     server = Server::start(&database_url, &data_dir);
     converged(&server, &service, &second, 1).await;
 
-    // 4. Killed right after a deployment is queued, before anything was placed.
+    // 4. Killed right after a deployment is queued, before anything was placed: the pipeline
+    // is paused so that nothing is, and the database says so at the kill.
+    let (status, body) = server
+        .call(
+            reqwest::Method::POST,
+            "/v1/deploy-pipeline/pause",
+            Some(json!({ "reason": "crash test" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
     let third = deploy(&server, &service).await;
     server.kill();
+    assert_eq!(
+        deployment_in_database(&database_url, &third).await,
+        ("queued".to_owned(), 0),
+        "killed with the deployment queued and nothing placed"
+    );
     server = Server::start(&database_url, &data_dir);
+    let (status, body) = server
+        .call(reqwest::Method::POST, "/v1/deploy-pipeline/resume", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
     converged(&server, &service, &third, 1).await;
     server.kill();
     platform.shutdown().await;
