@@ -21,6 +21,7 @@ db_tests!(
     a_suspended_cloud_fails_over_mid_rollout,
     cancel_rollback_and_a_rollout_that_never_gets_healthy,
     an_event_stream_resumes_after_its_last_event,
+    a_stream_wakes_only_for_its_own_deployment,
     a_deploy_token_deploys_and_does_nothing_else,
     evacuating_a_provider_moves_its_instances_make_before_break,
 );
@@ -238,6 +239,72 @@ async fn a_deployment_spreads_over_three_providers_and_answers(s: TestServer) {
     // Removed at the providers too: the simulators and the agent hold just the new ones.
     let held = held_at_providers(&s).await;
     assert_eq!(held, 2, "instances held by the providers");
+    // Make-before-break, in the order things happened: both new instances were healthy
+    // before the new deployment was, and nothing of the old one was drained or removed before.
+    let new_events = events_timed(&s, &f.service, second_id).await;
+    let old_events = events_timed(&s, &f.service, id).await;
+    let healthy_at = new_events
+        .iter()
+        .find(|(kind, _)| kind == "deployment.healthy")
+        .map(|(_, at)| *at)
+        .expect("the new deployment's healthy event");
+    let new_healthy = new_events
+        .iter()
+        .filter(|(kind, at)| kind == "instance.healthy" && *at <= healthy_at)
+        .count();
+    assert_eq!(
+        new_healthy, 2,
+        "new instances healthy before the switch: {new_events:?}"
+    );
+    let breaking = [
+        "deployment.superseded",
+        "instance.draining",
+        "instance.removing",
+        "instance.removed",
+    ];
+    let first_break = old_events
+        .iter()
+        .filter(|(kind, _)| breaking.contains(&kind.as_str()))
+        .map(|(_, at)| *at)
+        .min()
+        .expect("the old deployment was superseded and removed");
+    assert!(
+        first_break >= healthy_at,
+        "an old instance went at {first_break} before the new deployment was healthy at {healthy_at}: {old_events:?}"
+    );
+    let removed = old_events
+        .iter()
+        .filter(|(kind, _)| kind == "instance.removed")
+        .count();
+    assert_eq!(
+        removed, 3,
+        "each old instance's removal is recorded: {old_events:?}"
+    );
+}
+
+/// The kinds and times of a deployment's events, in their order.
+async fn events_timed(
+    s: &TestServer,
+    service: &str,
+    id: &str,
+) -> Vec<(String, chrono::DateTime<chrono::Utc>)> {
+    let page = s
+        .get(
+            &format!("{service}/deployments/{id}/events?limit=200"),
+            ADMIN_TOKEN,
+        )
+        .await;
+    page.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_owned(),
+                e["created_at"].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// Instances the providers report (through their plugins' `list`), across gcp, aws and metal.
@@ -527,6 +594,74 @@ async fn an_event_stream_resumes_after_its_last_event(s: TestServer) {
     )
     .await
     .assert_problem(400, "invalid_header");
+}
+
+async fn a_stream_wakes_only_for_its_own_deployment(s: TestServer) {
+    let (_platform, _dir) = platform(&s).await;
+    s.post(
+        "/v1/deploy-pipeline/pause",
+        ADMIN_TOKEN,
+        json!({ "reason": "streams" }),
+    )
+    .await
+    .assert_status(200);
+    let followed = fixture(&s, 1, &["metal"]).await;
+    let other = fixture(&s, 1, &["metal"]).await;
+    let made = deploy(&s, &followed.owner, &followed.service).await;
+    let id = made["id"].as_str().unwrap().to_owned();
+    let url = format!("{}/deployments/{id}/events", followed.service);
+    let mut stream = s
+        .http
+        .get(s.url(&url))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut seen = String::new();
+    while !seen.contains("deployment.queued") {
+        seen.push_str(&String::from_utf8_lossy(
+            &stream.chunk().await.unwrap().unwrap(),
+        ));
+    }
+    // Settled: the stream has read what there is.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let reads = s.app().deployment_watch.reads();
+    // Another tenant's deployments change for three seconds: this stream reads nothing (it
+    // used to read every time, and every second).
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        let made = deploy(&s, &other.owner, &other.service).await;
+        let cancel = format!(
+            "{}/deployments/{}/cancel",
+            other.service,
+            made["id"].as_str().unwrap()
+        );
+        s.call(Method::POST, &cancel, Some(&other.owner), None)
+            .await
+            .assert_status(200);
+    }
+    assert_eq!(
+        s.app().deployment_watch.reads(),
+        reads,
+        "the stream read its events when another deployment changed"
+    );
+    // Its own deployment changes: it wakes and sends the change at once. (It goes on: the
+    // pipeline is paused, and the placed instance is still to be removed.)
+    let cancel = format!("{}/deployments/{id}/cancel", followed.service);
+    s.call(Method::POST, &cancel, Some(&followed.owner), None)
+        .await
+        .assert_status(200);
+    let told = tokio::time::timeout(Duration::from_secs(5), async {
+        while !seen.contains("deployment.cancelled") {
+            let chunk = stream.chunk().await.unwrap().expect("the stream goes on");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(told.is_ok(), "the cancellation was not streamed: {seen}");
+    assert!(s.app().deployment_watch.reads() > reads);
 }
 
 async fn a_deploy_token_deploys_and_does_nothing_else(s: TestServer) {
