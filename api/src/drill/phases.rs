@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bulkhead_simulators::faults::FaultState;
 use serde_json::json;
+use tokio::sync::watch;
 
 use super::DrillSettings;
 use super::fleet::Fleet;
@@ -22,6 +23,8 @@ pub const REACTION_LIMIT: Duration = Duration::from_secs(15);
 /// How long the drill waits for such a reaction before it gives up: a slow one is measured
 /// and fails its check; one that never comes ends the drill.
 pub const REACTION_WAIT: Duration = Duration::from_secs(90);
+/// How often the providers that stay up are sampled while one is down.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 /// What the phases share.
 pub struct Drill<'a> {
@@ -56,6 +59,55 @@ impl Drill<'_> {
     /// stay healthy, its dead instances leave the routes, new deploys go elsewhere, and
     /// every service keeps answering.
     pub async fn gcp_suspended(&self) -> anyhow::Result<Vec<Check>> {
+        // aws and metal are sampled all through the phase, not just at its ends.
+        let (done, mut finished) = watch::channel(false);
+        let sampling = async {
+            let mut samples = Vec::new();
+            loop {
+                samples.push(self.others_states().await?);
+                tokio::select! {
+                    _ = tokio::time::sleep(SAMPLE_EVERY) => {}
+                    _ = finished.changed() => break,
+                }
+            }
+            anyhow::Ok(samples)
+        };
+        let steps = async {
+            let steps = self.gcp_suspended_steps().await;
+            let _ = done.send(true);
+            steps
+        };
+        let (samples, steps) = tokio::join!(sampling, steps);
+        let mut checks = steps?;
+        let samples = samples?;
+        let unhealthy: Vec<String> = samples
+            .iter()
+            .flatten()
+            .filter(|(_, state)| state != "healthy")
+            .map(|(name, state)| format!("{name} {state}"))
+            .collect();
+        checks.insert(
+            2,
+            Check::new(
+                "others_stay_healthy",
+                "aws and metal stay healthy while gcp is down",
+                samples.len() >= 3 && unhealthy.is_empty(),
+                if unhealthy.is_empty() {
+                    format!(
+                        "healthy in all {} samples, {} ms apart",
+                        samples.len(),
+                        SAMPLE_EVERY.as_millis()
+                    )
+                } else {
+                    unhealthy.join(", ")
+                },
+                json!({ "samples": samples.len(), "unhealthy": unhealthy }),
+            ),
+        );
+        Ok(checks)
+    }
+
+    async fn gcp_suspended_steps(&self) -> anyhow::Result<Vec<Check>> {
         let started = self.timeline.now();
         self.platform.gcp.faults.set(FaultState {
             suspended: true,
@@ -80,8 +132,6 @@ impl Drill<'_> {
             format!("{:.1} s", open.as_secs_f64()),
             json!({ "seconds": open.as_secs_f64() }),
         )];
-        let mut others = Vec::new();
-        others.push(self.others_states().await?);
         let (revision, _) = until("no gcp upstream in the routes", REACTION_WAIT, async || {
             let (revision, providers) = self.fleet.routing_upstreams().await?;
             Ok((!providers.iter().any(|p| p == "gcp")).then_some(revision))
@@ -110,24 +160,6 @@ impl Drill<'_> {
         self.timeline.note(format!(
             "a new deploy of web-1 is healthy in {:.1} s on {providers:?}",
             took.as_secs_f64()
-        ));
-        others.push(self.others_states().await?);
-        let unhealthy: Vec<String> = others
-            .iter()
-            .flatten()
-            .filter(|(_, state)| state != "healthy")
-            .map(|(name, state)| format!("{name} {state}"))
-            .collect();
-        checks.push(Check::new(
-            "others_stay_healthy",
-            "aws and metal stay healthy while gcp is down",
-            unhealthy.is_empty(),
-            if unhealthy.is_empty() {
-                format!("healthy in all {} samples", others.len())
-            } else {
-                unhealthy.join(", ")
-            },
-            json!({ "samples": others }),
         ));
         checks.push(Check::new(
             "deploys_fail_over",
