@@ -22,7 +22,6 @@ backend_tests!(
 
 async fn connect(backend: Backend) -> Option<(DatabaseConnection, String, tempfile::TempDir)> {
     let Some((url, dir)) = database_fresh(backend).await else {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
         return None;
     };
     let db = bulkhead::db::connect_for_migrations(&url)

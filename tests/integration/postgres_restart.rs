@@ -23,7 +23,7 @@ use crate::support::{ADMIN_TOKEN, Backend, TestServer, eventually};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
     if std::env::var("BULKHEAD_TEST_POSTGRES_URL").map_or(true, |url| url.is_empty()) {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run the PostgreSQL tests");
+        crate::support::postgres_skipped();
         return;
     }
     let postgres = OwnPostgres::start();

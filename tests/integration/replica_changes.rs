@@ -368,7 +368,6 @@ impl Drop for Relay {
 
 async fn cut_off_and_recovered(backend: Backend) {
     let Some((url, _dir)) = database_fresh(backend).await else {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
         return;
     };
     let parsed = reqwest::Url::parse(&url).unwrap();

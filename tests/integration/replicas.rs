@@ -54,7 +54,6 @@ pub(crate) async fn first_replica_with_a_service(
     backend: Backend,
 ) -> Option<(String, TempDir, TestServer, (DevPlatform, TempDir), Fixture)> {
     let Some((url, dir)) = database_fresh(backend).await else {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
         return None;
     };
     let a = TestServer::replica_start(backend, &url).await;
@@ -65,7 +64,6 @@ pub(crate) async fn first_replica_with_a_service(
 
 async fn replicas_start_together_and_serve_one_api(backend: Backend) {
     let Some((url, _dir)) = database_fresh(backend).await else {
-        eprintln!("skipped: set BULKHEAD_TEST_POSTGRES_URL to run on PostgreSQL");
         return;
     };
     // Three replicas started at once on an empty database: before the set-up lock, two of
