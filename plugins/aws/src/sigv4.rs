@@ -280,6 +280,65 @@ mod tests {
         );
     }
 
+    /// The `Authorization` header of `request` signed with the suite's credentials and clock.
+    fn suite_authorization(request: Request) -> String {
+        let (credentials, now) = example();
+        let signed = sign(request, &credentials, "us-east-1", "service", now).unwrap();
+        signed.header_value("authorization").unwrap().to_owned()
+    }
+
+    const SUITE_SCOPE: &str =
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request";
+
+    #[test]
+    fn signs_form_posts_as_the_aws_test_suite_documents() {
+        // post-x-www-form-urlencoded: every EC2 call is such a POST.
+        assert_eq!(
+            suite_authorization(
+                Request::post("https://example.amazonaws.com/")
+                    .header("Content-Type", "application/x-www-form-urlencoded")
+                    .body("Param1=value1")
+            ),
+            format!(
+                "{SUITE_SCOPE}, SignedHeaders=content-type;host;x-amz-date, Signature=ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a"
+            )
+        );
+        // post-x-www-form-urlencoded-parameters: a charset in the content type.
+        assert_eq!(
+            suite_authorization(
+                Request::post("https://example.amazonaws.com/")
+                    .header(
+                        "Content-Type",
+                        "application/x-www-form-urlencoded; charset=utf8"
+                    )
+                    .body("Param1=value1")
+            ),
+            format!(
+                "{SUITE_SCOPE}, SignedHeaders=content-type;host;x-amz-date, Signature=1a72ec8f64bd914b0e42e42607c7fbce7fb2c7465f63e3092b3b0d39fa77a6fe"
+            )
+        );
+        // The suite's current edition of the same case, which signs the length and the body's
+        // hash too, with the content type the plugin sends.
+        assert_eq!(
+            suite_authorization(
+                Request::post("https://example.amazonaws.com/")
+                    .header(
+                        "Content-Type",
+                        "application/x-www-form-urlencoded; charset=utf-8"
+                    )
+                    .header("Content-Length", "13")
+                    .header(
+                        "x-amz-content-sha256",
+                        "9095672bbd1f56dfc5b65f3e153adc8731a4a654192329106275f4c7b24d0b6e"
+                    )
+                    .body("Param1=value1")
+            ),
+            format!(
+                "{SUITE_SCOPE}, SignedHeaders=content-length;content-type;host;x-amz-content-sha256;x-amz-date, Signature=328d1b9eaadca9f5818ef05e8392801e091653bafec24fcab71e7344e7f51422"
+            )
+        );
+    }
+
     #[test]
     fn timestamps_are_utc_basic_format() {
         assert_eq!(amz_timestamp(UNIX_EPOCH), "19700101T000000Z");
