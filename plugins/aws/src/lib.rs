@@ -1,7 +1,7 @@
 //! The Bulkhead provider plugin for AWS EC2: instances are EC2 instances, made and found
 //! through the EC2 Query API (version `2016-11-15`, form-encoded `POST`s answered in XML),
-//! every request signed with AWS Signature Version 4 ([`sigv4`]) and every answer read with a
-//! small XML reader ([`xml`]).
+//! every request signed with AWS Signature Version 4 ([`sigv4`]) and every answer read as XML
+//! by `roxmltree` ([`xml`]).
 //!
 //! Configuration: `regions` (comma-separated, default `us-east-1`), `endpoint` (default
 //! `https://ec2.{region}.amazonaws.com`; when set, used for every region — e.g. the EC2

@@ -202,34 +202,16 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The date of a day since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 /// `YYYYMMDDTHHMMSSZ` (UTC), the format of `X-Amz-Date`.
 pub fn amz_timestamp(time: SystemTime) -> String {
     let secs = time
         .duration_since(UNIX_EPOCH)
         .map(|since| since.as_secs())
         .unwrap_or_default();
-    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-    let of_day = secs % 86_400;
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
+    chrono::DateTime::from_timestamp(i64::try_from(secs).unwrap_or_default(), 0)
+        .unwrap_or_default()
+        .format("%Y%m%dT%H%M%SZ")
+        .to_string()
 }
 
 #[cfg(test)]
@@ -277,6 +259,65 @@ mod tests {
         assert_eq!(
             signature(Request::post("https://example.amazonaws.com/")),
             "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b"
+        );
+    }
+
+    /// The `Authorization` header of `request` signed with the suite's credentials and clock.
+    fn suite_authorization(request: Request) -> String {
+        let (credentials, now) = example();
+        let signed = sign(request, &credentials, "us-east-1", "service", now).unwrap();
+        signed.header_value("authorization").unwrap().to_owned()
+    }
+
+    const SUITE_SCOPE: &str =
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request";
+
+    #[test]
+    fn signs_form_posts_as_the_aws_test_suite_documents() {
+        // post-x-www-form-urlencoded: every EC2 call is such a POST.
+        assert_eq!(
+            suite_authorization(
+                Request::post("https://example.amazonaws.com/")
+                    .header("Content-Type", "application/x-www-form-urlencoded")
+                    .body("Param1=value1")
+            ),
+            format!(
+                "{SUITE_SCOPE}, SignedHeaders=content-type;host;x-amz-date, Signature=ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a"
+            )
+        );
+        // post-x-www-form-urlencoded-parameters: a charset in the content type.
+        assert_eq!(
+            suite_authorization(
+                Request::post("https://example.amazonaws.com/")
+                    .header(
+                        "Content-Type",
+                        "application/x-www-form-urlencoded; charset=utf8"
+                    )
+                    .body("Param1=value1")
+            ),
+            format!(
+                "{SUITE_SCOPE}, SignedHeaders=content-type;host;x-amz-date, Signature=1a72ec8f64bd914b0e42e42607c7fbce7fb2c7465f63e3092b3b0d39fa77a6fe"
+            )
+        );
+        // The suite's current edition of the same case, which signs the length and the body's
+        // hash too, with the content type the plugin sends.
+        assert_eq!(
+            suite_authorization(
+                Request::post("https://example.amazonaws.com/")
+                    .header(
+                        "Content-Type",
+                        "application/x-www-form-urlencoded; charset=utf-8"
+                    )
+                    .header("Content-Length", "13")
+                    .header(
+                        "x-amz-content-sha256",
+                        "9095672bbd1f56dfc5b65f3e153adc8731a4a654192329106275f4c7b24d0b6e"
+                    )
+                    .body("Param1=value1")
+            ),
+            format!(
+                "{SUITE_SCOPE}, SignedHeaders=content-length;content-type;host;x-amz-content-sha256;x-amz-date, Signature=328d1b9eaadca9f5818ef05e8392801e091653bafec24fcab71e7344e7f51422"
+            )
         );
     }
 

@@ -631,3 +631,95 @@ fn client_tokens_fit_ec2s_limit() {
         assert_eq!(token, client_token(&long, attempt), "deterministic");
     }
 }
+
+/// EC2's answers as AWS documents them: pretty-printed, in EC2's namespace, with every field
+/// EC2 sends (nested `privateIpAddress`es, `groupSet`s, `stateReason`s, ...).
+mod documented_answers {
+    use super::*;
+
+    const RUN_INSTANCES: &str = include_str!("../tests/fixtures/run_instances.xml");
+    const DESCRIBE_INSTANCES: &str = include_str!("../tests/fixtures/describe_instances.xml");
+    const TERMINATE_INSTANCES: &str = include_str!("../tests/fixtures/terminate_instances.xml");
+    const ZONES: &str = include_str!("../tests/fixtures/describe_availability_zones.xml");
+    const ERROR: &str = include_str!("../tests/fixtures/error.xml");
+
+    #[test]
+    fn health_counts_the_available_zones() {
+        configure();
+        fake_ec2(|_, _| Response::new(200, ZONES));
+        let report = Aws::health().unwrap();
+        assert_eq!(report.status, HealthStatus::Healthy);
+        assert_eq!(
+            report.message,
+            "EC2 in us-west-2: 2 availability zones available"
+        );
+    }
+
+    #[test]
+    fn provision_reads_the_instance_run() {
+        configure();
+        fake_ec2(|_, _| Response::new(200, RUN_INSTANCES));
+        let made = Aws::provision(spec("web-1")).unwrap();
+        assert_eq!(made.instance_key, "web-1");
+        assert_eq!(made.provider_id, "i-1234567890abcdef0");
+        assert_eq!(made.region, "us-west-2");
+        assert_eq!(made.state, InstanceState::Pending);
+        // The instance's own address, not its network interface's, at the tagged port.
+        assert_eq!(made.address.as_deref(), Some("192.168.1.88:3000"));
+    }
+
+    #[test]
+    fn list_reads_every_reservation() {
+        configure();
+        fake_ec2(|_, _| Response::new(200, DESCRIBE_INSTANCES));
+        let listed = Aws::list().unwrap();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert_eq!(listed[0].instance_key, "web-1");
+        assert_eq!(listed[0].provider_id, "i-1234567890abcdef0");
+        assert_eq!(listed[0].state, InstanceState::Running);
+        assert_eq!(listed[0].address.as_deref(), Some("192.168.1.88:3000"));
+        assert_eq!(listed[1].instance_key, "web-2");
+        assert_eq!(listed[1].provider_id, "i-0598c7d356eba48d7");
+        assert_eq!(listed[1].state, InstanceState::Stopped);
+        assert_eq!(listed[1].address, None);
+    }
+
+    #[test]
+    fn deprovision_terminates_what_it_found() {
+        configure();
+        let seen = fake_ec2(|action, _| match action {
+            "DescribeInstances" => Response::new(200, DESCRIBE_INSTANCES),
+            "TerminateInstances" => Response::new(200, TERMINATE_INSTANCES),
+            other => panic!("unexpected {other}"),
+        });
+        Aws::deprovision("web-1".into()).unwrap();
+        let requests = seen.borrow();
+        assert_eq!(requests.len(), 2);
+        // The fake does not filter: both instances of the answer are terminated, in order.
+        let params = form(&requests[1]);
+        assert_eq!(
+            param(&params, "Action").as_deref(),
+            Some("TerminateInstances")
+        );
+        assert_eq!(
+            param(&params, "InstanceId.1").as_deref(),
+            Some("i-1234567890abcdef0")
+        );
+        assert_eq!(
+            param(&params, "InstanceId.2").as_deref(),
+            Some("i-0598c7d356eba48d7")
+        );
+    }
+
+    #[test]
+    fn the_error_body_maps_onto_the_contract() {
+        let error = health_error(400, ERROR.into(), None);
+        let ProviderError::NotFound(message) = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(
+            message,
+            "EC2 DescribeAvailabilityZones in us-west-2: InvalidInstanceID.NotFound (HTTP 400): The instance ID 'i-1a2b3c4d' does not exist"
+        );
+    }
+}

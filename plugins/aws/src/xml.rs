@@ -1,7 +1,9 @@
-//! A minimal XML reader for EC2's responses: elements, their text and their children, enough
-//! to walk `reservationSet/item/instancesSet/item/...` and `Errors/Error/Code`. Attributes
-//! are skipped (EC2 puts data in elements only), namespace prefixes dropped, the predefined
-//! and numeric entities and CDATA decoded; anything malformed is an error, never a panic.
+//! EC2's XML answers as a tree of [`Element`]s, enough to walk
+//! `reservationSet/item/instancesSet/item/...` and `Errors/Error/Code`. The parsing is
+//! `roxmltree`'s (well-formedness, entities, CDATA, namespaces); this module keeps only what the
+//! plugin reads: each element's local name (EC2's `xmlns` and any prefix dropped), its text and
+//! its child elements. Attributes are left out (EC2 puts data in elements only); a document
+//! type declaration, or anything malformed, is an error, never a panic.
 
 /// An element: its local name, its text (concatenated) and its child elements in order.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -50,147 +52,26 @@ const MAX_DEPTH: usize = 64;
 
 /// Parses a document into its root element.
 pub fn parse(xml: &str) -> Result<Element, String> {
-    let mut stack: Vec<Element> = Vec::new();
-    let mut rest = xml;
-    loop {
-        let Some(open) = rest.find('<') else {
-            if stack.is_empty() {
-                return Err("no root element".into());
-            }
-            return Err(format!(
-                "unclosed element <{}>",
-                stack[stack.len() - 1].name
-            ));
-        };
-        let (text, after) = rest.split_at(open);
-        if let Some(top) = stack.last_mut() {
-            top.text.push_str(&unescape(text)?);
-        } else if !text.trim().is_empty() {
-            return Err("text outside the root element".into());
-        }
-        rest = after;
-        if let Some(after) = rest.strip_prefix("<?") {
-            rest = skip_past(after, "?>")?;
-        } else if let Some(after) = rest.strip_prefix("<!--") {
-            rest = skip_past(after, "-->")?;
-        } else if let Some(after) = rest.strip_prefix("<![CDATA[") {
-            let end = after.find("]]>").ok_or("unterminated CDATA")?;
-            let top = stack.last_mut().ok_or("CDATA outside the root element")?;
-            top.text.push_str(&after[..end]);
-            rest = &after[end + 3..];
-        } else if let Some(after) = rest.strip_prefix("<!") {
-            rest = skip_past(after, ">")?;
-        } else if let Some(after) = rest.strip_prefix("</") {
-            let end = after.find('>').ok_or("unterminated end tag")?;
-            let name = local_name(after[..end].trim());
-            let element = stack.pop().ok_or_else(|| format!("unexpected </{name}>"))?;
-            if element.name != name {
-                return Err(format!("</{name}> closes <{}>", element.name));
-            }
-            rest = &after[end + 1..];
-            match stack.last_mut() {
-                Some(parent) => parent.children.push(element),
-                None => {
-                    return if rest.trim().is_empty() || rest.trim_start().starts_with("<!--") {
-                        Ok(element)
-                    } else {
-                        Err("content after the root element".into())
-                    };
-                }
-            }
-        } else {
-            let after = &rest[1..];
-            let end = tag_end(after).ok_or("unterminated start tag")?;
-            let tag = &after[..end];
-            let (tag, empty) = match tag.strip_suffix('/') {
-                Some(tag) => (tag, true),
-                None => (tag, false),
-            };
-            let name = tag
-                .split(|c: char| c.is_whitespace())
-                .next()
-                .unwrap_or_default();
-            if name.is_empty() {
-                return Err("an element without a name".into());
-            }
-            let element = Element {
-                name: local_name(name).to_owned(),
-                ..Element::default()
-            };
-            rest = &after[end + 1..];
-            if empty {
-                match stack.last_mut() {
-                    Some(parent) => parent.children.push(element),
-                    None => return Ok(element),
-                }
-            } else {
-                if stack.len() >= MAX_DEPTH {
-                    return Err("elements nested too deep".into());
-                }
-                stack.push(element);
-            }
-        }
+    let document = roxmltree::Document::parse(xml).map_err(|err| err.to_string())?;
+    element(document.root_element(), 1)
+}
+
+/// `node` (an element at `depth`) and the elements below it.
+fn element(node: roxmltree::Node<'_, '_>, depth: usize) -> Result<Element, String> {
+    if depth > MAX_DEPTH {
+        return Err("elements nested too deep".into());
     }
-}
-
-/// `prefix:name` → `name`.
-fn local_name(name: &str) -> &str {
-    name.rsplit(':').next().unwrap_or(name)
-}
-
-fn skip_past<'a>(text: &'a str, end: &str) -> Result<&'a str, String> {
-    text.find(end)
-        .map(|at| &text[at + end.len()..])
-        .ok_or_else(|| format!("missing `{end}`"))
-}
-
-/// Where a start tag's `>` is, quotes in attribute values respected.
-fn tag_end(text: &str) -> Option<usize> {
-    let mut quote = None;
-    for (at, c) in text.char_indices() {
-        match (quote, c) {
-            (None, '"' | '\'') => quote = Some(c),
-            (Some(q), c) if c == q => quote = None,
-            (None, '>') => return Some(at),
+    let mut out = Element {
+        name: node.tag_name().name().to_owned(),
+        ..Element::default()
+    };
+    for child in node.children() {
+        match child.node_type() {
+            roxmltree::NodeType::Element => out.children.push(element(child, depth + 1)?),
+            roxmltree::NodeType::Text => out.text.push_str(child.text().unwrap_or_default()),
             _ => {}
         }
     }
-    None
-}
-
-fn unescape(text: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        let after = &rest[amp + 1..];
-        let end = after.find(';').ok_or("an unterminated entity")?;
-        let entity = &after[..end];
-        let c = match entity {
-            "amp" => '&',
-            "lt" => '<',
-            "gt" => '>',
-            "quot" => '"',
-            "apos" => '\'',
-            _ => {
-                let code = if let Some(hex) = entity
-                    .strip_prefix("#x")
-                    .or_else(|| entity.strip_prefix("#X"))
-                {
-                    u32::from_str_radix(hex, 16).ok()
-                } else if let Some(decimal) = entity.strip_prefix('#') {
-                    decimal.parse().ok()
-                } else {
-                    None
-                };
-                code.and_then(char::from_u32)
-                    .ok_or_else(|| format!("unknown entity &{entity};"))?
-            }
-        };
-        out.push(c);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
     Ok(out)
 }
 
@@ -217,6 +98,148 @@ mod tests {
         assert_eq!(doc.find("instanceId").unwrap().text, "i-1");
     }
 
+    fn fixture(name: &str) -> Element {
+        let text = match name {
+            "run_instances" => include_str!("../tests/fixtures/run_instances.xml"),
+            "describe_instances" => include_str!("../tests/fixtures/describe_instances.xml"),
+            "terminate_instances" => include_str!("../tests/fixtures/terminate_instances.xml"),
+            "error" => include_str!("../tests/fixtures/error.xml"),
+            other => panic!("no fixture {other}"),
+        };
+        parse(text).unwrap_or_else(|err| panic!("{name}: {err}"))
+    }
+
+    #[test]
+    fn reads_run_instances_as_aws_documents_it() {
+        let doc = fixture("run_instances");
+        assert_eq!(doc.name, "RunInstancesResponse");
+        assert_eq!(doc.text_at(&["reservationId"]), Some("r-1234567890abcdef0"));
+        // An empty element is there, without text.
+        assert!(doc.child("groupSet").is_some());
+        assert_eq!(doc.text_at(&["groupSet"]), None);
+        let items: Vec<_> = doc.child("instancesSet").unwrap().all("item").collect();
+        assert_eq!(items.len(), 1);
+        let instance = items[0];
+        assert_eq!(
+            instance.text_at(&["instanceId"]),
+            Some("i-1234567890abcdef0")
+        );
+        assert_eq!(
+            instance.text_at(&["instanceState", "name"]),
+            Some("pending")
+        );
+        assert_eq!(instance.text_at(&["instanceState", "code"]), Some("0"));
+        // Its own address, not the one of the interface nested below it.
+        assert_eq!(
+            instance.text_at(&["privateIpAddress"]),
+            Some("192.168.1.88")
+        );
+        assert_eq!(
+            instance.text_at(&["networkInterfaceSet", "item", "privateIpAddress"]),
+            Some("192.168.1.89")
+        );
+        let tags: Vec<(&str, &str)> = instance
+            .child("tagSet")
+            .unwrap()
+            .all("item")
+            .map(|tag| {
+                (
+                    tag.text_at(&["key"]).unwrap(),
+                    tag.text_at(&["value"]).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            tags,
+            [
+                ("Name", "MyInstance"),
+                ("bulkhead-key", "web-1"),
+                ("bulkhead-managed", "true"),
+                ("bulkhead-port", "3000")
+            ]
+        );
+    }
+
+    #[test]
+    fn reads_describe_instances_as_aws_documents_it() {
+        let doc = fixture("describe_instances");
+        assert_eq!(doc.name, "DescribeInstancesResponse");
+        assert_eq!(
+            doc.text_at(&["requestId"]),
+            Some("8f7724cf-496f-496e-8fe3-example")
+        );
+        assert_eq!(doc.text_at(&["nextToken"]), None);
+        let instances: Vec<&Element> = doc
+            .child("reservationSet")
+            .unwrap()
+            .all("item")
+            .flat_map(|reservation| reservation.child("instancesSet").unwrap().all("item"))
+            .collect();
+        let ids: Vec<_> = instances
+            .iter()
+            .map(|item| item.text_at(&["instanceId"]).unwrap())
+            .collect();
+        assert_eq!(ids, ["i-1234567890abcdef0", "i-0598c7d356eba48d7"]);
+        assert_eq!(
+            instances[0].text_at(&["launchTime"]),
+            Some("2018-05-08T16:46:19.000Z")
+        );
+        let artifact = instances[0]
+            .child("tagSet")
+            .unwrap()
+            .all("item")
+            .find(|tag| tag.text_at(&["key"]) == Some("bulkhead-artifact"))
+            .unwrap();
+        assert_eq!(artifact.child("value").unwrap().text, "shop/web:1 & more");
+        assert_eq!(
+            instances[1].text_at(&["instanceState", "name"]),
+            Some("stopped")
+        );
+        assert_eq!(
+            instances[1].text_at(&["stateReason", "code"]),
+            Some("Client.UserInitiatedShutdown")
+        );
+    }
+
+    #[test]
+    fn reads_terminate_instances_as_aws_documents_it() {
+        let doc = fixture("terminate_instances");
+        let item = doc.at(&["instancesSet", "item"]).unwrap();
+        assert_eq!(item.text_at(&["instanceId"]), Some("i-1234567890abcdef0"));
+        assert_eq!(
+            item.text_at(&["currentState", "name"]),
+            Some("shutting-down")
+        );
+        assert_eq!(item.text_at(&["previousState", "name"]), Some("running"));
+    }
+
+    #[test]
+    fn reads_the_error_body_as_aws_documents_it() {
+        let doc = fixture("error");
+        assert_eq!(doc.name, "Response");
+        let error = doc.at(&["Errors", "Error"]).unwrap();
+        assert_eq!(error.text_at(&["Code"]), Some("InvalidInstanceID.NotFound"));
+        assert_eq!(
+            error.text_at(&["Message"]),
+            Some("The instance ID 'i-1a2b3c4d' does not exist")
+        );
+        assert_eq!(doc.find("Code").unwrap().text, "InvalidInstanceID.NotFound");
+        assert_eq!(
+            doc.text_at(&["RequestID"]),
+            Some("ea966190-f9aa-478e-9ede-example")
+        );
+    }
+
+    #[test]
+    fn prefixes_and_cdata_read_as_plain_elements_and_text() {
+        let doc = parse(
+            "<ec2:Response xmlns:ec2=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\n  <ec2:Code><![CDATA[a <b>]]></ec2:Code>\n  <!-- a comment -->\n</ec2:Response>",
+        )
+        .unwrap();
+        assert_eq!(doc.name, "Response");
+        assert_eq!(doc.text_at(&["Code"]), Some("a <b>"));
+    }
+
     #[test]
     fn refuses_malformed_documents() {
         for bad in [
@@ -227,6 +250,8 @@ mod tests {
             "<a></a><b/>",
             "<a>&bogus;</a>",
             "<a x=\"1></a>",
+            // No document types: their entities are a way to make a small answer large.
+            "<!DOCTYPE a [<!ENTITY x \"y\">]><a>&x;</a>",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} parsed");
         }
