@@ -641,7 +641,15 @@ async fn run_instances(sim: &Shared, params: &[(String, String)]) -> Result<Stri
         })
         .transpose()?
         .unwrap_or(DEFAULT_PORT);
-    let server = InstanceServer::start(&id, port).await.map_err(|err| {
+    // The workload answers with the control plane's name of it (as a workload that knows
+    // its instance key would), so that a client can tell which service answered; an
+    // instance launched without one answers with its EC2 id.
+    let answers_as = launch
+        .tags
+        .iter()
+        .find(|(key, _)| key == "bulkhead-key")
+        .map_or(id.as_str(), |(_, value)| value.as_str());
+    let server = InstanceServer::start(answers_as, port).await.map_err(|err| {
         Ec2Error::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "InsufficientInstanceCapacity",

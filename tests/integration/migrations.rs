@@ -21,9 +21,7 @@ backend_tests!(
 );
 
 async fn connect(backend: Backend) -> Option<(DatabaseConnection, String, tempfile::TempDir)> {
-    let Some((url, dir)) = database_fresh(backend).await else {
-        return None;
-    };
+    let (url, dir) = database_fresh(backend).await?;
     let db = bulkhead::db::connect_for_migrations(&url)
         .await
         .expect("connect")

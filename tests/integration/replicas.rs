@@ -53,9 +53,7 @@ pub(crate) fn replica_id(s: &TestServer) -> String {
 pub(crate) async fn first_replica_with_a_service(
     backend: Backend,
 ) -> Option<(String, TempDir, TestServer, (DevPlatform, TempDir), Fixture)> {
-    let Some((url, dir)) = database_fresh(backend).await else {
-        return None;
-    };
+    let (url, dir) = database_fresh(backend).await?;
     let a = TestServer::replica_start(backend, &url).await;
     let platform = platform(&a).await;
     let f = fixture(&a, 1, &["gcp"]).await;

@@ -119,7 +119,7 @@ impl Traffic {
     }
 }
 
-/// `GET /` of `domain` through Caddy.
+/// `GET /` of `domain` through Caddy, answered by an instance of the domain's service.
 async fn request(client: &reqwest::Client, port: u16, domain: &str) -> Outcome {
     let answer = match client
         .get(format!("http://127.0.0.1:{port}/"))
@@ -131,11 +131,23 @@ async fn request(client: &reqwest::Client, port: u16, domain: &str) -> Outcome {
         Err(err) => return Outcome::Broken(format!("{domain}: {err}")),
     };
     let status = answer.status();
-    let _ = answer.bytes().await;
-    if status == reqwest::StatusCode::OK {
+    let body = answer.bytes().await.unwrap_or_default();
+    if status != reqwest::StatusCode::OK {
+        return Outcome::Refused(format!("{domain}: {status}"));
+    }
+    // The right service must answer: its workloads answer with their instance key, which
+    // starts with the service's name (`web-1.drill.test` is served by `web-1`).
+    let service = domain.split('.').next().unwrap_or_default();
+    let instance = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|answer| answer["instance"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    if instance.starts_with(&format!("{service}-")) {
         Outcome::Answered
     } else {
-        Outcome::Refused(format!("{domain}: {status}"))
+        Outcome::Refused(format!(
+            "{domain}: answered by `{instance}`, not by {service}"
+        ))
     }
 }
 
