@@ -841,3 +841,67 @@ server.serve_forever()
         ),
     );
 }
+
+/// An endpoint in a provider's configuration is a name its plugin may reach, but a loopback,
+/// private or metadata address opens only to a pattern the operator listed: a configured
+/// `http://127.0.0.1:…` reaches nothing until the allowlist names it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_endpoint_opens_no_restricted_address_unless_listed() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().route(
+        "/ping",
+        axum::routing::get(move || {
+            counted.fetch_add(1, Relaxed);
+            async { "pong" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (host, plugin) = hostile();
+    let config: std::collections::BTreeMap<String, String> = [
+        ("endpoint".to_owned(), format!("http://127.0.0.1:{port}/v1")),
+        (
+            "metadata".to_owned(),
+            "http://169.254.169.254/latest/meta-data".to_owned(),
+        ),
+    ]
+    .into();
+    let with = |listed: &[String]| {
+        Arc::new(PluginEnv {
+            provider: "hostile".into(),
+            allowlist: Arc::new(Allowlist::parse(listed).unwrap().with_endpoints(&config)),
+            config: config.clone(),
+            ..Default::default()
+        })
+    };
+    let configured_only = with(&[]);
+    for url in [
+        format!("http://127.0.0.1:{port}/ping"),
+        "http://169.254.169.254/latest/meta-data".to_owned(),
+    ] {
+        let report = hostile_fetch(&host, &plugin, &configured_only, &url).await;
+        assert!(report.starts_with("refused:"), "{url}: {report}");
+    }
+    assert_eq!(hits.load(Relaxed), 0, "nothing reached the loopback server");
+
+    let listed = with(&[format!("127.0.0.1:{port}")]);
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &listed,
+        &format!("http://127.0.0.1:{port}/ping"),
+    )
+    .await;
+    assert_eq!(report, "fetched status=200 bytes=4 body=pong");
+    let metadata = hostile_fetch(
+        &host,
+        &plugin,
+        &listed,
+        "http://169.254.169.254/latest/meta-data",
+    )
+    .await;
+    assert!(metadata.starts_with("refused:"), "{metadata}");
+    assert_eq!(hits.load(Relaxed), 1);
+}

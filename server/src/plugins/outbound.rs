@@ -3,11 +3,14 @@
 //!
 //! A request leaves the host only when (1) its authority carries no userinfo, (2) its
 //! `host:port` is on the allowlist, and (3) the address the name resolves to is public, or is
-//! itself named by the allowlist (an IP pattern such as `127.0.0.1:9000`): a public name that resolves to loopback, a link-local address (the cloud
-//! metadata service at 169.254.169.254) or a private range is refused. The connection is then
-//! made to the very address that was checked, so a second DNS answer cannot redirect it.
-//! Plain HTTP goes to loopback addresses only; anything else must be HTTPS, verified against the
-//! web's roots or the provider's pinned certificates (`super::tls_pins`).
+//! itself named by a pattern an operator listed (an IP pattern such as `127.0.0.1:9000`): a
+//! public name that resolves to loopback, a link-local address (the cloud metadata service at
+//! 169.254.169.254) or a private range is refused, and so is such an address in a pattern
+//! derived from the provider's configuration (its endpoints, [`Allowlist::with_endpoints`]):
+//! a configured URL is a name to reach, never a way into the host's network. The connection
+//! is then made to the very address that was checked, so a second DNS answer cannot redirect
+//! it. Plain HTTP goes to loopback addresses only; anything else must be HTTPS, verified
+//! against the web's roots or the provider's pinned certificates (`super::tls_pins`).
 //! Anything refused never leaves the host: the plugin gets `error-code.HTTP-request-denied`,
 //! the operator a warning naming the provider, the destination and why, and
 //! `plugin_http_denied_total{provider}` counts it.
@@ -95,7 +98,13 @@ impl HostPattern {
 
 /// The destinations a provider's plugin may reach. Empty: none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Allowlist(Vec<HostPattern>);
+pub struct Allowlist {
+    /// The patterns an operator listed: only these may name a restricted address.
+    listed: Vec<HostPattern>,
+    /// The endpoints of the provider's configuration: names it may reach, never a restricted
+    /// address.
+    configured: Vec<HostPattern>,
+}
 
 /// The IPv4 address an IPv6 address carries, where it reaches that IPv4 host: IPv4-mapped
 /// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, deprecated), NAT64 (`64:ff9b::/96`) and 6to4
@@ -120,29 +129,53 @@ fn ipv4_embedded(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
 }
 
 impl Allowlist {
-    /// Parses every pattern, or says which one is wrong.
+    /// The patterns an operator listed, each parsed, or which one is wrong.
     pub fn parse<S: AsRef<str>>(patterns: &[S]) -> Result<Self, String> {
-        patterns
+        let listed = patterns
             .iter()
             .map(|pattern| pattern.as_ref().parse())
-            .collect::<Result<_, _>>()
-            .map(Self)
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            listed,
+            configured: Vec::new(),
+        })
+    }
+
+    /// This allowlist and the endpoints of a provider's configuration ([`endpoint_patterns`]):
+    /// their names may be reached, but an address they name (`http://127.0.0.1:9000`,
+    /// `http://169.254.169.254/`) opens nothing restricted unless the operator listed it too.
+    pub fn with_endpoints(mut self, config: &BTreeMap<String, String>) -> Self {
+        for derived in endpoint_patterns(config) {
+            let Ok(pattern) = derived.parse::<HostPattern>() else {
+                continue;
+            };
+            if !self.listed.contains(&pattern) && !self.configured.contains(&pattern) {
+                self.configured.push(pattern);
+            }
+        }
+        self
     }
 
     /// Whether `host` (lowercase, as in a URI authority) and `port` are allowed.
     pub fn allows(&self, host: &str, port: u16) -> bool {
         let host = host.to_ascii_lowercase();
-        self.0.iter().any(|pattern| pattern.matches(&host, port))
+        self.all().any(|pattern| pattern.matches(&host, port))
     }
 
+    /// Every pattern: those listed, then those of the configuration.
     pub fn patterns(&self) -> impl Iterator<Item = String> + '_ {
-        self.0.iter().map(HostPattern::to_string)
+        self.all().map(HostPattern::to_string)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &HostPattern> {
+        self.listed.iter().chain(&self.configured)
     }
 }
 
 /// `host:port` of every `http(s)://` URL in a provider's configuration (a value, or one of
 /// comma-separated values): a provider may always reach the endpoints it is configured with.
-/// The server and `bulkhead plugin call` both add these to the configured allowlist.
+/// They are a provider's `effective_allowlist` beside its listed patterns;
+/// [`Allowlist::with_endpoints`] adds them as names only.
 pub fn endpoint_patterns(config: &BTreeMap<String, String>) -> Vec<String> {
     let mut derived: Vec<String> = config
         .values()
@@ -211,11 +244,12 @@ fn address_restricted(ip: IpAddr) -> Option<&'static str> {
 }
 
 impl Allowlist {
-    /// Whether the allowlist itself names `ip` for `port` (an IP pattern, such as
+    /// Whether a pattern the operator listed names `ip` for `port` (an IP pattern, such as
     /// `127.0.0.1:9000`): only then may a restricted address be reached. A name never does,
-    /// `localhost` included: what a name resolves to is not the operator's decision.
+    /// `localhost` included: what a name resolves to is not the operator's decision; nor does
+    /// an endpoint of the configuration: a configuration value is no allowlist entry.
     fn names_address(&self, ip: IpAddr, port: u16) -> bool {
-        self.0.iter().any(|pattern| {
+        self.listed.iter().any(|pattern| {
             if pattern.port.is_some_and(|allowed| allowed != port) {
                 return false;
             }
@@ -565,6 +599,59 @@ mod tests {
         let userinfo = policy.check_name(&uri("http://user:pw@127.0.0.1:9000/a"));
         assert!(userinfo.is_err_and(|why| why.contains("userinfo")));
         assert!(policy.check_name(&uri("https://127.0.0.1/a")).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_configured_endpoint_is_a_name_to_reach_never_a_restricted_address() {
+        let config: BTreeMap<String, String> = [
+            ("agents", "http://127.0.0.1:9000, http://10.0.0.7:7070"),
+            ("metadata", "http://169.254.169.254/latest/meta-data"),
+            ("endpoint", "https://api.example.com/v1"),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.into(), value.into()))
+        .collect();
+        let configured = Allowlist::default().with_endpoints(&config);
+        assert_eq!(
+            configured.patterns().collect::<Vec<_>>(),
+            [
+                "10.0.0.7:7070",
+                "127.0.0.1:9000",
+                "169.254.169.254:80",
+                "api.example.com:443"
+            ]
+        );
+        for (host, port) in [
+            ("127.0.0.1", 9000),
+            ("10.0.0.7", 7070),
+            ("169.254.169.254", 80),
+        ] {
+            assert!(configured.allows(host, port), "{host}:{port}");
+            let refused = OutboundPolicy::resolve(&configured, host, port).await;
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|why| why.contains("address the allowlist does not name")),
+                "{host}:{port}: {refused:?}"
+            );
+        }
+        // Listed by the operator as well: reachable, and listed once.
+        let listed = Allowlist::parse(&["127.0.0.1:9000"])
+            .unwrap()
+            .with_endpoints(&config);
+        assert_eq!(
+            listed.patterns().filter(|p| p == "127.0.0.1:9000").count(),
+            1
+        );
+        assert_eq!(
+            OutboundPolicy::resolve(&listed, "127.0.0.1", 9000).await,
+            Ok("127.0.0.1:9000".parse().unwrap())
+        );
+        assert!(
+            OutboundPolicy::resolve(&listed, "169.254.169.254", 80)
+                .await
+                .is_err()
+        );
     }
 
     #[test]
