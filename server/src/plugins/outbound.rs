@@ -1,5 +1,5 @@
 //! Outbound HTTP of plugins: the per-provider allowlist of `host:port` patterns and the
-//! `wasi:http` hooks that enforce it and cap response bodies.
+//! `wasi:http` hooks that enforce it and bound what a call's requests may hold.
 //!
 //! A request leaves the host only when (1) its authority carries no userinfo, (2) its
 //! `host:port` is on the allowlist, and (3) the address the name resolves to is public, or is
@@ -14,17 +14,39 @@
 //! Anything refused never leaves the host: the plugin gets `error-code.HTTP-request-denied`,
 //! the operator a warning naming the provider, the destination and why, and
 //! `plugin_http_denied_total{provider}` counts it.
+//!
+//! What bounds the outbound requests of one call:
+//! - **The call itself.** Every request (its name lookup, connection, TLS handshake, and the
+//!   connection that streams its response) runs under the call: when the call returns, traps
+//!   or hits its deadline, its store is dropped, which aborts them all (and cancels a token
+//!   every one of them also watches), and the call gives its slot back only once they have
+//!   been dropped, sockets closed. A plugin cannot leave a request, a socket, a buffer or a
+//!   task behind it. Nothing here is spawned apart from the call.
+//! - **At most [`REQUESTS_IN_FLIGHT_PER_CALL`] requests in flight** (from the request until
+//!   its connection closes): past them a request is refused with
+//!   `error-code.connection-limit-reached`, a warning and
+//!   `plugin_http_in_flight_refused_total{provider}`.
+//! - **The response body cap** of the plugin's limits.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// Requests one plugin call may have in flight at once; more are refused.
+pub const REQUESTS_IN_FLIGHT_PER_CALL: usize = 16;
+/// How long the end of a call waits for its aborted requests to be dropped. They are dropped
+/// at once; this bounds a bug of the host, not anything a plugin does.
+const REQUESTS_DROP_WAIT: Duration = Duration::from_secs(1);
 
 /// One allowed destination: `host:port`, where the host may start with `*.` (any subdomain,
 /// not the domain itself) and the port may be `*`.
@@ -259,14 +281,104 @@ impl Allowlist {
     }
 }
 
-/// The `wasi:http` hooks of one plugin call.
-pub(super) struct OutboundPolicy {
-    pub provider: Arc<str>,
-    pub allowlist: Arc<Allowlist>,
+/// What every request of a provider's call is checked against.
+struct OutboundRules {
+    provider: Arc<str>,
+    allowlist: Arc<Allowlist>,
     /// Largest response body the plugin may read.
-    pub response_bytes: u64,
+    response_bytes: u64,
     /// How its TLS servers are verified (`super::tls_pins`).
-    pub tls: Arc<rustls::ClientConfig>,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+/// The `wasi:http` hooks of one plugin call, owned by the call's store: dropping it (the call
+/// is over) cancels every request of the call.
+pub(super) struct OutboundPolicy {
+    rules: Arc<OutboundRules>,
+    /// One permit per request in flight, held until its connection closes.
+    in_flight: Arc<Semaphore>,
+    /// Cancelled when the call is over; every request future and connection of the call
+    /// watches it.
+    call_over: CancellationToken,
+}
+
+impl Drop for OutboundPolicy {
+    fn drop(&mut self) {
+        self.call_over.cancel();
+    }
+}
+
+/// The requests of a call, as the call's end waits for them.
+pub(super) struct CallRequests(Arc<Semaphore>);
+
+impl CallRequests {
+    /// Returns once every request of the call has been dropped (its socket closed). To be
+    /// awaited after the call's store is dropped, which aborts them.
+    pub(super) async fn dropped(self, provider: &str) {
+        let all = u32::try_from(REQUESTS_IN_FLIGHT_PER_CALL).expect("a small number");
+        if tokio::time::timeout(REQUESTS_DROP_WAIT, self.0.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                provider,
+                "requests of a plugin call were still alive {REQUESTS_DROP_WAIT:?} after it ended"
+            );
+        }
+    }
+}
+
+impl OutboundPolicy {
+    /// The hooks of one call of `provider`.
+    pub(super) fn new(
+        provider: Arc<str>,
+        allowlist: Arc<Allowlist>,
+        response_bytes: u64,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Self {
+        Self {
+            rules: Arc::new(OutboundRules {
+                provider,
+                allowlist,
+                response_bytes,
+                tls,
+            }),
+            in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CALL)),
+            call_over: CancellationToken::new(),
+        }
+    }
+
+    /// What the end of the call waits for.
+    pub(super) fn requests(&self) -> CallRequests {
+        CallRequests(self.in_flight.clone())
+    }
+
+    /// A place among the call's requests in flight, or the refusal past the cap.
+    fn admit(&self, destination: &str) -> Result<OwnedSemaphorePermit, HttpError> {
+        self.in_flight.clone().try_acquire_owned().map_err(|_| {
+            tracing::warn!(
+                provider = %self.rules.provider,
+                destination,
+                limit = REQUESTS_IN_FLIGHT_PER_CALL,
+                "plugin HTTP request refused: its call already has the most requests in flight it may have"
+            );
+            metrics::counter!(
+                "plugin_http_in_flight_refused_total",
+                "provider" => self.rules.provider.to_string()
+            )
+            .increment(1);
+            HttpError::ConnectionLimitReached
+        })
+    }
+}
+
+/// A request's authority, checked against the allowlist (no DNS yet).
+#[derive(Debug, PartialEq, Eq)]
+struct Named {
+    /// Lowercase, IPv6 in brackets.
+    host: String,
+    port: u16,
+    tls: bool,
 }
 
 /// Where a checked request goes: the address to connect to, and the name to verify TLS
@@ -278,9 +390,9 @@ struct Destination {
     tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-impl OutboundPolicy {
+impl OutboundRules {
     /// Checks the authority against the allowlist (no DNS yet).
-    fn check_name(&self, uri: &http::Uri) -> Result<(String, u16, bool), String> {
+    fn check_name(&self, uri: &http::Uri) -> Result<Named, String> {
         let authority = uri.authority().ok_or("the URL has no host")?;
         if authority.as_str().contains('@') {
             return Err("the URL carries credentials (userinfo) in its authority".into());
@@ -291,7 +403,7 @@ impl OutboundPolicy {
         if !self.allowlist.allows(&host, port) {
             return Err("destination not on the provider's allowlist".into());
         }
-        Ok((host, port, tls))
+        Ok(Named { host, port, tls })
     }
 
     /// Resolves an allowed name and picks the first address it may reach.
@@ -331,6 +443,46 @@ impl OutboundPolicy {
             .increment(1);
         HttpError::HttpRequestDenied
     }
+
+    /// Sends a request whose name was checked: resolves and checks its address, connects and
+    /// waits for the response's head. Returns the response, its body capped, and the
+    /// connection still to drive while the body comes (unless it already ended).
+    async fn send(
+        &self,
+        shown: &str,
+        named: Named,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+    ) -> Result<(http::Response<WasiBody>, Option<Connection>), HttpError> {
+        let address = Self::resolve(&self.allowlist, &named.host, named.port)
+            .await
+            .map_err(|why| self.refuse(shown, &why))?;
+        cleartext_check(address, named.tls).map_err(|why| self.refuse(shown, why))?;
+        let connect_timeout = options
+            .and_then(|options| options.connect_timeout)
+            .unwrap_or(Duration::from_secs(30));
+        let destination = Destination {
+            address,
+            server_name: named
+                .host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            tls: named.tls.then(|| self.tls.clone()),
+        };
+        let (sender, connection) = connect(destination, connect_timeout).await?;
+        let (response, connection) = exchange(sender, connection, request).await?;
+        let cap = self.response_bytes;
+        let response = response.map(|body| {
+            Limited::new(body, usize::try_from(cap).unwrap_or(usize::MAX))
+                .map_err(move |err| match err.downcast::<HttpError>() {
+                    Ok(err) => *err,
+                    Err(_) => HttpError::HttpResponseBodySize(Some(cap)),
+                })
+                .boxed_unsync()
+        });
+        Ok((response, connection))
+    }
 }
 
 /// An authority as it may be logged: `host[:port]`, never the credentials before an `@`.
@@ -344,6 +496,8 @@ fn authority_shown(authority: &http::uri::Authority) -> String {
 type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
 type SendFuture =
     Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>;
+/// The HTTP/1.1 connection of one request, to be driven until it closes.
+type Connection = Pin<Box<dyn Future<Output = Result<(), HttpError>> + Send>>;
 
 impl WasiHttpHooks for OutboundPolicy {
     fn send_request(
@@ -353,47 +507,44 @@ impl WasiHttpHooks for OutboundPolicy {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        let authority = request
+        let shown = request
             .uri()
             .authority()
             .map(authority_shown)
             .unwrap_or_default();
-        let checked = self
+        let admitted = self
+            .rules
             .check_name(request.uri())
-            .map_err(|why| self.refuse(&authority, &why));
-        let policy = OutboundPolicy {
-            provider: self.provider.clone(),
-            allowlist: self.allowlist.clone(),
-            response_bytes: self.response_bytes,
-            tls: self.tls.clone(),
-        };
+            .map_err(|why| self.rules.refuse(&shown, &why))
+            .and_then(|named| Ok((named, self.admit(&shown)?)));
+        let rules = self.rules.clone();
+        let call_over = self.call_over.clone();
         Box::new(async move {
-            let (host, port, tls) = checked?;
-            let address = Self::resolve(&policy.allowlist, &host, port)
+            let (named, in_flight) = admitted?;
+            let (response, connection) = call_over
+                .run_until_cancelled(rules.send(&shown, named, request, options))
                 .await
-                .map_err(|why| policy.refuse(&authority, &why))?;
-            cleartext_check(address, tls).map_err(|why| policy.refuse(&authority, why))?;
-            let destination = Destination {
-                address,
-                server_name: host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_owned(),
-                tls: tls.then(|| policy.tls.clone()),
-            };
-            let (response, io) = send_to(destination, request, options).await?;
-            let cap = policy.response_bytes;
-            let response = response.map(|body| {
-                Limited::new(body, usize::try_from(cap).unwrap_or(usize::MAX))
-                    .map_err(move |err| match err.downcast::<HttpError>() {
-                        Ok(err) => *err,
-                        Err(_) => HttpError::HttpResponseBodySize(Some(cap)),
-                    })
-                    .boxed_unsync()
+                .ok_or_else(call_ended)??;
+            // The request stays in flight (its permit held) until its connection closes, and
+            // not past the call.
+            let io: IoFuture = Box::new(async move {
+                let _in_flight = in_flight;
+                match connection {
+                    Some(connection) => call_over
+                        .run_until_cancelled(connection)
+                        .await
+                        .unwrap_or(Ok(())),
+                    None => Ok(()),
+                }
             });
             Ok((response, io))
         })
     }
+}
+
+/// What a request's future ends with when its call is over (the plugin never sees it).
+fn call_ended() -> HttpError {
+    HttpError::InternalError(Some("the plugin call is over".into()))
 }
 
 /// Plain HTTP goes to loopback only: a plugin's requests carry its credentials (a cloud
@@ -409,16 +560,18 @@ fn cleartext_check(address: SocketAddr, tls: bool) -> Result<(), &'static str> {
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
-/// Sends `request` over HTTP/1.1 to the checked address (TLS verified against the host name),
+/// Opens an HTTP/1.1 connection to the checked address (TLS verified against the host name),
 /// never resolving the name again.
-async fn send_to(
+async fn connect(
     destination: Destination,
-    mut request: http::Request<WasiBody>,
-    options: Option<RequestOptions>,
-) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
-    let connect_timeout = options
-        .and_then(|options| options.connect_timeout)
-        .unwrap_or(Duration::from_secs(30));
+    connect_timeout: Duration,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<WasiBody>,
+        Connection,
+    ),
+    HttpError,
+> {
     let tcp = tokio::time::timeout(
         connect_timeout,
         tokio::net::TcpStream::connect(destination.address),
@@ -436,12 +589,26 @@ async fn send_to(
     } else {
         Box::new(tcp)
     };
-    let (mut sender, connection) = tokio::time::timeout(
+    let (sender, connection) = tokio::time::timeout(
         connect_timeout,
         hyper::client::conn::http1::handshake(TokioIo::new(stream)),
     )
     .await
     .map_err(|_| HttpError::ConnectionTimeout)??;
+    Ok((
+        sender,
+        Box::pin(async move { connection.await.map_err(HttpError::from) }),
+    ))
+}
+
+/// Sends `request` over its connection, driving the connection meanwhile, and waits for the
+/// response's head. The connection is handed back to be driven while the body comes, unless
+/// it already ended.
+async fn exchange(
+    mut sender: hyper::client::conn::http1::SendRequest<WasiBody>,
+    mut connection: Connection,
+    mut request: http::Request<WasiBody>,
+) -> Result<(http::Response<WasiBody>, Option<Connection>), HttpError> {
     // The request line carries the path only; the `Host` header names the destination.
     *request.uri_mut() = http::Uri::builder()
         .path_and_query(
@@ -452,17 +619,21 @@ async fn send_to(
         )
         .build()
         .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    let connection = tokio::spawn(connection);
-    let response = sender.send_request(request).await?;
-    let io: IoFuture = Box::new(async move {
-        match connection.await {
-            Ok(result) => result.map_err(HttpError::from),
-            Err(err) => Err(HttpError::InternalError(Some(err.to_string()))),
+    let answer = sender.send_request(request);
+    tokio::pin!(answer);
+    let (answer, connection) = tokio::select! {
+        biased;
+        answer = &mut answer => (answer, Some(connection)),
+        ended = &mut connection => {
+            // Closed before its answer was taken: the answer, or why there is none, is there.
+            ended?;
+            (answer.await, None)
         }
-    });
+    };
+    let response = answer?;
     Ok((
         response.map(|body| body.map_err(HttpError::from).boxed_unsync()),
-        io,
+        connection,
     ))
 }
 
@@ -542,7 +713,7 @@ mod tests {
     #[tokio::test]
     async fn names_are_resolved_and_their_addresses_checked() {
         let named = Allowlist::parse(&["localhost:9000"]).unwrap();
-        let refused = OutboundPolicy::resolve(&named, "localhost", 9000).await;
+        let refused = OutboundRules::resolve(&named, "localhost", 9000).await;
         assert!(
             refused
                 .as_ref()
@@ -550,9 +721,9 @@ mod tests {
             "{refused:?}"
         );
         let both = Allowlist::parse(&["localhost:9000", "127.0.0.1:9000"]).unwrap();
-        let address = OutboundPolicy::resolve(&both, "localhost", 9000).await;
+        let address = OutboundRules::resolve(&both, "localhost", 9000).await;
         assert_eq!(address, Ok("127.0.0.1:9000".parse().unwrap()));
-        let literal = OutboundPolicy::resolve(&Allowlist::default(), "169.254.169.254", 80).await;
+        let literal = OutboundRules::resolve(&Allowlist::default(), "169.254.169.254", 80).await;
         assert!(literal.is_err_and(|why| why.contains("link-local")));
     }
 
@@ -583,22 +754,30 @@ mod tests {
         }
     }
 
-    #[test]
-    fn userinfo_and_unlisted_names_are_refused_before_any_lookup() {
-        let policy = OutboundPolicy {
+    fn rules(allowlist: Allowlist) -> OutboundRules {
+        OutboundRules {
             provider: "test".into(),
-            allowlist: Arc::new(Allowlist::parse(&["127.0.0.1:9000"]).unwrap()),
+            allowlist: Arc::new(allowlist),
             response_bytes: 1024,
             tls: super::super::tls_pins::client_config(&BTreeMap::new()),
-        };
+        }
+    }
+
+    #[test]
+    fn userinfo_and_unlisted_names_are_refused_before_any_lookup() {
+        let rules = rules(Allowlist::parse(&["127.0.0.1:9000"]).unwrap());
         let uri = |text: &str| text.parse::<http::Uri>().unwrap();
         assert_eq!(
-            policy.check_name(&uri("http://127.0.0.1:9000/a")),
-            Ok(("127.0.0.1".into(), 9000, false))
+            rules.check_name(&uri("http://127.0.0.1:9000/a")),
+            Ok(Named {
+                host: "127.0.0.1".into(),
+                port: 9000,
+                tls: false
+            })
         );
-        let userinfo = policy.check_name(&uri("http://user:pw@127.0.0.1:9000/a"));
+        let userinfo = rules.check_name(&uri("http://user:pw@127.0.0.1:9000/a"));
         assert!(userinfo.is_err_and(|why| why.contains("userinfo")));
-        assert!(policy.check_name(&uri("https://127.0.0.1/a")).is_err());
+        assert!(rules.check_name(&uri("https://127.0.0.1/a")).is_err());
     }
 
     #[tokio::test]
@@ -627,7 +806,7 @@ mod tests {
             ("169.254.169.254", 80),
         ] {
             assert!(configured.allows(host, port), "{host}:{port}");
-            let refused = OutboundPolicy::resolve(&configured, host, port).await;
+            let refused = OutboundRules::resolve(&configured, host, port).await;
             assert!(
                 refused
                     .as_ref()
@@ -644,14 +823,58 @@ mod tests {
             1
         );
         assert_eq!(
-            OutboundPolicy::resolve(&listed, "127.0.0.1", 9000).await,
+            OutboundRules::resolve(&listed, "127.0.0.1", 9000).await,
             Ok("127.0.0.1:9000".parse().unwrap())
         );
         assert!(
-            OutboundPolicy::resolve(&listed, "169.254.169.254", 80)
+            OutboundRules::resolve(&listed, "169.254.169.254", 80)
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_call_has_at_most_16_requests_in_flight() {
+        let policy = OutboundPolicy::new(
+            "test".into(),
+            Arc::new(Allowlist::default()),
+            1024,
+            super::super::tls_pins::client_config(&BTreeMap::new()),
+        );
+        let mut held: Vec<_> = (0..REQUESTS_IN_FLIGHT_PER_CALL)
+            .map(|_| policy.admit("127.0.0.1:9000").unwrap())
+            .collect();
+        assert!(matches!(
+            policy.admit("127.0.0.1:9000"),
+            Err(HttpError::ConnectionLimitReached)
+        ));
+        held.pop();
+        assert!(
+            policy.admit("127.0.0.1:9000").is_ok(),
+            "a closed request's place is free again"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_a_call_cancels_its_requests() {
+        let policy = OutboundPolicy::new(
+            "test".into(),
+            Arc::new(Allowlist::default()),
+            1024,
+            super::super::tls_pins::client_config(&BTreeMap::new()),
+        );
+        let watching = policy.call_over.clone();
+        let requests = policy.requests();
+        let in_flight = policy.admit("127.0.0.1:9000").unwrap();
+        let request = tokio::spawn(async move {
+            let _in_flight = in_flight;
+            watching.cancelled().await;
+        });
+        drop(policy);
+        tokio::time::timeout(Duration::from_secs(1), requests.dropped("test"))
+            .await
+            .expect("the call's end waits for its requests, and they end with it");
+        request.await.unwrap();
     }
 
     #[test]
