@@ -953,6 +953,59 @@ async fn a_plugins_requests_end_with_its_call_and_are_capped() {
     assert_eq!(report, vec!["pending"; 16].join(","));
 }
 
+/// The timeouts of `wasi:http`'s request options are honoured: the first byte of the answer
+/// (a server that never answers), the gap between bytes of its body (a server that stalls),
+/// and the connection, TLS handshake included (a server that never answers the handshake).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeouts_are_honoured() {
+    let hole = BlackHole::start().await;
+    let stall = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stalling = stall.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = stall.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut head = [0u8; 1024];
+                let _ = stream.read(&mut head).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nx")
+                    .await;
+                // Then nothing, until the client goes away.
+                while stream.read(&mut head).await.is_ok_and(|read| read > 0) {}
+            });
+        }
+    });
+    let (host, plugin) = hostile();
+    let env = allowing(&[hole.address.to_string(), stalling.to_string()]);
+    for (what, spec, expected) in [
+        (
+            "first byte",
+            format!("1:4000:0:300:0:http://{}/", hole.address),
+            "HttpResponseTimeout".to_owned(),
+        ),
+        (
+            "between bytes",
+            format!("1:4000:0:0:300:http://{stalling}/"),
+            // The body stream reports the host's error as text.
+            "status=200 bytes=1 then connection read timeout".to_owned(),
+        ),
+        (
+            "TLS handshake",
+            format!("1:4000:300:0:0:https://{}/", hole.address),
+            "ConnectionTimeout".to_owned(),
+        ),
+    ] {
+        let started = Instant::now();
+        let report = hostile_fetch(&host, &plugin, &env, &format!("requests:{spec}")).await;
+        let elapsed = started.elapsed();
+        assert_eq!(report, expected, "{what}");
+        assert!(
+            elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2),
+            "the {what} timeout of 300 ms fired after {elapsed:?}"
+        );
+    }
+}
+
 /// Connections of this machine open (ESTABLISHED) to `port` on 127.0.0.1: the client ends,
 /// as the kernel lists them.
 fn connections_open_to(port: u16) -> usize {

@@ -7,7 +7,7 @@
 //! secrets and nothing else: WASI is linked with no environment, no arguments, no files, no
 //! sockets and no stdin; clocks and random numbers work. Outbound HTTP goes only to the
 //! provider's allowlist, and every request ends with its call (see `outbound` for what bounds
-//! them: the call itself, 16 requests in flight). A trap, timeout, memory blow-up or
+//! them: the call itself, timeouts, 16 requests in flight). A trap, timeout, memory blow-up or
 //! panic fails that one call with a [`PluginError`] naming the cause; the server and other
 //! plugins go on.
 //!
@@ -455,7 +455,10 @@ impl PluginHost {
         let share = self.provider_share(&env.provider);
         let _share = share.acquire().await.map_err(closed)?;
         let _capacity = self.capacity.acquire().await.map_err(closed)?;
-        let mut store = Store::new(&self.engine, PluginState::new(env, &plugin.limits));
+        let mut store = Store::new(
+            &self.engine,
+            PluginState::new(env, &plugin.limits, deadline),
+        );
         store.limiter(|state| state.limiter());
         // At every epoch tick a running plugin yields to the executor, so that a busy plugin
         // never holds a worker thread for long, and is interrupted once its deadline passes.

@@ -22,6 +22,10 @@
 //!   every one of them also watches), and the call gives its slot back only once they have
 //!   been dropped, sockets closed. A plugin cannot leave a request, a socket, a buffer or a
 //!   task behind it. Nothing here is spawned apart from the call.
+//! - **Timeouts**, the plugin's `wasi:http` request options or else the defaults
+//!   ([`CONNECT_TIMEOUT`], [`FIRST_BYTE_TIMEOUT`], [`BETWEEN_BYTES_TIMEOUT`]), none longer
+//!   than the call's deadline: connecting (name lookup, TCP and the TLS handshake together),
+//!   the first byte of the response (its head), and each gap between bytes of its body.
 //! - **At most [`REQUESTS_IN_FLIGHT_PER_CALL`] requests in flight** (from the request until
 //!   its connection closes): past them a request is refused with
 //!   `error-code.connection-limit-reached`, a warning and
@@ -34,8 +38,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -44,6 +50,13 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 /// Requests one plugin call may have in flight at once; more are refused.
 pub const REQUESTS_IN_FLIGHT_PER_CALL: usize = 16;
+/// How long a request may take to connect (name lookup, TCP, TLS handshake) when its plugin
+/// does not say.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request may wait for the head of its response when its plugin does not say.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a response body may send nothing when its plugin does not say.
+pub const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the end of a call waits for its aborted requests to be dropped. They are dropped
 /// at once; this bounds a bug of the host, not anything a plugin does.
 const REQUESTS_DROP_WAIT: Duration = Duration::from_secs(1);
@@ -295,6 +308,8 @@ struct OutboundRules {
 /// is over) cancels every request of the call.
 pub(super) struct OutboundPolicy {
     rules: Arc<OutboundRules>,
+    /// The call's deadline: no request's timeout is longer.
+    deadline: Duration,
     /// One permit per request in flight, held until its connection closes.
     in_flight: Arc<Semaphore>,
     /// Cancelled when the call is over; every request future and connection of the call
@@ -329,12 +344,13 @@ impl CallRequests {
 }
 
 impl OutboundPolicy {
-    /// The hooks of one call of `provider`.
+    /// The hooks of one call of `provider` that has `deadline` to run.
     pub(super) fn new(
         provider: Arc<str>,
         allowlist: Arc<Allowlist>,
         response_bytes: u64,
         tls: Arc<rustls::ClientConfig>,
+        deadline: Duration,
     ) -> Self {
         Self {
             rules: Arc::new(OutboundRules {
@@ -343,6 +359,7 @@ impl OutboundPolicy {
                 response_bytes,
                 tls,
             }),
+            deadline,
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CALL)),
             call_over: CancellationToken::new(),
         }
@@ -444,37 +461,42 @@ impl OutboundRules {
         HttpError::HttpRequestDenied
     }
 
-    /// Sends a request whose name was checked: resolves and checks its address, connects and
-    /// waits for the response's head. Returns the response, its body capped, and the
+    /// Sends a request whose name was checked: resolves and checks its address, connects
+    /// (TLS included) within the connect timeout, and waits for the response's head within
+    /// the first-byte timeout. Returns the response, its body capped and timed, and the
     /// connection still to drive while the body comes (unless it already ended).
     async fn send(
         &self,
         shown: &str,
         named: Named,
         request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
+        timeouts: Timeouts,
     ) -> Result<(http::Response<WasiBody>, Option<Connection>), HttpError> {
-        let address = Self::resolve(&self.allowlist, &named.host, named.port)
+        let connecting = async {
+            let address = Self::resolve(&self.allowlist, &named.host, named.port)
+                .await
+                .map_err(|why| self.refuse(shown, &why))?;
+            cleartext_check(address, named.tls).map_err(|why| self.refuse(shown, why))?;
+            connect(Destination {
+                address,
+                server_name: named
+                    .host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                tls: named.tls.then(|| self.tls.clone()),
+            })
             .await
-            .map_err(|why| self.refuse(shown, &why))?;
-        cleartext_check(address, named.tls).map_err(|why| self.refuse(shown, why))?;
-        let connect_timeout = options
-            .and_then(|options| options.connect_timeout)
-            .unwrap_or(Duration::from_secs(30));
-        let destination = Destination {
-            address,
-            server_name: named
-                .host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned(),
-            tls: named.tls.then(|| self.tls.clone()),
         };
-        let (sender, connection) = connect(destination, connect_timeout).await?;
-        let (response, connection) = exchange(sender, connection, request).await?;
+        let (sender, connection) = tokio::time::timeout(timeouts.connect, connecting)
+            .await
+            .map_err(|_elapsed| HttpError::ConnectionTimeout)??;
+        let (response, connection) =
+            exchange(sender, connection, request, timeouts.first_byte).await?;
         let cap = self.response_bytes;
         let response = response.map(|body| {
-            Limited::new(body, usize::try_from(cap).unwrap_or(usize::MAX))
+            let timed = BetweenBytes::new(body, timeouts.between_bytes);
+            Limited::new(timed, usize::try_from(cap).unwrap_or(usize::MAX))
                 .map_err(move |err| match err.downcast::<HttpError>() {
                     Ok(err) => *err,
                     Err(_) => HttpError::HttpResponseBodySize(Some(cap)),
@@ -518,11 +540,12 @@ impl WasiHttpHooks for OutboundPolicy {
             .map_err(|why| self.rules.refuse(&shown, &why))
             .and_then(|named| Ok((named, self.admit(&shown)?)));
         let rules = self.rules.clone();
+        let timeouts = Timeouts::of(options, self.deadline);
         let call_over = self.call_over.clone();
         Box::new(async move {
             let (named, in_flight) = admitted?;
             let (response, connection) = call_over
-                .run_until_cancelled(rules.send(&shown, named, request, options))
+                .run_until_cancelled(rules.send(&shown, named, request, timeouts))
                 .await
                 .ok_or_else(call_ended)??;
             // The request stays in flight (its permit held) until its connection closes, and
@@ -547,6 +570,28 @@ fn call_ended() -> HttpError {
     HttpError::InternalError(Some("the plugin call is over".into()))
 }
 
+/// The timeouts of one request: the plugin's request options, or the defaults, none longer
+/// than its call's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timeouts {
+    connect: Duration,
+    first_byte: Duration,
+    between_bytes: Duration,
+}
+
+impl Timeouts {
+    fn of(options: Option<RequestOptions>, deadline: Duration) -> Self {
+        let options = options.unwrap_or_default();
+        let bounded =
+            |asked: Option<Duration>, default: Duration| asked.unwrap_or(default).min(deadline);
+        Self {
+            connect: bounded(options.connect_timeout, CONNECT_TIMEOUT),
+            first_byte: bounded(options.first_byte_timeout, FIRST_BYTE_TIMEOUT),
+            between_bytes: bounded(options.between_bytes_timeout, BETWEEN_BYTES_TIMEOUT),
+        }
+    }
+}
+
 /// Plain HTTP goes to loopback only: a plugin's requests carry its credentials (a cloud
 /// token, an agent's token), which must not cross a network in clear.
 fn cleartext_check(address: SocketAddr, tls: bool) -> Result<(), &'static str> {
@@ -564,7 +609,6 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> S
 /// never resolving the name again.
 async fn connect(
     destination: Destination,
-    connect_timeout: Duration,
 ) -> Result<
     (
         hyper::client::conn::http1::SendRequest<WasiBody>,
@@ -572,13 +616,9 @@ async fn connect(
     ),
     HttpError,
 > {
-    let tcp = tokio::time::timeout(
-        connect_timeout,
-        tokio::net::TcpStream::connect(destination.address),
-    )
-    .await
-    .map_err(|_| HttpError::ConnectionTimeout)?
-    .map_err(HttpError::Connect)?;
+    let tcp = tokio::net::TcpStream::connect(destination.address)
+        .await
+        .map_err(HttpError::Connect)?;
     let stream: Box<dyn Stream> = if let Some(config) = destination.tls {
         let name = rustls::pki_types::ServerName::try_from(destination.server_name)?;
         let tls = tokio_rustls::TlsConnector::from(config)
@@ -589,26 +629,22 @@ async fn connect(
     } else {
         Box::new(tcp)
     };
-    let (sender, connection) = tokio::time::timeout(
-        connect_timeout,
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
-    )
-    .await
-    .map_err(|_| HttpError::ConnectionTimeout)??;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     Ok((
         sender,
         Box::pin(async move { connection.await.map_err(HttpError::from) }),
     ))
 }
 
-/// Sends `request` over its connection, driving the connection meanwhile, and waits for the
-/// response's head. The connection is handed back to be driven while the body comes, unless
-/// it already ended.
+/// Sends `request` over its connection, driving the connection meanwhile, and waits up to
+/// `first_byte` for the response's head. The connection is handed back to be driven while
+/// the body comes, unless it already ended.
 async fn exchange(
     mut sender: hyper::client::conn::http1::SendRequest<WasiBody>,
     mut connection: Connection,
     mut request: http::Request<WasiBody>,
-) -> Result<(http::Response<WasiBody>, Option<Connection>), HttpError> {
+    first_byte: Duration,
+) -> Result<(http::Response<hyper::body::Incoming>, Option<Connection>), HttpError> {
     // The request line carries the path only; the `Host` header names the destination.
     *request.uri_mut() = http::Uri::builder()
         .path_and_query(
@@ -619,7 +655,7 @@ async fn exchange(
         )
         .build()
         .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    let answer = sender.send_request(request);
+    let answer = tokio::time::timeout(first_byte, sender.send_request(request));
     tokio::pin!(answer);
     let (answer, connection) = tokio::select! {
         biased;
@@ -630,11 +666,58 @@ async fn exchange(
             (answer.await, None)
         }
     };
-    let response = answer?;
-    Ok((
-        response.map(|body| body.map_err(HttpError::from).boxed_unsync()),
-        connection,
-    ))
+    let response = answer.map_err(|_elapsed| HttpError::HttpResponseTimeout)??;
+    Ok((response, connection))
+}
+
+/// A response body that fails with `connection-read-timeout` when its server sends nothing
+/// for `gap` (the between-bytes timeout). Only the server's silence counts: a plugin that
+/// reads slowly finds its data waiting.
+struct BetweenBytes {
+    body: hyper::body::Incoming,
+    gap: Duration,
+    silence: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl BetweenBytes {
+    fn new(body: hyper::body::Incoming, gap: Duration) -> Self {
+        Self {
+            body,
+            gap,
+            silence: Box::pin(tokio::time::sleep(gap)),
+        }
+    }
+}
+
+impl http_body::Body for BetweenBytes {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.gap;
+                this.silence.as_mut().reset(next);
+                Poll::Ready(frame.map(|frame| frame.map_err(HttpError::from)))
+            }
+            Poll::Pending => match this.silence.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 #[cfg(test)]
@@ -833,6 +916,34 @@ mod tests {
         );
     }
 
+    #[test]
+    fn timeouts_are_the_plugins_or_the_defaults_and_never_outlast_the_call() {
+        let deadline = Duration::from_secs(8);
+        assert_eq!(
+            Timeouts::of(None, deadline),
+            Timeouts {
+                connect: CONNECT_TIMEOUT,
+                first_byte: deadline,
+                between_bytes: deadline,
+            }
+        );
+        let asked = RequestOptions {
+            connect_timeout: Some(Duration::from_millis(200)),
+            first_byte_timeout: Some(Duration::from_secs(60)),
+            between_bytes_timeout: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(
+            Timeouts::of(Some(asked), deadline),
+            Timeouts {
+                connect: Duration::from_millis(200),
+                first_byte: deadline,
+                between_bytes: Duration::from_secs(1),
+            }
+        );
+        let short = Timeouts::of(None, Duration::from_millis(300));
+        assert_eq!(short.connect, Duration::from_millis(300));
+    }
+
     #[tokio::test]
     async fn a_call_has_at_most_16_requests_in_flight() {
         let policy = OutboundPolicy::new(
@@ -840,6 +951,7 @@ mod tests {
             Arc::new(Allowlist::default()),
             1024,
             super::super::tls_pins::client_config(&BTreeMap::new()),
+            Duration::from_secs(1),
         );
         let mut held: Vec<_> = (0..REQUESTS_IN_FLIGHT_PER_CALL)
             .map(|_| policy.admit("127.0.0.1:9000").unwrap())
@@ -862,6 +974,7 @@ mod tests {
             Arc::new(Allowlist::default()),
             1024,
             super::super::tls_pins::client_config(&BTreeMap::new()),
+            Duration::from_secs(1),
         );
         let watching = policy.call_over.clone();
         let requests = policy.requests();

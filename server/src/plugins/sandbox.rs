@@ -32,7 +32,12 @@ struct MemoryCap {
 }
 
 impl PluginState {
-    pub(super) fn new(env: &Arc<PluginEnv>, limits: &super::PluginLimits) -> Self {
+    /// The state of a call that has `deadline` to run.
+    pub(super) fn new(
+        env: &Arc<PluginEnv>,
+        limits: &super::PluginLimits,
+        deadline: std::time::Duration,
+    ) -> Self {
         // No environment, arguments, preopened directories or stdin; stdout and stderr go
         // nowhere; sockets and name lookups are refused by the builder's defaults.
         let wasi = WasiCtx::builder().build();
@@ -42,6 +47,7 @@ impl PluginState {
                 env.allowlist.clone(),
                 limits.http_response_bytes,
                 super::tls_pins::client_config(&env.config),
+                deadline,
             ),
             env: env.clone(),
             wasi,
