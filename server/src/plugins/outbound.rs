@@ -21,7 +21,8 @@
 //!   or hits its deadline, its store is dropped, which aborts them all (and cancels a token
 //!   every one of them also watches), and the call gives its slot back only once they have
 //!   been dropped, sockets closed. A plugin cannot leave a request, a socket, a buffer or a
-//!   task behind it. Nothing here is spawned apart from the call.
+//!   task behind it. The host spawns no task of its own for a request: wasmtime runs it, and
+//!   then its connection, as tasks owned by the call's resources.
 //! - **Timeouts**, the plugin's `wasi:http` request options or else the defaults
 //!   ([`CONNECT_TIMEOUT`], [`FIRST_BYTE_TIMEOUT`], [`BETWEEN_BYTES_TIMEOUT`]), none longer
 //!   than the call's deadline: connecting (name lookup, TCP and the TLS handshake together),
