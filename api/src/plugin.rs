@@ -127,6 +127,9 @@ fn call_env(
     allow_hosts: &[String],
 ) -> anyhow::Result<Arc<PluginEnv>> {
     let config = config.into_iter().collect();
+    // The endpoints of `--config` count as listed here, loopback ones included: whoever runs
+    // the command typed them, as an operator lists a provider's allowlist. The server takes a
+    // provider's configured endpoints as names only (`Allowlist::with_endpoints`).
     let mut patterns = allow_hosts.to_vec();
     patterns.extend(endpoint_patterns(&config));
     let allowlist = Allowlist::parse(&patterns).map_err(|err| anyhow::anyhow!(err))?;

@@ -662,7 +662,12 @@ async fn one_busy_provider_leaves_room_for_the_others() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    within(
+        Duration::from_secs(5),
+        "the busy provider's calls never reached the server",
+        || open.load(Relaxed) == 2,
+    )
+    .await;
 
     let example = host
         .plugin_load(
@@ -681,9 +686,10 @@ async fn one_busy_provider_leaves_room_for_the_others() {
             started.elapsed()
         );
     }
-    assert!(
-        most_open.load(Relaxed) <= 2,
-        "the busy provider ran {} calls at once, past its share of 2",
+    assert_eq!(
+        most_open.load(Relaxed),
+        2,
+        "the busy provider ran {} calls at once; its share is 2",
         most_open.load(Relaxed)
     );
     for call in flood {
@@ -840,4 +846,298 @@ server.serve_forever()
             format!("read {sent} bytes; chunked=False").len()
         ),
     );
+}
+
+/// A server that accepts connections and never answers: it reads each until the client
+/// closes it, and counts the connections accepted and those still open.
+struct BlackHole {
+    address: std::net::SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    open: Arc<AtomicUsize>,
+}
+
+impl BlackHole {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
+        let (counted, still_open) = (accepted.clone(), open.clone());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Relaxed);
+                still_open.fetch_add(1, Relaxed);
+                let still_open = still_open.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt;
+                    let mut sink = [0u8; 1024];
+                    while stream.read(&mut sink).await.is_ok_and(|read| read > 0) {}
+                    still_open.fetch_sub(1, Relaxed);
+                });
+            }
+        });
+        Self {
+            address,
+            accepted,
+            open,
+        }
+    }
+}
+
+/// Polls `check` every 10 ms until it holds; fails saying `what` once `bound` has passed.
+async fn within(bound: Duration, what: &str, check: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < bound, "{what} (waited {bound:?})");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn allowing(patterns: &[String]) -> Arc<PluginEnv> {
+    Arc::new(PluginEnv {
+        provider: "hostile".into(),
+        allowlist: Arc::new(Allowlist::parse(patterns).unwrap()),
+        ..Default::default()
+    })
+}
+
+/// A plugin that opens requests and returns with them still in flight holds nothing after
+/// its call: every connection is closed when the call ends, and a call has at most 16
+/// requests in flight (the 17th is refused, and never reaches the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_requests_end_with_its_call_and_are_capped() {
+    let hole = BlackHole::start().await;
+    let (host, plugin) = hostile();
+    let env = allowing(&[hole.address.to_string()]);
+    let started = Instant::now();
+    // 17 requests at once, no timeouts; the plugin waits 1.5 s for answers, then returns.
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &env,
+        &format!("requests:17:1500:0:0:0:http://{}/", hole.address),
+    )
+    .await;
+    let ended = Instant::now();
+    let mut expected = vec!["pending"; 16];
+    expected.push("ConnectionLimitReached");
+    assert_eq!(report, expected.join(","));
+    assert!(
+        ended - started < Duration::from_secs(4),
+        "the call took {:?}",
+        ended - started
+    );
+    assert_eq!(
+        hole.accepted.load(Relaxed),
+        16,
+        "16 requests reached the server, the 17th was refused"
+    );
+    within(
+        Duration::from_millis(500),
+        "the server still sees connections of a call that ended",
+        || hole.open.load(Relaxed) == 0,
+    )
+    .await;
+    eprintln!(
+        "all 16 connections closed {:?} after the call",
+        ended.elapsed()
+    );
+    // The cap is per call: the next call has its own 16.
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &env,
+        &format!("requests:16:300:0:0:0:http://{}/", hole.address),
+    )
+    .await;
+    assert_eq!(report, vec!["pending"; 16].join(","));
+}
+
+/// The timeouts of `wasi:http`'s request options are honoured: the first byte of the answer
+/// (a server that never answers), the gap between bytes of its body (a server that stalls),
+/// and the connection, TLS handshake included (a server that never answers the handshake).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeouts_are_honoured() {
+    let hole = BlackHole::start().await;
+    let stall = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stalling = stall.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = stall.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut head = [0u8; 1024];
+                let _ = stream.read(&mut head).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nx")
+                    .await;
+                // Then nothing, until the client goes away.
+                while stream.read(&mut head).await.is_ok_and(|read| read > 0) {}
+            });
+        }
+    });
+    let (host, plugin) = hostile();
+    let env = allowing(&[hole.address.to_string(), stalling.to_string()]);
+    for (what, spec, expected) in [
+        (
+            "first byte",
+            format!("1:4000:0:300:0:http://{}/", hole.address),
+            "HttpResponseTimeout".to_owned(),
+        ),
+        (
+            "between bytes",
+            format!("1:4000:0:0:300:http://{stalling}/"),
+            // The body stream reports the host's error as text.
+            "status=200 bytes=1 then connection read timeout".to_owned(),
+        ),
+        (
+            "TLS handshake",
+            format!("1:4000:300:0:0:https://{}/", hole.address),
+            "ConnectionTimeout".to_owned(),
+        ),
+    ] {
+        let started = Instant::now();
+        let report = hostile_fetch(&host, &plugin, &env, &format!("requests:{spec}")).await;
+        let elapsed = started.elapsed();
+        assert_eq!(report, expected, "{what}");
+        assert!(
+            elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2),
+            "the {what} timeout of 300 ms fired after {elapsed:?}"
+        );
+    }
+}
+
+/// Connections of this machine open (ESTABLISHED) to `port` on 127.0.0.1: the client ends,
+/// as the kernel lists them.
+fn connections_open_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("Linux lists its sockets");
+    let remote = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(2) == Some(&remote.as_str()) && fields.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// A server that accepts and never reads: a plugin that posts more than the sockets buffer
+/// blocks until its deadline, and its connection (with what it could not send) is closed
+/// when the call ends, not kept by the host trying to flush it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_server_never_reads_is_closed_with_its_call() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(16).unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let host = Arc::new(PluginHost::new(None).unwrap());
+    let plugin = Arc::new(
+        host.plugin_load(
+            &plugin_bytes("bulkhead_plugin_hostile.wasm"),
+            PluginLimits {
+                call_deadline: Duration::from_secs(1),
+                ..hostile_limits()
+            },
+        )
+        .unwrap(),
+    );
+    let env = allowing(&[address.to_string()]);
+    let call = {
+        let (host, plugin, env) = (host.clone(), plugin.clone(), env.clone());
+        tokio::spawn(async move {
+            host.plugin_deprovision(&plugin, &env, format!("upload:64:http://{address}/"))
+                .await
+        })
+    };
+    within(Duration::from_secs(1), "the upload never connected", || {
+        connections_open_to(address.port()) == 1
+    })
+    .await;
+    let outcome = call.await.unwrap();
+    assert!(
+        matches!(outcome, Err(PluginError::Timeout(_))),
+        "{outcome:?}"
+    );
+    let ended = Instant::now();
+    within(
+        Duration::from_millis(500),
+        "the host still holds the connection of a call that ended",
+        || connections_open_to(address.port()) == 0,
+    )
+    .await;
+    eprintln!(
+        "the upload's connection closed {:?} after the call",
+        ended.elapsed()
+    );
+}
+
+/// An endpoint in a provider's configuration is a name its plugin may reach, but a loopback,
+/// private or metadata address opens only to a pattern the operator listed: a configured
+/// `http://127.0.0.1:…` reaches nothing until the allowlist names it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_endpoint_opens_no_restricted_address_unless_listed() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().route(
+        "/ping",
+        axum::routing::get(move || {
+            counted.fetch_add(1, Relaxed);
+            async { "pong" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (host, plugin) = hostile();
+    let config: std::collections::BTreeMap<String, String> = [
+        ("endpoint".to_owned(), format!("http://127.0.0.1:{port}/v1")),
+        (
+            "metadata".to_owned(),
+            "http://169.254.169.254/latest/meta-data".to_owned(),
+        ),
+    ]
+    .into();
+    let with = |listed: &[String]| {
+        Arc::new(PluginEnv {
+            provider: "hostile".into(),
+            allowlist: Arc::new(Allowlist::parse(listed).unwrap().with_endpoints(&config)),
+            config: config.clone(),
+            ..Default::default()
+        })
+    };
+    let configured_only = with(&[]);
+    for url in [
+        format!("http://127.0.0.1:{port}/ping"),
+        "http://169.254.169.254/latest/meta-data".to_owned(),
+    ] {
+        let report = hostile_fetch(&host, &plugin, &configured_only, &url).await;
+        assert!(report.starts_with("refused:"), "{url}: {report}");
+    }
+    assert_eq!(hits.load(Relaxed), 0, "nothing reached the loopback server");
+
+    let listed = with(&[format!("127.0.0.1:{port}")]);
+    let report = hostile_fetch(
+        &host,
+        &plugin,
+        &listed,
+        &format!("http://127.0.0.1:{port}/ping"),
+    )
+    .await;
+    assert_eq!(report, "fetched status=200 bytes=4 body=pong");
+    let metadata = hostile_fetch(
+        &host,
+        &plugin,
+        &listed,
+        "http://169.254.169.254/latest/meta-data",
+    )
+    .await;
+    assert!(metadata.starts_with("refused:"), "{metadata}");
+    assert_eq!(hits.load(Relaxed), 1);
 }

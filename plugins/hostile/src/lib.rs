@@ -2,7 +2,11 @@
 //! `health` never returns, `provision` allocates until it is stopped, `describe` panics,
 //! `list` looks for what a sandboxed plugin must not see (environment, files) and reports it,
 //! and `deprovision` of a URL fetches it (allowed or not; `post:URL` posts a body) and reports
-//! the outcome.
+//! the outcome. `deprovision("requests:…")` opens many requests at once and returns with them
+//! still in flight, and `deprovision("upload:…")` posts a body its server never reads (see
+//! `requests`).
+
+mod requests;
 
 use bulkhead_sdk::{HealthReport, Instance, InstanceSpec, Provider, ProviderError, ProviderInfo};
 
@@ -35,6 +39,14 @@ impl Provider for Hostile {
     }
 
     fn deprovision(instance_key: String) -> Result<(), ProviderError> {
+        if let Some(spec) = instance_key.strip_prefix("requests:") {
+            let report = requests::many(spec).unwrap_or_else(|err| format!("bad spec: {err}"));
+            return Err(ProviderError::Internal(report));
+        }
+        if let Some(spec) = instance_key.strip_prefix("upload:") {
+            let report = requests::upload(spec).unwrap_or_else(|err| format!("bad spec: {err}"));
+            return Err(ProviderError::Internal(report));
+        }
         // `deprovision("http://host:port/path")` fetches that URL and reports what came back.
         // `deprovision("post:http://...")` sends a POST with a body instead.
         let (post, url) = match instance_key.strip_prefix("post:") {

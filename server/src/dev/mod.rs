@@ -124,11 +124,13 @@ impl DevPlatform {
                 .map(|(key, value)| ((*key).to_owned(), Some(value.clone())))
                 .collect()
         };
-        // No allowlist: each provider may reach the endpoints in its configuration.
-        let update = |config, secrets| ProviderUpdate {
+        // The platform's endpoints are listed, as an operator would list them: they are
+        // loopback addresses, which a pattern opens only when listed (the configuration's
+        // endpoints are names to reach, `Allowlist::with_endpoints`).
+        let update = |config: BTreeMap<String, String>, secrets| ProviderUpdate {
+            allowlist: Some(crate::plugins::endpoint_patterns(&config)),
             config: Some(config),
             secrets: Some(secrets),
-            allowlist: None,
             limits: None,
             enabled: Some(true),
             drained: Some(false),

@@ -5,7 +5,9 @@
 //! component, so that nothing leaks between calls), a linear-memory cap, a deadline enforced by
 //! epoch interruption, and a cap on concurrent calls. The plugin sees its own configuration and
 //! secrets and nothing else: WASI is linked with no environment, no arguments, no files, no
-//! sockets and no stdin; clocks and random numbers work. A trap, timeout, memory blow-up or
+//! sockets and no stdin; clocks and random numbers work. Outbound HTTP goes only to the
+//! provider's allowlist, and every request ends with its call (see `outbound` for what bounds
+//! them: the call itself, timeouts, 16 requests in flight). A trap, timeout, memory blow-up or
 //! panic fails that one call with a [`PluginError`] naming the cause; the server and other
 //! plugins go on.
 //!
@@ -453,7 +455,10 @@ impl PluginHost {
         let share = self.provider_share(&env.provider);
         let _share = share.acquire().await.map_err(closed)?;
         let _capacity = self.capacity.acquire().await.map_err(closed)?;
-        let mut store = Store::new(&self.engine, PluginState::new(env, &plugin.limits));
+        let mut store = Store::new(
+            &self.engine,
+            PluginState::new(env, &plugin.limits, deadline),
+        );
         store.limiter(|state| state.limiter());
         // At every epoch tick a running plugin yields to the executor, so that a busy plugin
         // never holds a worker thread for long, and is interrupted once its deadline passes.
@@ -475,6 +480,11 @@ impl PluginHost {
             Ok(Err(err)) => Err(classify(err, &store, deadline)),
             Err(_elapsed) => Err(PluginError::Timeout(deadline)),
         };
+        // Dropping the store aborts whatever the plugin left in flight; the call's slots are
+        // given back only once those requests are gone, their sockets closed.
+        let requests = store.data().outbound_requests();
+        drop(store);
+        requests.dropped(&env.provider).await;
         let (counter, outcome) = match &result {
             Ok(_) => (&plugin.stats.ok, "ok"),
             Err(PluginError::Provider(_)) => (&plugin.stats.provider_errors, "provider_error"),

@@ -1,27 +1,66 @@
 //! Outbound HTTP of plugins: the per-provider allowlist of `host:port` patterns and the
-//! `wasi:http` hooks that enforce it and cap response bodies.
+//! `wasi:http` hooks that enforce it and bound what a call's requests may hold.
 //!
 //! A request leaves the host only when (1) its authority carries no userinfo, (2) its
 //! `host:port` is on the allowlist, and (3) the address the name resolves to is public, or is
-//! itself named by the allowlist (an IP pattern such as `127.0.0.1:9000`): a public name that resolves to loopback, a link-local address (the cloud
-//! metadata service at 169.254.169.254) or a private range is refused. The connection is then
-//! made to the very address that was checked, so a second DNS answer cannot redirect it.
-//! Plain HTTP goes to loopback addresses only; anything else must be HTTPS, verified against the
-//! web's roots or the provider's pinned certificates (`super::tls_pins`).
+//! itself named by a pattern an operator listed (an IP pattern such as `127.0.0.1:9000`): a
+//! public name that resolves to loopback, a link-local address (the cloud metadata service at
+//! 169.254.169.254) or a private range is refused, and so is such an address in a pattern
+//! derived from the provider's configuration (its endpoints, [`Allowlist::with_endpoints`]):
+//! a configured URL is a name to reach, never a way into the host's network. The connection
+//! is then made to the very address that was checked, so a second DNS answer cannot redirect
+//! it. Plain HTTP goes to loopback addresses only; anything else must be HTTPS, verified
+//! against the web's roots or the provider's pinned certificates (`super::tls_pins`).
 //! Anything refused never leaves the host: the plugin gets `error-code.HTTP-request-denied`,
 //! the operator a warning naming the provider, the destination and why, and
 //! `plugin_http_denied_total{provider}` counts it.
+//!
+//! What bounds the outbound requests of one call:
+//! - **The call itself.** Every request (its name lookup, connection, TLS handshake, and the
+//!   connection that streams its response) runs under the call: when the call returns, traps
+//!   or hits its deadline, its store is dropped, which aborts them all (and cancels a token
+//!   every one of them also watches), and the call gives its slot back only once they have
+//!   been dropped, sockets closed. A plugin cannot leave a request, a socket, a buffer or a
+//!   task behind it. The host spawns no task of its own for a request: wasmtime runs it, and
+//!   then its connection, as tasks owned by the call's resources.
+//! - **Timeouts**, the plugin's `wasi:http` request options or else the defaults
+//!   ([`CONNECT_TIMEOUT`], [`FIRST_BYTE_TIMEOUT`], [`BETWEEN_BYTES_TIMEOUT`]), none longer
+//!   than the call's deadline: connecting (name lookup, TCP and the TLS handshake together),
+//!   the first byte of the response (its head), and each gap between bytes of its body.
+//! - **At most [`REQUESTS_IN_FLIGHT_PER_CALL`] requests in flight** (from the request until
+//!   its connection closes): past them a request is refused with
+//!   `error-code.connection-limit-reached`, a warning and
+//!   `plugin_http_in_flight_refused_total{provider}`.
+//! - **The response body cap** of the plugin's limits.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// Requests one plugin call may have in flight at once; more are refused.
+pub const REQUESTS_IN_FLIGHT_PER_CALL: usize = 16;
+/// How long a request may take to connect (name lookup, TCP, TLS handshake) when its plugin
+/// does not say.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request may wait for the head of its response when its plugin does not say.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a response body may send nothing when its plugin does not say.
+pub const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the end of a call waits for its aborted requests to be dropped. They are dropped
+/// at once; this bounds a bug of the host, not anything a plugin does.
+const REQUESTS_DROP_WAIT: Duration = Duration::from_secs(1);
 
 /// One allowed destination: `host:port`, where the host may start with `*.` (any subdomain,
 /// not the domain itself) and the port may be `*`.
@@ -95,7 +134,13 @@ impl HostPattern {
 
 /// The destinations a provider's plugin may reach. Empty: none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Allowlist(Vec<HostPattern>);
+pub struct Allowlist {
+    /// The patterns an operator listed: only these may name a restricted address.
+    listed: Vec<HostPattern>,
+    /// The endpoints of the provider's configuration: names it may reach, never a restricted
+    /// address.
+    configured: Vec<HostPattern>,
+}
 
 /// The IPv4 address an IPv6 address carries, where it reaches that IPv4 host: IPv4-mapped
 /// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, deprecated), NAT64 (`64:ff9b::/96`) and 6to4
@@ -120,29 +165,53 @@ fn ipv4_embedded(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
 }
 
 impl Allowlist {
-    /// Parses every pattern, or says which one is wrong.
+    /// The patterns an operator listed, each parsed, or which one is wrong.
     pub fn parse<S: AsRef<str>>(patterns: &[S]) -> Result<Self, String> {
-        patterns
+        let listed = patterns
             .iter()
             .map(|pattern| pattern.as_ref().parse())
-            .collect::<Result<_, _>>()
-            .map(Self)
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            listed,
+            configured: Vec::new(),
+        })
+    }
+
+    /// This allowlist and the endpoints of a provider's configuration ([`endpoint_patterns`]):
+    /// their names may be reached, but an address they name (`http://127.0.0.1:9000`,
+    /// `http://169.254.169.254/`) opens nothing restricted unless the operator listed it too.
+    pub fn with_endpoints(mut self, config: &BTreeMap<String, String>) -> Self {
+        for derived in endpoint_patterns(config) {
+            let Ok(pattern) = derived.parse::<HostPattern>() else {
+                continue;
+            };
+            if !self.listed.contains(&pattern) && !self.configured.contains(&pattern) {
+                self.configured.push(pattern);
+            }
+        }
+        self
     }
 
     /// Whether `host` (lowercase, as in a URI authority) and `port` are allowed.
     pub fn allows(&self, host: &str, port: u16) -> bool {
         let host = host.to_ascii_lowercase();
-        self.0.iter().any(|pattern| pattern.matches(&host, port))
+        self.all().any(|pattern| pattern.matches(&host, port))
     }
 
+    /// Every pattern: those listed, then those of the configuration.
     pub fn patterns(&self) -> impl Iterator<Item = String> + '_ {
-        self.0.iter().map(HostPattern::to_string)
+        self.all().map(HostPattern::to_string)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &HostPattern> {
+        self.listed.iter().chain(&self.configured)
     }
 }
 
 /// `host:port` of every `http(s)://` URL in a provider's configuration (a value, or one of
 /// comma-separated values): a provider may always reach the endpoints it is configured with.
-/// The server and `bulkhead plugin call` both add these to the configured allowlist.
+/// They are a provider's `effective_allowlist` beside its listed patterns;
+/// [`Allowlist::with_endpoints`] adds them as names only.
 pub fn endpoint_patterns(config: &BTreeMap<String, String>) -> Vec<String> {
     let mut derived: Vec<String> = config
         .values()
@@ -211,11 +280,12 @@ fn address_restricted(ip: IpAddr) -> Option<&'static str> {
 }
 
 impl Allowlist {
-    /// Whether the allowlist itself names `ip` for `port` (an IP pattern, such as
+    /// Whether a pattern the operator listed names `ip` for `port` (an IP pattern, such as
     /// `127.0.0.1:9000`): only then may a restricted address be reached. A name never does,
-    /// `localhost` included: what a name resolves to is not the operator's decision.
+    /// `localhost` included: what a name resolves to is not the operator's decision; nor does
+    /// an endpoint of the configuration: a configuration value is no allowlist entry.
     fn names_address(&self, ip: IpAddr, port: u16) -> bool {
-        self.0.iter().any(|pattern| {
+        self.listed.iter().any(|pattern| {
             if pattern.port.is_some_and(|allowed| allowed != port) {
                 return false;
             }
@@ -225,14 +295,108 @@ impl Allowlist {
     }
 }
 
-/// The `wasi:http` hooks of one plugin call.
-pub(super) struct OutboundPolicy {
-    pub provider: Arc<str>,
-    pub allowlist: Arc<Allowlist>,
+/// What every request of a provider's call is checked against.
+struct OutboundRules {
+    provider: Arc<str>,
+    allowlist: Arc<Allowlist>,
     /// Largest response body the plugin may read.
-    pub response_bytes: u64,
+    response_bytes: u64,
     /// How its TLS servers are verified (`super::tls_pins`).
-    pub tls: Arc<rustls::ClientConfig>,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+/// The `wasi:http` hooks of one plugin call, owned by the call's store: dropping it (the call
+/// is over) cancels every request of the call.
+pub(super) struct OutboundPolicy {
+    rules: Arc<OutboundRules>,
+    /// The call's deadline: no request's timeout is longer.
+    deadline: Duration,
+    /// One permit per request in flight, held until its connection closes.
+    in_flight: Arc<Semaphore>,
+    /// Cancelled when the call is over; every request future and connection of the call
+    /// watches it.
+    call_over: CancellationToken,
+}
+
+impl Drop for OutboundPolicy {
+    fn drop(&mut self) {
+        self.call_over.cancel();
+    }
+}
+
+/// The requests of a call, as the call's end waits for them.
+pub(super) struct CallRequests(Arc<Semaphore>);
+
+impl CallRequests {
+    /// Returns once every request of the call has been dropped (its socket closed). To be
+    /// awaited after the call's store is dropped, which aborts them.
+    pub(super) async fn dropped(self, provider: &str) {
+        let all = u32::try_from(REQUESTS_IN_FLIGHT_PER_CALL).expect("a small number");
+        if tokio::time::timeout(REQUESTS_DROP_WAIT, self.0.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                provider,
+                "requests of a plugin call were still alive {REQUESTS_DROP_WAIT:?} after it ended"
+            );
+        }
+    }
+}
+
+impl OutboundPolicy {
+    /// The hooks of one call of `provider` that has `deadline` to run.
+    pub(super) fn new(
+        provider: Arc<str>,
+        allowlist: Arc<Allowlist>,
+        response_bytes: u64,
+        tls: Arc<rustls::ClientConfig>,
+        deadline: Duration,
+    ) -> Self {
+        Self {
+            rules: Arc::new(OutboundRules {
+                provider,
+                allowlist,
+                response_bytes,
+                tls,
+            }),
+            deadline,
+            in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CALL)),
+            call_over: CancellationToken::new(),
+        }
+    }
+
+    /// What the end of the call waits for.
+    pub(super) fn requests(&self) -> CallRequests {
+        CallRequests(self.in_flight.clone())
+    }
+
+    /// A place among the call's requests in flight, or the refusal past the cap.
+    fn admit(&self, destination: &str) -> Result<OwnedSemaphorePermit, HttpError> {
+        self.in_flight.clone().try_acquire_owned().map_err(|_| {
+            tracing::warn!(
+                provider = %self.rules.provider,
+                destination,
+                limit = REQUESTS_IN_FLIGHT_PER_CALL,
+                "plugin HTTP request refused: its call already has the most requests in flight it may have"
+            );
+            metrics::counter!(
+                "plugin_http_in_flight_refused_total",
+                "provider" => self.rules.provider.to_string()
+            )
+            .increment(1);
+            HttpError::ConnectionLimitReached
+        })
+    }
+}
+
+/// A request's authority, checked against the allowlist (no DNS yet).
+#[derive(Debug, PartialEq, Eq)]
+struct Named {
+    /// Lowercase, IPv6 in brackets.
+    host: String,
+    port: u16,
+    tls: bool,
 }
 
 /// Where a checked request goes: the address to connect to, and the name to verify TLS
@@ -244,9 +408,9 @@ struct Destination {
     tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-impl OutboundPolicy {
+impl OutboundRules {
     /// Checks the authority against the allowlist (no DNS yet).
-    fn check_name(&self, uri: &http::Uri) -> Result<(String, u16, bool), String> {
+    fn check_name(&self, uri: &http::Uri) -> Result<Named, String> {
         let authority = uri.authority().ok_or("the URL has no host")?;
         if authority.as_str().contains('@') {
             return Err("the URL carries credentials (userinfo) in its authority".into());
@@ -257,7 +421,7 @@ impl OutboundPolicy {
         if !self.allowlist.allows(&host, port) {
             return Err("destination not on the provider's allowlist".into());
         }
-        Ok((host, port, tls))
+        Ok(Named { host, port, tls })
     }
 
     /// Resolves an allowed name and picks the first address it may reach.
@@ -297,6 +461,51 @@ impl OutboundPolicy {
             .increment(1);
         HttpError::HttpRequestDenied
     }
+
+    /// Sends a request whose name was checked: resolves and checks its address, connects
+    /// (TLS included) within the connect timeout, and waits for the response's head within
+    /// the first-byte timeout. Returns the response, its body capped and timed, and the
+    /// connection still to drive while the body comes (unless it already ended).
+    async fn send(
+        &self,
+        shown: &str,
+        named: Named,
+        request: http::Request<WasiBody>,
+        timeouts: Timeouts,
+    ) -> Result<(http::Response<WasiBody>, Option<Connection>), HttpError> {
+        let connecting = async {
+            let address = Self::resolve(&self.allowlist, &named.host, named.port)
+                .await
+                .map_err(|why| self.refuse(shown, &why))?;
+            cleartext_check(address, named.tls).map_err(|why| self.refuse(shown, why))?;
+            connect(Destination {
+                address,
+                server_name: named
+                    .host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                tls: named.tls.then(|| self.tls.clone()),
+            })
+            .await
+        };
+        let (sender, connection) = tokio::time::timeout(timeouts.connect, connecting)
+            .await
+            .map_err(|_elapsed| HttpError::ConnectionTimeout)??;
+        let (response, connection) =
+            exchange(sender, connection, request, timeouts.first_byte).await?;
+        let cap = self.response_bytes;
+        let response = response.map(|body| {
+            let timed = BetweenBytes::new(body, timeouts.between_bytes);
+            Limited::new(timed, usize::try_from(cap).unwrap_or(usize::MAX))
+                .map_err(move |err| match err.downcast::<HttpError>() {
+                    Ok(err) => *err,
+                    Err(_) => HttpError::HttpResponseBodySize(Some(cap)),
+                })
+                .boxed_unsync()
+        });
+        Ok((response, connection))
+    }
 }
 
 /// An authority as it may be logged: `host[:port]`, never the credentials before an `@`.
@@ -310,6 +519,8 @@ fn authority_shown(authority: &http::uri::Authority) -> String {
 type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
 type SendFuture =
     Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>;
+/// The HTTP/1.1 connection of one request, to be driven until it closes.
+type Connection = Pin<Box<dyn Future<Output = Result<(), HttpError>> + Send>>;
 
 impl WasiHttpHooks for OutboundPolicy {
     fn send_request(
@@ -319,46 +530,66 @@ impl WasiHttpHooks for OutboundPolicy {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        let authority = request
+        let shown = request
             .uri()
             .authority()
             .map(authority_shown)
             .unwrap_or_default();
-        let checked = self
+        let admitted = self
+            .rules
             .check_name(request.uri())
-            .map_err(|why| self.refuse(&authority, &why));
-        let policy = OutboundPolicy {
-            provider: self.provider.clone(),
-            allowlist: self.allowlist.clone(),
-            response_bytes: self.response_bytes,
-            tls: self.tls.clone(),
-        };
+            .map_err(|why| self.rules.refuse(&shown, &why))
+            .and_then(|named| Ok((named, self.admit(&shown)?)));
+        let rules = self.rules.clone();
+        let timeouts = Timeouts::of(options, self.deadline);
+        let call_over = self.call_over.clone();
         Box::new(async move {
-            let (host, port, tls) = checked?;
-            let address = Self::resolve(&policy.allowlist, &host, port)
+            let (named, in_flight) = admitted?;
+            let (response, connection) = call_over
+                .run_until_cancelled(rules.send(&shown, named, request, timeouts))
                 .await
-                .map_err(|why| policy.refuse(&authority, &why))?;
-            cleartext_check(address, tls).map_err(|why| policy.refuse(&authority, why))?;
-            let destination = Destination {
-                address,
-                server_name: host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_owned(),
-                tls: tls.then(|| policy.tls.clone()),
-            };
-            let (response, io) = send_to(destination, request, options).await?;
-            let cap = policy.response_bytes;
-            let response = response.map(|body| {
-                Limited::new(body, usize::try_from(cap).unwrap_or(usize::MAX))
-                    .map_err(move |err| match err.downcast::<HttpError>() {
-                        Ok(err) => *err,
-                        Err(_) => HttpError::HttpResponseBodySize(Some(cap)),
-                    })
-                    .boxed_unsync()
+                .ok_or_else(call_ended)??;
+            // The request stays in flight (its permit held) until its connection closes, and
+            // not past the call.
+            let io: IoFuture = Box::new(async move {
+                let _in_flight = in_flight;
+                match connection {
+                    Some(connection) => call_over
+                        .run_until_cancelled(connection)
+                        .await
+                        .unwrap_or(Ok(())),
+                    None => Ok(()),
+                }
             });
             Ok((response, io))
         })
+    }
+}
+
+/// What a request's future ends with when its call is over (the plugin never sees it).
+fn call_ended() -> HttpError {
+    HttpError::InternalError(Some("the plugin call is over".into()))
+}
+
+/// The timeouts of one request: the plugin's request options, or the defaults, none longer
+/// than its call's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timeouts {
+    connect: Duration,
+    first_byte: Duration,
+    between_bytes: Duration,
+}
+
+impl Timeouts {
+    fn of(options: Option<RequestOptions>, deadline: Duration) -> Self {
+        let options = options.unwrap_or_default();
+        let bounded =
+            |asked: Option<Duration>, default: Duration| asked.unwrap_or(default).min(deadline);
+        Self {
+            connect: bounded(options.connect_timeout, CONNECT_TIMEOUT),
+            first_byte: bounded(options.first_byte_timeout, FIRST_BYTE_TIMEOUT),
+            between_bytes: bounded(options.between_bytes_timeout, BETWEEN_BYTES_TIMEOUT),
+        }
     }
 }
 
@@ -375,23 +606,20 @@ fn cleartext_check(address: SocketAddr, tls: bool) -> Result<(), &'static str> {
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
-/// Sends `request` over HTTP/1.1 to the checked address (TLS verified against the host name),
+/// Opens an HTTP/1.1 connection to the checked address (TLS verified against the host name),
 /// never resolving the name again.
-async fn send_to(
+async fn connect(
     destination: Destination,
-    mut request: http::Request<WasiBody>,
-    options: Option<RequestOptions>,
-) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
-    let connect_timeout = options
-        .and_then(|options| options.connect_timeout)
-        .unwrap_or(Duration::from_secs(30));
-    let tcp = tokio::time::timeout(
-        connect_timeout,
-        tokio::net::TcpStream::connect(destination.address),
-    )
-    .await
-    .map_err(|_| HttpError::ConnectionTimeout)?
-    .map_err(HttpError::Connect)?;
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<WasiBody>,
+        Connection,
+    ),
+    HttpError,
+> {
+    let tcp = tokio::net::TcpStream::connect(destination.address)
+        .await
+        .map_err(HttpError::Connect)?;
     let stream: Box<dyn Stream> = if let Some(config) = destination.tls {
         let name = rustls::pki_types::ServerName::try_from(destination.server_name)?;
         let tls = tokio_rustls::TlsConnector::from(config)
@@ -402,12 +630,22 @@ async fn send_to(
     } else {
         Box::new(tcp)
     };
-    let (mut sender, connection) = tokio::time::timeout(
-        connect_timeout,
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
-    )
-    .await
-    .map_err(|_| HttpError::ConnectionTimeout)??;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    Ok((
+        sender,
+        Box::pin(async move { connection.await.map_err(HttpError::from) }),
+    ))
+}
+
+/// Sends `request` over its connection, driving the connection meanwhile, and waits up to
+/// `first_byte` for the response's head. The connection is handed back to be driven while
+/// the body comes, unless it already ended.
+async fn exchange(
+    mut sender: hyper::client::conn::http1::SendRequest<WasiBody>,
+    mut connection: Connection,
+    mut request: http::Request<WasiBody>,
+    first_byte: Duration,
+) -> Result<(http::Response<hyper::body::Incoming>, Option<Connection>), HttpError> {
     // The request line carries the path only; the `Host` header names the destination.
     *request.uri_mut() = http::Uri::builder()
         .path_and_query(
@@ -418,18 +656,69 @@ async fn send_to(
         )
         .build()
         .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    let connection = tokio::spawn(connection);
-    let response = sender.send_request(request).await?;
-    let io: IoFuture = Box::new(async move {
-        match connection.await {
-            Ok(result) => result.map_err(HttpError::from),
-            Err(err) => Err(HttpError::InternalError(Some(err.to_string()))),
+    let answer = tokio::time::timeout(first_byte, sender.send_request(request));
+    tokio::pin!(answer);
+    let (answer, connection) = tokio::select! {
+        biased;
+        answer = &mut answer => (answer, Some(connection)),
+        ended = &mut connection => {
+            // Closed before its answer was taken: the answer, or why there is none, is there.
+            ended?;
+            (answer.await, None)
         }
-    });
-    Ok((
-        response.map(|body| body.map_err(HttpError::from).boxed_unsync()),
-        io,
-    ))
+    };
+    let response = answer.map_err(|_elapsed| HttpError::HttpResponseTimeout)??;
+    Ok((response, connection))
+}
+
+/// A response body that fails with `connection-read-timeout` when its server sends nothing
+/// for `gap` (the between-bytes timeout). Only the server's silence counts: a plugin that
+/// reads slowly finds its data waiting.
+struct BetweenBytes {
+    body: hyper::body::Incoming,
+    gap: Duration,
+    silence: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl BetweenBytes {
+    fn new(body: hyper::body::Incoming, gap: Duration) -> Self {
+        Self {
+            body,
+            gap,
+            silence: Box::pin(tokio::time::sleep(gap)),
+        }
+    }
+}
+
+impl http_body::Body for BetweenBytes {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.gap;
+                this.silence.as_mut().reset(next);
+                Poll::Ready(frame.map(|frame| frame.map_err(HttpError::from)))
+            }
+            Poll::Pending => match this.silence.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 #[cfg(test)]
@@ -508,7 +797,7 @@ mod tests {
     #[tokio::test]
     async fn names_are_resolved_and_their_addresses_checked() {
         let named = Allowlist::parse(&["localhost:9000"]).unwrap();
-        let refused = OutboundPolicy::resolve(&named, "localhost", 9000).await;
+        let refused = OutboundRules::resolve(&named, "localhost", 9000).await;
         assert!(
             refused
                 .as_ref()
@@ -516,9 +805,9 @@ mod tests {
             "{refused:?}"
         );
         let both = Allowlist::parse(&["localhost:9000", "127.0.0.1:9000"]).unwrap();
-        let address = OutboundPolicy::resolve(&both, "localhost", 9000).await;
+        let address = OutboundRules::resolve(&both, "localhost", 9000).await;
         assert_eq!(address, Ok("127.0.0.1:9000".parse().unwrap()));
-        let literal = OutboundPolicy::resolve(&Allowlist::default(), "169.254.169.254", 80).await;
+        let literal = OutboundRules::resolve(&Allowlist::default(), "169.254.169.254", 80).await;
         assert!(literal.is_err_and(|why| why.contains("link-local")));
     }
 
@@ -549,22 +838,157 @@ mod tests {
         }
     }
 
-    #[test]
-    fn userinfo_and_unlisted_names_are_refused_before_any_lookup() {
-        let policy = OutboundPolicy {
+    fn rules(allowlist: Allowlist) -> OutboundRules {
+        OutboundRules {
             provider: "test".into(),
-            allowlist: Arc::new(Allowlist::parse(&["127.0.0.1:9000"]).unwrap()),
+            allowlist: Arc::new(allowlist),
             response_bytes: 1024,
             tls: super::super::tls_pins::client_config(&BTreeMap::new()),
-        };
+        }
+    }
+
+    #[test]
+    fn userinfo_and_unlisted_names_are_refused_before_any_lookup() {
+        let rules = rules(Allowlist::parse(&["127.0.0.1:9000"]).unwrap());
         let uri = |text: &str| text.parse::<http::Uri>().unwrap();
         assert_eq!(
-            policy.check_name(&uri("http://127.0.0.1:9000/a")),
-            Ok(("127.0.0.1".into(), 9000, false))
+            rules.check_name(&uri("http://127.0.0.1:9000/a")),
+            Ok(Named {
+                host: "127.0.0.1".into(),
+                port: 9000,
+                tls: false
+            })
         );
-        let userinfo = policy.check_name(&uri("http://user:pw@127.0.0.1:9000/a"));
+        let userinfo = rules.check_name(&uri("http://user:pw@127.0.0.1:9000/a"));
         assert!(userinfo.is_err_and(|why| why.contains("userinfo")));
-        assert!(policy.check_name(&uri("https://127.0.0.1/a")).is_err());
+        assert!(rules.check_name(&uri("https://127.0.0.1/a")).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_configured_endpoint_is_a_name_to_reach_never_a_restricted_address() {
+        let config: BTreeMap<String, String> = [
+            ("agents", "http://127.0.0.1:9000, http://10.0.0.7:7070"),
+            ("metadata", "http://169.254.169.254/latest/meta-data"),
+            ("endpoint", "https://api.example.com/v1"),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.into(), value.into()))
+        .collect();
+        let configured = Allowlist::default().with_endpoints(&config);
+        assert_eq!(
+            configured.patterns().collect::<Vec<_>>(),
+            [
+                "10.0.0.7:7070",
+                "127.0.0.1:9000",
+                "169.254.169.254:80",
+                "api.example.com:443"
+            ]
+        );
+        for (host, port) in [
+            ("127.0.0.1", 9000),
+            ("10.0.0.7", 7070),
+            ("169.254.169.254", 80),
+        ] {
+            assert!(configured.allows(host, port), "{host}:{port}");
+            let refused = OutboundRules::resolve(&configured, host, port).await;
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|why| why.contains("address the allowlist does not name")),
+                "{host}:{port}: {refused:?}"
+            );
+        }
+        // Listed by the operator as well: reachable, and listed once.
+        let listed = Allowlist::parse(&["127.0.0.1:9000"])
+            .unwrap()
+            .with_endpoints(&config);
+        assert_eq!(
+            listed.patterns().filter(|p| p == "127.0.0.1:9000").count(),
+            1
+        );
+        assert_eq!(
+            OutboundRules::resolve(&listed, "127.0.0.1", 9000).await,
+            Ok("127.0.0.1:9000".parse().unwrap())
+        );
+        assert!(
+            OutboundRules::resolve(&listed, "169.254.169.254", 80)
+                .await
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn timeouts_are_the_plugins_or_the_defaults_and_never_outlast_the_call() {
+        let deadline = Duration::from_secs(8);
+        assert_eq!(
+            Timeouts::of(None, deadline),
+            Timeouts {
+                connect: CONNECT_TIMEOUT,
+                first_byte: deadline,
+                between_bytes: deadline,
+            }
+        );
+        let asked = RequestOptions {
+            connect_timeout: Some(Duration::from_millis(200)),
+            first_byte_timeout: Some(Duration::from_secs(60)),
+            between_bytes_timeout: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(
+            Timeouts::of(Some(asked), deadline),
+            Timeouts {
+                connect: Duration::from_millis(200),
+                first_byte: deadline,
+                between_bytes: Duration::from_secs(1),
+            }
+        );
+        let short = Timeouts::of(None, Duration::from_millis(300));
+        assert_eq!(short.connect, Duration::from_millis(300));
+    }
+
+    #[tokio::test]
+    async fn a_call_has_at_most_16_requests_in_flight() {
+        let policy = OutboundPolicy::new(
+            "test".into(),
+            Arc::new(Allowlist::default()),
+            1024,
+            super::super::tls_pins::client_config(&BTreeMap::new()),
+            Duration::from_secs(1),
+        );
+        let mut held: Vec<_> = (0..REQUESTS_IN_FLIGHT_PER_CALL)
+            .map(|_| policy.admit("127.0.0.1:9000").unwrap())
+            .collect();
+        assert!(matches!(
+            policy.admit("127.0.0.1:9000"),
+            Err(HttpError::ConnectionLimitReached)
+        ));
+        held.pop();
+        assert!(
+            policy.admit("127.0.0.1:9000").is_ok(),
+            "a closed request's place is free again"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_a_call_cancels_its_requests() {
+        let policy = OutboundPolicy::new(
+            "test".into(),
+            Arc::new(Allowlist::default()),
+            1024,
+            super::super::tls_pins::client_config(&BTreeMap::new()),
+            Duration::from_secs(1),
+        );
+        let watching = policy.call_over.clone();
+        let requests = policy.requests();
+        let in_flight = policy.admit("127.0.0.1:9000").unwrap();
+        let request = tokio::spawn(async move {
+            let _in_flight = in_flight;
+            watching.cancelled().await;
+        });
+        drop(policy);
+        tokio::time::timeout(Duration::from_secs(1), requests.dropped("test"))
+            .await
+            .expect("the call's end waits for its requests, and they end with it");
+        request.await.unwrap();
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The state of one plugin call: WASI with every capability denied, outbound HTTP through the
-//! provider's allowlist, the plugin's own configuration, secrets and cache, and the memory
+//! provider's allowlist (its requests owned by this state, so that they end with the call; see
+//! `super::outbound`), the plugin's own configuration, secrets and cache, and the memory
 //! limiter. The host interface of every supported contract version is served here (older
 //! versions by the newest's functions).
 
@@ -12,7 +13,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::PluginEnv;
 use super::contract::{v0_2, v0_3};
-use super::outbound::OutboundPolicy;
+use super::outbound::{CallRequests, OutboundPolicy};
 use v0_3::bulkhead::provider::host::{Host, LogLevel};
 
 /// Per-call store data.
@@ -31,17 +32,23 @@ struct MemoryCap {
 }
 
 impl PluginState {
-    pub(super) fn new(env: &Arc<PluginEnv>, limits: &super::PluginLimits) -> Self {
+    /// The state of a call that has `deadline` to run.
+    pub(super) fn new(
+        env: &Arc<PluginEnv>,
+        limits: &super::PluginLimits,
+        deadline: std::time::Duration,
+    ) -> Self {
         // No environment, arguments, preopened directories or stdin; stdout and stderr go
         // nowhere; sockets and name lookups are refused by the builder's defaults.
         let wasi = WasiCtx::builder().build();
         Self {
-            outbound: OutboundPolicy {
-                provider: env.provider.clone(),
-                allowlist: env.allowlist.clone(),
-                response_bytes: limits.http_response_bytes,
-                tls: super::tls_pins::client_config(&env.config),
-            },
+            outbound: OutboundPolicy::new(
+                env.provider.clone(),
+                env.allowlist.clone(),
+                limits.http_response_bytes,
+                super::tls_pins::client_config(&env.config),
+                deadline,
+            ),
             env: env.clone(),
             wasi,
             http: WasiHttpCtx::new(),
@@ -63,6 +70,11 @@ impl PluginState {
 
     pub(super) fn memory_cap(&self) -> usize {
         self.memory.max_bytes
+    }
+
+    /// The call's outbound requests, for its end to wait on once this state is dropped.
+    pub(super) fn outbound_requests(&self) -> CallRequests {
+        self.outbound.requests()
     }
 }
 
