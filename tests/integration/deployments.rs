@@ -133,17 +133,21 @@ pub async fn deployment_wait(
     }
 }
 
-/// The kinds and messages of a deployment's events.
-async fn events(s: &TestServer, service: &str, id: &str) -> Vec<(String, String)> {
+/// A deployment's events, in their order.
+async fn event_items(s: &TestServer, service: &str, id: &str) -> Vec<Value> {
     let page = s
         .get(
             &format!("{service}/deployments/{id}/events?limit=200"),
             ADMIN_TOKEN,
         )
         .await;
-    page.assert_status(200)["items"]
-        .as_array()
-        .unwrap()
+    page.assert_status(200)["items"].as_array().unwrap().clone()
+}
+
+/// The kinds and messages of a deployment's events.
+async fn events(s: &TestServer, service: &str, id: &str) -> Vec<(String, String)> {
+    event_items(s, service, id)
+        .await
         .iter()
         .map(|e| {
             (
@@ -288,15 +292,8 @@ async fn events_timed(
     service: &str,
     id: &str,
 ) -> Vec<(String, chrono::DateTime<chrono::Utc>)> {
-    let page = s
-        .get(
-            &format!("{service}/deployments/{id}/events?limit=200"),
-            ADMIN_TOKEN,
-        )
-        .await;
-    page.assert_status(200)["items"]
-        .as_array()
-        .unwrap()
+    event_items(s, service, id)
+        .await
         .iter()
         .map(|e| {
             (

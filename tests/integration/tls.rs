@@ -318,6 +318,8 @@ async fn the_metal_provider_reaches_a_tls_agent_by_its_pinned_certificate() {
             json!({
                 "config": { "agents": agent.url(), "regions": "local", "tls_certificate_sha256": pin },
                 "secrets": { "agent_token": token },
+                // A loopback agent: only a listed pattern opens its address.
+                "allowlist": [agent.url().trim_start_matches("https://")],
                 "enabled": true,
             }),
         )

@@ -323,7 +323,13 @@ fn secrets_seal(
 
 /// What a provider's plugin sees, from its stored record (its secrets opened).
 pub(super) fn plugin_env(row: &provider::Model, sealer: &SecretBox) -> ApiResult<Arc<PluginEnv>> {
-    let patterns = allowlist_effective(row);
+    // The listed patterns, and the configuration's endpoints as names only: a configured
+    // URL never opens a loopback, private or metadata address (`plugins::outbound`).
+    let listed: Vec<String> = serde_json::from_value(row.allowlist.clone()).unwrap_or_default();
+    let config = json_map(&row.config);
+    let allowlist = Allowlist::parse(&listed)
+        .map_err(ApiError::internal)?
+        .with_endpoints(&config);
     let secrets = json_map(&row.secrets)
         .into_iter()
         .map(|(key, sealed)| {
@@ -335,9 +341,9 @@ pub(super) fn plugin_env(row: &provider::Model, sealer: &SecretBox) -> ApiResult
         .collect::<ApiResult<_>>()?;
     Ok(Arc::new(PluginEnv {
         provider: row.name.as_str().into(),
-        config: json_map(&row.config),
+        config,
         secrets,
-        allowlist: Arc::new(Allowlist::parse(&patterns).map_err(ApiError::internal)?),
+        allowlist: Arc::new(allowlist),
         // A new cache with every new set of settings: nothing cached under old credentials
         // survives a change.
         cache: Default::default(),
