@@ -49,21 +49,22 @@ async fn stream_open(s: &TestServer, path: &str, token: &str) -> reqwest::Respon
     response
 }
 
-/// Reads the stream for `within`, and says how long it took to end (`None`: it did not).
-async fn ends_within(mut response: reqwest::Response, within: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    let deadline = start + within;
+/// Reads the stream for `within`, and says when it ended (`None`: it did not).
+async fn ends_within(mut response: reqwest::Response, within: Duration) -> Option<Instant> {
+    let deadline = Instant::now() + within;
     loop {
         match tokio::time::timeout_at(deadline.into(), response.chunk()).await {
             Err(_) => return None,
             Ok(Ok(Some(_))) => continue,
-            Ok(Ok(None)) | Ok(Err(_)) => return Some(start.elapsed()),
+            Ok(Ok(None)) | Ok(Err(_)) => return Some(Instant::now()),
         }
     }
 }
 
 /// Asserts that the stream goes on for a while (it would end with any change, not only the
-/// one that ends it), then that it ends within [`WITHIN`] of `revoke`.
+/// one that ends it), then that it ends within [`WITHIN`] of `revoke`'s answer (the
+/// revocation is committed by then; the time the request itself takes on a loaded machine
+/// is not the stream's).
 async fn ended_by(response: reqwest::Response, revoke: impl AsyncFnOnce(), what: &str) {
     let (response, quiet) = {
         let mut response = response;
@@ -78,15 +79,17 @@ async fn ended_by(response: reqwest::Response, revoke: impl AsyncFnOnce(), what:
         quiet,
         "{what}: the stream ended before anything was revoked"
     );
-    let ending = tokio::spawn(ends_within(response, WITHIN + Duration::from_secs(10)));
-    let revoked = Instant::now();
+    let ending = tokio::spawn(ends_within(response, WITHIN + Duration::from_secs(30)));
     revoke().await;
-    let ended = ending.await.unwrap();
-    let since = revoked.elapsed();
-    let took = ended.unwrap_or_else(|| panic!("{what}: the stream still goes on"));
+    let revoked = Instant::now();
+    let ended = ending
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: the stream still goes on"));
+    let after = ended.saturating_duration_since(revoked);
     assert!(
-        took <= since && since <= WITHIN + Duration::from_millis(500),
-        "{what}: the stream ended {since:?} after the revocation (aim {WITHIN:?})"
+        after <= WITHIN,
+        "{what}: the stream ended {after:?} after the revocation (aim {WITHIN:?})"
     );
 }
 
@@ -147,9 +150,10 @@ async fn a_revoked_token_ends_its_routing_watch_within_a_second(s: TestServer) {
     )
     .await;
     // Only the revoked token's stream ended.
-    assert_eq!(
-        ends_within(other_watch, Duration::from_millis(500)).await,
-        None,
+    assert!(
+        ends_within(other_watch, Duration::from_millis(500))
+            .await
+            .is_none(),
         "another token's watch ended too"
     );
     // And it cannot open another.
