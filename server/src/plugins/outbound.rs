@@ -945,15 +945,20 @@ mod tests {
         assert_eq!(short.connect, Duration::from_millis(300));
     }
 
-    #[tokio::test]
-    async fn a_call_has_at_most_16_requests_in_flight() {
-        let policy = OutboundPolicy::new(
+    /// A call's policy with an empty allowlist and a 1 s deadline.
+    fn policy_for_tests() -> OutboundPolicy {
+        OutboundPolicy::new(
             "test".into(),
             Arc::new(Allowlist::default()),
             1024,
             super::super::tls_pins::client_config(&BTreeMap::new()),
             Duration::from_secs(1),
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn a_call_has_at_most_16_requests_in_flight() {
+        let policy = policy_for_tests();
         let mut held: Vec<_> = (0..REQUESTS_IN_FLIGHT_PER_CALL)
             .map(|_| policy.admit("127.0.0.1:9000").unwrap())
             .collect();
@@ -970,13 +975,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_end_of_a_call_cancels_its_requests() {
-        let policy = OutboundPolicy::new(
-            "test".into(),
-            Arc::new(Allowlist::default()),
-            1024,
-            super::super::tls_pins::client_config(&BTreeMap::new()),
-            Duration::from_secs(1),
-        );
+        let policy = policy_for_tests();
         let watching = policy.call_over.clone();
         let requests = policy.requests();
         let in_flight = policy.admit("127.0.0.1:9000").unwrap();
