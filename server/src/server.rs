@@ -175,8 +175,16 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     app.leases_renew(&leases_db).await;
     // The routing table is served from the first request on (by the routing leader, which
     // publishes it; the others serve the latest published).
+    // A lease can lapse between its renewal and the publication (a loaded machine): then
+    // another replica leads routing and publishes, and this one serves what is published.
     let routing_ready = if app.leases.leads(crate::app::leases::Work::Routing) {
-        app.routing_refresh().await
+        match app.routing_refresh().await {
+            Err(err) if err.code == crate::error::ErrorCode::NotReady => {
+                tracing::info!(detail = %err.detail, "routing table: not published at start");
+                app.routing_prepare().await
+            }
+            ready => ready,
+        }
     } else {
         app.routing_prepare().await
     };

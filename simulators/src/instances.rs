@@ -2,8 +2,16 @@
 //! routes all of 127.0.0.0/8 to the loopback interface), on the port its workload asked for,
 //! answering every request with its id. So an instance's address looks like a cloud's
 //! (`ip:port`, the port the workload listens on), and routing and health checks reach it.
+//!
+//! A process walks the addresses from a random start: simulators in several processes on one
+//! machine (tests run side by side) would otherwise all start at the same address, and one
+//! process's new instance would take an address another's deleted instance had — where that
+//! other's edge may still send the deleted instance's traffic. (The drill saw exactly that:
+//! `web-2.drill.test` answered by another drill's `web-1`.) Clouds recycle addresses too, but
+//! far more slowly than these tests do.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use axum::Router;
@@ -11,8 +19,17 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// Addresses handed out so far (process-wide, so that two simulators never share one).
-static NEXT: AtomicU32 = AtomicU32::new(0);
+/// How many loopback addresses instances take from: 127.100.0.1 .. 127.255.255.254, clear of
+/// 127.0.0.1 and its neighbours.
+const ADDRESSES: u32 = 155 << 16;
+
+/// The next address to try, as an offset from 127.100.0.1 (process-wide, so that two
+/// simulators of one process never share one), starting at a random offset.
+static NEXT: LazyLock<AtomicU32> = LazyLock::new(|| {
+    let mut start = [0; 4];
+    getrandom::fill(&mut start).expect("the system's random numbers");
+    AtomicU32::new(u32::from_le_bytes(start) % ADDRESSES)
+});
 
 /// A running simulated instance.
 pub struct InstanceServer {
@@ -25,8 +42,7 @@ impl InstanceServer {
     pub async fn start(id: &str, port: u16) -> std::io::Result<Self> {
         let listener = loop {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            // 127.100.0.1 .. 127.255.255.254: clear of 127.0.0.1 and its neighbours.
-            let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 100, 0, 1)) + n % (155 << 16));
+            let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 100, 0, 1)) + n % ADDRESSES);
             match TcpListener::bind((ip, port)).await {
                 Ok(listener) => break listener,
                 Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => continue,
