@@ -29,6 +29,8 @@ pub async fn dev(DevArgs { mut serve }: DevArgs) -> anyhow::Result<()> {
     let stop = shutdown_signal()?;
     std::fs::create_dir_all(&settings.data_dir)?;
     let platform = DevPlatform::start(&settings.data_dir).await?;
+    // Domains are verified against the platform's DNS server, unless told otherwise.
+    settings.dns_resolver.get_or_insert(platform.dns.dns_addr);
     let server = bulkhead::server::start(settings).await?;
     platform.providers_configure(&server.app).await?;
     dev_guide(&server, &platform);
@@ -57,6 +59,7 @@ A local platform is running:
   aws simulator   {aws}
   host agent      {agent}
                   {isolation}
+  DNS server      {dns} (udp), records: PUT {dns_api}/records/<name> '{{"txt":["…"]}}'
 The providers gcp, aws and metal use them. With A="Authorization: Bearer <admin token>"
 (BULKHEAD_BOOTSTRAP_TOKEN, or the token printed above on a first start):
 
@@ -76,12 +79,21 @@ Deploy a service of 3 replicas over the three (more in the README, "Deploying"):
   curl -sN -H "$A" -H 'Accept: text/event-stream' $B/v1/projects/$P/services/$S/deployments/$D/events
   curl -s -H "$A" $B/v1/projects/$P/services/$S/instances | jq '.items[] | {{provider, address, health}}'
 
+Give it a domain: publish the domain's challenge on the DNS server above, verify, and it routes:
+
+  M=$(curl -s -H "$A" -H "$J" $B/v1/projects/$P/domains -d '{{"hostname":"web.demo.test","service_id":"'$S'"}}')
+  curl -s -X PUT {dns_api}/records/$(echo "$M" | jq -r .challenge.name) -d '{{"txt":["'$(echo "$M" | jq -r .challenge.value)'"]}}' -H "$J"
+  curl -s -H "$A" -X POST $B/v1/projects/$P/domains/$(echo "$M" | jq -r .id)/verify | jq .status
+  curl -s -H "$A" $B/v1/routing-table | jq '.table.routes[] | {{domain, upstreams: [.upstreams[].address]}}'
+
 Stop with Ctrl-C (the agent's workloads are stopped too)."#,
         addr = server.addr,
         gcp = platform.gcp.url(),
         aws = platform.aws.url(),
         agent = platform.agent.url(),
         isolation = platform.agent_isolation_note(),
+        dns = platform.dns.dns_addr,
+        dns_api = platform.dns.api.url(),
         zone = bulkhead::dev::GCP_ZONE,
         region = bulkhead::dev::AWS_REGION,
     );

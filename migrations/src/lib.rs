@@ -24,6 +24,7 @@ mod m20261130_000013_plugin_contract_0_3;
 mod m20261130_000014_routing;
 mod m20261201_000015_replicas_and_leases;
 mod m20261202_000016_token_sessions;
+mod m20261202_000017_domain_verification;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000014_routing::Migration),
             Box::new(m20261201_000015_replicas_and_leases::Migration),
             Box::new(m20261202_000016_token_sessions::Migration),
+            Box::new(m20261202_000017_domain_verification::Migration),
         ]
     }
 }

@@ -116,6 +116,10 @@ pub struct ServeArgs {
     /// `/v1/status` (default: the address it binds, which says little across machines).
     #[arg(long, env = "BULKHEAD_ADVERTISE_URL")]
     pub advertise_url: Option<String>,
+    /// The DNS server (`ip:port`) asked for domains' verification records; default: the
+    /// system's resolvers (`/etc/resolv.conf`).
+    #[arg(long, env = "BULKHEAD_DNS_RESOLVER")]
+    pub dns_resolver: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -155,6 +159,7 @@ struct FileSettings {
     password_hash_concurrency: Option<usize>,
     routing_history: Option<i64>,
     advertise_url: Option<String>,
+    dns_resolver: Option<SocketAddr>,
 }
 
 /// Resolved settings of a running server.
@@ -192,6 +197,8 @@ pub struct Settings {
     pub routing_history: i64,
     /// Where this replica is reached (`http(s)://host[:port]`), if not at its bound address.
     pub advertise_url: Option<String>,
+    /// The DNS server asked for domains' verification records, if not the system's.
+    pub dns_resolver: Option<SocketAddr>,
     /// The plugins the binary bundles (none unless the binary sets them).
     pub bundled_plugins: BundledPlugins,
 }
@@ -342,6 +349,7 @@ impl Settings {
                 .or(file.advertise_url)
                 .map(|url| advertise_url_parse(&url))
                 .transpose()?,
+            dns_resolver: args.dns_resolver.or(file.dns_resolver),
             login_limits: {
                 let default = LoginLimits::default();
                 LoginLimits {

@@ -77,6 +77,8 @@ error_codes! {
     ConfigurationMissing = "configuration_missing",
     Conflict = "conflict",
     DeploymentFinished = "deployment_finished",
+    DnsUnavailable = "dns_unavailable",
+    DomainUnverified = "domain_unverified",
     EdgeOwned = "edge_owned",
     EmailTaken = "email_taken",
     EnvironmentNotEmpty = "environment_not_empty",

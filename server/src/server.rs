@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::App;
 use crate::app::bootstrap::Bootstrap;
+use crate::app::domain_verification::ChallengeResolver;
 use crate::app::leases::Leases;
 use crate::app::login_throttle::LoginThrottle;
 use crate::app::provider_health::HealthBoard;
@@ -122,6 +123,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         health_streaks: Arc::default(),
         routing: Arc::default(),
         deployment_watch: Arc::default(),
+        challenges: Arc::new(ChallengeResolver::new(settings.dns_resolver)?),
         settings: Arc::new(settings),
     };
     match app.bootstrap().await? {

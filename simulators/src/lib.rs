@@ -6,9 +6,11 @@
 //! real: each serves HTTP on its own loopback address ([`instances`]), answering with its id,
 //! so that routing and health checks can be exercised. Faults are injected through an admin
 //! endpoint ([`faults`]): account suspended (as that cloud reports it), rate limited, added
-//! latency, failing with 5xx, and recovery.
+//! latency, failing with 5xx, and recovery. [`dns`] answers the TXT records that prove a
+//! domain's ownership.
 
 pub mod aws;
+pub mod dns;
 pub mod faults;
 pub mod gcp;
 pub mod instances;

@@ -134,13 +134,7 @@ async fn service_on_domain(s: &TestServer, replicas: u32) -> (String, String) {
     let fixture =
         crate::deployments::fixture_running(s, replicas, &["metal"], WORKLOAD, "/health").await;
     let service_id = fixture.service.rsplit('/').next().unwrap();
-    s.post(
-        &format!("/v1/projects/{}/domains", fixture.project),
-        &fixture.owner,
-        json!({ "hostname": DOMAIN, "service_id": service_id }),
-    )
-    .await
-    .assert_status(201);
+    crate::support::domain_bind(s, &fixture.owner, &fixture.project, service_id, DOMAIN).await;
     (fixture.owner, fixture.service)
 }
 

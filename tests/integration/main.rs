@@ -15,6 +15,7 @@ mod conventions;
 mod coverage;
 mod deploy_crashes;
 mod deployments;
+mod domains;
 mod drill;
 mod edge;
 mod members;

@@ -189,13 +189,14 @@ async fn changes_take_effect_on_the_others(backend: Backend) {
     // replica serves the revision with the same bytes and ETag.
     let before = routing_table(&a).await.0;
     let project = &f.project;
-    c.post(
-        &format!("/v1/projects/{project}/domains"),
+    crate::support::domain_bind(
+        &c,
         &f.owner,
-        json!({ "hostname": "shared.example.com", "service_id": last_segment(&f.service) }),
+        project,
+        last_segment(&f.service),
+        "shared.example.com",
     )
-    .await
-    .assert_status(201);
+    .await;
     let took = within(
         "every replica serves the new revision",
         Duration::from_secs(2),

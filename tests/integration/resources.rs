@@ -11,10 +11,9 @@ db_tests!(
     environments_lifecycle,
     services_keep_secrets_write_only,
     service_input_is_validated,
-    domains_are_validated_and_unique,
 );
 
-async fn setup(s: &TestServer, email: &str) -> (String, String, String) {
+pub(crate) async fn setup(s: &TestServer, email: &str) -> (String, String, String) {
     let token = s.user_with_session(email).await;
     let project = s.project_create(&token, "p").await;
     let env = s
@@ -28,7 +27,7 @@ async fn setup(s: &TestServer, email: &str) -> (String, String, String) {
     (token, project, env)
 }
 
-fn service_body(env: &str, name: &str) -> Value {
+pub(crate) fn service_body(env: &str, name: &str) -> Value {
     json!({
         "environment_id": env,
         "name": name,
@@ -221,102 +220,4 @@ async fn service_input_is_validated(s: TestServer) {
         "an oversized (secret) value is never echoed"
     );
     assert_eq!(reply.status, 422);
-}
-
-async fn domains_are_validated_and_unique(s: TestServer) {
-    let (token, project, env) = setup(&s, "dom@example.com").await;
-    let service = s
-        .post(
-            &format!("/v1/projects/{project}/services"),
-            &token,
-            service_body(&env, "web"),
-        )
-        .await;
-    let service = service.assert_status(201)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let base = format!("/v1/projects/{project}/domains");
-    let created = s
-        .post(
-            &base,
-            &token,
-            json!({ "hostname": "Shop.Example.COM.", "service_id": service }),
-        )
-        .await;
-    let domain = created.assert_status(201).clone();
-    assert_eq!(domain["hostname"], "shop.example.com");
-
-    for bad in [
-        "localhost",
-        "*.example.com",
-        "10.0.0.1",
-        "a..b.com",
-        "-x.example.com",
-    ] {
-        s.post(
-            &base,
-            &token,
-            json!({ "hostname": bad, "service_id": service }),
-        )
-        .await
-        .assert_problem(422, "invalid_request");
-    }
-    // Unique across all projects.
-    let other_token = s.user_with_session("dom2@example.com").await;
-    let other_project = s.project_create(&other_token, "q").await;
-    let other_env = s
-        .post(
-            &format!("/v1/projects/{other_project}/environments"),
-            &other_token,
-            json!({ "name": "prod" }),
-        )
-        .await;
-    let other_env = other_env.assert_status(201)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let other_service = s
-        .post(
-            &format!("/v1/projects/{other_project}/services"),
-            &other_token,
-            service_body(&other_env, "web"),
-        )
-        .await;
-    let other_service = other_service.assert_status(201)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let taken = s
-        .post(
-            &format!("/v1/projects/{other_project}/domains"),
-            &other_token,
-            json!({ "hostname": "shop.example.com", "service_id": other_service }),
-        )
-        .await;
-    taken.assert_problem(409, "hostname_taken");
-    // A service of another project cannot be bound.
-    let foreign = s
-        .post(
-            &base,
-            &token,
-            json!({ "hostname": "x.example.com", "service_id": other_service }),
-        )
-        .await;
-    foreign.assert_problem(422, "invalid_request");
-
-    let id = domain["id"].as_str().unwrap();
-    s.get(&format!("{base}/{id}"), &token)
-        .await
-        .assert_status(200);
-    s.delete(&format!("{base}/{id}"), &token)
-        .await
-        .assert_status(204);
-    s.post(
-        &format!("/v1/projects/{other_project}/domains"),
-        &other_token,
-        json!({ "hostname": "shop.example.com", "service_id": other_service }),
-    )
-    .await
-    .assert_status(201);
 }

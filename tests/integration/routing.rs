@@ -85,17 +85,8 @@ async fn domain_create(
     service_id: &str,
     hostname: &str,
 ) -> String {
-    let created = s
-        .post(
-            &format!("/v1/projects/{project}/domains"),
-            owner,
-            json!({ "hostname": hostname, "service_id": service_id }),
-        )
-        .await;
-    let id = created.assert_status(201)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let verified = crate::support::domain_bind(s, owner, project, service_id, hostname).await;
+    let id = verified["id"].as_str().unwrap();
     format!("/v1/projects/{project}/domains/{id}")
 }
 

@@ -710,6 +710,22 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         .send()
         .await
         .unwrap();
+    // Pending until its challenge is in DNS; then verified, and routed.
+    assert_eq!(domain.status, types::DomainStatus::Pending);
+    let challenge = domain
+        .challenge
+        .clone()
+        .expect("a pending domain's challenge");
+    crate::support::dns().txt_add(&challenge.name, challenge.value.clone());
+    let verified = alice_client
+        .domain_verify()
+        .project_id(project.id)
+        .domain_id(domain.id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(verified.status, types::DomainStatus::Verified);
+    assert!(verified.challenge.is_none());
     assert_eq!(
         alice_client
             .domain_list()

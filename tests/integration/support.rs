@@ -190,8 +190,73 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         // Short, so that a test can outrun it.
         routing_history: 5,
         advertise_url: None,
+        dns_resolver: Some(dns().dns_addr),
         bundled_plugins: bulkhead_commands::bundled_plugins(),
     }
+}
+
+/// The DNS server every test server asks for domains' challenges: one for the whole suite, on
+/// a runtime of its own (each test's runtime ends with the test).
+pub fn dns() -> &'static bulkhead_simulators::dns::DnsSimulator {
+    static DNS: std::sync::LazyLock<bulkhead_simulators::dns::DnsSimulator> =
+        std::sync::LazyLock::new(|| {
+            let (sender, receiver) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                runtime.block_on(async move {
+                    let dns = bulkhead_simulators::dns::DnsSimulator::start()
+                        .await
+                        .expect("the DNS simulator starts");
+                    sender.send(dns).expect("the suite waits for it");
+                    std::future::pending::<()>().await
+                });
+            });
+            receiver.recv().expect("the DNS simulator started")
+        });
+    &DNS
+}
+
+/// Binds `hostname` to `service` of `project` and verifies it (its challenge published on
+/// [`dns`]): the domain, verified. Only verified domains route.
+pub async fn domain_bind(
+    s: &TestServer,
+    token: &str,
+    project: &str,
+    service: &str,
+    hostname: &str,
+) -> Value {
+    let created = s
+        .post(
+            &format!("/v1/projects/{project}/domains"),
+            token,
+            json!({ "hostname": hostname, "service_id": service }),
+        )
+        .await;
+    let created = created.assert_status(201).clone();
+    let challenge = &created["challenge"];
+    dns().txt_add(
+        challenge["name"]
+            .as_str()
+            .expect("a pending domain's challenge"),
+        challenge["value"].as_str().unwrap().to_owned(),
+    );
+    let verified = s
+        .call(
+            Method::POST,
+            &format!(
+                "/v1/projects/{project}/domains/{}/verify",
+                created["id"].as_str().unwrap()
+            ),
+            Some(token),
+            None,
+        )
+        .await;
+    let verified = verified.assert_status(200).clone();
+    assert_eq!(verified["status"], "verified");
+    verified
 }
 
 /// A response, with its body parsed as JSON (`Null` when empty or not JSON).

@@ -81,6 +81,7 @@ impl Fleet {
     pub async fn create(
         base_url: &str,
         admin: Client,
+        platform: &DevPlatform,
         workload_binary: &Path,
         services: u32,
     ) -> anyhow::Result<Self> {
@@ -144,11 +145,25 @@ impl Fleet {
                 .service_create(&format!("web-{i}"), 3, &PROVIDERS)
                 .await?;
             let domain = format!("web-{i}.drill.test");
-            fleet
+            // Claimed, its challenge published in the platform's DNS, and verified: only
+            // verified domains route.
+            let claimed = fleet
                 .owner
                 .domain_create()
                 .project_id(project)
                 .body_map(|b| b.hostname(domain.clone()).service_id(service))
+                .send()
+                .await?
+                .into_inner();
+            let challenge = claimed
+                .challenge
+                .ok_or_else(|| anyhow::anyhow!("{domain}: claimed without a challenge"))?;
+            platform.dns.txt_add(&challenge.name, challenge.value);
+            fleet
+                .owner
+                .domain_verify()
+                .project_id(project)
+                .domain_id(claimed.id)
                 .send()
                 .await?;
             fleet.services.push(service);

@@ -210,7 +210,8 @@ async fn drill_on_platform(
     workload_binary: &std::path::Path,
 ) -> anyhow::Result<()> {
     let admin_token = secret_random(40);
-    let (mut replicas, front) = control_plane_start(args, dir, &admin_token, timeline).await?;
+    let (mut replicas, front) =
+        control_plane_start(args, dir, &admin_token, platform, timeline).await?;
     let replica_urls: Vec<String> = replicas.iter().map(ControlPlane::url).collect();
     let base_url = front
         .as_ref()
@@ -223,7 +224,7 @@ async fn drill_on_platform(
     ));
     let admin = Client::with_token(&base_url, &admin_token)?;
     fleet::providers_configure(&admin, platform).await?;
-    let fleet = Fleet::create(&base_url, admin, workload_binary, args.services).await?;
+    let fleet = Fleet::create(&base_url, admin, platform, workload_binary, args.services).await?;
     timeline.note(format!(
         "{} services of 3 replicas deployed over gcp, aws and metal",
         fleet.services.len()
@@ -300,6 +301,7 @@ async fn control_plane_start(
     args: &DrillArgs,
     dir: &std::path::Path,
     admin_token: &str,
+    platform: &DevPlatform,
     timeline: &Timeline,
 ) -> anyhow::Result<(Vec<ControlPlane>, Option<ApiFront>)> {
     let mut process = ControlPlaneSettings {
@@ -307,6 +309,7 @@ async fn control_plane_start(
         database_url: args.database_url.clone(),
         admin_token: admin_token.to_owned(),
         secret_key_file: None,
+        dns_resolver: Some(platform.dns.dns_addr),
     };
     if args.replicas > 1 {
         // Replicas share the master key of secrets at rest, as they share the database.

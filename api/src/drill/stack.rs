@@ -24,6 +24,8 @@ pub struct ControlPlaneSettings {
     pub admin_token: String,
     /// The master key's file, shared by replicas (default: the data directory's own).
     pub secret_key_file: Option<PathBuf>,
+    /// The DNS server domains are verified against (the platform's).
+    pub dns_resolver: Option<std::net::SocketAddr>,
 }
 
 /// A control plane (or one replica of it), a `bulkhead serve` child process on a fixed
@@ -98,6 +100,9 @@ impl ControlPlane {
         }
         if let Some(key_file) = &self.settings.secret_key_file {
             command.arg("--secret-key-file").arg(key_file);
+        }
+        if let Some(dns) = &self.settings.dns_resolver {
+            command.arg("--dns-resolver").arg(dns.to_string());
         }
         self.child = Some(command.spawn().map_err(|err| {
             anyhow::anyhow!(

@@ -535,6 +535,21 @@ the concurrency and the per-provider rates.*/
             Default::default()
         }
     }
+    ///The DNS record that proves control of a pending domain.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct DomainChallenge {
+        ///Where to publish it: `_bulkhead-challenge.<hostname>`.
+        pub name: ::std::string::String,
+        ///Always `TXT`.
+        pub record_type: ::std::string::String,
+        ///The record's value.
+        pub value: ::std::string::String,
+    }
+    impl DomainChallenge {
+        pub fn builder() -> builder::DomainChallenge {
+            Default::default()
+        }
+    }
     ///A hostname to bind to a service of the project.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
@@ -604,6 +619,61 @@ the concurrency and the per-provider rates.*/
                 })
         }
     }
+    ///Whether a domain routes.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum DomainStatus {
+        #[serde(rename = "pending")]
+        Pending,
+        #[serde(rename = "verified")]
+        Verified,
+    }
+    impl ::std::fmt::Display for DomainStatus {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Pending => f.write_str("pending"),
+                Self::Verified => f.write_str("verified"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for DomainStatus {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "pending" => Ok(Self::Pending),
+                "verified" => Ok(Self::Verified),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DomainStatus {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DomainStatus {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///Rebinds a domain to another service of the project.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
@@ -615,16 +685,82 @@ the concurrency and the per-provider rates.*/
             Default::default()
         }
     }
+    ///`DomainVerifyIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct DomainVerifyIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for DomainVerifyIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<DomainVerifyIdempotencyKey> for ::std::string::String {
+        fn from(value: DomainVerifyIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for DomainVerifyIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DomainVerifyIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DomainVerifyIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for DomainVerifyIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
     ///`DomainView`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct DomainView {
+        ///What to publish to verify the domain; only while it is pending.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub challenge: ::std::option::Option<DomainChallenge>,
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         ///Lowercase, without a trailing dot.
         pub hostname: ::std::string::String,
         pub id: ::uuid::Uuid,
         pub project_id: ::uuid::Uuid,
         pub service_id: ::uuid::Uuid,
+        pub status: DomainStatus,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///When the project proved control of the hostname.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub verified_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
     }
     impl DomainView {
         pub fn builder() -> builder::DomainView {
@@ -1039,6 +1175,10 @@ enum, so that clients match on codes the compiler knows.
         Conflict,
         #[serde(rename = "deployment_finished")]
         DeploymentFinished,
+        #[serde(rename = "dns_unavailable")]
+        DnsUnavailable,
+        #[serde(rename = "domain_unverified")]
+        DomainUnverified,
         #[serde(rename = "edge_owned")]
         EdgeOwned,
         #[serde(rename = "email_taken")]
@@ -1167,6 +1307,8 @@ enum, so that clients match on codes the compiler knows.
                 Self::ConfigurationMissing => f.write_str("configuration_missing"),
                 Self::Conflict => f.write_str("conflict"),
                 Self::DeploymentFinished => f.write_str("deployment_finished"),
+                Self::DnsUnavailable => f.write_str("dns_unavailable"),
+                Self::DomainUnverified => f.write_str("domain_unverified"),
                 Self::EdgeOwned => f.write_str("edge_owned"),
                 Self::EmailTaken => f.write_str("email_taken"),
                 Self::EnvironmentNotEmpty => f.write_str("environment_not_empty"),
@@ -1245,6 +1387,8 @@ enum, so that clients match on codes the compiler knows.
                 "configuration_missing" => Ok(Self::ConfigurationMissing),
                 "conflict" => Ok(Self::Conflict),
                 "deployment_finished" => Ok(Self::DeploymentFinished),
+                "dns_unavailable" => Ok(Self::DnsUnavailable),
+                "domain_unverified" => Ok(Self::DomainUnverified),
                 "edge_owned" => Ok(Self::EdgeOwned),
                 "email_taken" => Ok(Self::EmailTaken),
                 "environment_not_empty" => Ok(Self::EnvironmentNotEmpty),
@@ -2219,13 +2363,22 @@ default 120).*/
     ///`PageDomainViewItemsItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageDomainViewItemsItem {
+        ///What to publish to verify the domain; only while it is pending.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub challenge: ::std::option::Option<DomainChallenge>,
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         ///Lowercase, without a trailing dot.
         pub hostname: ::std::string::String,
         pub id: ::uuid::Uuid,
         pub project_id: ::uuid::Uuid,
         pub service_id: ::uuid::Uuid,
+        pub status: DomainStatus,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///When the project proved control of the hostname.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub verified_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
     }
     impl PageDomainViewItemsItem {
         pub fn builder() -> builder::PageDomainViewItemsItem {
@@ -6731,6 +6884,83 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct DomainChallenge {
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            record_type: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            value: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for DomainChallenge {
+            fn default() -> Self {
+                Self {
+                    name: Err("no value supplied for name".to_string()),
+                    record_type: Err("no value supplied for record_type".to_string()),
+                    value: Err("no value supplied for value".to_string()),
+                }
+            }
+        }
+        impl DomainChallenge {
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for name: {e}")
+                    });
+                self
+            }
+            pub fn record_type<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.record_type = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for record_type: {e}")
+                    });
+                self
+            }
+            pub fn value<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.value = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for value: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DomainChallenge> for super::DomainChallenge {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DomainChallenge,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    name: value.name?,
+                    record_type: value.record_type?,
+                    value: value.value?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DomainChallenge> for DomainChallenge {
+            fn from(value: super::DomainChallenge) -> Self {
+                Self {
+                    name: Ok(value.name),
+                    record_type: Ok(value.record_type),
+                    value: Ok(value.value),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct DomainCreate {
             hostname: ::std::result::Result<
                 ::std::string::String,
@@ -6835,6 +7065,10 @@ API token expires no later than that token (and is revoked with it).*/
         }
         #[derive(Clone, Debug)]
         pub struct DomainView {
+            challenge: ::std::result::Result<
+                ::std::option::Option<super::DomainChallenge>,
+                ::std::string::String,
+            >,
             created_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
                 ::std::string::String,
@@ -6846,24 +7080,46 @@ API token expires no later than that token (and is revoked with it).*/
             id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            status: ::std::result::Result<super::DomainStatus, ::std::string::String>,
             updated_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            verified_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
             >,
         }
         impl ::std::default::Default for DomainView {
             fn default() -> Self {
                 Self {
+                    challenge: Ok(Default::default()),
                     created_at: Err("no value supplied for created_at".to_string()),
                     hostname: Err("no value supplied for hostname".to_string()),
                     id: Err("no value supplied for id".to_string()),
                     project_id: Err("no value supplied for project_id".to_string()),
                     service_id: Err("no value supplied for service_id".to_string()),
+                    status: Err("no value supplied for status".to_string()),
                     updated_at: Err("no value supplied for updated_at".to_string()),
+                    verified_at: Ok(Default::default()),
                 }
             }
         }
         impl DomainView {
+            pub fn challenge<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::DomainChallenge>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.challenge = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for challenge: {e}")
+                    });
+                self
+            }
             pub fn created_at<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
@@ -6922,6 +7178,18 @@ API token expires no later than that token (and is revoked with it).*/
                     });
                 self
             }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::DomainStatus>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for status: {e}")
+                    });
+                self
+            }
             pub fn updated_at<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
@@ -6934,6 +7202,20 @@ API token expires no later than that token (and is revoked with it).*/
                     });
                 self
             }
+            pub fn verified_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.verified_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for verified_at: {e}")
+                    });
+                self
+            }
         }
         impl ::std::convert::TryFrom<DomainView> for super::DomainView {
             type Error = super::error::ConversionError;
@@ -6941,24 +7223,30 @@ API token expires no later than that token (and is revoked with it).*/
                 value: DomainView,
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
+                    challenge: value.challenge?,
                     created_at: value.created_at?,
                     hostname: value.hostname?,
                     id: value.id?,
                     project_id: value.project_id?,
                     service_id: value.service_id?,
+                    status: value.status?,
                     updated_at: value.updated_at?,
+                    verified_at: value.verified_at?,
                 })
             }
         }
         impl ::std::convert::From<super::DomainView> for DomainView {
             fn from(value: super::DomainView) -> Self {
                 Self {
+                    challenge: Ok(value.challenge),
                     created_at: Ok(value.created_at),
                     hostname: Ok(value.hostname),
                     id: Ok(value.id),
                     project_id: Ok(value.project_id),
                     service_id: Ok(value.service_id),
+                    status: Ok(value.status),
                     updated_at: Ok(value.updated_at),
+                    verified_at: Ok(value.verified_at),
                 }
             }
         }
@@ -9751,6 +10039,10 @@ API token expires no later than that token (and is revoked with it).*/
         }
         #[derive(Clone, Debug)]
         pub struct PageDomainViewItemsItem {
+            challenge: ::std::result::Result<
+                ::std::option::Option<super::DomainChallenge>,
+                ::std::string::String,
+            >,
             created_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
                 ::std::string::String,
@@ -9762,24 +10054,46 @@ API token expires no later than that token (and is revoked with it).*/
             id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            status: ::std::result::Result<super::DomainStatus, ::std::string::String>,
             updated_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            verified_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
             >,
         }
         impl ::std::default::Default for PageDomainViewItemsItem {
             fn default() -> Self {
                 Self {
+                    challenge: Ok(Default::default()),
                     created_at: Err("no value supplied for created_at".to_string()),
                     hostname: Err("no value supplied for hostname".to_string()),
                     id: Err("no value supplied for id".to_string()),
                     project_id: Err("no value supplied for project_id".to_string()),
                     service_id: Err("no value supplied for service_id".to_string()),
+                    status: Err("no value supplied for status".to_string()),
                     updated_at: Err("no value supplied for updated_at".to_string()),
+                    verified_at: Ok(Default::default()),
                 }
             }
         }
         impl PageDomainViewItemsItem {
+            pub fn challenge<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::DomainChallenge>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.challenge = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for challenge: {e}")
+                    });
+                self
+            }
             pub fn created_at<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
@@ -9838,6 +10152,18 @@ API token expires no later than that token (and is revoked with it).*/
                     });
                 self
             }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::DomainStatus>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for status: {e}")
+                    });
+                self
+            }
             pub fn updated_at<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
@@ -9850,6 +10176,20 @@ API token expires no later than that token (and is revoked with it).*/
                     });
                 self
             }
+            pub fn verified_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.verified_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for verified_at: {e}")
+                    });
+                self
+            }
         }
         impl ::std::convert::TryFrom<PageDomainViewItemsItem>
         for super::PageDomainViewItemsItem {
@@ -9858,12 +10198,15 @@ API token expires no later than that token (and is revoked with it).*/
                 value: PageDomainViewItemsItem,
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
+                    challenge: value.challenge?,
                     created_at: value.created_at?,
                     hostname: value.hostname?,
                     id: value.id?,
                     project_id: value.project_id?,
                     service_id: value.service_id?,
+                    status: value.status?,
                     updated_at: value.updated_at?,
+                    verified_at: value.verified_at?,
                 })
             }
         }
@@ -9871,12 +10214,15 @@ API token expires no later than that token (and is revoked with it).*/
         for PageDomainViewItemsItem {
             fn from(value: super::PageDomainViewItemsItem) -> Self {
                 Self {
+                    challenge: Ok(value.challenge),
                     created_at: Ok(value.created_at),
                     hostname: Ok(value.hostname),
                     id: Ok(value.id),
                     project_id: Ok(value.project_id),
                     service_id: Ok(value.service_id),
+                    status: Ok(value.status),
                     updated_at: Ok(value.updated_at),
+                    verified_at: Ok(value.verified_at),
                 }
             }
         }
@@ -19824,6 +20170,26 @@ let response = client.domain_update()
     pub fn domain_update(&self) -> builder::DomainUpdate<'_> {
         builder::DomainUpdate::new(self)
     }
+    /**Verify a domain: Bulkhead looks its `challenge` up in DNS (members and above). A verified
+domain routes; one verified already is answered as it is
+
+Sends a `POST` request to `/v1/projects/{project_id}/domains/{domain_id}/verify`
+
+Arguments:
+- `project_id`: Project id
+- `domain_id`: Domain id
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+```ignore
+let response = client.domain_verify()
+    .project_id(project_id)
+    .domain_id(domain_id)
+    .idempotency_key(idempotency_key)
+    .send()
+    .await;
+```*/
+    pub fn domain_verify(&self) -> builder::DomainVerify<'_> {
+        builder::DomainVerify::new(self)
+    }
     /**List a project's environments
 
 Sends a `GET` request to `/v1/projects/{project_id}/environments`
@@ -25860,6 +26226,183 @@ pub mod builder {
                     )
                 }
                 412u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::domain_verify`]
+
+[`Client::domain_verify`]: super::Client::domain_verify*/
+    #[derive(Debug, Clone)]
+    pub struct DomainVerify<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        domain_id: Result<::uuid::Uuid, String>,
+        idempotency_key: Result<Option<types::DomainVerifyIdempotencyKey>, String>,
+    }
+    impl<'a> DomainVerify<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                domain_id: Err("domain_id was not initialized".to_string()),
+                idempotency_key: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn domain_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.domain_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for domain_id failed".to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::DomainVerifyIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `DomainVerifyIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/v1/projects/{project_id}/domains/{domain_id}/verify`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::DomainView>, Error<types::Problem>> {
+            let Self { client, project_id, domain_id, idempotency_key } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let domain_id = domain_id.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/domains/{}/verify", client.baseurl, encode_path(&
+                project_id.to_string()), encode_path(& domain_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "domain_verify",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

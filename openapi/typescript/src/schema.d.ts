@@ -468,6 +468,26 @@ export interface paths {
         patch: operations["domain_update"];
         trace?: never;
     };
+    "/v1/projects/{project_id}/domains/{domain_id}/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify a domain: Bulkhead looks its `challenge` up in DNS (members and above). A verified
+         *     domain routes; one verified already is answered as it is.
+         */
+        post: operations["domain_verify"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/projects/{project_id}/environments": {
         parameters: {
             query?: never;
@@ -1352,12 +1372,35 @@ export interface components {
             /** @description Its instances (in a list of deployments: absent). */
             instances?: components["schemas"]["DeployedInstanceView"][] | null;
         };
+        /** @description The DNS record that proves control of a pending domain. */
+        DomainChallenge: {
+            /**
+             * @description Always `TXT`.
+             * @example TXT
+             */
+            record_type: string;
+            /**
+             * @description Where to publish it: `_bulkhead-challenge.<hostname>`.
+             * @example _bulkhead-challenge.app.example.com
+             */
+            name: string;
+            /**
+             * @description The record's value.
+             * @example bulkhead-verification=3f2a9c0e4b7d18a6c5e0f9b2d4a6c8e1
+             */
+            value: string;
+        };
         /** @description A hostname to bind to a service of the project. */
         DomainCreate: {
             hostname: string;
             /** Format: uuid */
             service_id: string;
         };
+        /**
+         * @description Whether a domain routes.
+         * @enum {string}
+         */
+        DomainStatus: "pending" | "verified";
         /** @description Rebinds a domain to another service of the project. */
         DomainUpdate: {
             /** Format: uuid */
@@ -1372,6 +1415,13 @@ export interface components {
             service_id: string;
             /** @description Lowercase, without a trailing dot. */
             hostname: string;
+            status: components["schemas"]["DomainStatus"];
+            /**
+             * Format: date-time
+             * @description When the project proved control of the hostname.
+             */
+            verified_at?: string | null;
+            challenge?: components["schemas"]["DomainChallenge"] | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1445,7 +1495,7 @@ export interface components {
          *     `snake_case`, and a unit test checks that this is the code.)
          * @enum {string}
          */
-        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "deployment_finished" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
+        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
         /** @description An evacuation of a provider, and how far it got. */
         EvacuationView: {
             /** Format: uuid */
@@ -1734,6 +1784,13 @@ export interface components {
                 service_id: string;
                 /** @description Lowercase, without a trailing dot. */
                 hostname: string;
+                status: components["schemas"]["DomainStatus"];
+                /**
+                 * Format: date-time
+                 * @description When the project proved control of the hostname.
+                 */
+                verified_at?: string | null;
+                challenge?: components["schemas"]["DomainChallenge"] | null;
                 /** Format: date-time */
                 created_at: string;
                 /** Format: date-time */
@@ -6441,6 +6498,136 @@ export interface operations {
             /** @description The database is unreachable from this replica */
             503: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    domain_verify: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Domain id */
+                domain_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DomainView"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another project verified the hostname, or a domain it is under (`hostname_taken`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description DNS does not hold the challenge (`domain_unverified`; the detail says what it holds) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description DNS did not answer (`dns_unavailable`), or the database is unreachable from this replica (`not_ready`); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

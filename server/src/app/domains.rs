@@ -1,18 +1,48 @@
-//! Domains: hostnames bound to a service, unique across Bulkhead. The routing tables of a later
-//! issue are built from them.
+//! Domains: hostnames bound to a service. A project's claim of a hostname is `pending` until
+//! the project proves it controls the name's DNS ([`super::domain_verification`]); only
+//! verified domains route. Several projects may claim a hostname nobody verified (a squatter's
+//! claim locks nobody out); the first to prove control holds it, and then no other project may
+//! claim it or a name under it. A name under a domain the project verified is verified at once.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::App;
 use super::audit::AuditEntry;
+use super::domain_verification::{challenge_name, challenge_value};
 use super::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
 use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+
+/// Whether a domain routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DomainStatus {
+    /// Claimed; routes once verified (`POST …/verify` after publishing `challenge`).
+    Pending,
+    /// The project proved it controls the hostname: it routes.
+    Verified,
+}
+
+/// The DNS record that proves control of a pending domain.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DomainChallenge {
+    /// Always `TXT`.
+    #[schema(example = "TXT")]
+    pub record_type: String,
+    /// Where to publish it: `_bulkhead-challenge.<hostname>`.
+    #[schema(example = "_bulkhead-challenge.app.example.com")]
+    pub name: String,
+    /// The record's value.
+    #[schema(example = "bulkhead-verification=3f2a9c0e4b7d18a6c5e0f9b2d4a6c8e1")]
+    pub value: String,
+}
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DomainView {
@@ -21,16 +51,36 @@ pub struct DomainView {
     pub service_id: Uuid,
     /// Lowercase, without a trailing dot.
     pub hostname: String,
+    pub status: DomainStatus,
+    /// When the project proved control of the hostname.
+    pub verified_at: Option<DateTime<Utc>>,
+    /// What to publish to verify the domain; only while it is pending.
+    pub challenge: Option<DomainChallenge>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
 impl From<domain::Model> for DomainView {
     fn from(m: domain::Model) -> Self {
+        let challenge = match (&m.verified_at, &m.verification_token) {
+            (None, Some(token)) => Some(DomainChallenge {
+                record_type: "TXT".into(),
+                name: challenge_name(&m.hostname),
+                value: challenge_value(token),
+            }),
+            _ => None,
+        };
         Self {
             id: m.id,
             project_id: m.project_id,
             service_id: m.service_id,
+            status: if m.verified_at.is_some() {
+                DomainStatus::Verified
+            } else {
+                DomainStatus::Pending
+            },
+            verified_at: m.verified_at,
+            challenge,
             hostname: m.hostname,
             created_at: m.created_at,
             updated_at: m.updated_at,
@@ -107,6 +157,89 @@ async fn domain_find(
         .ok_or_else(|| ApiError::not_found("domain"))
 }
 
+/// The names `hostname` is under, nearest first, down to two labels (`a.b.example.com`:
+/// `b.example.com`, `example.com`).
+fn hostname_parents(hostname: &str) -> Vec<&str> {
+    let mut parents = Vec::new();
+    let mut rest = hostname;
+    while let Some((_, parent)) = rest.split_once('.') {
+        if !parent.contains('.') {
+            break;
+        }
+        parents.push(parent);
+        rest = parent;
+    }
+    parents
+}
+
+/// Whether a project other than `project_id` verified `hostname` or a name it is under.
+async fn hostname_held_elsewhere(
+    db: &impl ConnectionTrait,
+    project_id: Uuid,
+    hostname: &str,
+) -> ApiResult<bool> {
+    let mut names = hostname_parents(hostname);
+    names.push(hostname);
+    let held = domain::Entity::find()
+        .filter(domain::Column::Hostname.is_in(names))
+        .filter(domain::Column::VerifiedAt.is_not_null())
+        .filter(domain::Column::ProjectId.ne(project_id))
+        .count(db)
+        .await?;
+    Ok(held > 0)
+}
+
+/// Whether `project_id` verified a name `hostname` is under.
+async fn parent_verified_here(
+    db: &impl ConnectionTrait,
+    project_id: Uuid,
+    hostname: &str,
+) -> ApiResult<bool> {
+    let verified = domain::Entity::find()
+        .filter(domain::Column::Hostname.is_in(hostname_parents(hostname)))
+        .filter(domain::Column::VerifiedAt.is_not_null())
+        .filter(domain::Column::ProjectId.eq(project_id))
+        .count(db)
+        .await?;
+    Ok(verified > 0)
+}
+
+/// 409 for a hostname another project holds; it does not say which.
+fn hostname_taken() -> ApiError {
+    ApiError::conflict(
+        ErrorCode::HostnameTaken,
+        "this hostname, or a domain it is under, is verified by another project",
+    )
+}
+
+/// 409 for a unique violation: this project claims the hostname already, or another project
+/// verified it meanwhile.
+const HOSTNAME_CLAIMED: &str =
+    "this project already claims this hostname, or another project has verified it";
+
+/// 422 naming what DNS holds at the challenge's name instead of the expected value.
+fn challenge_missing(hostname: &str, found: &[String]) -> ApiError {
+    let name = challenge_name(hostname);
+    let found = if found.is_empty() {
+        "no TXT record".to_owned()
+    } else {
+        let shown: Vec<String> = found
+            .iter()
+            .take(5)
+            .map(|value| format!("`{}`", value.chars().take(100).collect::<String>()))
+            .collect();
+        format!("TXT records {}", shown.join(", "))
+    };
+    ApiError::new(
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::DomainUnverified,
+        format!(
+            "DNS has {found} at `{name}`, not this domain's challenge value; publish it \
+             (see the domain's `challenge`) and try again once DNS serves it"
+        ),
+    )
+}
+
 impl App {
     pub async fn domain_list(
         &self,
@@ -131,6 +264,8 @@ impl App {
         domain_find(&self.db, project_id, id).await
     }
 
+    /// Claims `hostname` for a service of the project: pending (or verified at once, under a
+    /// domain the project verified); 409 when another project verified it or a name above it.
     pub async fn domain_create(
         &self,
         ctx: &OpContext,
@@ -142,12 +277,20 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
         service_of_project(&write.txn, project_id, create.service_id).await?;
+        if hostname_held_elsewhere(&write.txn, project_id, &hostname).await? {
+            return Err(hostname_taken());
+        }
         let now = Utc::now();
+        let verified_at = parent_verified_here(&write.txn, project_id, &hostname)
+            .await?
+            .then_some(now);
         let created = domain::ActiveModel {
             id: Set(Uuid::now_v7()),
             project_id: Set(project_id),
             service_id: Set(create.service_id),
             hostname: Set(hostname),
+            verification_token: Set(Some(hex::encode(rand::random::<[u8; 16]>()))),
+            verified_at: Set(verified_at),
             revision: Set(1),
             created_at: Set(now),
             updated_at: Set(now),
@@ -156,13 +299,69 @@ impl App {
         .await
         .map_err(unique_violation_as(
             ErrorCode::HostnameTaken,
-            "this hostname is already bound",
+            HOSTNAME_CLAIMED,
         ))?;
         write
             .commit(domain_audit("domain.create", &created))
             .await?;
-        self.changes.routes.notify();
+        if created.verified_at.is_some() {
+            self.changes.routes.notify();
+        }
         Ok(created)
+    }
+
+    /// Verifies a pending domain: its challenge must be in DNS (422 `domain_unverified` when it
+    /// is not, 503 `dns_unavailable` when DNS does not answer), and no other project may have
+    /// verified the hostname or a name above it (409). A verified domain is answered as it is.
+    pub async fn domain_verify(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        id: Uuid,
+    ) -> ApiResult<domain::Model> {
+        self.project_authorize(
+            &ctx.principal,
+            project_id,
+            ProjectRole::Member,
+            Scope::Write,
+        )
+        .await?;
+        let pending = domain_find(&self.db, project_id, id).await?;
+        let Some(token) = pending.verification_token.clone() else {
+            return Ok(pending);
+        };
+        if pending.verified_at.is_some() {
+            return Ok(pending);
+        }
+        // DNS is asked outside the write transaction: a slow answer holds no lock.
+        let found = self
+            .challenges
+            .txt_values(&challenge_name(&pending.hostname))
+            .await?;
+        if !found.contains(&challenge_value(&token)) {
+            return Err(challenge_missing(&pending.hostname, &found));
+        }
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let current = domain_find(&write.txn, project_id, id).await?;
+        if current.verified_at.is_some() {
+            return Ok(current);
+        }
+        if hostname_held_elsewhere(&write.txn, project_id, &current.hostname).await? {
+            return Err(hostname_taken());
+        }
+        let mut active: domain::ActiveModel = current.into();
+        active.verified_at = Set(Some(Utc::now()));
+        let verified = write.save(active).await.map_err(unique_violation_as(
+            ErrorCode::HostnameTaken,
+            HOSTNAME_CLAIMED,
+        ))?;
+        write
+            .commit(domain_audit("domain.verify", &verified))
+            .await?;
+        self.changes.routes.notify();
+        Ok(verified)
     }
 
     pub async fn domain_update(
@@ -216,13 +415,26 @@ fn domain_audit(action: &'static str, domain: &domain::Model) -> AuditEntry {
         resource_type: "domain",
         resource_id: domain.id.to_string(),
         project_id: Some(domain.project_id),
-        details: serde_json::json!({ "hostname": domain.hostname, "service_id": domain.service_id }),
+        details: serde_json::json!({
+            "hostname": domain.hostname,
+            "service_id": domain.service_id,
+            "verified": domain.verified_at.is_some(),
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::hostname_validate;
+    use super::{hostname_parents, hostname_validate};
+
+    #[test]
+    fn a_hostname_s_parents_stop_at_two_labels() {
+        assert_eq!(
+            hostname_parents("a.b.example.com"),
+            ["b.example.com", "example.com"]
+        );
+        assert!(hostname_parents("example.com").is_empty());
+    }
 
     #[test]
     fn hostnames_are_normalised_and_checked() {

@@ -15,6 +15,7 @@ pub mod deploy_pipeline;
 pub mod deployment_events;
 pub mod deployment_watch;
 pub mod deployments;
+pub mod domain_verification;
 pub mod domains;
 pub mod edges;
 pub mod environments;
@@ -88,6 +89,8 @@ pub struct App {
     pub leases: Arc<leases::Leases>,
     /// The deployments this server's event streams follow.
     pub deployment_watch: Arc<deployment_watch::DeploymentWatch>,
+    /// Asks DNS for domains' verification records.
+    pub challenges: Arc<domain_verification::ChallengeResolver>,
 }
 
 /// A strong entity tag for a resource at `revision`.

@@ -505,10 +505,11 @@ fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     encoder.finish()
 }
 
-/// The routes as the database says now: every domain, with the `running` and `healthy`
+/// The routes as the database says now: every verified domain, with the `running` and `healthy`
 /// instances of its service (sorted by domain, then instance key).
 async fn routes_build(db: &impl ConnectionTrait) -> ApiResult<Vec<Route>> {
     let domains = domain::Entity::find()
+        .filter(domain::Column::VerifiedAt.is_not_null())
         .order_by_asc(domain::Column::Hostname)
         .all(db)
         .await?;

@@ -1,5 +1,6 @@
 //! A complete local platform in one process, for `bulkhead dev` and the end-to-end tests:
-//! the GCP and AWS simulators, a host agent, and the settings that point the bundled `gcp`,
+//! the GCP and AWS simulators, a host agent, a DNS server for domain verification (the control
+//! plane's `dns_resolver`), and the settings that point the bundled `gcp`,
 //! `aws` and `metal` providers at them (endpoints, credentials, allowlists).
 //!
 //! As root, the agent runs each workload as a user of its own, as on the fleet. On a
@@ -15,6 +16,7 @@ use std::path::Path;
 
 use bulkhead_agent::{AgentSettings, Isolation, RunningAgent};
 use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
+use bulkhead_simulators::dns::DnsSimulator;
 use bulkhead_simulators::gcp::{GcpSimulator, service_account_generate};
 use rand::Rng;
 use rand::distr::Alphanumeric;
@@ -35,6 +37,9 @@ pub struct DevPlatform {
     pub gcp: GcpSimulator,
     pub aws: AwsSimulator,
     pub agent: RunningAgent,
+    /// Answers domains' verification records: point `Settings::dns_resolver` at its
+    /// `dns_addr`, publish with `txt_set` (or its HTTP API).
+    pub dns: DnsSimulator,
     gcp_client_email: String,
     gcp_private_key: String,
     aws_credentials: (String, String),
@@ -83,10 +88,12 @@ impl DevPlatform {
         // Several local platforms may run on one machine (the tests do): each agent takes
         // uids that no other holds.
         let agent = bulkhead_agent::start_in_free_uids(agent_settings).await?;
+        let dns = DnsSimulator::start().await?;
         Ok(Self {
             gcp,
             aws,
             agent,
+            dns,
             gcp_client_email,
             gcp_private_key,
             aws_credentials,
@@ -176,6 +183,7 @@ impl DevPlatform {
         self.agent.shutdown_and_stop_workloads().await;
         let _ = self.gcp.server.shutdown().await;
         let _ = self.aws.server.shutdown().await;
+        let _ = self.dns.shutdown().await;
     }
 }
 

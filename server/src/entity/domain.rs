@@ -9,8 +9,13 @@ pub struct Model {
     pub id: Uuid,
     pub project_id: Uuid,
     pub service_id: Uuid,
-    #[sea_orm(unique)]
+    /// Unique per project, and among verified domains.
     pub hostname: String,
+    /// What the project publishes to prove it controls the hostname (none for domains made
+    /// before verification existed).
+    pub verification_token: Option<String>,
+    /// When the project proved it; only verified domains route.
+    pub verified_at: Option<DateTimeUtc>,
     pub revision: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

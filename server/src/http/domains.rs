@@ -13,12 +13,13 @@ use crate::app::App;
 use crate::app::domains::{DomainCreate, DomainUpdate, DomainView};
 use crate::app::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::{ApiResult, Problem};
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(domain_list, domain_create))
         .routes(routes!(domain_view, domain_update, domain_delete))
+        .routes(routes!(domain_verify))
 }
 
 /// List a project's domains.
@@ -98,4 +99,24 @@ async fn domain_delete(
     app.domain_delete(&ctx, project_id, id, if_match.as_deref())
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Verify a domain: Bulkhead looks its `challenge` up in DNS (members and above). A verified
+/// domain routes; one verified already is answered as it is.
+#[utoipa::path(post, path = "/v1/projects/{project_id}/domains/{domain_id}/verify", tag = "domains",
+    params(("project_id" = Uuid, Path, description = "Project id"), ("domain_id" = Uuid, Path, description = "Domain id")),
+    responses(
+        (status = 200, body = DomainView, headers(("ETag" = String))),
+        (status = 409, description = "Another project verified the hostname, or a domain it is under (`hostname_taken`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "DNS does not hold the challenge (`domain_unverified`; the detail says what it holds)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "DNS did not answer (`dns_unavailable`), or the database is unreachable from this replica (`not_ready`); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
+async fn domain_verify(
+    State(app): State<App>,
+    ctx: OpContext,
+    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+) -> ApiResult<Response> {
+    let domain = app.domain_verify(&ctx, project_id, id).await?;
+    Ok(tagged(domain.revision, DomainView::from(domain)))
 }

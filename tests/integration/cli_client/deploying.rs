@@ -95,13 +95,7 @@ async fn a_user_deploys_from_scratch_with_the_cli(s: TestServer) {
 
     // Routes and edges, as an administrator.
     let service_id = service["id"].as_str().unwrap();
-    s.post(
-        &format!("/v1/projects/{project}/domains"),
-        ADMIN_TOKEN,
-        json!({ "hostname": "shop.example.com", "service_id": service_id }),
-    )
-    .await
-    .assert_status(201);
+    crate::support::domain_bind(&s, ADMIN_TOKEN, &project, service_id, "shop.example.com").await;
     let admin = Cli::with_token(&s.base, ADMIN_TOKEN);
     eventually("the route is in the table", async || {
         let table = admin.run("routes table").await;
