@@ -733,13 +733,9 @@ async fn a_deploy_token_deploys_and_does_nothing_else(s: TestServer) {
     .await
     .assert_problem(404, "not_found");
     // A viewer may read deployments but not deploy.
-    s.user_create("viewer-deployer@example.com").await;
+    let viewer = s.user_with_session("viewer-deployer@example.com").await;
     s.member_add(&f.project, "viewer-deployer@example.com", "viewer")
         .await;
-    let viewer = s.login("viewer-deployer@example.com").await["access_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     s.get(&format!("{}/deployments", f.service), &viewer)
         .await
         .assert_status(200);

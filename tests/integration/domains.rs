@@ -153,13 +153,9 @@ async fn domains_are_validated_and_a_project_claims_a_name_once(s: TestServer) {
     .await
     .assert_problem(404, "not_found");
     // A viewer of the project reads the domain but cannot verify it.
-    s.user_create("dom-viewer@example.com").await;
+    let viewer = s.user_with_session("dom-viewer@example.com").await;
     s.member_add(&alice.project, "dom-viewer@example.com", "viewer")
         .await;
-    let viewer = s.login("dom-viewer@example.com").await["access_token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     s.get(&path, &viewer).await.assert_status(200);
     s.call(Method::POST, &format!("{path}/verify"), Some(&viewer), None)
         .await
