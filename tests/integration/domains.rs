@@ -191,10 +191,15 @@ async fn a_domain_routes_only_once_its_project_proves_control(s: TestServer) {
     );
     // Another value at the name (the squatter's own) proves nothing for alice's claim.
     publish(&squatted);
-    alice
-        .verify(&s, &claimed)
-        .await
-        .assert_problem(422, "domain_unverified");
+    let other_value = alice.verify(&s, &claimed).await;
+    other_value.assert_problem(422, "domain_unverified");
+    assert!(
+        other_value
+            .text
+            .contains(squatted["challenge"]["value"].as_str().unwrap()),
+        "the detail names what DNS holds: {}",
+        other_value.text
+    );
 
     publish(&claimed);
     let verified = alice.verify(&s, &claimed).await;

@@ -220,22 +220,24 @@ const HOSTNAME_CLAIMED: &str =
 /// 422 naming what DNS holds at the challenge's name instead of the expected value.
 fn challenge_missing(hostname: &str, found: &[String]) -> ApiError {
     let name = challenge_name(hostname);
-    let found = if found.is_empty() {
-        "no TXT record".to_owned()
+    let holds = if found.is_empty() {
+        format!("DNS has no TXT record at `{name}`")
     } else {
         let shown: Vec<String> = found
             .iter()
             .take(5)
             .map(|value| format!("`{}`", value.chars().take(100).collect::<String>()))
             .collect();
-        format!("TXT records {}", shown.join(", "))
+        format!(
+            "DNS has the TXT records {} at `{name}`, none of them this domain's challenge",
+            shown.join(", ")
+        )
     };
     ApiError::new(
         axum::http::StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::DomainUnverified,
         format!(
-            "DNS has {found} at `{name}`, not this domain's challenge value; publish it \
-             (see the domain's `challenge`) and try again once DNS serves it"
+            "{holds}: publish the domain's `challenge` there, and try again once DNS serves it"
         ),
     )
 }
