@@ -25,6 +25,7 @@ mod m20261130_000014_routing;
 mod m20261201_000015_replicas_and_leases;
 mod m20261202_000016_token_sessions;
 mod m20261202_000017_domain_verification;
+mod m20261202_000018_sign_in_addresses;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000015_replicas_and_leases::Migration),
             Box::new(m20261202_000016_token_sessions::Migration),
             Box::new(m20261202_000017_domain_verification::Migration),
+            Box::new(m20261202_000018_sign_in_addresses::Migration),
         ]
     }
 }

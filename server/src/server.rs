@@ -123,6 +123,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         health_streaks: Arc::default(),
         routing: Arc::default(),
         deployment_watch: Arc::default(),
+        known_addresses: Arc::default(),
         challenges: Arc::new(ChallengeResolver::new(settings.dns_resolver)?),
         settings: Arc::new(settings),
     };

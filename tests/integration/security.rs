@@ -568,4 +568,38 @@ async fn logins_are_limited_per_address_and_per_account() {
     // Other accounts from other addresses are unaffected.
     s.user_create("bystander@example.com").await;
     s.login("bystander@example.com").await;
+
+    // A server restarted in the middle of a flood (as after an outage) still knows the
+    // owner's usual address: the database holds it, not the process.
+    let s = s
+        .restart_with(|settings| {
+            settings.login_limits.per_ip_per_minute = 4;
+            settings.login_limits.per_account_per_minute = 3;
+        })
+        .await;
+    for n in 0..3 {
+        let from: IpAddr = format!("127.0.2.{}", n + 1).parse().unwrap();
+        login_from(&s, from, "target@example.com")
+            .await
+            .assert_problem(401, "unauthenticated");
+    }
+    login_right_from(&s, "127.0.2.9".parse().unwrap(), "target@example.com")
+        .await
+        .assert_problem(429, "too_many_attempts");
+    login_right_from(&s, usual, "target@example.com")
+        .await
+        .assert_status(200);
+    // The database names no address in clear.
+    use sea_orm::EntityTrait;
+    let stored = bulkhead::entity::sign_in_address::Entity::find()
+        .all(&s.app().db)
+        .await
+        .unwrap();
+    assert!(stored.len() >= 2, "{stored:?}");
+    assert!(
+        stored
+            .iter()
+            .all(|row| row.address_hash.len() == 64 && !row.address_hash.contains("127.")),
+        "{stored:?}"
+    );
 }

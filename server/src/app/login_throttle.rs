@@ -9,10 +9,12 @@
 //! - per account, counting only addresses the account has not signed in from lately: many
 //!   addresses guessing one account. An address the account signed in from in the last
 //!   [`KNOWN_ADDRESS_TTL`] (its owner's) is not counted here, so a flood from rotating addresses
-//!   cannot keep the owner out; it can still delay a first sign-in from a new address.
+//!   cannot keep the owner out; it can still delay a first sign-in from a new address. Which
+//!   addresses those are is in the database ([`super::sign_in_addresses`]): every replica,
+//!   and a restarted one, knows them.
 //!
 //! Checks of the current password through a session (a password change) have an account limit
-//! of their own. Limits are per server process (GCRA from `governor`); a client over a limit is
+//! of their own. The limits' counters are per server process (GCRA from `governor`); a client over a limit is
 //! told when to come back (429 with `Retry-After`). A hash that cannot start within
 //! [`HASH_WAIT`] is refused with 503 rather than queued without bound.
 
@@ -32,7 +34,6 @@ use crate::error::{ApiError, ApiResult, ErrorCode};
 pub const HASH_WAIT: Duration = Duration::from_secs(5);
 /// How long an address an account signed in from stays exempt from the account-wide limit.
 pub const KNOWN_ADDRESS_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-const KNOWN_ADDRESSES: u64 = 100_000;
 
 /// Login rate limits and the hashing cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +67,6 @@ pub struct LoginThrottle {
     per_account: DefaultKeyedRateLimiter<String>,
     /// Checks of the current password through a session.
     per_account_in_session: DefaultKeyedRateLimiter<String>,
-    /// (email, address) of recent successful sign-ins.
-    known: moka::sync::Cache<(String, IpAddr), ()>,
     hashes: Arc<Semaphore>,
     clock: DefaultClock,
 }
@@ -83,38 +82,30 @@ impl LoginThrottle {
             per_account_and_address: RateLimiter::keyed(per_minute(limits.per_account_per_minute)),
             per_account: RateLimiter::keyed(per_minute(limits.per_account_per_minute)),
             per_account_in_session: RateLimiter::keyed(per_minute(limits.per_account_per_minute)),
-            known: moka::sync::Cache::builder()
-                .max_capacity(KNOWN_ADDRESSES)
-                .time_to_live(KNOWN_ADDRESS_TTL)
-                .build(),
             hashes: Arc::new(Semaphore::new(limits.concurrent_hashes.max(1))),
             clock: DefaultClock::default(),
         }
     }
 
-    /// Counts a login attempt from `client` for `email`; refused with 429 and `Retry-After`
-    /// when one of its limits is over (see the module documentation).
-    pub fn attempt(&self, client: IpAddr, email: &str) -> ApiResult<()> {
-        let from = (email.to_owned(), client);
-        let refused = self
-            .per_ip
-            .check_key(&client)
-            .err()
-            .or_else(|| self.per_account_and_address.check_key(&from).err())
-            .or_else(|| {
-                if self.known.contains_key(&from) {
-                    None
-                } else {
-                    self.per_account.check_key(&from.0).err()
-                }
-            });
+    /// Counts a login attempt from `client` for `email` against the limits of the address and
+    /// of the account from that address; refused with 429 and `Retry-After` when one is over.
+    pub fn attempt_from(&self, client: IpAddr, email: &str) -> ApiResult<()> {
+        let refused = self.per_ip.check_key(&client).err().or_else(|| {
+            self.per_account_and_address
+                .check_key(&(email.to_owned(), client))
+                .err()
+        });
         self.refused(refused)
     }
 
-    /// Records that `email` signed in from `client`: its later attempts from there are not
-    /// counted against the account-wide limit.
-    pub fn signed_in(&self, client: IpAddr, email: &str) {
-        self.known.insert((email.to_owned(), client), ());
+    /// Counts the attempt against the account-wide limit, unless it comes from an address the
+    /// account signed in from lately (`known`).
+    pub fn attempt_account_wide(&self, email: &str, known: bool) -> ApiResult<()> {
+        if known {
+            return Ok(());
+        }
+        let refused = self.per_account.check_key(&email.to_owned()).err();
+        self.refused(refused)
     }
 
     /// Counts a password check for `email` that is not a login (the current password of a

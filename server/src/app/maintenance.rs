@@ -1,4 +1,4 @@
-//! Housekeeping: expired idempotency records and invitations are purged, the login limiter
+//! Housekeeping: expired idempotency records, invitations and sign-in addresses are purged, the login limiter
 //! forgets clients that stopped trying, and plaintext secrets of earlier versions are sealed.
 //! The purges run on the replica that leads [`Work::Maintenance`] (each is idempotent, so a
 //! second one at a handover is harmless); the trim is of this replica's memory.
@@ -41,8 +41,18 @@ impl App {
             tracing::warn!(error = %err, "replica purge failed");
             0
         });
-        if idempotency + invitations + replicas > 0 {
-            tracing::info!(idempotency, invitations, replicas, "purged expired records");
+        let addresses = self.sign_in_addresses_purge().await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "sign-in address purge failed");
+            0
+        });
+        if idempotency + invitations + replicas + addresses > 0 {
+            tracing::info!(
+                idempotency,
+                invitations,
+                replicas,
+                addresses,
+                "purged expired records"
+            );
         }
         (idempotency, invitations)
     }

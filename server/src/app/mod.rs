@@ -46,6 +46,7 @@ pub mod routing;
 pub mod routing_keys;
 pub mod services;
 pub mod sessions;
+pub mod sign_in_addresses;
 pub mod terms;
 pub mod tokens;
 pub mod users;
@@ -89,6 +90,8 @@ pub struct App {
     pub leases: Arc<leases::Leases>,
     /// The deployments this server's event streams follow.
     pub deployment_watch: Arc<deployment_watch::DeploymentWatch>,
+    /// Each account's usual sign-in addresses, as this replica last read them.
+    pub known_addresses: Arc<sign_in_addresses::KnownAddresses>,
     /// Asks DNS for domains' verification records.
     pub challenges: Arc<domain_verification::ChallengeResolver>,
 }

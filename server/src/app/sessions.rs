@@ -71,11 +71,16 @@ impl App {
         request_id: &str,
     ) -> ApiResult<SessionTokens> {
         let email = request.email.trim().to_lowercase();
-        self.login.attempt(client, &email)?;
+        self.login.attempt_from(client, &email)?;
         let found = user::Entity::find()
             .filter(user::Column::Email.eq(&email))
             .one(&self.db)
             .await?;
+        // An unknown email is looked up like a known one, so timing does not tell them apart.
+        let known = self
+            .sign_in_address_known(found.as_ref().map_or(Uuid::nil(), |u| u.id), client)
+            .await?;
+        self.login.attempt_account_wide(&email, known)?;
         let password = request.password;
         let hash = found.as_ref().and_then(|u| u.password_hash.clone());
         // Verify against a dummy hash when there is no user, so timing does not tell which emails exist.
@@ -97,6 +102,7 @@ impl App {
         let mut active: user::ActiveModel = user.clone().into();
         active.last_login_at = Set(Some(Utc::now()));
         active.update(&txn).await?;
+        Self::sign_in_address_record(&txn, user.id, client).await?;
         let family = Uuid::now_v7();
         let tokens = self.session_tokens_issue(&txn, &user, family).await?;
         let ctx = OpContext {
@@ -120,7 +126,7 @@ impl App {
         )
         .await?;
         txn.commit().await?;
-        self.login.signed_in(client, &email);
+        self.sign_in_addresses_changed(user.id);
         Ok(tokens)
     }
 

@@ -25,6 +25,7 @@ pub mod refresh_token;
 pub mod routing_key;
 pub mod routing_revision;
 pub mod service;
+pub mod sign_in_address;
 pub mod signing_key;
 pub mod terms_acceptance;
 pub mod terms_version;
