@@ -18,6 +18,7 @@
 pub mod bundled;
 mod cache;
 pub mod contract;
+mod names;
 mod outbound;
 pub mod provider_cache;
 pub mod registry;
@@ -185,6 +186,8 @@ pub struct PluginHost {
     /// provider, new limits) does not compile or deserialize it again.
     compiled: std::sync::Mutex<std::collections::HashMap<String, Component>>,
     ticker_stop: Arc<AtomicBool>,
+    /// Looks up the names plugins' requests go to.
+    names: names::NameResolver,
 }
 
 impl Drop for PluginHost {
@@ -288,6 +291,7 @@ impl PluginHost {
             cache,
             compiled: Default::default(),
             ticker_stop,
+            names: names::NameResolver::system(),
         })
     }
 
@@ -457,7 +461,7 @@ impl PluginHost {
         let _capacity = self.capacity.acquire().await.map_err(closed)?;
         let mut store = Store::new(
             &self.engine,
-            PluginState::new(env, &plugin.limits, deadline),
+            PluginState::new(env, &plugin.limits, deadline, self.names.clone()),
         );
         store.limiter(|state| state.limiter());
         // At every epoch tick a running plugin yields to the executor, so that a busy plugin

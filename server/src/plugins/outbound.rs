@@ -23,6 +23,7 @@
 //!   been dropped, sockets closed. A plugin cannot leave a request, a socket, a buffer or a
 //!   task behind it. The host spawns no task of its own for a request: wasmtime runs it, and
 //!   then its connection, as tasks owned by the call's resources.
+//! - **Name lookups** are asynchronous ([`super::names`]): dropped with their request.
 //! - **Timeouts**, the plugin's `wasi:http` request options or else the defaults
 //!   ([`CONNECT_TIMEOUT`], [`FIRST_BYTE_TIMEOUT`], [`BETWEEN_BYTES_TIMEOUT`]), none longer
 //!   than the call's deadline: connecting (name lookup, TCP and the TLS handshake together),
@@ -48,6 +49,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::names::NameResolver;
 
 /// Requests one plugin call may have in flight at once; more are refused.
 pub const REQUESTS_IN_FLIGHT_PER_CALL: usize = 16;
@@ -303,6 +306,8 @@ struct OutboundRules {
     response_bytes: u64,
     /// How its TLS servers are verified (`super::tls_pins`).
     tls: Arc<rustls::ClientConfig>,
+    /// Looks its names up.
+    names: NameResolver,
 }
 
 /// The `wasi:http` hooks of one plugin call, owned by the call's store: dropping it (the call
@@ -352,6 +357,7 @@ impl OutboundPolicy {
         response_bytes: u64,
         tls: Arc<rustls::ClientConfig>,
         deadline: Duration,
+        names: NameResolver,
     ) -> Self {
         Self {
             rules: Arc::new(OutboundRules {
@@ -359,6 +365,7 @@ impl OutboundPolicy {
                 allowlist,
                 response_bytes,
                 tls,
+                names,
             }),
             deadline,
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CALL)),
@@ -425,14 +432,16 @@ impl OutboundRules {
     }
 
     /// Resolves an allowed name and picks the first address it may reach.
-    async fn resolve(allowlist: &Allowlist, host: &str, port: u16) -> Result<SocketAddr, String> {
+    async fn resolve(
+        names: &NameResolver,
+        allowlist: &Allowlist,
+        host: &str,
+        port: u16,
+    ) -> Result<SocketAddr, String> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let candidates: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => tokio::net::lookup_host((bare, port))
-                .await
-                .map_err(|err| format!("name lookup failed: {err}"))?
-                .collect(),
+            Err(_) => names.lookup(bare, port).await?,
         };
         let mut refused = None;
         for candidate in candidates {
@@ -474,7 +483,7 @@ impl OutboundRules {
         timeouts: Timeouts,
     ) -> Result<(http::Response<WasiBody>, Option<Connection>), HttpError> {
         let connecting = async {
-            let address = Self::resolve(&self.allowlist, &named.host, named.port)
+            let address = Self::resolve(&self.names, &self.allowlist, &named.host, named.port)
                 .await
                 .map_err(|why| self.refuse(shown, &why))?;
             cleartext_check(address, named.tls).map_err(|why| self.refuse(shown, why))?;
@@ -797,7 +806,8 @@ mod tests {
     #[tokio::test]
     async fn names_are_resolved_and_their_addresses_checked() {
         let named = Allowlist::parse(&["localhost:9000"]).unwrap();
-        let refused = OutboundRules::resolve(&named, "localhost", 9000).await;
+        let refused =
+            OutboundRules::resolve(&NameResolver::system(), &named, "localhost", 9000).await;
         assert!(
             refused
                 .as_ref()
@@ -805,9 +815,16 @@ mod tests {
             "{refused:?}"
         );
         let both = Allowlist::parse(&["localhost:9000", "127.0.0.1:9000"]).unwrap();
-        let address = OutboundRules::resolve(&both, "localhost", 9000).await;
+        let address =
+            OutboundRules::resolve(&NameResolver::system(), &both, "localhost", 9000).await;
         assert_eq!(address, Ok("127.0.0.1:9000".parse().unwrap()));
-        let literal = OutboundRules::resolve(&Allowlist::default(), "169.254.169.254", 80).await;
+        let literal = OutboundRules::resolve(
+            &NameResolver::system(),
+            &Allowlist::default(),
+            "169.254.169.254",
+            80,
+        )
+        .await;
         assert!(literal.is_err_and(|why| why.contains("link-local")));
     }
 
@@ -844,6 +861,7 @@ mod tests {
             allowlist: Arc::new(allowlist),
             response_bytes: 1024,
             tls: super::super::tls_pins::client_config(&BTreeMap::new()),
+            names: NameResolver::system(),
         }
     }
 
@@ -890,7 +908,8 @@ mod tests {
             ("169.254.169.254", 80),
         ] {
             assert!(configured.allows(host, port), "{host}:{port}");
-            let refused = OutboundRules::resolve(&configured, host, port).await;
+            let refused =
+                OutboundRules::resolve(&NameResolver::system(), &configured, host, port).await;
             assert!(
                 refused
                     .as_ref()
@@ -907,11 +926,11 @@ mod tests {
             1
         );
         assert_eq!(
-            OutboundRules::resolve(&listed, "127.0.0.1", 9000).await,
+            OutboundRules::resolve(&NameResolver::system(), &listed, "127.0.0.1", 9000).await,
             Ok("127.0.0.1:9000".parse().unwrap())
         );
         assert!(
-            OutboundRules::resolve(&listed, "169.254.169.254", 80)
+            OutboundRules::resolve(&NameResolver::system(), &listed, "169.254.169.254", 80)
                 .await
                 .is_err()
         );
@@ -953,6 +972,7 @@ mod tests {
             1024,
             super::super::tls_pins::client_config(&BTreeMap::new()),
             Duration::from_secs(1),
+            NameResolver::system(),
         )
     }
 

@@ -37,6 +37,7 @@ impl PluginState {
         env: &Arc<PluginEnv>,
         limits: &super::PluginLimits,
         deadline: std::time::Duration,
+        names: super::names::NameResolver,
     ) -> Self {
         // No environment, arguments, preopened directories or stdin; stdout and stderr go
         // nowhere; sockets and name lookups are refused by the builder's defaults.
@@ -48,6 +49,7 @@ impl PluginState {
                 limits.http_response_bytes,
                 super::tls_pins::client_config(&env.config),
                 deadline,
+                names,
             ),
             env: env.clone(),
             wasi,
