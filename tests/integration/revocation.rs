@@ -21,6 +21,7 @@ db_tests!(
     logout_refuses_the_session_s_access_tokens_at_once,
     a_reused_refresh_token_revokes_what_the_session_minted,
     a_token_minted_while_its_parent_is_revoked_dies_with_it,
+    a_token_minted_while_its_session_is_caught_dies_with_it,
 );
 
 /// How long a revocation may take to end a stream.
@@ -455,6 +456,50 @@ async fn a_token_minted_while_its_parent_is_revoked_dies_with_it(s: TestServer) 
             assert_eq!(
                 reply.status, 401,
                 "round {round}: a token minted as its parent was revoked outlived it"
+            );
+        }
+    }
+}
+
+/// The same race for a session: tokens minted by a session at the moment its refresh token's
+/// reuse is detected are revoked with it, or not made.
+async fn a_token_minted_while_its_session_is_caught_dies_with_it(s: TestServer) {
+    let s = &s;
+    s.user_create("raced@example.com").await;
+    for round in 0..10 {
+        let session = s.login("raced@example.com").await;
+        let access = session["access_token"].as_str().unwrap();
+        // Refreshed once: presenting the first refresh token again is a reuse.
+        refresh(s, &session["refresh_token"])
+            .await
+            .assert_status(200);
+        let minting = (0..4).map(|n| async move {
+            let made = s
+                .post(
+                    "/v1/tokens",
+                    access,
+                    json!({ "name": format!("raced-{round}-{n}"), "scopes": ["read"] }),
+                )
+                .await;
+            match made.status {
+                201 => Some(made.body["secret"].as_str().unwrap().to_owned()),
+                _ => {
+                    made.assert_problem(401, "unauthenticated");
+                    None
+                }
+            }
+        });
+        let reusing = async {
+            refresh(s, &session["refresh_token"])
+                .await
+                .assert_problem(401, "unauthenticated");
+        };
+        let (children, ()) = tokio::join!(futures::future::join_all(minting), reusing);
+        for child in children.into_iter().flatten() {
+            let reply = s.get("/v1/me", &child).await;
+            assert_eq!(
+                reply.status, 401,
+                "round {round}: a token minted as its session was caught outlived it"
             );
         }
     }

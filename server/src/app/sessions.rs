@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use chrono::{Duration as ChronoDuration, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -420,22 +421,27 @@ async fn session_open(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<b
     Ok(revoked.is_none())
 }
 
-/// [`session_open`], inside a write transaction, keeping the session's rows locked until it
-/// ends: a revocation of the session at the same moment waits for it, or is waited for.
+/// [`session_open`], inside a write transaction, keeping one of the session's rows locked
+/// until it ends: a revocation of the session at the same moment waits for it, or is waited
+/// for. One row is enough, and costs the same however long the session has been refreshed: a
+/// revocation updates every row of the session at once (logout, reuse, a password change),
+/// so it meets the lock, and that row's state is the session's.
 pub(super) async fn session_open_lock(
     db: &impl ConnectionTrait,
     family_id: Uuid,
 ) -> ApiResult<bool> {
-    let rows: Vec<(Uuid, Option<chrono::DateTime<Utc>>)> = refresh_token::Entity::find()
+    let first: Option<(Uuid, Option<chrono::DateTime<Utc>>)> = refresh_token::Entity::find()
         .select_only()
         .column(refresh_token::Column::Id)
         .column(refresh_token::Column::RevokedAt)
         .filter(refresh_token::Column::FamilyId.eq(family_id))
+        .order_by_asc(refresh_token::Column::Id)
+        .limit(1)
         .lock_exclusive()
         .into_tuple()
-        .all(db)
+        .one(db)
         .await?;
-    Ok(!rows.is_empty() && rows.iter().all(|(_, revoked_at)| revoked_at.is_none()))
+    Ok(first.is_some_and(|(_, revoked_at)| revoked_at.is_none()))
 }
 
 /// Revokes a session caught reusing a refresh token (a stolen session), with every API token
