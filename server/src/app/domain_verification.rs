@@ -53,8 +53,18 @@ impl ChallengeResolver {
                     TokioRuntimeProvider::default(),
                 )
             }
-            None => TokioResolver::builder_tokio()
-                .map_err(|err| anyhow::anyhow!("reading the system's DNS configuration: {err}"))?,
+            // Without a system configuration the server still starts: verifications then
+            // answer 503 `dns_unavailable`, and the warning says why.
+            None => TokioResolver::builder_tokio().unwrap_or_else(|err| {
+                tracing::warn!(
+                    error = %err,
+                    "no DNS configuration: domains cannot be verified until --dns-resolver is set"
+                );
+                TokioResolver::builder_with_config(
+                    ResolverConfig::default(),
+                    TokioRuntimeProvider::default(),
+                )
+            }),
         };
         let options = builder.options_mut();
         // A record just published must be seen on the next try.
