@@ -19,5 +19,6 @@ pub mod entity;
 pub mod error;
 pub mod http;
 pub mod plugins;
+pub mod resolver;
 pub mod secrets;
 pub mod server;

@@ -160,6 +160,26 @@ async fn domains_are_validated_and_a_project_claims_a_name_once(s: TestServer) {
     s.call(Method::POST, &format!("{path}/verify"), Some(&viewer), None)
         .await
         .assert_problem(403, "forbidden");
+    // The owner's token limited to reading cannot verify either.
+    let read_only = s
+        .post(
+            "/v1/tokens",
+            &alice.token,
+            json!({ "name": "reader", "scopes": ["read"] }),
+        )
+        .await;
+    let read_only = read_only.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.call(
+        Method::POST,
+        &format!("{path}/verify"),
+        Some(&read_only),
+        None,
+    )
+    .await
+    .assert_problem(403, "insufficient_scope");
     s.delete(&path, &alice.token).await.assert_status(204);
 }
 

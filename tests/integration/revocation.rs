@@ -423,41 +423,57 @@ async fn a_reused_refresh_token_revokes_what_the_session_minted(s: TestServer) {
         .assert_status(200);
 }
 
+/// Mints four `read` tokens with `credential` while `revocation` runs: each mint fails with
+/// 401, or makes a token that is refused once the revocation is done.
+async fn mints_during_die_with_it(
+    s: &TestServer,
+    credential: &str,
+    revocation: impl std::future::Future<Output = ()>,
+    what: &str,
+) {
+    let minting = (0..4).map(|n| async move {
+        let made = s
+            .post(
+                "/v1/tokens",
+                credential,
+                json!({ "name": format!("child-{n}-{}", uuid::Uuid::new_v4().simple()), "scopes": ["read"] }),
+            )
+            .await;
+        match made.status {
+            201 => Some(made.body["secret"].as_str().unwrap().to_owned()),
+            _ => {
+                made.assert_problem(401, "unauthenticated");
+                None
+            }
+        }
+    });
+    let (children, ()) = tokio::join!(futures::future::join_all(minting), revocation);
+    for child in children.into_iter().flatten() {
+        let reply = s.get("/v1/me", &child).await;
+        assert_eq!(
+            reply.status, 401,
+            "{what}: a token minted meanwhile outlived it"
+        );
+    }
+}
+
 async fn a_token_minted_while_its_parent_is_revoked_dies_with_it(s: TestServer) {
     let s = &s;
     for round in 0..15 {
         let (parent_id, parent) =
             token_made(s, ADMIN_TOKEN, &format!("parent-{round}"), &["admin"]).await;
-        let parent = &parent;
-        let minting = (0..4).map(|n| async move {
-            let made = s
-                .post(
-                    "/v1/tokens",
-                    parent,
-                    json!({ "name": format!("child-{n}"), "scopes": ["read"] }),
-                )
-                .await;
-            match made.status {
-                201 => Some(made.body["secret"].as_str().unwrap().to_owned()),
-                _ => {
-                    made.assert_problem(401, "unauthenticated");
-                    None
-                }
-            }
-        });
         let revoking = async {
             s.delete(&format!("/v1/tokens/{parent_id}"), ADMIN_TOKEN)
                 .await
                 .assert_status(204);
         };
-        let (children, ()) = tokio::join!(futures::future::join_all(minting), revoking);
-        for child in children.into_iter().flatten() {
-            let reply = s.get("/v1/me", &child).await;
-            assert_eq!(
-                reply.status, 401,
-                "round {round}: a token minted as its parent was revoked outlived it"
-            );
-        }
+        mints_during_die_with_it(
+            s,
+            &parent,
+            revoking,
+            &format!("round {round}: the parent was revoked"),
+        )
+        .await;
     }
 }
 
@@ -468,39 +484,21 @@ async fn a_token_minted_while_its_session_is_caught_dies_with_it(s: TestServer) 
     s.user_create("raced@example.com").await;
     for round in 0..10 {
         let session = s.login("raced@example.com").await;
-        let access = session["access_token"].as_str().unwrap();
         // Refreshed once: presenting the first refresh token again is a reuse.
         refresh(s, &session["refresh_token"])
             .await
             .assert_status(200);
-        let minting = (0..4).map(|n| async move {
-            let made = s
-                .post(
-                    "/v1/tokens",
-                    access,
-                    json!({ "name": format!("raced-{round}-{n}"), "scopes": ["read"] }),
-                )
-                .await;
-            match made.status {
-                201 => Some(made.body["secret"].as_str().unwrap().to_owned()),
-                _ => {
-                    made.assert_problem(401, "unauthenticated");
-                    None
-                }
-            }
-        });
         let reusing = async {
             refresh(s, &session["refresh_token"])
                 .await
                 .assert_problem(401, "unauthenticated");
         };
-        let (children, ()) = tokio::join!(futures::future::join_all(minting), reusing);
-        for child in children.into_iter().flatten() {
-            let reply = s.get("/v1/me", &child).await;
-            assert_eq!(
-                reply.status, 401,
-                "round {round}: a token minted as its session was caught outlived it"
-            );
-        }
+        mints_during_die_with_it(
+            s,
+            session["access_token"].as_str().unwrap(),
+            reusing,
+            &format!("round {round}: the session was caught"),
+        )
+        .await;
     }
 }

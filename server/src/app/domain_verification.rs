@@ -53,18 +53,10 @@ impl ChallengeResolver {
                     TokioRuntimeProvider::default(),
                 )
             }
-            // Without a system configuration the server still starts: verifications then
-            // answer 503 `dns_unavailable`, and the warning says why.
-            None => TokioResolver::builder_tokio().unwrap_or_else(|err| {
-                tracing::warn!(
-                    error = %err,
-                    "no DNS configuration: domains cannot be verified until --dns-resolver is set"
-                );
-                TokioResolver::builder_with_config(
-                    ResolverConfig::default(),
-                    TokioRuntimeProvider::default(),
-                )
-            }),
+            // Without a system configuration verifications answer 503 `dns_unavailable`.
+            None => crate::resolver::system_or_empty(
+                "domains cannot be verified until --dns-resolver is set",
+            ),
         };
         let options = builder.options_mut();
         // A record just published must be seen on the next try.

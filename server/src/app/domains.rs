@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Set,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -172,36 +172,38 @@ fn hostname_parents(hostname: &str) -> Vec<&str> {
     parents
 }
 
-/// Whether a project other than `project_id` verified `hostname` or a name it is under.
-async fn hostname_held_elsewhere(
-    db: &impl ConnectionTrait,
-    project_id: Uuid,
-    hostname: &str,
-) -> ApiResult<bool> {
-    let mut names = hostname_parents(hostname);
-    names.push(hostname);
-    let held = domain::Entity::find()
-        .filter(domain::Column::Hostname.is_in(names))
-        .filter(domain::Column::VerifiedAt.is_not_null())
-        .filter(domain::Column::ProjectId.ne(project_id))
-        .count(db)
-        .await?;
-    Ok(held > 0)
+/// Who verified `hostname` or a name it is under, as seen by `project_id`.
+struct Verified {
+    /// Another project holds the name or one above it.
+    elsewhere: bool,
+    /// `project_id` verified a name above it.
+    parent_here: bool,
 }
 
-/// Whether `project_id` verified a name `hostname` is under.
-async fn parent_verified_here(
+/// One read of the verified domains among `hostname` and the names it is under.
+async fn verified_around(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     hostname: &str,
-) -> ApiResult<bool> {
-    let verified = domain::Entity::find()
-        .filter(domain::Column::Hostname.is_in(hostname_parents(hostname)))
+) -> ApiResult<Verified> {
+    let parents = hostname_parents(hostname);
+    let mut names = parents.clone();
+    names.push(hostname);
+    let holders: Vec<(Uuid, String)> = domain::Entity::find()
+        .select_only()
+        .column(domain::Column::ProjectId)
+        .column(domain::Column::Hostname)
+        .filter(domain::Column::Hostname.is_in(names))
         .filter(domain::Column::VerifiedAt.is_not_null())
-        .filter(domain::Column::ProjectId.eq(project_id))
-        .count(db)
+        .into_tuple()
+        .all(db)
         .await?;
-    Ok(verified > 0)
+    Ok(Verified {
+        elsewhere: holders.iter().any(|(project, _)| *project != project_id),
+        parent_here: holders
+            .iter()
+            .any(|(project, name)| *project == project_id && parents.contains(&name.as_str())),
+    })
 }
 
 /// 409 for a hostname another project holds; it does not say which.
@@ -279,13 +281,12 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
         service_of_project(&write.txn, project_id, create.service_id).await?;
-        if hostname_held_elsewhere(&write.txn, project_id, &hostname).await? {
+        let verified = verified_around(&write.txn, project_id, &hostname).await?;
+        if verified.elsewhere {
             return Err(hostname_taken());
         }
         let now = Utc::now();
-        let verified_at = parent_verified_here(&write.txn, project_id, &hostname)
-            .await?
-            .then_some(now);
+        let verified_at = verified.parent_here.then_some(now);
         let created = domain::ActiveModel {
             id: Set(Uuid::now_v7()),
             project_id: Set(project_id),
@@ -350,7 +351,10 @@ impl App {
         if current.verified_at.is_some() {
             return Ok(current);
         }
-        if hostname_held_elsewhere(&write.txn, project_id, &current.hostname).await? {
+        if verified_around(&write.txn, project_id, &current.hostname)
+            .await?
+            .elsewhere
+        {
             return Err(hostname_taken());
         }
         let mut active: domain::ActiveModel = current.into();

@@ -8,8 +8,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hickory_resolver::TokioResolver;
-use hickory_resolver::config::ResolverConfig;
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 
 /// The resolver of one plugin host (lookups run on the runtime that asks).
 #[derive(Clone)]
@@ -19,24 +17,15 @@ impl NameResolver {
     /// A resolver of the system's configuration; without one (no readable
     /// `/etc/resolv.conf`), one that knows only the hosts file, and says so.
     pub fn system() -> Self {
-        let builder = TokioResolver::builder_tokio().unwrap_or_else(|err| {
-            tracing::warn!(
-                error = %err,
-                "no DNS configuration: plugins' requests reach only names in the hosts file"
-            );
-            TokioResolver::builder_with_config(
-                ResolverConfig::default(),
-                TokioRuntimeProvider::default(),
-            )
-        });
-        let resolver = builder.build().unwrap_or_else(|err| {
+        let resolver = crate::resolver::system_or_empty(
+            "plugins' requests reach only names in the hosts file",
+        )
+        .build()
+        .unwrap_or_else(|err| {
             tracing::warn!(error = %err, "the DNS resolver did not build; using an empty one");
-            TokioResolver::builder_with_config(
-                ResolverConfig::default(),
-                TokioRuntimeProvider::default(),
-            )
-            .build()
-            .expect("an empty configuration builds")
+            crate::resolver::empty()
+                .build()
+                .expect("an empty configuration builds")
         });
         Self(Arc::new(resolver))
     }
