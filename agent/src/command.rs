@@ -31,6 +31,12 @@ pub struct AgentArgs {
     /// other workloads' logs. For a developer's machine only.
     #[arg(long)]
     insecure_same_user: bool,
+    /// When this machine lacks what workloads' network namespaces need (`ip` from iproute2,
+    /// `nft` from nftables), let the workloads share the host's network instead of refusing to
+    /// start. INSECURE: workloads can then reach each other, and every service of the host,
+    /// over loopback. For a developer's machine only.
+    #[arg(long)]
+    insecure_shared_network: bool,
     /// Serve the API over HTTPS with this PEM certificate chain (with --tls-key), re-read when
     /// the files change. The `metal` provider pins it (its SHA-256 in the provider's settings).
     #[arg(long = "tls-cert", env = "BULKHEAD_AGENT_TLS_CERT")]
@@ -58,11 +64,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     settings.advertise_host = args.advertise_host;
     settings.workload_uids = args.workload_uids;
     settings.insecure_same_user = args.insecure_same_user;
+    settings.insecure_shared_network = args.insecure_shared_network;
     settings.tls = crate::ServerTls::from_flags(args.tls_cert, args.tls_key)?;
     let stop = shutdown_signal()?;
     let agent = crate::start(settings).await?;
     println!("bulkhead agent listening on {}", agent.url());
-    println!("workloads: {}", agent.isolation);
+    println!("workloads: {}; {}", agent.isolation, agent.network);
     stop.await;
     // Workloads keep running: the next agent on this data directory adopts them.
     agent.shutdown().await;

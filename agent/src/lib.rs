@@ -18,14 +18,16 @@
 //! # }
 //! ```
 //!
-//! Run as root, the agent runs each workload as a user of its own (`isolation`); the
+//! Run as root, the agent runs each workload as a user of its own (`isolation`), in a network
+//! namespace of its own (`network`); the
 //! `bulkhead-agent` command ([`command`], also `bulkhead agent`) reads the token from a private
 //! file.
 //!
 //! This module owns the settings and the agent's life (start, the data directory and its lock,
 //! the choice of isolation, serving, shutdown). The rest: `api` (routes, authentication,
 //! errors), `supervisor` (workloads and their processes), `isolation` (who workloads run as),
-//! `spec` (what a workload may be), `process` (OS processes and
+//! `spec` (what a workload may be), `network` (workloads' namespaces and the host's
+//! forwarding), `process` (OS processes and
 //! `/proc`), `health` (the HTTP probe), `logs` (workload output files), `state` (the durable
 //! state file), `ports` (host ports).
 //!
@@ -39,6 +41,7 @@ pub mod command;
 mod health;
 mod isolation;
 mod logs;
+mod network;
 mod ports;
 mod process;
 mod spec;
@@ -60,6 +63,7 @@ use tokio::task::JoinHandle;
 pub use bulkhead_common::tls::server::ServerTls;
 
 pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
+pub use network::{NetworkIsolation, WORKLOAD_NETWORK};
 pub use supervisor::{Capacity, WorkloadState, WorkloadView};
 
 /// The number of workloads an agent runs at most unless told otherwise.
@@ -89,6 +93,11 @@ pub struct AgentSettings {
     /// workload's environment) and the other workloads' logs: for a developer's machine only.
     /// An agent that can switch users isolates its workloads whatever this says.
     pub insecure_same_user: bool,
+    /// When the agent could give workloads network namespaces of their own (it is root) but
+    /// this machine lacks what they need (`ip`, `nft`), let them share the host's network
+    /// instead of refusing to start. They can then reach each other, and every service of the
+    /// host, over loopback: for a developer's machine only.
+    pub insecure_shared_network: bool,
     /// Serve the API over TLS with this certificate (re-read when its files change); `None`
     /// serves plain HTTP, for an agent reached over loopback or a private network only.
     pub tls: Option<ServerTls>,
@@ -105,6 +114,7 @@ impl AgentSettings {
             advertise_host: DEFAULT_ADVERTISE_HOST.into(),
             workload_uids: DEFAULT_WORKLOAD_UIDS,
             insecure_same_user: false,
+            insecure_shared_network: false,
             tls: None,
         }
     }
@@ -120,6 +130,7 @@ impl std::fmt::Debug for AgentSettings {
             .field("advertise_host", &self.advertise_host)
             .field("workload_uids", &self.workload_uids)
             .field("insecure_same_user", &self.insecure_same_user)
+            .field("insecure_shared_network", &self.insecure_shared_network)
             .field("tls", &self.tls)
             .finish()
     }
@@ -131,6 +142,8 @@ pub struct RunningAgent {
     pub addr: SocketAddr,
     /// Who its workloads run as.
     pub isolation: Isolation,
+    /// What network its workloads have.
+    pub network: NetworkIsolation,
     supervisor: Arc<supervisor::Supervisor>,
     stop_serving: watch::Sender<bool>,
     server: JoinHandle<anyhow::Result<()>>,
@@ -179,6 +192,7 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         Isolation::UserPerWorkload(uids) => Some(isolation::uids_reserve(uids)?),
         Isolation::SameUser => None,
     };
+    let network = network_decide(&settings, isolation).await?;
     // Workloads of their own users pass through the data directory to their working
     // directories; nothing else in it is theirs to read.
     let data_dir_mode = match isolation {
@@ -196,6 +210,7 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         settings.slots,
         settings.advertise_host.clone(),
         isolation,
+        network,
     )
     .await
     .with_context(|| format!("resuming the workloads of {}", data_dir.display()))?;
@@ -214,10 +229,11 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
             let _ = stopped.wait_for(|stop| *stop).await;
         },
     ));
-    tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), %isolation, "agent serving");
+    tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), %isolation, %network, "agent serving");
     Ok(RunningAgent {
         addr,
         isolation,
+        network,
         supervisor,
         stop_serving,
         server,
@@ -293,6 +309,40 @@ fn isolation_decide(settings: &AgentSettings, data_dir: &Path) -> anyhow::Result
         ),
     }
     Ok(isolation)
+}
+
+/// What network the workloads get: namespaces of their own when they run as users of their
+/// own (the agent is root) and the machine has what they need; otherwise the host's, which a
+/// root agent accepts only when told [`AgentSettings::insecure_shared_network`].
+async fn network_decide(
+    settings: &AgentSettings,
+    isolation: Isolation,
+) -> anyhow::Result<NetworkIsolation> {
+    let Isolation::UserPerWorkload(uids) = isolation else {
+        return Ok(NetworkIsolation::Shared); // not root: no namespaces (said with the users)
+    };
+    anyhow::ensure!(
+        uids.count() <= network::WORKLOAD_BLOCKS,
+        "the workload uids {uids} are more than the {} networks of {WORKLOAD_NETWORK}",
+        network::WORKLOAD_BLOCKS
+    );
+    match tokio::task::spawn_blocking(network::host_prepare).await? {
+        Ok(()) => Ok(NetworkIsolation::NamespacePerWorkload),
+        Err(err) if settings.insecure_shared_network => {
+            tracing::warn!(
+                "workloads cannot have network namespaces of their own ({err:#}), and \
+                 --insecure-shared-network allows sharing the host's: {}",
+                NetworkIsolation::Shared
+            );
+            Ok(NetworkIsolation::Shared)
+        }
+        Err(err) => Err(anyhow::anyhow!(
+            "the agent cannot give workloads network namespaces of their own: {err:#}. Without \
+             them, workloads of different tenants reach each other, and every service of this \
+             machine, over loopback; install iproute2 and nftables, or, to accept that risk (a \
+             developer's machine), pass --insecure-shared-network"
+        )),
+    }
 }
 
 impl RunningAgent {

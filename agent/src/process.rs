@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -29,16 +30,18 @@ pub(crate) struct Launch<'a> {
     pub output: File,
     /// The user (and group: the same number) it runs as; `None`: the agent's own.
     pub uid: Option<u32>,
+    /// The network namespace it runs in (see `network`); `None`: the agent's.
+    pub netns: Option<&'a File>,
 }
 
 /// Starts the process, leader of a new process group, with a minimal environment plus the
 /// workload's variables and `PORT`. Stdin is closed. It is not killed when its handle is
 /// dropped: an agent restart leaves it running, to be adopted.
 ///
-/// With a uid, the process runs as that user and group with no supplementary groups (the
-/// standard library drops them when it switches from root), and is checked before its program
-/// starts: no supplementary group left, no way back to root. In every case it gets no new
-/// privileges (`PR_SET_NO_NEW_PRIVS`: set-user-ID programs and file capabilities give it
+/// With a network namespace, the process joins it first, while it is still root. With a uid,
+/// it then runs as that user and group with no supplementary groups, and is checked before its
+/// program starts: no supplementary group left, no way back to root. In every case it gets no
+/// new privileges (`PR_SET_NO_NEW_PRIVS`: set-user-ID programs and file capabilities give it
 /// nothing).
 pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
     let (program, args) = launch
@@ -63,17 +66,32 @@ pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
         .stderr(launch.output)
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(uid) = launch.uid {
-        command.uid(uid).gid(uid);
-    }
-    let switched = launch.uid.is_some();
+    let uid = launch.uid;
+    let netns = launch.netns.map(|file| file.as_raw_fd());
     // SAFETY: the closure runs in the child between fork and exec; it makes only
-    // async-signal-safe calls (prctl, getgroups, setuid) and allocates nothing (the errors
-    // are raw OS errors).
+    // async-signal-safe calls (setns, setgroups, setgid, setuid, prctl, getgroups) and
+    // allocates nothing (the errors are raw OS errors). The namespace's descriptor stays open
+    // in the parent until `spawn` returns, and is closed on exec.
     unsafe {
         command.pre_exec(move || {
+            let check = |result: nix::libc::c_int| {
+                if result == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
+            if let Some(fd) = netns {
+                // Joining a network namespace takes root: before the switch.
+                check(nix::libc::setns(fd, nix::libc::CLONE_NEWNET))?;
+            }
+            if let Some(uid) = uid {
+                check(nix::libc::setgroups(0, std::ptr::null()))?;
+                check(nix::libc::setgid(uid))?;
+                check(nix::libc::setuid(uid))?;
+            }
             nix::sys::prctl::set_no_new_privs()?;
-            if switched {
+            if uid.is_some() {
                 // SAFETY: a null list of size 0 asks only for the number of groups.
                 let groups = nix::libc::getgroups(0, std::ptr::null_mut());
                 let regains_root = nix::unistd::setuid(nix::unistd::Uid::from_raw(0)).is_ok();

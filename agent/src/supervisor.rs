@@ -16,6 +16,12 @@
 //! must still run as it) and gives it back when it is deleted. Nothing else runs as that uid:
 //! whatever a process leaves behind when it ends (even outside its process group) is killed,
 //! and so is anything found running as the uid before a process starts.
+//!
+//! When workloads also have network namespaces of their own
+//! ([`NetworkIsolation::NamespacePerWorkload`]), each process starts in a namespace made afresh
+//! for it, the agent holds the workload's host port (nothing else of the host may bind it: the
+//! workload listens on it inside its namespace), and a process re-adopted after an agent
+//! restart must still be in the workload's namespace. Deleting the workload removes it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -32,6 +38,7 @@ use tokio::sync::watch;
 use crate::health;
 use crate::isolation::{self, Isolation, UidRange};
 use crate::logs::LogDir;
+use crate::network::{NetworkIsolation, WorkloadNetwork};
 use crate::ports;
 use crate::process::{self, Launch};
 use crate::spec::{NewWorkload, expand_port, split_command, validate};
@@ -145,6 +152,10 @@ struct Workload {
     created_at: DateTime<Utc>,
     /// The user it runs as: see [`Isolation`].
     uid: Option<u32>,
+    /// Its network namespace, when it has one: see [`NetworkIsolation`].
+    network: Option<WorkloadNetwork>,
+    /// The host port, held by the agent while the workload listens on it in its namespace.
+    _port_held: Option<tokio::net::TcpSocket>,
     status: Mutex<Status>,
     control: watch::Sender<Control>,
     /// Set when the monitor task has ended.
@@ -308,6 +319,7 @@ pub(crate) struct Supervisor {
     slots: u32,
     advertise_host: String,
     isolation: Isolation,
+    network: NetworkIsolation,
     work_root: PathBuf,
     workloads: Mutex<BTreeMap<String, Arc<Workload>>>,
     /// Where the search for a free uid starts (see [`AgentState::uid_next`]).
@@ -324,6 +336,7 @@ impl Supervisor {
         slots: u32,
         advertise_host: String,
         isolation: Isolation,
+        network: NetworkIsolation,
     ) -> anyhow::Result<Arc<Self>> {
         let work_root = data_dir.join("workloads");
         // Workloads running as users of their own pass through it to their own directory,
@@ -343,6 +356,7 @@ impl Supervisor {
             slots,
             advertise_host,
             isolation,
+            network,
             work_root,
             workloads: Mutex::new(BTreeMap::new()),
             uid_next: Mutex::new(state.uid_next.unwrap_or(0)),
@@ -375,6 +389,31 @@ impl Supervisor {
                     same
                 })
                 .filter(|pid| runs_as_its_user(&record.key, *pid, uid));
+            let workload_network = supervisor.network_of(uid);
+            let adopt = adopt.filter(|pid| {
+                workload_network
+                    .as_ref()
+                    .is_none_or(|network| runs_in_its_network(&record.key, *pid, network))
+            });
+            let port_held = match &workload_network {
+                Some(_) => ports::hold(record.host_port)
+                    .inspect_err(|err| {
+                        tracing::warn!(
+                            key = record.key,
+                            port = record.host_port,
+                            "holding the workload's host port failed (another program of the \
+                             host may take it): {err}"
+                        )
+                    })
+                    .ok(),
+                None => None,
+            };
+            if let (Some(network), Some(_)) = (&workload_network, adopt) {
+                // The host's forwarding of its port, in case the host's ruleset was reset.
+                if let Err(err) = network.port_forward(record.host_port) {
+                    tracing::warn!(key = record.key, "forwarding the workload's port: {err:#}");
+                }
+            }
             let workload = Arc::new(Workload {
                 key: record.key,
                 command: record.command,
@@ -384,6 +423,8 @@ impl Supervisor {
                 host_port: record.host_port,
                 created_at: record.created_at,
                 uid,
+                network: workload_network,
+                _port_held: port_held,
                 status: Mutex::new(Status {
                     state: if adopt.is_some() {
                         WorkloadState::Running
@@ -480,6 +521,14 @@ impl Supervisor {
         None
     }
 
+    /// The network namespace of the workload that runs as `uid`, when workloads have them.
+    fn network_of(&self, uid: Option<u32>) -> Option<WorkloadNetwork> {
+        match self.network {
+            NetworkIsolation::NamespacePerWorkload => uid.map(WorkloadNetwork::of),
+            NetworkIsolation::Shared => None,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Workload>>> {
         self.workloads
             .lock()
@@ -513,10 +562,6 @@ impl Supervisor {
             if workloads.len() >= self.slots as usize {
                 return Err(SupervisorError::Full { slots: self.slots });
             }
-            let taken: HashSet<u16> = workloads.values().map(|w| w.host_port).collect();
-            let host_port = ports::allocate(&taken).map_err(|err| {
-                SupervisorError::Internal(anyhow::anyhow!("no port for the workload: {err}"))
-            })?;
             let uid = match self.isolation {
                 Isolation::UserPerWorkload(uids) => {
                     let taken: HashSet<u32> = workloads.values().filter_map(|w| w.uid).collect();
@@ -525,6 +570,19 @@ impl Supervisor {
                 }
                 Isolation::SameUser => None,
             };
+            let network = self.network_of(uid);
+            let taken: HashSet<u16> = workloads.values().map(|w| w.host_port).collect();
+            let (host_port, port_held) = match &network {
+                Some(network) => {
+                    ports::claim(&taken, network).map(|(port, held)| (port, Some(held)))
+                }
+                None => ports::allocate(&taken)
+                    .map(|port| (port, None))
+                    .map_err(anyhow::Error::from),
+            }
+            .map_err(|err| {
+                SupervisorError::Internal(anyhow::anyhow!("no port for the workload: {err:#}"))
+            })?;
             let workload = Arc::new(Workload {
                 key: key.to_owned(),
                 command: new.command,
@@ -534,6 +592,8 @@ impl Supervisor {
                 host_port,
                 created_at: Utc::now(),
                 uid,
+                network,
+                _port_held: port_held,
                 status: Mutex::new(Status {
                     state: WorkloadState::Starting,
                     pid: None,
@@ -618,6 +678,10 @@ impl Supervisor {
         };
         workload.control.send_replace(Control::Stop);
         workload.wait_finished().await;
+        if let Some(network) = workload.network.clone() {
+            let port = workload.host_port;
+            let _ = tokio::task::spawn_blocking(move || network.remove(port)).await;
+        }
         // Its files go while the key is still taken, so that a workload made again under the
         // same key cannot lose its new files to this deletion. (A concurrent delete of the
         // same workload removes them too: nothing is lost.)
@@ -719,8 +783,21 @@ impl Supervisor {
         let spawned = work_dir_prepare(&work_dir, workload.uid)
             // Its process starts alone under its uid: whatever an earlier one left is gone.
             .and_then(|()| workload.uid.map_or(Ok(()), isolation::uid_kill_all))
-            .and_then(|()| self.logs.open_output(key))
-            .and_then(|output| {
+            // And in a namespace of its own, made afresh.
+            .and_then(|()| {
+                workload
+                    .network
+                    .as_ref()
+                    .map(|network| {
+                        network
+                            .create(workload.host_port)
+                            .map_err(|err| std::io::Error::other(format!("{err:#}")))
+                            .and_then(|()| network.open())
+                    })
+                    .transpose()
+            })
+            .and_then(|netns| Ok((netns, self.logs.open_output(key)?)))
+            .and_then(|(netns, output)| {
                 process::spawn(Launch {
                     argv: &workload.argv,
                     env: &workload.env,
@@ -728,6 +805,7 @@ impl Supervisor {
                     work_dir: &work_dir,
                     output,
                     uid: workload.uid,
+                    netns: netns.as_ref(),
                 })
             });
         match spawned {
@@ -958,6 +1036,23 @@ fn runs_as_its_user(key: &str, pid: u32, uid: Option<u32>) -> bool {
         ?runs_as,
         uid,
         "the workload's process runs as another user: stopping it, to start it again as uid {uid}"
+    );
+    process::signal_group(pid, Signal::SIGKILL);
+    false
+}
+
+/// Whether the process `pid` of workload `key` runs in the workload's network namespace. One
+/// that does not (started by an agent that gave workloads no namespaces) is killed, to be
+/// started again in its namespace.
+fn runs_in_its_network(key: &str, pid: u32, network: &WorkloadNetwork) -> bool {
+    if network.holds(pid) {
+        return true;
+    }
+    tracing::warn!(
+        key,
+        pid,
+        namespace = network.namespace(),
+        "the workload's process is not in its network namespace: stopping it, to start it again there"
     );
     process::signal_group(pid, Signal::SIGKILL);
     false

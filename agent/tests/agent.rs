@@ -1,5 +1,8 @@
 //! The agent end to end: real processes (`python3 -m http.server`, `sleep`), real HTTP, each
-//! workload running as a user of its own (the tests run as root, as the fleet's agents do).
+//! workload running as a user of its own in a network namespace of its own (the tests run as
+//! root, as the fleet's agents do). `network` tests what a namespace lets through.
+
+mod network;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -402,6 +405,15 @@ async fn a_restarted_agent_re_adopts_its_workloads_under_their_uids() {
         .await;
     assert_eq!(pid_of(&view), pid, "the same process, adopted");
     assert_eq!(view["adopted"], true);
+    let in_namespace = |pid: u32| {
+        let identity = |path: String| {
+            let metadata = std::fs::metadata(path).unwrap();
+            (metadata.dev(), metadata.ino())
+        };
+        identity(format!("/proc/{pid}/ns/net"))
+            == identity(format!("/run/netns/bulkhead-{site_uid}"))
+    };
+    assert!(in_namespace(pid), "still in its network namespace");
     assert_eq!(view["address"], address.as_str());
     assert_eq!(uid_of(&view), site_uid, "the same uid");
     let idle = client.workload("idle").await;
@@ -422,6 +434,10 @@ async fn a_restarted_agent_re_adopts_its_workloads_under_their_uids() {
     assert_eq!(uid_of(&view), site_uid);
     let new_pid = pid_of(&view);
     assert_eq!(proc_uid(new_pid), site_uid);
+    assert!(
+        in_namespace(new_pid),
+        "started again in its network namespace"
+    );
     assert!(answers(&address).await);
 
     let idle_pid = pid_of(&idle);

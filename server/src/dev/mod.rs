@@ -3,7 +3,8 @@
 //! plane's `dns_resolver`), and the settings that point the bundled `gcp`,
 //! `aws` and `metal` providers at them (endpoints, credentials, allowlists).
 //!
-//! As root, the agent runs each workload as a user of its own, as on the fleet. On a
+//! As root, the agent runs each workload as a user of its own in a network namespace of its
+//! own, as on the fleet (in the host's network where iproute2 or nftables is missing). On a
 //! developer's machine (not root) it runs them as the developer's own user
 //! (`--insecure-same-user`), and `bulkhead dev` says so. [`caddy`] runs a real Caddy for an
 //! edge in front of it (the drill, the edge tests).
@@ -85,6 +86,8 @@ impl DevPlatform {
         // Used only where the agent cannot switch users (not root: a developer's machine);
         // as root, it gives each workload a user of its own all the same.
         agent_settings.insecure_same_user = true;
+        // And, as root on a machine without iproute2 and nftables, in the host's network.
+        agent_settings.insecure_shared_network = true;
         // Several local platforms may run on one machine (the tests do): each agent takes
         // uids that no other holds.
         let agent = bulkhead_agent::start_in_free_uids(agent_settings).await?;
@@ -104,7 +107,9 @@ impl DevPlatform {
     /// Who the agent's workloads run as, for people: `bulkhead dev` prints it.
     pub fn agent_isolation_note(&self) -> String {
         match self.agent.isolation {
-            Isolation::UserPerWorkload(_) => self.agent.isolation.to_string(),
+            Isolation::UserPerWorkload(_) => {
+                format!("{}; {}", self.agent.isolation, self.agent.network)
+            }
             Isolation::SameUser => "INSECURE: not run as root, so its workloads run as your own \
                 user and can read the agent's token, its state and each other's logs (run as \
                 root to give each workload a user of its own)"
