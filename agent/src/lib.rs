@@ -360,9 +360,9 @@ impl RunningAgent {
             .await;
     }
 
-    /// Stops serving and stops every workload's process (`SIGTERM`, then `SIGKILL` after 5 s).
-    /// The workloads stay in the state file, so the next agent on this data directory starts
-    /// them again.
+    /// Stops serving and stops every workload's process (`SIGTERM`, then `SIGKILL` after 5 s),
+    /// and removes their network namespaces. The workloads stay in the state file, so the next
+    /// agent on this data directory starts them again.
     pub async fn shutdown_and_stop_workloads(self) {
         let supervisor = self.supervisor.clone();
         self.stop(async move { supervisor.stop_all().await }).await;

@@ -678,10 +678,7 @@ impl Supervisor {
         };
         workload.control.send_replace(Control::Stop);
         workload.wait_finished().await;
-        if let Some(network) = workload.network.clone() {
-            let port = workload.host_port;
-            let _ = tokio::task::spawn_blocking(move || network.remove(port)).await;
-        }
+        network_remove(&workload).await;
         // Its files go while the key is still taken, so that a workload made again under the
         // same key cannot lose its new files to this deletion. (A concurrent delete of the
         // same workload removes them too: nothing is lost.)
@@ -730,6 +727,10 @@ impl Supervisor {
         }
         for workload in &workloads {
             workload.wait_finished().await;
+            if control == Control::Stop {
+                // Made again when the next agent starts it.
+                network_remove(workload).await;
+            }
         }
         self.persist().await;
     }
@@ -1056,6 +1057,15 @@ fn runs_in_its_network(key: &str, pid: u32, network: &WorkloadNetwork) -> bool {
     );
     process::signal_group(pid, Signal::SIGKILL);
     false
+}
+
+/// Removes the workload's network namespace and its port's forwarding, once its process is
+/// stopped.
+async fn network_remove(workload: &Workload) {
+    if let Some(network) = workload.network.clone() {
+        let port = workload.host_port;
+        let _ = tokio::task::spawn_blocking(move || network.remove(port)).await;
+    }
 }
 
 /// Makes `dir` the workload's own: created if missing, owned by its uid (when it has one),

@@ -324,8 +324,9 @@ async fn agent_reads_its_token_from_a_private_file() {
         .to_owned();
     assert_eq!(
         next_line(),
-        "workloads: each workload runs as a user of its own (uids 61100-61131)",
-        "as root"
+        "workloads: each workload runs as a user of its own (uids 61100-61131); each workload \
+         has a network namespace of its own (10.77.0.0/16), reachable only on its port",
+        "as root, on a machine with ip and nft (CI installs them)"
     );
     assert_eq!(get(&addr, "/v1/capacity", Some(token)).await, 200);
     assert_eq!(

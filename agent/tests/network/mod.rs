@@ -301,4 +301,8 @@ async fn each_workload_has_a_network_of_its_own_reachable_only_on_its_port() {
     let prober_pid = pid_of(&prober);
     agent.shutdown_and_stop_workloads().await;
     wait_dead(prober_pid).await;
+    assert!(
+        !Path::new(&format!("/run/netns/bulkhead-{}", uid_of(&prober))).exists(),
+        "stopped with its agent, a workload leaves no namespace (the next agent makes it again)"
+    );
 }
