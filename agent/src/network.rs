@@ -40,6 +40,13 @@ const NETWORK_BASE: u32 = u32::from_be_bytes([10, 77, 0, 0]);
 /// it share one, so one machine's agents must take their uids within a span of this many.
 pub(crate) const WORKLOAD_BLOCKS: u64 = 1 << 14;
 const NETWORK_BLOCKS: u32 = WORKLOAD_BLOCKS as u32;
+/// The host ports that workloads with namespaces of their own are given. The host forwards
+/// every TCP connection to a local address on such a port into its workload's namespace, even
+/// while the agent is down (the workload keeps serving), so the kernel must never hand one of
+/// them to another program: they are below the usual ephemeral range (32768-60999), and the
+/// agent adds them to `net.ipv4.ip_local_reserved_ports` for machines that widened it (as
+/// Kubernetes keeps its node ports, 30000-32767, out of the ephemeral range).
+pub const WORKLOAD_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 /// The host-side interfaces are `bhw` followed by the uid; the rules match them by this prefix.
 const HOST_INTERFACE_PREFIX: &str = "bhw";
 /// The nftables table of the host (and of each namespace).
@@ -286,11 +293,34 @@ pub(crate) fn host_prepare() -> anyhow::Result<()> {
         &format!("route replace blackhole {WORKLOAD_NETWORK}\n"),
         "ip",
     )?;
+    ports_reserve()?;
     let forwarding = "/proc/sys/net/ipv4/ip_forward";
     if std::fs::read_to_string(forwarding).is_ok_and(|value| value.trim() != "1") {
         std::fs::write(forwarding, "1").context("turning on IPv4 forwarding")?;
         tracing::info!("turned on IPv4 forwarding, for the workloads' namespaces");
     }
+    Ok(())
+}
+
+/// Adds [`WORKLOAD_PORTS`] to the ports the kernel never picks for a program that asks for
+/// any port, keeping what the list held.
+fn ports_reserve() -> anyhow::Result<()> {
+    let path = "/proc/sys/net/ipv4/ip_local_reserved_ports";
+    let range = format!("{}-{}", WORKLOAD_PORTS.start(), WORKLOAD_PORTS.end());
+    let current = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let current = current.trim();
+    if current.split(',').any(|entry| entry == range) {
+        return Ok(());
+    }
+    let list = if current.is_empty() {
+        range
+    } else {
+        format!("{current},{range}")
+    };
+    std::fs::write(path, &list).with_context(|| format!("writing {list} to {path}"))?;
+    tracing::info!(
+        "reserved the ports {list}: the kernel gives them to no program asking for any port"
+    );
     Ok(())
 }
 

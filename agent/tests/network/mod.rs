@@ -191,6 +191,12 @@ async fn each_workload_has_a_network_of_its_own_reachable_only_on_its_port() {
         .wait_for("web", "running and healthy", running_and_healthy)
         .await;
     let web_port = port_of(&web);
+    assert!(
+        (30000..=32767).contains(&web_port),
+        "a port the kernel hands to no other program: {web_port}"
+    );
+    let reserved = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").unwrap();
+    assert!(reserved.contains("30000-32767"), "{reserved}");
     let web_address = workload_address(uid_of(&web));
 
     // The platform reaches it on its host port: over loopback (the agent's address, as the
