@@ -142,6 +142,25 @@ impl AwsSimulator {
         keys
     }
 
+    /// Makes the live instance tagged `bulkhead-key=KEY` answer every request with `status`.
+    /// Returns whether there was one.
+    pub fn instance_answer_with(&self, key: &str, status: StatusCode) -> bool {
+        self.live_instances(|live| {
+            let mut found = false;
+            for instance in live {
+                let tagged = instance
+                    .tags
+                    .iter()
+                    .any(|(name, value)| name == "bulkhead-key" && value == key);
+                if tagged && let Some(server) = &instance.server {
+                    server.answer_with(status);
+                    found = true;
+                }
+            }
+            found
+        })
+    }
+
     /// `read` of the instances not terminated.
     fn live_instances<T>(
         &self,

@@ -224,6 +224,22 @@ impl GcpSimulator {
         stopped
     }
 
+    /// Makes the running instance of the control plane's instance key `key` (its
+    /// `bulkhead-key` label) answer every request with `status`. Returns whether there was one.
+    pub fn instance_answer_with(&self, key: &str, status: StatusCode) -> bool {
+        let instances = self.sim.instances.lock().expect("not poisoned");
+        let mut found = false;
+        for instance in instances.values() {
+            if instance.labels.get("bulkhead-key").map(String::as_str) == Some(key)
+                && let Some(server) = &instance.server
+            {
+                server.answer_with(status);
+                found = true;
+            }
+        }
+        found
+    }
+
     /// How many access tokens it has issued.
     pub fn tokens_issued(&self) -> usize {
         self.sim.tokens.lock().expect("not poisoned").len()

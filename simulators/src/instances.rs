@@ -1,6 +1,7 @@
 //! Simulated instances are real: each one serves HTTP on its own loopback address (Linux
 //! routes all of 127.0.0.0/8 to the loopback interface), on the port its workload asked for,
-//! answering every request with its id. So an instance's address looks like a cloud's
+//! answering every request with its id, with status 200 until a test makes it answer another
+//! ([`InstanceServer::answer_with`]: a sick instance, for health checks). So an instance's address looks like a cloud's
 //! (`ip:port`, the port the workload listens on), and routing and health checks reach it.
 //!
 //! A process walks the addresses from a random start: simulators in several processes on one
@@ -12,9 +13,11 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use axum::Router;
+use axum::http::StatusCode;
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -34,6 +37,8 @@ static NEXT: LazyLock<AtomicU32> = LazyLock::new(|| {
 /// A running simulated instance.
 pub struct InstanceServer {
     pub addr: SocketAddr,
+    /// The status it answers every request with.
+    status: Arc<AtomicU16>,
     task: JoinHandle<()>,
 }
 
@@ -51,14 +56,23 @@ impl InstanceServer {
         };
         let addr = listener.local_addr()?;
         let body = format!("{{\"instance\":\"{id}\"}}\n");
+        let status = Arc::new(AtomicU16::new(200));
+        let answers = status.clone();
         let router = Router::new().fallback(get(move || {
             let body = body.clone();
-            async move { ([("content-type", "application/json")], body) }
+            let status = StatusCode::from_u16(answers.load(Ordering::Relaxed))
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            async move { (status, [("content-type", "application/json")], body) }
         }));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
-        Ok(Self { addr, task })
+        Ok(Self { addr, status, task })
+    }
+
+    /// Answers every request from now on with `status` (200 again: healthy again).
+    pub fn answer_with(&self, status: StatusCode) {
+        self.status.store(status.as_u16(), Ordering::Relaxed);
     }
 }
 

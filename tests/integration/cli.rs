@@ -91,6 +91,27 @@ async fn get(addr: &str, path: &str, token: Option<&str>) -> reqwest::StatusCode
     request.send().await.unwrap().status()
 }
 
+/// The names of the server's providers, in name order.
+async fn provider_names(addr: &str, token: &str) -> Vec<String> {
+    let providers: serde_json::Value = crate::support::http()
+        .get(format!("http://{addr}/v1/providers?limit=100"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut names: Vec<String> = providers["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{providers}"))
+        .iter()
+        .map(|provider| provider["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 #[tokio::test]
 async fn first_start_prints_address_and_token_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -106,6 +127,11 @@ async fn first_start_prints_address_and_token_once() {
         .clone();
     assert_eq!(get(&addr, "/healthz", None).await, 200);
     assert_eq!(get(&addr, "/v1/users", Some(&token)).await, 200);
+    assert_eq!(
+        provider_names(&addr, &token).await,
+        ["aws", "gcp", "metal"],
+        "the real providers only: no demo takes real placements"
+    );
     assert!(
         dir.path().join("data/bulkhead.db").exists(),
         "SQLite in the default data directory"
@@ -217,6 +243,11 @@ async fn dev_runs_a_complete_local_platform() {
         c.arg("dev").env("BULKHEAD_BOOTSTRAP_TOKEN", token);
         c
     });
+    assert_eq!(
+        provider_names(&addr, token).await,
+        ["aws", "gcp", "metal"],
+        "a default placement lands on the simulated clouds and the agent, never on a demo"
+    );
     let client = crate::support::http();
     let hello = format!("{} hello", workload_binary().display());
     let mut workload_address = String::new();

@@ -22,9 +22,9 @@ db_tests!(
     provider_details_are_for_administrators,
 );
 
-/// The bundled providers, in name order.
+/// The test servers' bundled providers, in name order.
 fn bundled_names() -> Vec<&'static str> {
-    let mut names: Vec<&str> = bulkhead_commands::bundled_plugins()
+    let mut names: Vec<&str> = crate::support::bundled_plugins()
         .each()
         .map(|bundled| bundled.provider)
         .collect();

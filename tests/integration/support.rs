@@ -191,8 +191,13 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         routing_history: 5,
         advertise_url: None,
         dns_resolver: Some(dns().dns_addr),
-        bundled_plugins: bulkhead_commands::bundled_plugins(),
+        bundled_plugins: bundled_plugins(),
     }
+}
+
+/// The plugins the tests' servers bundle: the binary's, and the demo `example` provider.
+pub fn bundled_plugins() -> bulkhead::plugins::bundled::BundledPlugins {
+    bulkhead::plugins::bundled::BundledPlugins(bulkhead_bundled_plugins::WASM_WITH_EXAMPLE)
 }
 
 /// The DNS server every test server asks for domains' challenges: one for the whole suite, on

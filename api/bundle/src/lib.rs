@@ -15,8 +15,17 @@ macro_rules! plugin_wasm {
     };
 }
 
-/// Each bundled provider's name and its plugin.
+/// Each bundled provider's name and its plugin: the real providers only. `example`, a demo
+/// whose instances nothing serves, is no server's provider: it would take real placements
+/// (a service placed anywhere put replicas on it, which never turned healthy).
 pub const WASM: &[(&str, &[u8])] = &[
+    ("aws", plugin_wasm!("bulkhead_plugin_aws.wasm")),
+    ("gcp", plugin_wasm!("bulkhead_plugin_gcp.wasm")),
+    ("metal", plugin_wasm!("bulkhead_plugin_metal.wasm")),
+];
+
+/// [`WASM`] and the demo `example` provider, for the tests' servers.
+pub const WASM_WITH_EXAMPLE: &[(&str, &[u8])] = &[
     ("example", plugin_wasm!("bulkhead_plugin_example.wasm")),
     ("aws", plugin_wasm!("bulkhead_plugin_aws.wasm")),
     ("gcp", plugin_wasm!("bulkhead_plugin_gcp.wasm")),
