@@ -18,6 +18,7 @@ mod deployments;
 mod domains;
 mod drill;
 mod edge;
+mod instance_health;
 mod members;
 mod migrations;
 mod ops;

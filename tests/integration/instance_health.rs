@@ -1,0 +1,87 @@
+//! Health checks of cloud instances: the simulators' instances answer what a test tells them
+//! (`instance_answer_with`), so a failing health check is exercised on gcp and aws as on
+//! metal. A running instance that fails its checks leaves the routes, and comes back when it
+//! answers again.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use crate::db_tests;
+use crate::deployments::{deploy, deployment_wait, fixture};
+use crate::routing::{routing_token, table_wait};
+use crate::support::{ADMIN_TOKEN, TestServer, domain_bind, eventually, platform};
+
+db_tests!(a_sick_cloud_instance_leaves_the_routes_and_returns_when_well);
+
+const DOMAIN: &str = "health.example.com";
+
+/// The health of the service's instance on `provider`, as the API shows it.
+async fn health_on(s: &TestServer, service: &str, provider: &str) -> Value {
+    let instances = s.get(&format!("{service}/instances"), ADMIN_TOKEN).await;
+    instances.assert_status(200)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|instance| instance["provider"] == provider)
+        .unwrap_or_else(|| panic!("no instance on {provider}: {}", instances.body))["health"]
+        .clone()
+}
+
+async fn a_sick_cloud_instance_leaves_the_routes_and_returns_when_well(s: TestServer) {
+    let (platform, _dir) = platform(&s).await;
+    let f = fixture(&s, 2, &["gcp", "aws"]).await;
+    let service_id = f.service.rsplit('/').next().unwrap();
+    domain_bind(&s, &f.owner, &f.project, service_id, DOMAIN).await;
+    let made = deploy(&s, &f.owner, &f.service).await;
+    let id = made["id"].as_str().unwrap();
+    let healthy = deployment_wait(&s, &f.service, id, "healthy", Duration::from_secs(60)).await;
+    let key_on = |provider: &str| {
+        healthy["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|instance| instance["provider"] == provider)
+            .unwrap_or_else(|| panic!("no instance on {provider}: {healthy:#}"))["instance_key"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let token = routing_token(&s).await;
+    table_wait(&s, &token, "both upstreams", |t| t.upstream_count() == 2).await;
+
+    for provider in ["gcp", "aws"] {
+        let key = key_on(provider);
+        let set = |status: StatusCode| match provider {
+            "gcp" => platform.gcp.instance_answer_with(&key, status),
+            _ => platform.aws.instance_answer_with(&key, status),
+        };
+        assert!(set(StatusCode::SERVICE_UNAVAILABLE), "{provider}: {key}");
+        eventually(&format!("the {provider} instance unhealthy"), async || {
+            health_on(&s, &f.service, provider).await == "unhealthy"
+        })
+        .await;
+        let table = table_wait(&s, &token, "the sick one out", |t| {
+            t.upstream_count() == 1
+        })
+        .await;
+        assert!(
+            table.routes[0]
+                .upstreams
+                .iter()
+                .all(|upstream| upstream.instance_key != key),
+            "{provider}: {table:?}"
+        );
+
+        assert!(set(StatusCode::OK));
+        eventually(&format!("the {provider} instance healthy again"), async || {
+            health_on(&s, &f.service, provider).await == "healthy"
+        })
+        .await;
+        table_wait(&s, &token, "both upstreams again", |t| {
+            t.upstream_count() == 2
+        })
+        .await;
+    }
+}
