@@ -218,6 +218,9 @@ pub struct DeploySettings {
     /// their operations run): a runner that dies mid-operation leaves its instance to another
     /// pass after this.
     pub claim_ttl: Duration,
+    /// How long a running instance of a healthy deployment stays unhealthy before it gets a
+    /// replacement (see `app::unhealthy_replacement`).
+    pub unhealthy_replace_after: Duration,
 }
 
 impl Default for DeploySettings {
@@ -228,6 +231,7 @@ impl Default for DeploySettings {
             reconcile_interval: Duration::from_secs(1),
             drain_grace: Duration::from_secs(2),
             claim_ttl: Duration::from_secs(6),
+            unhealthy_replace_after: Duration::from_secs(30),
         }
     }
 }
@@ -336,6 +340,7 @@ impl Settings {
                         .map(Duration::from_millis)
                         .unwrap_or(default.drain_grace),
                     claim_ttl: default.claim_ttl,
+                    unhealthy_replace_after: default.unhealthy_replace_after,
                 }
             },
             bundled_plugins: BundledPlugins::default(),

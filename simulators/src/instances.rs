@@ -12,8 +12,8 @@
 //! far more slowly than these tests do.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::LazyLock;
 use std::sync::Arc;
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use axum::Router;

@@ -134,7 +134,7 @@ pub async fn deployment_wait(
 }
 
 /// A deployment's events, in their order.
-async fn event_items(s: &TestServer, service: &str, id: &str) -> Vec<Value> {
+pub(crate) async fn event_items(s: &TestServer, service: &str, id: &str) -> Vec<Value> {
     let page = s
         .get(
             &format!("{service}/deployments/{id}/events?limit=200"),

@@ -1,19 +1,22 @@
 //! Health checks of cloud instances: the simulators' instances answer what a test tells them
 //! (`instance_answer_with`), so a failing health check is exercised on gcp and aws as on
 //! metal. A running instance that fails its checks leaves the routes, and comes back when it
-//! answers again.
+//! answers again; one that stays unhealthy is replaced, make before break.
 
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use crate::db_tests;
-use crate::deployments::{deploy, deployment_wait, fixture};
+use crate::deployments::{deploy, deployment_wait, event_items, fixture};
 use crate::routing::{routing_token, table_wait};
-use crate::support::{ADMIN_TOKEN, TestServer, domain_bind, eventually, platform};
+use crate::support::{
+    ADMIN_TOKEN, Backend, TestServer, database_fresh, domain_bind, eventually, platform,
+};
+use crate::{backend_tests, db_tests};
 
 db_tests!(a_sick_cloud_instance_leaves_the_routes_and_returns_when_well);
+backend_tests!(an_instance_that_stays_unhealthy_is_replaced_make_before_break);
 
 const DOMAIN: &str = "health.example.com";
 
@@ -62,10 +65,7 @@ async fn a_sick_cloud_instance_leaves_the_routes_and_returns_when_well(s: TestSe
             health_on(&s, &f.service, provider).await == "unhealthy"
         })
         .await;
-        let table = table_wait(&s, &token, "the sick one out", |t| {
-            t.upstream_count() == 1
-        })
-        .await;
+        let table = table_wait(&s, &token, "the sick one out", |t| t.upstream_count() == 1).await;
         assert!(
             table.routes[0]
                 .upstreams
@@ -75,13 +75,85 @@ async fn a_sick_cloud_instance_leaves_the_routes_and_returns_when_well(s: TestSe
         );
 
         assert!(set(StatusCode::OK));
-        eventually(&format!("the {provider} instance healthy again"), async || {
-            health_on(&s, &f.service, provider).await == "healthy"
-        })
+        eventually(
+            &format!("the {provider} instance healthy again"),
+            async || health_on(&s, &f.service, provider).await == "healthy",
+        )
         .await;
         table_wait(&s, &token, "both upstreams again", |t| {
             t.upstream_count() == 2
         })
         .await;
     }
+}
+
+async fn an_instance_that_stays_unhealthy_is_replaced_make_before_break(backend: Backend) {
+    let Some((database_url, dir)) = database_fresh(backend).await else {
+        return;
+    };
+    let s = TestServer::start_on(backend, database_url, dir, |settings| {
+        settings.deploy.unhealthy_replace_after = Duration::from_secs(1);
+    })
+    .await;
+    let (platform, _dir) = platform(&s).await;
+    let f = fixture(&s, 2, &["gcp", "aws"]).await;
+    let made = deploy(&s, &f.owner, &f.service).await;
+    let id = made["id"].as_str().unwrap();
+    let healthy = deployment_wait(&s, &f.service, id, "healthy", Duration::from_secs(60)).await;
+    let sick = healthy["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|instance| instance["provider"] == "gcp")
+        .unwrap()["instance_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        platform
+            .gcp
+            .instance_answer_with(&sick, StatusCode::INTERNAL_SERVER_ERROR)
+    );
+
+    // A replacement joins (on gcp again: the spread is kept), then the sick one drains and goes.
+    let instances = || async {
+        s.get(&format!("{}/instances", f.service), ADMIN_TOKEN)
+            .await
+            .assert_status(200)["items"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    eventually("the sick instance replaced and removed", async || {
+        let now = instances().await;
+        let serving: Vec<&Value> = now
+            .iter()
+            .filter(|i| i["state"] == "running" && i["health"] == "healthy")
+            .collect();
+        serving.len() == 2 && now.iter().all(|i| i["instance_key"] != sick.as_str())
+    })
+    .await;
+    let now = instances().await;
+    let replacement = now
+        .iter()
+        .find(|i| i["provider"] == "gcp")
+        .unwrap_or_else(|| panic!("the replacement is on gcp: {now:#?}"));
+    assert_eq!(replacement["replaces"], sick.as_str(), "{replacement}");
+
+    // Make before break: the replacement was healthy before the sick one started draining.
+    let events = event_items(&s, &f.service, id).await;
+    let position = |kind: &str, key: &str| {
+        events
+            .iter()
+            .position(|e| e["kind"] == kind && e["details"]["instance_key"] == key)
+            .unwrap_or_else(|| panic!("no {kind} of {key}: {events:#?}"))
+    };
+    let new_key = replacement["instance_key"].as_str().unwrap();
+    assert!(position("instance.unhealthy", &sick) < position("instance.replacement", new_key));
+    assert!(position("instance.healthy", new_key) < position("instance.draining", &sick));
+    // The deployment stayed healthy throughout.
+    let after = s
+        .get(&format!("{}/deployments/{id}", f.service), ADMIN_TOKEN)
+        .await;
+    assert_eq!(after.assert_status(200)["state"], "healthy");
 }

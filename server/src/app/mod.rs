@@ -49,6 +49,7 @@ pub mod sessions;
 pub mod sign_in_addresses;
 pub mod terms;
 pub mod tokens;
+pub mod unhealthy_replacement;
 pub mod users;
 
 use std::sync::Arc;

@@ -8,7 +8,8 @@
 //! 2. **settle** rolling-out deployments whose instances are all healthy: the deployment is
 //!    healthy, the one it replaces is superseded and its instances drain;
 //! 3. **drain**: instances out of the routes for the grace period go to removal;
-//! 4. **evacuate** providers being evacuated ([`super::evacuations`]);
+//! 4. **evacuate** providers being evacuated ([`super::evacuations`]), and **replace**
+//!    instances unhealthy for a while ([`super::unhealthy_replacement`]);
 //! 5. **dispatch** provider operations (provision, deprovision) on due instances, each claimed
 //!    in the database by this runner for a while (so that several replicas never run one
 //!    operation twice, and a runner that dies leaves it to the next: a replica that becomes the
@@ -222,6 +223,7 @@ impl App {
         self.deployments_settle().await?;
         self.instances_drained_remove().await?;
         self.evacuations_advance().await?;
+        self.instances_unhealthy_replace().await?;
         let (queue_depth, held_for) = if control.paused {
             (self.operations_due_count().await?, None)
         } else {
@@ -803,6 +805,8 @@ pub(super) enum Takeover {
     Failover,
     /// The other's provider is being evacuated.
     Evacuation,
+    /// The other has been unhealthy for a while.
+    Unhealthy,
 }
 
 /// Inserts a pending instance of `found` at `slot` (its key chosen now, before any provider
@@ -847,6 +851,19 @@ pub(super) async fn instance_insert(
             format!(
                 "{} failed over from {} ({}) to {} in {}",
                 row.instance_key, old.provider, old.last_error, slot.provider, slot.region
+            ),
+        ),
+        Some((old, Takeover::Unhealthy)) => (
+            "instance.replacement",
+            format!(
+                "{} replaces {} on {} (unhealthy since {}) on {} in {}",
+                row.instance_key,
+                old.instance_key,
+                old.provider,
+                old.health_checked_at
+                    .map_or_else(|| "a while".to_owned(), |at| at.to_rfc3339()),
+                slot.provider,
+                slot.region
             ),
         ),
         Some((old, Takeover::Evacuation)) => (
