@@ -26,6 +26,7 @@ mod m20261201_000015_replicas_and_leases;
 mod m20261202_000016_token_sessions;
 mod m20261202_000017_domain_verification;
 mod m20261202_000018_sign_in_addresses;
+mod m20261202_000019_instance_health_index;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000016_token_sessions::Migration),
             Box::new(m20261202_000017_domain_verification::Migration),
             Box::new(m20261202_000018_sign_in_addresses::Migration),
+            Box::new(m20261202_000019_instance_health_index::Migration),
         ]
     }
 }
