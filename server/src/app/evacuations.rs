@@ -19,15 +19,12 @@ use uuid::Uuid;
 
 use super::App;
 use super::audit::{AuditEntry, audit_record};
-use super::deployment_events::event_append;
 use super::deployments;
 use super::instances as states;
 use super::leases::Work;
-use super::placement::place;
-use super::reconciler::{Takeover, instance_insert, instance_transition};
-use super::services::ServiceSpec;
+use super::reconciler::{Takeover, instance_transition, replacement_place};
 use crate::authz::{OpContext, Principal};
-use crate::entity::{deployment, evacuation, instance, provider, service};
+use crate::entity::{deployment, evacuation, instance, provider};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 
 pub const RUNNING: &str = "running";
@@ -269,35 +266,20 @@ impl App {
             else {
                 continue;
             };
-            let spec: ServiceSpec =
-                serde_json::from_value(owner.spec.clone()).map_err(ApiError::internal)?;
-            let service_name = service::Entity::find_by_id(owner.service_id)
-                .one(&txn)
-                .await?
-                .map(|s| s.name)
-                .unwrap_or_else(|| "service".into());
-            match place(
-                &spec.placement,
-                &spec.regions,
+            let waiting = format!(
+                "cannot move {} off {} yet",
+                old.instance_key, found.provider
+            );
+            let takeover = (old, Takeover::Evacuation);
+            replacement_place(
+                &txn,
+                &owner,
+                takeover,
                 candidates,
                 &BTreeMap::new(),
-                1,
-            ) {
-                Ok(slots) => {
-                    let takeover = Some((old, Takeover::Evacuation));
-                    instance_insert(&txn, &owner, &service_name, &slots[0], takeover).await?;
-                }
-                Err(why) => {
-                    event_append(
-                        &txn,
-                        owner.id,
-                        "instance.waiting",
-                        format!("cannot move {} off {} yet: {why}", old.instance_key, found.provider),
-                        serde_json::json!({ "instance_key": old.instance_key, "provider": found.provider }),
-                    )
-                    .await?;
-                }
-            }
+                &waiting,
+            )
+            .await?;
         }
         let done = still_to_move == 0
             && !on_provider.iter().any(|row| {

@@ -898,6 +898,43 @@ pub(super) async fn instance_insert(
     Ok(row)
 }
 
+/// Places one instance of `owner` to take over from the instance of `takeover` (among
+/// `candidates`, with `placed` instances of the deployment on each provider already), or, when
+/// none can take it now, records why in an `instance.waiting` event that starts with `waiting`.
+pub(super) async fn replacement_place(
+    db: &impl ConnectionTrait,
+    owner: &deployment::Model,
+    takeover: (&instance::Model, Takeover),
+    candidates: &[Candidate],
+    placed: &BTreeMap<String, u32>,
+    waiting: &str,
+) -> ApiResult<()> {
+    let spec: ServiceSpec =
+        serde_json::from_value(owner.spec.clone()).map_err(ApiError::internal)?;
+    let service_name = service::Entity::find_by_id(owner.service_id)
+        .one(db)
+        .await?
+        .map(|s| s.name)
+        .unwrap_or_else(|| "service".into());
+    match place(&spec.placement, &spec.regions, candidates, placed, 1) {
+        Ok(slots) => {
+            instance_insert(db, owner, &service_name, &slots[0], Some(takeover)).await?;
+        }
+        Err(why) => {
+            let old = takeover.0;
+            event_append(
+                db,
+                owner.id,
+                "instance.waiting",
+                format!("{waiting}: {why}"),
+                serde_json::json!({ "instance_key": old.instance_key, "provider": old.provider }),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
 /// `update` with the instances' claims cleared (no runner, no expiry).
 pub(super) fn claim_cleared(
     update: sea_orm::UpdateMany<instance::Entity>,

@@ -17,15 +17,13 @@ use chrono::{Duration as ChronoDuration, Utc};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
 use super::App;
-use super::deployment_events::event_append;
 use super::deployments;
 use super::instances as states;
 use super::leases::Work;
-use super::placement::{Candidate, place};
-use super::reconciler::{Takeover, instance_insert};
-use super::services::ServiceSpec;
-use crate::entity::{deployment, instance, service};
-use crate::error::{ApiError, ApiResult};
+use super::placement::Candidate;
+use super::reconciler::{Takeover, replacement_place};
+use crate::entity::{deployment, instance};
+use crate::error::ApiResult;
 
 /// How long after a failed replacement the next one may be placed, doubled with each failure.
 pub const REPLACE_BACKOFF_INITIAL: Duration = Duration::from_secs(30);
@@ -86,13 +84,6 @@ impl App {
                 return Ok(());
             }
         }
-        let spec: ServiceSpec =
-            serde_json::from_value(owner.spec.clone()).map_err(ApiError::internal)?;
-        let service_name = service::Entity::find_by_id(owner.service_id)
-            .one(&txn)
-            .await?
-            .map(|s| s.name)
-            .unwrap_or_else(|| "service".into());
         let mut placed: BTreeMap<String, u32> = BTreeMap::new();
         for other in instance::Entity::find()
             .filter(instance::Column::DeploymentId.eq(owner.id))
@@ -103,22 +94,9 @@ impl App {
         {
             *placed.entry(other.provider).or_default() += 1;
         }
-        match place(&spec.placement, &spec.regions, candidates, &placed, 1) {
-            Ok(slots) => {
-                let takeover = Some((old, Takeover::Unhealthy));
-                instance_insert(&txn, &owner, &service_name, &slots[0], takeover).await?;
-            }
-            Err(why) => {
-                event_append(
-                    &txn,
-                    owner.id,
-                    "instance.waiting",
-                    format!("cannot replace the unhealthy {} yet: {why}", old.instance_key),
-                    serde_json::json!({ "instance_key": old.instance_key, "provider": old.provider }),
-                )
-                .await?;
-            }
-        }
+        let waiting = format!("cannot replace the unhealthy {} yet", old.instance_key);
+        let takeover = (old, Takeover::Unhealthy);
+        replacement_place(&txn, &owner, takeover, candidates, &placed, &waiting).await?;
         txn.commit().await?;
         self.deployments_changed();
         Ok(())
