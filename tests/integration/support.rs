@@ -197,7 +197,12 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
 
 /// The plugins the tests' servers bundle: the binary's, and the demo `example` provider.
 pub fn bundled_plugins() -> bulkhead::plugins::bundled::BundledPlugins {
-    bulkhead::plugins::bundled::BundledPlugins(bulkhead_bundled_plugins::WASM_WITH_EXAMPLE)
+    static WITH_EXAMPLE: std::sync::LazyLock<Vec<(&str, &[u8])>> = std::sync::LazyLock::new(|| {
+        std::iter::once(bulkhead_bundled_plugins::EXAMPLE)
+            .chain(bulkhead_bundled_plugins::WASM.iter().copied())
+            .collect()
+    });
+    bulkhead::plugins::bundled::BundledPlugins(WITH_EXAMPLE.as_slice())
 }
 
 /// The DNS server every test server asks for domains' challenges: one for the whole suite, on

@@ -24,10 +24,5 @@ pub const WASM: &[(&str, &[u8])] = &[
     ("metal", plugin_wasm!("bulkhead_plugin_metal.wasm")),
 ];
 
-/// [`WASM`] and the demo `example` provider, for the tests' servers.
-pub const WASM_WITH_EXAMPLE: &[(&str, &[u8])] = &[
-    ("example", plugin_wasm!("bulkhead_plugin_example.wasm")),
-    ("aws", plugin_wasm!("bulkhead_plugin_aws.wasm")),
-    ("gcp", plugin_wasm!("bulkhead_plugin_gcp.wasm")),
-    ("metal", plugin_wasm!("bulkhead_plugin_metal.wasm")),
-];
+/// The demo `example` provider, which the tests' servers bundle beside [`WASM`].
+pub const EXAMPLE: (&str, &[u8]) = ("example", plugin_wasm!("bulkhead_plugin_example.wasm"));

@@ -54,44 +54,29 @@ impl App {
         Ok(())
     }
 
+    /// Replaces `old` if it is due: read first, outside any transaction, so that a pass that
+    /// finds a replacement on its way (or in its backoff) writes nothing.
     async fn instance_unhealthy_replace(
         &self,
         old: &instance::Model,
         candidates: &[Candidate],
     ) -> ApiResult<()> {
+        let Some(owner) = self.replacement_due(old).await? else {
+            return Ok(());
+        };
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
-        let Some(owner) = deployment::Entity::find_by_id(old.deployment_id)
-            .one(&txn)
-            .await?
-            .filter(|owner| owner.state == deployments::HEALTHY)
-        else {
-            return Ok(()); // a rollout, or one being replaced: its own steps decide
-        };
-        let earlier = instance::Entity::find()
-            .filter(instance::Column::Replaces.eq(old.id))
-            .all(&txn)
-            .await?;
-        if earlier
-            .iter()
-            .any(|r| states::ACTIVE.contains(&r.state.as_str()))
-        {
-            return Ok(()); // one is on its way
-        }
-        if let Some(last) = earlier.iter().map(|r| r.updated_at).max() {
-            let wait = replace_backoff(earlier.len());
-            if Utc::now() < last + ChronoDuration::from_std(wait).unwrap_or(ChronoDuration::MAX) {
-                return Ok(());
-            }
-        }
-        let mut placed: BTreeMap<String, u32> = BTreeMap::new();
-        for other in instance::Entity::find()
+        let others = instance::Entity::find()
             .filter(instance::Column::DeploymentId.eq(owner.id))
             .filter(instance::Column::State.is_in(states::ACTIVE))
             .filter(instance::Column::Id.ne(old.id))
             .all(&txn)
-            .await?
-        {
+            .await?;
+        if others.iter().any(|other| other.replaces == Some(old.id)) {
+            return Ok(()); // placed since the read
+        }
+        let mut placed: BTreeMap<String, u32> = BTreeMap::new();
+        for other in others {
             *placed.entry(other.provider).or_default() += 1;
         }
         let waiting = format!("cannot replace the unhealthy {} yet", old.instance_key);
@@ -100,6 +85,35 @@ impl App {
         txn.commit().await?;
         self.deployments_changed();
         Ok(())
+    }
+
+    /// The healthy deployment of `old` when `old` should get a replacement now: none on its
+    /// way, and the backoff after the failed ones over.
+    async fn replacement_due(&self, old: &instance::Model) -> ApiResult<Option<deployment::Model>> {
+        let Some(owner) = deployment::Entity::find_by_id(old.deployment_id)
+            .one(&self.db)
+            .await?
+            .filter(|owner| owner.state == deployments::HEALTHY)
+        else {
+            return Ok(None); // a rollout, or one being replaced: its own steps decide
+        };
+        let earlier = instance::Entity::find()
+            .filter(instance::Column::Replaces.eq(old.id))
+            .all(&self.db)
+            .await?;
+        if earlier
+            .iter()
+            .any(|r| states::ACTIVE.contains(&r.state.as_str()))
+        {
+            return Ok(None); // one is on its way
+        }
+        if let Some(last) = earlier.iter().map(|r| r.updated_at).max() {
+            let wait = replace_backoff(earlier.len());
+            if Utc::now() < last + ChronoDuration::from_std(wait).unwrap_or(ChronoDuration::MAX) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(owner))
     }
 }
 
