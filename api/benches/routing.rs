@@ -121,16 +121,14 @@ async fn routes_make(api: &Api, app: &bulkhead::app::App) {
             .unwrap();
     }
     app.routing_refresh().await.unwrap();
+    let table = app.routing.current().unwrap().table();
     let prepared = app.routing.prepared().unwrap();
-    assert_eq!(prepared.table.routes.len(), SERVICES * DOMAINS_PER_SERVICE);
-    assert_eq!(
-        prepared.table.upstream_count(),
-        2 * SERVICES * DOMAINS_PER_SERVICE
-    );
+    assert_eq!(table.routes.len(), SERVICES * DOMAINS_PER_SERVICE);
+    assert_eq!(table.upstream_count(), 2 * SERVICES * DOMAINS_PER_SERVICE);
     println!(
         "table: {} routes, {} upstreams; {} KiB signed; set up in {:?}",
-        prepared.table.routes.len(),
-        prepared.table.upstream_count(),
+        table.routes.len(),
+        table.upstream_count(),
         prepared.identity.len() / 1024,
         started.elapsed()
     );
@@ -294,7 +292,7 @@ async fn throughput(api: &Api, dir: &Path) {
 type Arrivals = Arc<Mutex<Vec<(i64, Instant)>>>;
 
 async fn propagation(api: &Api, app: &bulkhead::app::App) {
-    let revision = app.routing.prepared().unwrap().revision;
+    let revision = app.routing.current().unwrap().revision;
     let arrivals: Vec<Arrivals> = (0..WATCHERS).map(|_| Arc::default()).collect();
     // One connection per watcher, as 1,000 edges would hold.
     let http = common::http_builder()
@@ -331,14 +329,14 @@ async fn propagation(api: &Api, app: &bulkhead::app::App) {
     let mut samples = Vec::new();
     for round in 0..ROUNDS {
         for (health, measured) in [("unhealthy", false), ("healthy", true)] {
-            let before = app.routing.prepared().unwrap().revision;
+            let before = app.routing.current().unwrap().revision;
             let started = Instant::now();
             app.instance_health_set(&instance, health, 1).await.unwrap();
             // The revision that carries the change.
             let target = loop {
-                let prepared = app.routing.prepared().unwrap();
-                if prepared.revision > before {
-                    break prepared.revision;
+                let current = app.routing.current().unwrap();
+                if current.revision > before {
+                    break current.revision;
                 }
                 assert!(
                     started.elapsed() < Duration::from_secs(10),

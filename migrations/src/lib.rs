@@ -27,6 +27,7 @@ mod m20261202_000016_token_sessions;
 mod m20261202_000017_domain_verification;
 mod m20261202_000018_sign_in_addresses;
 mod m20261202_000019_instance_health_index;
+mod m20261203_000020_routes_by_domain;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -54,6 +55,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000017_domain_verification::Migration),
             Box::new(m20261202_000018_sign_in_addresses::Migration),
             Box::new(m20261202_000019_instance_health_index::Migration),
+            Box::new(m20261203_000020_routes_by_domain::Migration),
         ]
     }
 }

@@ -1,6 +1,7 @@
-//! Migrations: every migration goes up, down and up again; and the records users made
+//! Migrations: every migration goes up, down and up again; the records users made
 //! (accounts, terms-of-service acceptances, audit events) survive every later migration, a
-//! rollback of those, and a restart.
+//! rollback of those, and a restart; and the routing table moves from its latest revision's
+//! row to a row per domain and back without losing a route.
 
 use bulkhead::entity::{audit_event, terms_acceptance};
 use bulkhead_migrations::{Migrator, MigratorTrait};
@@ -14,10 +15,13 @@ use crate::support::{Backend, PASSWORD, TestServer, database_fresh};
 
 /// The migration that creates the terms and audit tables (1-based position).
 const TERMS_AND_AUDIT: u32 = 2;
+/// The migration that stores routes by domain.
+const ROUTES_BY_DOMAIN: u32 = 20;
 
 backend_tests!(
     every_migration_goes_up_down_and_up,
-    user_records_survive_every_later_migration
+    user_records_survive_every_later_migration,
+    routes_move_to_a_row_per_domain_and_back
 );
 
 async fn connect(backend: Backend) -> Option<(DatabaseConnection, String, tempfile::TempDir)> {
@@ -258,4 +262,104 @@ async fn user_records_survive_every_later_migration(backend: Backend) {
         "the early audit event is listed after a restart: {}",
         events.text
     );
+}
+
+/// The routes of the latest revision become a row per domain, with that revision; down puts
+/// them back into the revision's row.
+async fn routes_move_to_a_row_per_domain_and_back(backend: Backend) {
+    use bulkhead_routing::{Route, Upstream};
+
+    let Some((db, _url, _dir)) = connect(backend).await else {
+        return;
+    };
+    Migrator::up(&db, Some(ROUTES_BY_DOMAIN - 1)).await.unwrap();
+    let service = uuid::Uuid::now_v7();
+    let routes: Vec<Route> = ["a.example.test", "b.example.test"]
+        .into_iter()
+        .map(|domain| Route {
+            domain: domain.into(),
+            project_id: uuid::Uuid::now_v7(),
+            service_id: service,
+            upstreams: vec![Upstream {
+                address: "10.0.0.7:8080".into(),
+                provider: "gcp".into(),
+                region: "europe-west1-b".into(),
+                instance_key: format!("web-1-{domain}"),
+                weight: 1,
+            }],
+        })
+        .collect();
+    for (revision, stored) in [
+        (1i64, None),
+        (2, Some(serde_json::to_string(&routes).unwrap())),
+    ] {
+        db.execute(
+            &Query::insert()
+                .into_table("routing_revisions")
+                .columns([
+                    "revision",
+                    "content_hash",
+                    "changes",
+                    "drop_intended",
+                    "routes",
+                    "created_at",
+                ])
+                .values_panic([
+                    revision.into(),
+                    format!("{revision:064}").into(),
+                    "[]".into(),
+                    true.into(),
+                    stored.into(),
+                    chrono::Utc::now().into(),
+                ])
+                .to_owned(),
+        )
+        .await
+        .unwrap();
+    }
+    Migrator::up(&db, Some(1)).await.unwrap();
+    let rows = db
+        .query_all(
+            &Query::select()
+                .columns(["domain", "revision", "route"])
+                .from("routes")
+                .order_by("domain", sea_orm::Order::Asc)
+                .to_owned(),
+        )
+        .await
+        .unwrap();
+    let moved: Vec<(String, i64, Route)> = rows
+        .iter()
+        .map(|row| {
+            let route: String = row.try_get_by_index(2).unwrap();
+            (
+                row.try_get_by_index(0).unwrap(),
+                row.try_get_by_index(1).unwrap(),
+                serde_json::from_str(&route).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        moved,
+        routes
+            .iter()
+            .map(|route| (route.domain.clone(), 2, route.clone()))
+            .collect::<Vec<_>>()
+    );
+
+    Migrator::down(&db, Some(1)).await.unwrap();
+    let back = db
+        .query_one(
+            &Query::select()
+                .column("routes")
+                .from("routing_revisions")
+                .and_where(Expr::col("revision").eq(2))
+                .to_owned(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let back: String = back.try_get_by_index(0).unwrap();
+    assert_eq!(serde_json::from_str::<Vec<Route>>(&back).unwrap(), routes);
+    db.close().await.unwrap();
 }

@@ -19,6 +19,7 @@ use crate::support::{ADMIN_TOKEN, TestServer, platform, provider_state};
 
 db_tests!(
     a_signed_table_follows_domains_and_healthy_instances,
+    a_revision_changes_only_what_changed_and_survives_a_restart,
     changes_since_a_revision_and_410_past_the_history,
     a_watch_resumes_after_its_last_event_id,
     keys_rotate_with_old_and_new_published,
@@ -292,6 +293,99 @@ async fn a_signed_table_follows_domains_and_healthy_instances(s: TestServer) {
     s.delete(&domain, &fixture.owner).await.assert_status(204);
     let gone = table_wait(&s, &token, "the route removed", |t| t.routes.is_empty()).await;
     assert!(gone.drop_intended);
+}
+
+/// A revision carries, and writes, only the routes of the service whose instances changed;
+/// a restarted server serves the same revision, byte for byte, from the stored routes.
+async fn a_revision_changes_only_what_changed_and_survives_a_restart(s: TestServer) {
+    use bulkhead::entity::route;
+    use sea_orm::EntityTrait;
+
+    let (_platform, _dir) = platform(&s).await;
+    let token = routing_token(&s).await;
+    let a = fixture(&s, 1, &["aws"]).await;
+    let b = fixture(&s, 1, &["aws"]).await;
+    for (owner, project, service, hosts) in [
+        (
+            &a.owner,
+            &a.project,
+            &a.service,
+            ["a1.example.test", "a2.example.test"],
+        ),
+        (
+            &b.owner,
+            &b.project,
+            &b.service,
+            ["b1.example.test", "b2.example.test"],
+        ),
+    ] {
+        for host in hosts {
+            domain_create(&s, owner, project, service_id(service), host).await;
+        }
+    }
+    let served = |t: &RoutingTable, prefix: char| {
+        let routes: Vec<_> = t
+            .routes
+            .iter()
+            .filter(|r| r.domain.starts_with(prefix))
+            .collect();
+        routes.len() == 2 && routes.iter().all(|r| r.upstreams.len() == 1)
+    };
+    let made = deploy(&s, &a.owner, &a.service).await;
+    let id = made["id"].as_str().unwrap();
+    deployment_wait(&s, &a.service, id, "healthy", Duration::from_secs(60)).await;
+    let before = table_wait(&s, &token, "a's upstreams", |t| served(t, 'a')).await;
+    let made = deploy(&s, &b.owner, &b.service).await;
+    let id = made["id"].as_str().unwrap();
+    deployment_wait(&s, &b.service, id, "healthy", Duration::from_secs(60)).await;
+    let after = table_wait(&s, &token, "b's upstreams", |t| served(t, 'b')).await;
+
+    // Every revision since changed b's routes only, and a's are as they were.
+    let since = s
+        .get(
+            &format!("/v1/routing-table/changes?since={}", before.revision),
+            &token,
+        )
+        .await;
+    let revisions = since.assert_status(200)["revisions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!revisions.is_empty());
+    for revision in &revisions {
+        for change in revision["changes"].as_array().unwrap() {
+            let domain = change["route"]["domain"].as_str().unwrap_or_default();
+            assert!(domain.starts_with('b'), "{revision:#}");
+        }
+    }
+    let of = |t: &RoutingTable, prefix: char| -> Vec<bulkhead_routing::Route> {
+        t.routes
+            .iter()
+            .filter(|r| r.domain.starts_with(prefix))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(of(&after, 'a'), of(&before, 'a'));
+    // a's routes were not written again: their rows keep the revision that set them.
+    let rows = route::Entity::find().all(&s.app().db).await.unwrap();
+    assert_eq!(rows.len(), 4);
+    for row in &rows {
+        if row.domain.starts_with('a') {
+            assert!(row.revision <= before.revision, "{row:?}");
+        } else {
+            assert!(row.revision > before.revision, "{row:?}");
+        }
+    }
+
+    // A restart loads the stored routes: the same revision, signed into the same bytes.
+    let (latest, document) = table_fetch(&s, &token).await;
+    let s = s.restart().await;
+    let (again, document_again) = table_fetch(&s, &token).await;
+    assert_eq!(again.revision, latest.revision);
+    assert!(
+        document_again == document,
+        "the same document after a restart"
+    );
 }
 
 /// A service with no deployment and `count` domains made one by one: each a revision.

@@ -5,9 +5,17 @@
 //! on PostgreSQL, [`super::change_feed`] tells the other replicas (a hint only: they re-read
 //! what changed) and bumps their topics. Whoever waits also re-reads periodically, for the
 //! changes a hint never brought (SQLite, a dropped listening connection).
+//!
+//! Changes of routes also say whose: [`Changes::routes_changed`] names the services whose
+//! routes may differ ([`RoutesDirty`]), here and in the hint to the other replicas, so that
+//! the routing table looks at those alone. A change that names nothing, or a hint that came
+//! without names, makes it look at everything.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
 
 use tokio::sync::{Notify, watch};
 
@@ -55,12 +63,52 @@ impl Kind {
     }
 }
 
+/// Services tracked by name at most; past them, everything counts as changed.
+const ROUTES_DIRTY_MAX: usize = 10_000;
+
+/// What the routing table must look at again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoutesScope {
+    /// The routes of these services (their domains, and the domains that were theirs).
+    Services(BTreeSet<Uuid>),
+    /// Every route.
+    All,
+}
+
+/// The services whose routes may have changed and were not looked at yet.
+#[derive(Debug, Default)]
+pub struct RoutesDirty(Mutex<Option<RoutesScope>>);
+
+impl RoutesDirty {
+    /// Marks `services`; past [`ROUTES_DIRTY_MAX`] of them, everything.
+    pub fn mark(&self, services: impl IntoIterator<Item = Uuid>) {
+        let mut dirty = self.0.lock().expect("not poisoned");
+        let scope = dirty.get_or_insert_with(|| RoutesScope::Services(BTreeSet::new()));
+        if let RoutesScope::Services(marked) = scope {
+            marked.extend(services);
+            if marked.len() > ROUTES_DIRTY_MAX {
+                *scope = RoutesScope::All;
+            }
+        }
+    }
+
+    pub fn mark_all(&self) {
+        *self.0.lock().expect("not poisoned") = Some(RoutesScope::All);
+    }
+
+    /// Takes what was marked, if anything.
+    pub fn take(&self) -> Option<RoutesScope> {
+        self.0.lock().expect("not poisoned").take()
+    }
+}
+
 /// The kinds changed here and not yet told to the other replicas: a burst of changes of one
-/// kind is told once.
+/// kind is told once (with the services whose routes changed, for routes).
 #[derive(Default)]
 pub struct Outbox {
     pending: AtomicU32,
     wake: Notify,
+    pub routes: RoutesDirty,
 }
 
 impl Outbox {
@@ -139,6 +187,8 @@ pub struct Changes {
     /// Providers' plugins, settings and health.
     pub providers: Topic,
     pub outbox: Arc<Outbox>,
+    /// The services whose routes changed, for the routing table of this server.
+    pub routes_dirty: Arc<RoutesDirty>,
     /// Whether the change feed listens to the other replicas now.
     listening: Arc<AtomicBool>,
 }
@@ -153,12 +203,30 @@ impl Default for Changes {
             auth: Topic::new(Kind::Auth, &outbox),
             providers: Topic::new(Kind::Providers, &outbox),
             outbox,
+            routes_dirty: Arc::default(),
             listening: Arc::default(),
         }
     }
 }
 
 impl Changes {
+    /// The routes of `services` may have changed (call after the commit): the routing table
+    /// looks at them again, here and on the other replicas.
+    pub fn routes_changed(&self, services: impl IntoIterator<Item = Uuid>) {
+        let services: Vec<Uuid> = services.into_iter().collect();
+        self.routes_dirty.mark(services.iter().copied());
+        self.outbox.routes.mark(services);
+        self.routes.notify();
+    }
+
+    /// Any route may have changed (call after the commit): the routing table looks at all of
+    /// them again, here and on the other replicas.
+    pub fn routes_all_changed(&self) {
+        self.routes_dirty.mark_all();
+        self.outbox.routes.mark_all();
+        self.routes.notify();
+    }
+
     /// Whether this server hears the other replicas' changes now (see `change_feed`).
     pub fn listening(&self) -> bool {
         self.listening.load(Ordering::Acquire)
@@ -198,6 +266,28 @@ mod tests {
         // A local-only notification is never told to other replicas.
         changes.routing.notify();
         assert_eq!(changes.outbox.take().await, [Kind::Routing]);
+    }
+
+    #[tokio::test]
+    async fn route_changes_name_their_services_until_there_are_too_many() {
+        let changes = Changes::default();
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        changes.routes_changed([a]);
+        changes.routes_changed([b, a]);
+        let named = Some(RoutesScope::Services(BTreeSet::from([a, b])));
+        assert_eq!(changes.routes_dirty.take(), named);
+        assert_eq!(changes.routes_dirty.take(), None, "taken once");
+        assert_eq!(changes.outbox.routes.take(), named, "told to the others");
+        assert_eq!(changes.outbox.take().await, [Kind::Routes]);
+        changes.routes_changed([a]);
+        changes.routes_all_changed();
+        changes.routes_changed([b]);
+        assert_eq!(changes.routes_dirty.take(), Some(RoutesScope::All));
+        changes.routes_changed((0..=ROUTES_DIRTY_MAX as u128).map(Uuid::from_u128));
+        assert!(matches!(
+            changes.routes_dirty.take(),
+            Some(RoutesScope::All)
+        ));
     }
 
     #[test]

@@ -374,6 +374,8 @@ impl App {
         write
             .commit(deployment_audit("deployment.create", &created))
             .await?;
+        // Unfinished deployments it supersedes lose their instances, routed ones included.
+        self.changes.routes_changed([service_id]);
         self.deployments_changed();
         Ok(created)
     }
@@ -413,6 +415,7 @@ impl App {
         write
             .commit(deployment_audit("deployment.rollback", &created))
             .await?;
+        self.changes.routes_changed([service_id]);
         self.deployments_changed();
         Ok(created)
     }
@@ -456,16 +459,16 @@ impl App {
         write
             .commit(deployment_audit("deployment.cancel", &cancelled))
             .await?;
+        self.changes.routes_changed([service_id]);
         self.deployments_changed();
         Ok(cancelled)
     }
 
-    /// Wakes the reconciler and the event streams of this server (after a commit), and the
-    /// routing table: any step of an instance may change what is routable (a rebuild that
-    /// finds the same routes makes no revision).
+    /// Wakes the reconciler and the event streams of this server (after a commit). What
+    /// changes routes says so itself ([`super::changes::Changes::routes_changed`]): most steps
+    /// of an instance change nothing routable, and the routing table looks only at what did.
     pub fn deployments_changed(&self) {
         self.changes.deployments.notify();
-        self.changes.routes.notify();
     }
 }
 

@@ -308,7 +308,7 @@ impl App {
             .commit(domain_audit("domain.create", &created))
             .await?;
         if created.verified_at.is_some() {
-            self.changes.routes.notify();
+            self.changes.routes_changed([created.service_id]);
         }
         Ok(created)
     }
@@ -366,7 +366,7 @@ impl App {
         write
             .commit(domain_audit("domain.verify", &verified))
             .await?;
-        self.changes.routes.notify();
+        self.changes.routes_changed([verified.service_id]);
         Ok(verified)
     }
 
@@ -384,13 +384,14 @@ impl App {
         let current =
             write.precondition(domain_find(&write.txn, project_id, id).await?, if_match)?;
         service_of_project(&write.txn, project_id, update.service_id).await?;
+        let before = current.service_id;
         let mut active: domain::ActiveModel = current.into();
         active.service_id = Set(update.service_id);
         let updated = write.save(active).await?;
         write
             .commit(domain_audit("domain.update", &updated))
             .await?;
-        self.changes.routes.notify();
+        self.changes.routes_changed([before, updated.service_id]);
         Ok(updated)
     }
 
@@ -410,7 +411,7 @@ impl App {
         write
             .commit(domain_audit("domain.delete", &current))
             .await?;
-        self.changes.routes.notify();
+        self.changes.routes_changed([current.service_id]);
         Ok(())
     }
 }

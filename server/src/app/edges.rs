@@ -62,7 +62,7 @@ pub struct EdgeView {
 
 impl App {
     fn edge_view(&self, row: edge::Model) -> EdgeView {
-        let latest = self.routing.prepared().map_or(0, |p| p.revision);
+        let latest = self.routing.current().map_or(0, |c| c.revision);
         EdgeView {
             lag: (latest - row.revision).max(0),
             last_refusal: row
@@ -90,7 +90,7 @@ impl App {
             ApiError::forbidden("edges report with an API token (scope `routing:read`)")
         })?;
         let id = super::slug_validate("id", id)?;
-        let latest = self.routing_prepared()?.revision;
+        let latest = self.routing_current()?.revision;
         if !(0..=latest).contains(&report.revision) {
             return Err(ApiError::invalid(format!(
                 "`revision` must be 0 to {latest}, the latest routing table"

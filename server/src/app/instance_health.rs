@@ -228,7 +228,7 @@ impl App {
             .await?;
         }
         txn.commit().await?;
-        self.changes.routes.notify();
+        self.changes.routes_changed([row.service_id]);
         self.deployments_changed();
         Ok(())
     }
@@ -280,6 +280,8 @@ impl App {
             .await?;
         }
         txn.commit().await?;
+        // The failed rollout's other instances are removed, routed ones included.
+        self.changes.routes_changed([row.service_id]);
         self.deployments_changed();
         Ok(())
     }
@@ -316,7 +318,7 @@ impl App {
             .await?;
         }
         txn.commit().await?;
-        self.changes.routes.notify();
+        self.changes.routes_changed([row.service_id]);
         Ok(())
     }
 }

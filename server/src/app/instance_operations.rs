@@ -164,6 +164,10 @@ impl App {
                 operation_record(&row.provider, "provision", err.code.as_str(), started);
                 self.instance_provision_failed(&txn, &row, &found, err)
                     .await?;
+                txn.commit().await?;
+                // A spec no provider can run fails its rollout, whose instances are removed.
+                self.changes.routes_changed([row.service_id]);
+                return Ok(());
             }
         }
         txn.commit().await?;

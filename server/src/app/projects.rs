@@ -228,7 +228,7 @@ impl App {
         txn.commit().await?;
         self.auth_changed();
         // Its domains went with it.
-        self.changes.routes.notify();
+        self.changes.routes_all_changed();
         Ok(())
     }
 }

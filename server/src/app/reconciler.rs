@@ -406,6 +406,7 @@ impl App {
                         )
                         .await?;
                         txn.commit().await?;
+                        self.changes.routes_changed([found.service_id]);
                         self.deployments_changed();
                         return Ok(());
                     }
@@ -573,7 +574,7 @@ impl App {
         }
         txn.commit().await?;
         self.deployments_changed();
-        self.changes.routes.notify();
+        self.changes.routes_changed([found.service_id]);
         Ok(())
     }
 

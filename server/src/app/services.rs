@@ -630,7 +630,7 @@ impl App {
             .commit(service_audit("service.delete", &current))
             .await?;
         // Its domains went with it.
-        self.changes.routes.notify();
+        self.changes.routes_changed([id]);
         Ok(())
     }
 }

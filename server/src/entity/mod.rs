@@ -22,6 +22,7 @@ pub mod provider;
 pub mod provider_activation;
 pub mod provider_event;
 pub mod refresh_token;
+pub mod route;
 pub mod routing_key;
 pub mod routing_revision;
 pub mod service;

@@ -1,4 +1,5 @@
-//! The `routing_revisions` table: one row per revision of the routing table.
+//! The `routing_revisions` table: one row per revision of the routing table, with what changed
+//! from the revision before (the routes themselves are in `routes`).
 
 use sea_orm::entity::prelude::*;
 
@@ -7,14 +8,10 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub revision: i64,
-    /// SHA-256 (hex) of the routes alone: a rebuild that finds the same hash makes no revision.
-    pub content_hash: String,
     /// What changed from the revision before, as a JSON list of `RouteChange`s.
     pub changes: String,
     /// Whether every route or upstream this revision drops was taken away on purpose.
     pub drop_intended: bool,
-    /// The routes (JSON), kept on the latest revision only.
-    pub routes: Option<String>,
     pub created_at: DateTimeUtc,
 }
 

@@ -92,21 +92,24 @@ async fn routing_table_view(
     headers: HeaderMap,
     ApiQuery(params): ApiQuery<TableParams>,
 ) -> ApiResult<Response> {
-    let prepared = app.routing_prepared()?;
     match params.format {
         TableFormat::Json if params.listen.is_some() => Err(ApiError::bad_request(
             ErrorCode::InvalidQuery,
             "`listen` goes with `format=caddy`",
         )),
-        TableFormat::Json => Ok(snapshot_response(&prepared, accepts_gzip(&headers))),
+        TableFormat::Json => {
+            let prepared = app.routing_snapshot().await?;
+            Ok(snapshot_response(&prepared, accepts_gzip(&headers)))
+        }
         TableFormat::Caddy => {
+            let current = app.routing_current()?;
             let listen = listen_validate(params.listen.as_deref().unwrap_or(":80"))?;
             let options = CaddyOptions {
                 listen: vec![listen],
                 admin: None,
             };
-            let mut response = Json(caddy_config(&prepared.table, &options)).into_response();
-            revision_header(&mut response, prepared.revision);
+            let mut response = Json(caddy_config(&current.table(), &options)).into_response();
+            revision_header(&mut response, current.revision);
             Ok(response)
         }
     }
