@@ -8,6 +8,11 @@
 
 pub use sea_orm_migration::prelude::*;
 
+/// The condition of the partial indexes of the deploy queue (`idx_instances_due`,
+/// `idx_instances_project_due`): a query uses them only if its own condition says the same,
+/// in so many words.
+pub const INSTANCES_DUE: &str = "state IN ('pending', 'provisioning', 'removing', 'failed')";
+
 mod m20261130_000001_identity;
 mod m20261130_000002_terms_and_audit;
 mod m20261130_000003_projects;
@@ -28,6 +33,7 @@ mod m20261202_000017_domain_verification;
 mod m20261202_000018_sign_in_addresses;
 mod m20261202_000019_instance_health_index;
 mod m20261203_000020_routes_by_domain;
+mod m20261203_000021_deploy_queue;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -56,6 +62,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000018_sign_in_addresses::Migration),
             Box::new(m20261202_000019_instance_health_index::Migration),
             Box::new(m20261203_000020_routes_by_domain::Migration),
+            Box::new(m20261203_000021_deploy_queue::Migration),
         ]
     }
 }

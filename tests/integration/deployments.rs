@@ -2,7 +2,8 @@
 //! and a host agent: deployments spread over three providers whose instances answer, failover
 //! when a cloud is suspended mid-rollout, cancel and rollback, a rollout that never becomes
 //! healthy leaving the old version serving, event streams that resume without gaps, the
-//! `deploy` scope, evacuation, and backpressure (concurrency, pause, drain rate, rate limits).
+//! `deploy` scope, evacuation, and backpressure (concurrency, pause, drain rate, rate limits,
+//! turns shared fairly between projects).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -841,8 +842,13 @@ async fn backpressure_server(concurrency: usize) -> (TestServer, DevPlatform, te
 /// `count` services with one replica on aws each, their health checks slow so that the
 /// simulators' instances do not all answer at once.
 async fn services_on_aws(s: &TestServer, count: usize) -> (String, Vec<String>) {
-    let owner = s.user_with_session("backlog@example.com").await;
-    let project = s.project_create(&owner, "backlog").await;
+    services_on_aws_of(s, "backlog", count).await
+}
+
+/// [`services_on_aws`] in a project `name` of a user of its own.
+async fn services_on_aws_of(s: &TestServer, name: &str, count: usize) -> (String, Vec<String>) {
+    let owner = s.user_with_session(&format!("{name}@example.com")).await;
+    let project = s.project_create(&owner, name).await;
     let environment = s
         .post(
             &format!("/v1/projects/{project}/environments"),
@@ -930,6 +936,65 @@ async fn a_backlog_of_500_never_exceeds_the_concurrency_limit_and_drains() {
     .await;
     // Exactly one instance per deployment, at the provider too.
     assert_eq!(platform.aws.instance_count(), 500);
+}
+
+/// One project's backlog does not hold another project's single deployment: with one
+/// operation at a time and a slow provider, a deployment queued behind another project's 100
+/// is provisioned second, not 101st.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projects_deploy_waits_one_turn_behind_another_projects_backlog() {
+    let (s, platform, _dir) = backpressure_server(1).await;
+    let (busy_owner, busy) = services_on_aws_of(&s, "busy", 100).await;
+    let (quiet_owner, quiet) = services_on_aws_of(&s, "quiet", 1).await;
+    s.post(
+        "/v1/deploy-pipeline/pause",
+        ADMIN_TOKEN,
+        json!({ "reason": "a backlog builds" }),
+    )
+    .await
+    .assert_status(200);
+    for service in &busy {
+        deploy(&s, &busy_owner, service).await;
+    }
+    deploy(&s, &quiet_owner, &quiet[0]).await;
+    // Every instance is placed (and has its turn) before anything is provisioned.
+    eventually("101 instances wait", async || {
+        let status = s.get("/v1/deploy-pipeline", ADMIN_TOKEN).await;
+        status.body["reconciler"]["queue_depth"] == 101
+    })
+    .await;
+    platform.aws.faults.set(FaultState {
+        latency_ms: 100,
+        ..FaultState::default()
+    });
+    s.call(
+        Method::POST,
+        "/v1/deploy-pipeline/resume",
+        Some(ADMIN_TOKEN),
+        None,
+    )
+    .await
+    .assert_status(200);
+    let started = Instant::now();
+    let provisioned_before = loop {
+        let instances = s.get(&format!("{}/instances", quiet[0]), ADMIN_TOKEN).await;
+        let state = instances.assert_status(200)["items"][0]["state"].clone();
+        if state != "pending" && state != "provisioning" {
+            break platform.aws.instance_count();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never provisioned; {} others were",
+            platform.aws.instance_count()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Its own, the busy project's head, and at most what went while this test looked.
+    assert!(
+        provisioned_before <= 4,
+        "{provisioned_before} instances were provisioned by the time the quiet project's was"
+    );
+    assert!(platform.aws.faults.calls().max_in_flight <= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

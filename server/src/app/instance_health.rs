@@ -29,6 +29,7 @@ use super::health_checks::{HealthCheckSpec, probe};
 use super::instances as states;
 use super::leases::Work;
 use super::reconciler::instance_transition;
+use super::rollouts::deployment_settle;
 use super::services::ServiceSpec;
 use crate::entity::{deployment, instance};
 use crate::error::{ApiError, ApiResult};
@@ -227,6 +228,8 @@ impl App {
             )
             .await?;
         }
+        // Its rollout ends with its last instance.
+        deployment_settle(&txn, row.deployment_id).await?;
         txn.commit().await?;
         self.changes.routes_changed([row.service_id]);
         self.deployments_changed();
@@ -307,6 +310,7 @@ impl App {
             .filter(instance::Column::State.eq(states::RUNNING))
             .exec(&txn)
             .await?;
+        let mut settled = None;
         if changed.rows_affected == 1 {
             event_append(
                 &txn,
@@ -316,9 +320,15 @@ impl App {
                 serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "health": health }),
             )
             .await?;
+            if health == states::HEALTH_HEALTHY {
+                settled = deployment_settle(&txn, row.deployment_id).await?;
+            }
         }
         txn.commit().await?;
         self.changes.routes_changed([row.service_id]);
+        if settled.is_some() {
+            self.deployments_changed();
+        }
         Ok(())
     }
 }

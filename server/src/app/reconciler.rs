@@ -1,20 +1,25 @@
 //! The deploy reconciler: a background loop, woken by each change and by a timer, that
 //! converges the instances at the providers towards the deployments in the database. Each pass
-//! is idempotent and keeps nothing that matters in memory:
+//! is idempotent, keeps nothing that matters in memory, and costs what it does, not what is
+//! queued (each step reads a bounded batch through an index; a full batch runs the next pass at
+//! once):
 //!
-//! 1. **place** queued deployments: choose provider and region for each missing instance
-//!    ([`super::placement`]) and store the instance with its key *before* any provider is
-//!    called;
-//! 2. **settle** rolling-out deployments whose instances are all healthy: the deployment is
-//!    healthy, the one it replaces is superseded and its instances drain;
-//! 3. **drain**: instances out of the routes for the grace period go to removal;
-//! 4. **evacuate** providers being evacuated ([`super::evacuations`]), and **replace**
+//! 1. **place** queued deployments, oldest first, [`PLACE_PER_PASS`] at a time: choose provider
+//!    and region for each missing instance ([`super::placement`]) and store the instance with
+//!    its key and its turn in the queue ([`super::deploy_queue`]) *before* any provider is
+//!    called; deployments waiting for room are looked at again every [`WAITING_RETRY`];
+//! 2. **drain**: instances out of the routes for the grace period go to removal;
+//! 3. **evacuate** providers being evacuated ([`super::evacuations`]), and **replace**
 //!    instances unhealthy for a while ([`super::unhealthy_replacement`]);
-//! 5. **dispatch** provider operations (provision, deprovision) on due instances, each claimed
-//!    in the database by this runner for a while (so that several replicas never run one
-//!    operation twice, and a runner that dies leaves it to the next: a replica that becomes the
-//!    deploys' leader releases every other runner's claims at once), within the limits of
-//!    [`super::backpressure`] — unless the operator paused the pipeline.
+//! 4. **dispatch** provider operations (provision, deprovision) to the instances at the head of
+//!    the queue, each claimed in the database by this runner for a while (so that several
+//!    replicas never run one operation twice, and a runner that dies leaves it to the next: a
+//!    replica that becomes the deploys' leader releases every other runner's claims at once),
+//!    within the limits of [`super::backpressure`] — unless the operator paused the pipeline.
+//!
+//! A rollout **settles** (the deployment is healthy, the one it replaces superseded and its
+//! instances drained: [`deployment_settle`]) in the transaction that makes its last instance
+//! healthy; a sweep every [`SETTLE_SWEEP_EVERY`] settles any that a crash left unsettled.
 //!
 //! A crash at any point is safe: provisioning is idempotent on the stored key, removal is
 //! idempotent, and every transition is a compare-and-set on the state the pass saw.
@@ -36,15 +41,37 @@ use uuid::Uuid;
 
 use super::App;
 use super::backpressure::{Throttle, Wait};
+use super::deploy_queue;
 use super::deployment_events::event_append;
 use super::deployments::{self, deployment_finish};
 use super::instances::{self as states, instance_key_new};
 use super::leases::Work;
 use super::placement::{Candidate, Slot, place};
+use super::rollouts::{SETTLE_SWEEP_EVERY, deployment_settle};
 use super::services::ServiceSpec;
 use crate::config::DeploySettings;
 use crate::entity::{deployment, evacuation, instance, provider, service};
 use crate::error::{ApiError, ApiResult};
+
+/// Deployments placed in one pass at most (oldest first; a full batch runs the next pass at
+/// once).
+pub const PLACE_PER_PASS: usize = 256;
+/// How often deployments waiting for room (no provider can take their instances) are looked
+/// at again.
+pub const WAITING_RETRY: Duration = Duration::from_secs(2);
+/// Drained instances sent to removal in one pass at most.
+const DRAINED_PER_PASS: usize = 256;
+/// How often the queue's depth is counted for the status and `/metrics`.
+const QUEUE_COUNT_EVERY: Duration = Duration::from_secs(1);
+
+/// What a pass did that decides when the next runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PassOutcome {
+    /// A step had more to do than one pass takes: the next pass runs at once.
+    pub more: bool,
+    /// Operations held back by a rate may go this soon.
+    pub held_for: Option<Duration>,
+}
 
 /// What an operator sees of the reconciler of this server.
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
@@ -75,6 +102,10 @@ pub struct Reconciler {
     /// Regions of each provider's plugin, by plugin digest.
     regions: Mutex<HashMap<(String, String), Vec<String>>>,
     drain_rate: Mutex<f64>,
+    /// When the steps that run now and then last ran (none: at the next pass).
+    waiting_placed_at: Mutex<Option<Instant>>,
+    swept_at: Mutex<Option<Instant>>,
+    counted_at: Mutex<Option<Instant>>,
 }
 
 impl Reconciler {
@@ -93,7 +124,20 @@ impl Reconciler {
             in_flight: Mutex::default(),
             regions: Mutex::default(),
             drain_rate: Mutex::new(0.0),
+            waiting_placed_at: Mutex::default(),
+            swept_at: Mutex::default(),
+            counted_at: Mutex::default(),
         }
+    }
+
+    /// Whether a step that runs every `every` (last at `at`) is due now; marks it run.
+    fn every(at: &Mutex<Option<Instant>>, every: Duration) -> bool {
+        let mut at = at.lock().expect("not poisoned");
+        let due = at.is_none_or(|last| last.elapsed() >= every);
+        if due {
+            *at = Some(Instant::now());
+        }
+        due
     }
 
     /// Records an error for the status (never a secret: provider error kinds and ids only).
@@ -185,6 +229,9 @@ impl App {
             }
             if !leading {
                 leading = true;
+                // A new leader sweeps at once: its predecessor may have left a rollout
+                // unsettled.
+                *self.reconciler.swept_at.lock().expect("not poisoned") = None;
                 match self.claims_of_others_release().await {
                     Ok(0) => {}
                     Ok(released) => tracing::info!(
@@ -198,7 +245,8 @@ impl App {
                 }
             }
             due_at = match self.reconcile_pass().await {
-                Ok(held_for) => held_for.map(|wait| tokio::time::Instant::now() + wait),
+                Ok(pass) if pass.more => Some(tokio::time::Instant::now()),
+                Ok(pass) => pass.held_for.map(|wait| tokio::time::Instant::now() + wait),
                 Err(err) => {
                     self.reconciler
                         .error_record(format!("pass failed: {}", err.detail));
@@ -208,9 +256,8 @@ impl App {
         }
     }
 
-    /// One pass: see the module documentation. Answers how soon operations held back by a
-    /// rate may go, when some were.
-    pub async fn reconcile_pass(&self) -> ApiResult<Option<Duration>> {
+    /// One pass: see the module documentation.
+    pub async fn reconcile_pass(&self) -> ApiResult<PassOutcome> {
         let control = self.deploy_control().await?;
         {
             let mut rate = self.reconciler.drain_rate.lock().expect("not poisoned");
@@ -219,24 +266,32 @@ impl App {
                 *rate = control.drain_rate;
             }
         }
-        self.deployments_place().await?;
-        self.deployments_settle().await?;
-        self.instances_drained_remove().await?;
+        let mut pass = PassOutcome {
+            more: self.deployments_place().await?,
+            held_for: None,
+        };
+        pass.more |= self.instances_drained_remove().await?;
+        if Reconciler::every(&self.reconciler.swept_at, SETTLE_SWEEP_EVERY) {
+            self.deployments_settle_sweep().await?;
+        }
         self.evacuations_advance().await?;
         self.instances_unhealthy_replace().await?;
-        let (queue_depth, held_for) = if control.paused {
-            (self.operations_due_count().await?, None)
-        } else {
-            self.operations_dispatch().await?
-        };
-        metrics::gauge!("deploy_queue_depth").set(queue_depth as f64);
+        if !control.paused {
+            let (more, held_for) = self.operations_dispatch().await?;
+            pass.more |= more;
+            pass.held_for = held_for;
+        }
+        let mut status = self.reconciler.status.lock().expect("not poisoned").clone();
+        if Reconciler::every(&self.reconciler.counted_at, QUEUE_COUNT_EVERY) {
+            status.queue_depth = deploy_queue::due_count(&self.db, Utc::now()).await?;
+            metrics::gauge!("deploy_queue_depth").set(status.queue_depth as f64);
+        }
         metrics::gauge!("deploy_reconciler_last_pass_timestamp_seconds")
             .set(Utc::now().timestamp() as f64);
-        let mut status = self.reconciler.status.lock().expect("not poisoned");
         status.last_pass_at = Some(Utc::now());
         status.passes += 1;
-        status.queue_depth = queue_depth;
-        Ok(held_for)
+        *self.reconciler.status.lock().expect("not poisoned") = status;
+        Ok(pass)
     }
 
     /// Providers that may take new instances now (enabled, not drained, not evacuated, breaker
@@ -301,24 +356,49 @@ impl App {
         Ok(candidates)
     }
 
-    /// Gives queued and placing deployments their missing instances.
-    async fn deployments_place(&self) -> ApiResult<()> {
-        let waiting = deployment::Entity::find()
-            .filter(deployment::Column::State.is_in([deployments::QUEUED, deployments::PLACING]))
+    /// Gives deployments their missing instances: queued ones (and rolling-out ones sent back
+    /// to place a replacement), oldest first, at most [`PLACE_PER_PASS`]; and every
+    /// [`WAITING_RETRY`], those waiting for room. Answers whether more are queued than one
+    /// pass placed.
+    async fn deployments_place(&self) -> ApiResult<bool> {
+        let mut found = deployment::Entity::find()
+            .filter(
+                Condition::any()
+                    .add(deployment::Column::State.eq(deployments::QUEUED))
+                    .add(
+                        Condition::all()
+                            .add(deployment::Column::State.eq(deployments::PLACING))
+                            .add(deployment::Column::Reason.eq("")),
+                    ),
+            )
             .order_by_asc(deployment::Column::CreatedAt)
+            .limit(PLACE_PER_PASS as u64 + 1)
             .all(&self.db)
             .await?;
-        if waiting.is_empty() {
-            return Ok(());
+        let more = found.len() > PLACE_PER_PASS;
+        found.truncate(PLACE_PER_PASS);
+        if Reconciler::every(&self.reconciler.waiting_placed_at, WAITING_RETRY) {
+            found.extend(
+                deployment::Entity::find()
+                    .filter(deployment::Column::State.eq(deployments::PLACING))
+                    .filter(deployment::Column::Reason.ne(""))
+                    .order_by_asc(deployment::Column::CreatedAt)
+                    .limit(PLACE_PER_PASS as u64)
+                    .all(&self.db)
+                    .await?,
+            );
+        }
+        if found.is_empty() {
+            return Ok(false);
         }
         let candidates = self.placement_candidates().await?;
-        for found in waiting {
+        for found in found {
             if let Err(err) = self.deployment_place(found.id, &candidates).await {
                 self.reconciler
                     .error_record(format!("placing deployment {}: {}", found.id, err.detail));
             }
         }
-        Ok(())
+        Ok(more)
     }
 
     async fn deployment_place(&self, id: Uuid, candidates: &[Candidate]) -> ApiResult<()> {
@@ -445,7 +525,7 @@ impl App {
                 .await?;
             }
             deployment::Entity::update_many()
-                .col_expr(deployment::Column::State, Expr::value(state))
+                .col_expr(deployment::Column::State, Expr::value(state.clone()))
                 .col_expr(deployment::Column::Reason, Expr::value(reason))
                 .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
                 .col_expr(
@@ -456,143 +536,45 @@ impl App {
                 .exec(&txn)
                 .await?;
         }
+        // Nothing left to make (no replica, or all of them serve): it settles now.
+        let settled = if state == deployments::ROLLING_OUT && inserted == 0 {
+            deployment_settle(&txn, found.id).await?
+        } else {
+            None
+        };
         txn.commit().await?;
         // A deployment still waiting for room changed nothing: waking the reconciler (and
-        // the streams and the routing table) for it would make the reconciler spin.
-        if changed || inserted > 0 {
+        // the streams) for it would make the reconciler spin.
+        if let Some(settled) = &settled {
+            self.settled_notify(settled);
+        } else if changed || inserted > 0 {
             self.deployments_changed();
         }
         Ok(())
     }
 
-    /// Rolling-out deployments whose instances are all running and healthy become healthy;
-    /// the deployment they replace is superseded and its instances drain.
-    async fn deployments_settle(&self) -> ApiResult<()> {
-        let rolling = deployment::Entity::find()
-            .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
-            .all(&self.db)
-            .await?;
-        for found in rolling {
-            let spec: ServiceSpec =
-                serde_json::from_value(found.spec.clone()).map_err(ApiError::internal)?;
-            let instances = instance::Entity::find()
-                .filter(instance::Column::DeploymentId.eq(found.id))
-                .all(&self.db)
-                .await?;
-            let making = instances.iter().any(|i| {
-                [states::PENDING, states::PROVISIONING, states::STARTING]
-                    .contains(&i.state.as_str())
-            });
-            let serving = instances
-                .iter()
-                .filter(|i| i.state == states::RUNNING && i.health == states::HEALTH_HEALTHY)
-                .count() as u32;
-            if making || serving < spec.replicas {
-                continue;
-            }
-            self.deployment_healthy(&found, spec.replicas).await?;
-        }
-        Ok(())
-    }
-
-    async fn deployment_healthy(&self, found: &deployment::Model, replicas: u32) -> ApiResult<()> {
-        let txn = crate::db::begin_write(&self.db).await?;
-        self.lease_fence(&txn, Work::Deploys).await?;
-        let now = Utc::now();
-        let changed = deployment::Entity::update_many()
-            .col_expr(deployment::Column::State, Expr::value(deployments::HEALTHY))
-            .col_expr(deployment::Column::Reason, Expr::value(""))
-            .col_expr(deployment::Column::HealthyAt, Expr::value(now))
-            .col_expr(deployment::Column::FinishedAt, Expr::value(now))
-            .col_expr(deployment::Column::UpdatedAt, Expr::value(now))
-            .col_expr(
-                deployment::Column::Revision,
-                Expr::col(deployment::Column::Revision).add(1),
-            )
-            .filter(deployment::Column::Id.eq(found.id))
-            .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
-            .exec(&txn)
-            .await?;
-        if changed.rows_affected != 1 {
-            return Ok(());
-        }
-        event_append(
-            &txn,
-            found.id,
-            "deployment.healthy",
-            format!(
-                "deployment #{} is healthy: {replicas} instance(s) serving",
-                found.number
-            ),
-            serde_json::json!({ "replicas": replicas }),
-        )
-        .await?;
-        // The deployments it replaces: their instances leave the routes, then are removed.
-        let older = deployment::Entity::find()
-            .filter(deployment::Column::ServiceId.eq(found.service_id))
-            .filter(deployment::Column::Id.ne(found.id))
-            .filter(deployment::Column::State.eq(deployments::HEALTHY))
-            .all(&txn)
-            .await?;
-        for old in older {
-            deployment::Entity::update_many()
-                .col_expr(
-                    deployment::Column::State,
-                    Expr::value(deployments::SUPERSEDED),
-                )
-                .col_expr(
-                    deployment::Column::Reason,
-                    Expr::value(format!("replaced by deployment #{}", found.number)),
-                )
-                .col_expr(deployment::Column::UpdatedAt, Expr::value(now))
-                .col_expr(
-                    deployment::Column::Revision,
-                    Expr::col(deployment::Column::Revision).add(1),
-                )
-                .filter(deployment::Column::Id.eq(old.id))
-                .exec(&txn)
-                .await?;
-            let draining = instance::Entity::update_many()
-                .col_expr(instance::Column::State, Expr::value(states::DRAINING))
-                .col_expr(instance::Column::UpdatedAt, Expr::value(now))
-                .filter(instance::Column::DeploymentId.eq(old.id))
-                .filter(instance::Column::State.is_in(states::ACTIVE))
-                .exec(&txn)
-                .await?
-                .rows_affected;
-            event_append(
-                &txn,
-                old.id,
-                "deployment.superseded",
-                format!(
-                    "replaced by deployment #{}: draining {draining} instance(s)",
-                    found.number
-                ),
-                serde_json::json!({ "by": found.number, "draining": draining }),
-            )
-            .await?;
-        }
-        txn.commit().await?;
-        self.deployments_changed();
-        self.changes.routes_changed([found.service_id]);
-        Ok(())
-    }
-
-    /// Instances that have been out of the routes for the grace period go to removal.
-    async fn instances_drained_remove(&self) -> ApiResult<()> {
+    /// Instances that have been out of the routes for the grace period go to removal, at most
+    /// [`DRAINED_PER_PASS`] in one transaction; answers whether more are due.
+    async fn instances_drained_remove(&self) -> ApiResult<bool> {
         let cutoff = Utc::now()
             - ChronoDuration::from_std(self.reconciler.settings.drain_grace)
                 .map_err(ApiError::internal)?;
-        let due = instance::Entity::find()
+        let mut due = instance::Entity::find()
             .filter(instance::Column::State.eq(states::DRAINING))
             .filter(instance::Column::UpdatedAt.lte(cutoff))
+            .limit(DRAINED_PER_PASS as u64 + 1)
             .all(&self.db)
             .await?;
-        for row in due {
-            let txn = crate::db::begin_write(&self.db).await?;
-            self.lease_fence(&txn, Work::Deploys).await?;
+        let more = due.len() > DRAINED_PER_PASS;
+        due.truncate(DRAINED_PER_PASS);
+        if due.is_empty() {
+            return Ok(false);
+        }
+        let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
+        for row in &due {
             let moved =
-                instance_transition(&txn, &row, states::DRAINING, states::REMOVING, |u| u).await?;
+                instance_transition(&txn, row, states::DRAINING, states::REMOVING, |u| u).await?;
             if moved {
                 event_append(
                     &txn,
@@ -603,51 +585,52 @@ impl App {
                 )
                 .await?;
             }
-            txn.commit().await?;
         }
-        Ok(())
+        txn.commit().await?;
+        self.deployments_changed();
+        Ok(more)
     }
 
-    /// Instances waiting for a provider operation, for the status while paused.
-    async fn operations_due_count(&self) -> ApiResult<u64> {
-        use sea_orm::PaginatorTrait;
-        Ok(instance::Entity::find()
-            .filter(operations_due(Utc::now()))
-            .count(&self.db)
-            .await?)
-    }
-
-    /// Starts provider operations on due instances, as far as the limits allow; returns how
-    /// many instances wait for one, and how soon those held back by a rate may go.
-    async fn operations_dispatch(&self) -> ApiResult<(u64, Option<Duration>)> {
-        let now = Utc::now();
-        let due = instance::Entity::find()
-            .filter(operations_due(now))
-            .order_by_asc(instance::Column::NextAttemptAt)
-            .order_by_asc(instance::Column::CreatedAt)
-            .limit(500)
-            .all(&self.db)
-            .await?;
-        let depth = due.len() as u64;
+    /// Starts provider operations on the instances at the head of the queue, as far as the
+    /// limits allow, claimed in one transaction; answers whether the queue may have more for
+    /// the free slots (the next pass runs at once), and how soon operations held back by a
+    /// rate may go.
+    async fn operations_dispatch(&self) -> ApiResult<(bool, Option<Duration>)> {
         let throttle = &self.reconciler.throttle;
+        let free = throttle.limit().saturating_sub(throttle.in_flight());
+        if free == 0 {
+            return Ok((false, None));
+        }
+        let now = Utc::now();
+        let providers = provider::Entity::find().all(&self.db).await?;
         // A removal waits while its provider is disabled or its breaker open (it would only
         // be refused, and its backoff grow); it goes as soon as the provider is back. A
         // provision goes anyway: its refusal fails it over to another provider.
-        let unreachable: HashSet<String> = provider::Entity::find()
-            .all(&self.db)
-            .await?
-            .into_iter()
+        let unreachable: HashSet<&str> = providers
+            .iter()
             .filter(|row| !row.enabled || self.health.call_check(row).is_err())
-            .map(|row| row.name)
+            .map(|row| row.name.as_str())
             .collect();
-        let mut deferred_providers: HashSet<String> = HashSet::new();
+        // Providers that asked to wait are not read at all: their instances would fill the
+        // page.
         let mut held_for: Option<Duration> = None;
-        for row in due {
-            if deferred_providers.contains(&row.provider) {
+        let mut waiting: HashSet<String> = HashSet::new();
+        for row in &providers {
+            if let Some(wait) = throttle.provider_held_for(&row.name) {
+                held_for = Some(held_for.map_or(wait, |held| held.min(wait)));
+                waiting.insert(row.name.clone());
+            }
+        }
+        let page = (free * 4 + 16) as u64;
+        let head = deploy_queue::due_head(&self.db, now, &waiting, page).await?;
+        let full_page = head.len() as u64 == page;
+        let mut admitted = Vec::new();
+        for row in head {
+            if waiting.contains(&row.provider) {
                 continue;
             }
             let removal = [states::REMOVING, states::FAILED].contains(&row.state.as_str());
-            if removal && unreachable.contains(&row.provider) {
+            if removal && unreachable.contains(row.provider.as_str()) {
                 continue;
             }
             if self
@@ -676,13 +659,29 @@ impl App {
             if let Some(wait) = wait {
                 // This provider waits; others may go on.
                 held_for = Some(held_for.map_or(wait, |held| held.min(wait)));
-                deferred_providers.insert(row.provider.clone());
+                waiting.insert(row.provider.clone());
                 continue;
             }
-            if !self.instance_claim(&row).await? {
-                continue;
-            }
-            if !self.reconciler.op_begin(row.id, &row.provider) {
+            admitted.push((row, permit));
+        }
+        if admitted.is_empty() {
+            return Ok((false, held_for));
+        }
+        let until = now
+            + ChronoDuration::from_std(self.reconciler.settings.claim_ttl)
+                .map_err(ApiError::internal)?;
+        let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
+        let rows = admitted.iter().map(|(row, _)| row.clone()).collect();
+        let claimed: HashSet<Uuid> =
+            deploy_queue::claims_take(&txn, rows, &self.reconciler.runner, now, until)
+                .await?
+                .into_iter()
+                .map(|row| row.id)
+                .collect();
+        txn.commit().await?;
+        for (row, permit) in admitted {
+            if !claimed.contains(&row.id) || !self.reconciler.op_begin(row.id, &row.provider) {
                 continue;
             }
             let app = self.clone();
@@ -696,7 +695,8 @@ impl App {
                 app.deployments_changed();
             });
         }
-        Ok((depth, held_for))
+        let more = full_page && throttle.in_flight() < throttle.limit();
+        Ok((more, held_for))
     }
 
     /// Releases the claims of every other runner, on becoming the deploys' leader: the
@@ -740,63 +740,6 @@ impl App {
             }
         }
     }
-
-    /// Claims `row` for this runner (and moves a pending instance to `provisioning`); false
-    /// when another runner got it first or its state changed.
-    async fn instance_claim(&self, row: &instance::Model) -> ApiResult<bool> {
-        let now = Utc::now();
-        let until = now
-            + ChronoDuration::from_std(self.reconciler.settings.claim_ttl)
-                .map_err(ApiError::internal)?;
-        let next_state = if row.state == states::PENDING {
-            states::PROVISIONING
-        } else {
-            row.state.as_str()
-        };
-        let txn = crate::db::begin_write(&self.db).await?;
-        self.lease_fence(&txn, Work::Deploys).await?;
-        let claimed = instance::Entity::update_many()
-            .col_expr(
-                instance::Column::ClaimedBy,
-                Expr::value(self.reconciler.runner.clone()),
-            )
-            .col_expr(instance::Column::ClaimedUntil, Expr::value(until))
-            .col_expr(instance::Column::State, Expr::value(next_state))
-            .col_expr(instance::Column::UpdatedAt, Expr::value(now))
-            .filter(instance::Column::Id.eq(row.id))
-            .filter(instance::Column::State.eq(&row.state))
-            .filter(
-                Condition::any()
-                    .add(instance::Column::ClaimedUntil.is_null())
-                    .add(instance::Column::ClaimedUntil.lt(now)),
-            )
-            .exec(&txn)
-            .await?;
-        txn.commit().await?;
-        Ok(claimed.rows_affected == 1)
-    }
-}
-
-/// Instances that need a provider operation now: pending ones (provision), ones whose
-/// provisioning was abandoned by a runner that died (provision again: it is idempotent), and
-/// ones to remove (removing, failed).
-fn operations_due(now: DateTime<Utc>) -> Condition {
-    let unclaimed = Condition::any()
-        .add(instance::Column::ClaimedUntil.is_null())
-        .add(instance::Column::ClaimedUntil.lt(now));
-    Condition::all()
-        .add(instance::Column::State.is_in([
-            states::PENDING,
-            states::PROVISIONING,
-            states::REMOVING,
-            states::FAILED,
-        ]))
-        .add(unclaimed)
-        .add(
-            Condition::any()
-                .add(instance::Column::NextAttemptAt.is_null())
-                .add(instance::Column::NextAttemptAt.lte(now)),
-        )
 }
 
 /// Why an instance takes over from another.
@@ -841,6 +784,7 @@ pub(super) async fn instance_insert(
         replaces: Set(replaces.map(|r| r.id)),
         claimed_by: Set(None),
         claimed_until: Set(None),
+        dispatch_order: Set(deploy_queue::dispatch_order_next(db, found.project_id).await?),
         created_at: Set(now),
         updated_at: Set(now),
     }

@@ -40,6 +40,9 @@ pub struct Model {
     /// The reconciler working on it, until `claimed_until`.
     pub claimed_by: Option<String>,
     pub claimed_until: Option<DateTimeUtc>,
+    /// Its turn among the instances waiting for a provider operation (see
+    /// `app::deploy_queue`): lower goes first.
+    pub dispatch_order: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
