@@ -327,15 +327,23 @@ async fn propagation(api: &Api, app: &bulkhead::app::App) {
         .unwrap()
         .unwrap();
     let mut samples = Vec::new();
+    let mut announced = Vec::new();
+    let mut written = Vec::new();
     for round in 0..ROUNDS {
         for (health, measured) in [("unhealthy", false), ("healthy", true)] {
             let before = app.routing.current().unwrap().revision;
             let started = Instant::now();
             app.instance_health_set(&instance, health, 1).await.unwrap();
+            if measured {
+                written.push(started.elapsed());
+            }
             // The revision that carries the change.
             let target = loop {
                 let current = app.routing.current().unwrap();
                 if current.revision > before {
+                    if measured {
+                        announced.push(started.elapsed());
+                    }
                     break current.revision;
                 }
                 assert!(
@@ -370,6 +378,38 @@ async fn propagation(api: &Api, app: &bulkhead::app::App) {
     for watcher in watchers {
         watcher.abort();
     }
+    let metrics = http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "bulkhead_routing_publish_seconds",
+        "bulkhead_routing_sign_seconds",
+    ] {
+        let value = |suffix: &str| {
+            metrics
+                .lines()
+                .find(|line| line.starts_with(&format!("{name}_{suffix} ")))
+                .and_then(|line| line.split(' ').nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        println!(
+            "{name}: mean {:.1} ms over {}",
+            1000.0 * value("sum") / value("count").max(1.0),
+            value("count")
+        );
+    }
+    println!(
+        "instance healthy written: p50 {:?}, max {:?}; → revision announced (published and committed), {ROUNDS} rounds: p50 {:?}, max {:?}",
+        percentile(written.clone(), 50.0),
+        percentile(written, 100.0),
+        percentile(announced.clone(), 50.0),
+        percentile(announced, 100.0)
+    );
     println!(
         "propagation to {WATCHERS} watchers (instance healthy → change event received), {ROUNDS} rounds, {} samples: p50 {:?}, p99 {:?}, max {:?}",
         samples.len(),

@@ -163,7 +163,7 @@ impl Api {
             .call(
                 reqwest::Method::POST,
                 "/v1/projects",
-                Some(json!({ "name": "bench" })),
+                Some(json!({ "name": format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]) })),
             )
             .await;
         let project = format!("/v1/projects/{}", project["id"].as_str().unwrap());

@@ -183,9 +183,12 @@ impl App {
         {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let prepared = tokio::task::spawn_blocking(move || sign(&current, &signer))
             .await
             .map_err(ApiError::internal)?;
+        metrics::histogram!("bulkhead_routing_sign_seconds")
+            .record(started.elapsed().as_secs_f64());
         let revision = prepared.revision;
         let prepared = Arc::new(prepared);
         let previous = self.routing.prepared.rcu(|served| match served {
@@ -232,7 +235,7 @@ fn sign(current: &Current, signer: &RoutingSigner) -> Prepared {
 }
 
 fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     encoder.write_all(bytes)?;
     encoder.finish()
 }

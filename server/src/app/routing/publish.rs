@@ -24,6 +24,7 @@ impl App {
     /// revision's (the first revision is published even when it has no route); answers
     /// whether it did.
     pub async fn routing_publish(&self, scope: RoutesScope) -> ApiResult<bool> {
+        let started = std::time::Instant::now();
         let _one_at_a_time = self.routing.publishing.lock().await;
         let base = self.routing_follow_locked().await?;
         let (domains, now) = match scope {
@@ -66,6 +67,8 @@ impl App {
         // This server follows what it published itself.
         self.changes.routing.notify_others();
         metrics::gauge!("bulkhead_routing_revision").set(revision as f64);
+        metrics::histogram!("bulkhead_routing_publish_seconds")
+            .record(started.elapsed().as_secs_f64());
         tracing::info!(
             revision,
             changes = changes.changes.len(),
