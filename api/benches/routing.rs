@@ -333,7 +333,9 @@ async fn propagation(api: &Api, app: &bulkhead::app::App) {
         for (health, measured) in [("unhealthy", false), ("healthy", true)] {
             let before = app.routing.current().unwrap().revision;
             let started = Instant::now();
-            app.instance_health_set(&instance, health, 1).await.unwrap();
+            app.instance_health_flips(&[(instance.clone(), health, 1)])
+                .await
+                .unwrap();
             if measured {
                 written.push(started.elapsed());
             }

@@ -120,7 +120,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         stopping: shutdown.subscribe(),
         reconciler: Arc::new(Reconciler::new(settings.deploy.clone(), replica.clone())),
         leases: Arc::new(Leases::new(replica)),
-        health_streaks: Arc::default(),
         routing: Arc::default(),
         deployment_watch: Arc::default(),
         known_addresses: Arc::default(),

@@ -9,23 +9,28 @@
 //! - A `running` instance that fails `unhealthy_threshold` checks in a row is unhealthy and
 //!   leaves the routes; it rejoins after `healthy_threshold` passes.
 //!
-//! Streaks are kept in memory and written only when the health changes (checks are frequent;
-//! a restart starts the streaks afresh, from the stored health).
+//! Checks are spread over their interval and due times are kept in a heap
+//! ([`super::health_schedule`]); a pass costs the checks due, not the instances checked.
+//! The instances to check are read again every 10 s, and their starting ones soon after a
+//! deployment changes. Streaks are kept in memory and written only when the health changes;
+//! the changes that a round of results brings are written in one transaction (a restart
+//! starts the streaks afresh, from the stored health).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, mpsc, watch};
 use uuid::Uuid;
 
 use super::App;
 use super::deployment_events::event_append;
 use super::deployments::{self, deployment_finish};
 use super::health_checks::{HealthCheckSpec, probe};
+use super::health_schedule::{HealthSchedule, Verdict};
 use super::instances as states;
 use super::leases::Work;
 use super::reconciler::instance_transition;
@@ -34,150 +39,196 @@ use super::services::ServiceSpec;
 use crate::entity::{deployment, instance};
 use crate::error::{ApiError, ApiResult};
 
-/// How often the loop looks for due checks.
-const TICK: Duration = Duration::from_millis(100);
-/// Checks run at once.
-const CONCURRENT_CHECKS: usize = 64;
+/// How often every instance to check is read again (new, gone, changed).
+const SYNC_EVERY: Duration = Duration::from_secs(10);
+/// How soon after a deployment changes its starting instances are read.
+const STARTING_SYNC_AFTER: Duration = Duration::from_millis(200);
+/// Checks in flight at once.
+const CONCURRENT_CHECKS: usize = 256;
+/// How long the loop sleeps when it does not lead or has nothing to check.
+const IDLE: Duration = Duration::from_secs(1);
 
-/// Consecutive results of each instance's checks in this server.
-#[derive(Default)]
-pub struct HealthStreaks {
-    streaks: Mutex<HashMap<Uuid, (Instant, i32)>>,
-}
-
-impl HealthStreaks {
-    fn due(&self, id: Uuid, interval: Duration, now: Instant) -> bool {
-        self.streaks
-            .lock()
-            .expect("not poisoned")
-            .get(&id)
-            .is_none_or(|(at, _)| now.duration_since(*at) >= interval)
-    }
-
-    /// Records a result; returns the streak (positive: passes in a row, negative: failures).
-    fn record(&self, id: Uuid, passed: bool) -> i32 {
-        let mut streaks = self.streaks.lock().expect("not poisoned");
-        let entry = streaks.entry(id).or_insert((Instant::now(), 0));
-        entry.0 = Instant::now();
-        entry.1 = match (passed, entry.1) {
-            (true, n) if n > 0 => n.saturating_add(1),
-            (true, _) => 1,
-            (false, n) if n < 0 => n.saturating_sub(1),
-            (false, _) => -1,
-        };
-        entry.1
-    }
-
-    fn forget_except(&self, live: &[Uuid]) {
-        self.streaks
-            .lock()
-            .expect("not poisoned")
-            .retain(|id, _| live.contains(id));
-    }
+/// The loop's state between passes.
+struct HealthLoop {
+    schedule: HealthSchedule,
+    /// Deployments' health checks, decoded once (a deployment's spec never changes).
+    specs: HashMap<Uuid, Arc<HealthCheckSpec>>,
+    next_sync: Instant,
+    /// A deployment changed: its starting instances are read at this time.
+    starting_sync: Option<Instant>,
 }
 
 impl App {
     /// The health-check loop, until the server stops.
     pub async fn instance_health_run(self, mut stop: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let permits = Arc::new(Semaphore::new(CONCURRENT_CHECKS));
+        let (results_tx, mut results) = mpsc::channel::<(Uuid, bool)>(CONCURRENT_CHECKS);
+        let mut deployments = self.changes.deployments.subscribe();
+        let mut state = HealthLoop {
+            schedule: HealthSchedule::default(),
+            specs: HashMap::new(),
+            next_sync: Instant::now(),
+            starting_sync: None,
+        };
+        let mut done = Vec::new();
         loop {
+            let now = Instant::now();
+            let leads = self.leases.leads(Work::InstanceHealth);
+            if !leads {
+                state.schedule.clear();
+                state.next_sync = now;
+                state.starting_sync = None;
+            } else if let Err(err) = self.instance_health_sync(&mut state, now).await {
+                self.reconciler
+                    .error_record(format!("health checks: {}", err.detail));
+                state.next_sync = now + IDLE;
+            }
+            if leads {
+                let now = Instant::now();
+                // Each check taken holds a permit until its result is sent: no more are taken
+                // than there are permits free.
+                for (id, address, spec) in state.schedule.take_due(now, permits.available_permits())
+                {
+                    let permits = permits.clone();
+                    let results_tx = results_tx.clone();
+                    tokio::spawn(async move {
+                        let _permit = permits.acquire_owned().await;
+                        let passed = probe(&address, &spec).await;
+                        let _ = results_tx.send((id, passed)).await;
+                    });
+                }
+            }
+            let wake = [
+                Some(state.next_sync),
+                state.starting_sync,
+                state.schedule.next_due(),
+                Some(Instant::now() + IDLE),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or_else(|| Instant::now() + IDLE);
             tokio::select! {
                 _ = stop.changed() => {
                     if *stop.borrow() {
                         return;
                     }
                 }
-                _ = tick.tick() => {}
-            }
-            if !self.leases.leads(Work::InstanceHealth) {
-                continue;
-            }
-            if let Err(err) = self.instance_health_pass().await {
-                self.reconciler
-                    .error_record(format!("health checks: {}", err.detail));
+                Ok(()) = deployments.changed() => {
+                    state.starting_sync.get_or_insert(Instant::now() + STARTING_SYNC_AFTER);
+                }
+                received = results.recv_many(&mut done, CONCURRENT_CHECKS) => {
+                    if received > 0 {
+                        self.instance_health_results(&mut state.schedule, &mut done).await;
+                    }
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
     }
 
-    /// Checks every instance whose check is due, and acts on the results.
-    pub async fn instance_health_pass(&self) -> ApiResult<()> {
-        let rows = instance::Entity::find()
-            .filter(instance::Column::State.is_in([states::STARTING, states::RUNNING]))
-            .filter(instance::Column::Address.is_not_null())
-            .all(&self.db)
-            .await?;
-        self.health_streaks
-            .forget_except(&rows.iter().map(|r| r.id).collect::<Vec<_>>());
-        if rows.is_empty() {
+    /// Reads the instances to check when it is time: all of them every [`SYNC_EVERY`], the
+    /// starting ones after a deployment changed.
+    async fn instance_health_sync(&self, state: &mut HealthLoop, now: Instant) -> ApiResult<()> {
+        let complete = now >= state.next_sync;
+        let starting = state.starting_sync.is_some_and(|at| now >= at);
+        if !complete && !starting {
             return Ok(());
         }
-        let mut specs: HashMap<Uuid, HealthCheckSpec> = HashMap::new();
-        let deployment_ids: Vec<Uuid> = rows.iter().map(|r| r.deployment_id).collect();
-        for found in deployment::Entity::find()
-            .filter(deployment::Column::Id.is_in(deployment_ids))
-            .all(&self.db)
-            .await?
-        {
-            let spec: ServiceSpec =
-                serde_json::from_value(found.spec).map_err(ApiError::internal)?;
-            specs.insert(found.id, spec.health_check);
-        }
-        let now = Instant::now();
-        let due: Vec<(instance::Model, HealthCheckSpec)> = rows
+        let mut query = instance::Entity::find().filter(instance::Column::Address.is_not_null());
+        query = if complete {
+            query.filter(instance::Column::State.is_in([states::STARTING, states::RUNNING]))
+        } else {
+            query.filter(instance::Column::State.eq(states::STARTING))
+        };
+        state.starting_sync = None;
+        let rows = query.all(&self.db).await?;
+        let missing: Vec<Uuid> = rows
+            .iter()
+            .map(|row| row.deployment_id)
+            .filter(|id| !state.specs.contains_key(id))
+            .collect::<std::collections::HashSet<_>>()
             .into_iter()
-            .filter_map(|row| {
-                let spec = specs.get(&row.deployment_id)?.clone();
-                self.health_streaks
-                    .due(row.id, spec.interval(), now)
-                    .then_some((row, spec))
-            })
             .collect();
-        for batch in due.chunks(CONCURRENT_CHECKS) {
-            let results =
-                futures_util::future::join_all(batch.iter().map(|(row, spec)| async move {
-                    let address = row.address.as_deref().unwrap_or_default();
-                    (probe(address, spec).await, row, spec)
-                }))
-                .await;
-            for (passed, row, spec) in results {
-                let streak = self.health_streaks.record(row.id, passed);
-                if let Err(err) = self.instance_health_apply(row, spec, streak).await {
-                    self.reconciler
-                        .error_record(format!("health of {}: {}", row.instance_key, err.detail));
-                }
+        for chunk in missing.chunks(500) {
+            for found in deployment::Entity::find()
+                .filter(deployment::Column::Id.is_in(chunk.iter().copied()))
+                .all(&self.db)
+                .await?
+            {
+                let spec: ServiceSpec =
+                    serde_json::from_value(found.spec).map_err(ApiError::internal)?;
+                state.specs.insert(found.id, Arc::new(spec.health_check));
             }
         }
+        if complete {
+            let live: std::collections::HashSet<Uuid> =
+                rows.iter().map(|row| row.deployment_id).collect();
+            state.specs.retain(|id, _| live.contains(id));
+            state.next_sync = now + SYNC_EVERY;
+        }
+        let specs = &state.specs;
+        let rows = rows.into_iter().filter_map(|row| {
+            let spec = specs.get(&row.deployment_id)?.clone();
+            Some((row, spec))
+        });
+        state.schedule.sync(rows, complete, now);
         Ok(())
     }
 
-    async fn instance_health_apply(
+    /// Acts on a round of results: first healths and failed starts one by one (each ends a
+    /// step of a rollout), changes of health of running instances together.
+    async fn instance_health_results(
         &self,
-        row: &instance::Model,
-        spec: &HealthCheckSpec,
-        streak: i32,
-    ) -> ApiResult<()> {
-        let healthy_enough = streak >= spec.healthy_threshold as i32;
-        let unhealthy_enough = streak <= -(spec.unhealthy_threshold as i32);
-        match row.state.as_str() {
-            states::STARTING if healthy_enough => self.instance_healthy_first(row, streak).await,
-            states::STARTING => {
-                let started = Utc::now() - row.updated_at;
-                if started.num_seconds() >= i64::from(spec.start_timeout_secs) {
-                    self.instance_never_healthy(row, spec).await
-                } else {
-                    Ok(())
+        schedule: &mut HealthSchedule,
+        done: &mut Vec<(Uuid, bool)>,
+    ) {
+        let now = Instant::now();
+        let wall = Utc::now();
+        let mut flips = Vec::new();
+        let mut steps = Vec::new();
+        for (id, passed) in done.drain(..) {
+            let Some((entry, verdict)) = schedule.record(id, passed, now, wall) else {
+                continue;
+            };
+            match verdict {
+                Verdict::Same => {}
+                Verdict::Flip(health) => flips.push((entry.row.clone(), health, entry.streak)),
+                Verdict::FirstHealthy | Verdict::NeverHealthy => {
+                    steps.push((entry.row.clone(), entry.spec.clone(), entry.streak, verdict))
                 }
             }
-            states::RUNNING if healthy_enough && row.health != states::HEALTH_HEALTHY => {
-                self.instance_health_set(row, states::HEALTH_HEALTHY, streak)
-                    .await
+        }
+        for (row, spec, streak, verdict) in steps {
+            let result = if verdict == Verdict::FirstHealthy {
+                self.instance_healthy_first(&row, streak).await
+            } else {
+                self.instance_never_healthy(&row, &spec).await
+            };
+            match result {
+                Ok(()) if verdict == Verdict::FirstHealthy => {
+                    schedule.row_update(row.id, states::RUNNING, states::HEALTH_HEALTHY)
+                }
+                Ok(()) => schedule.remove(row.id),
+                Err(err) => self
+                    .reconciler
+                    .error_record(format!("health of {}: {}", row.instance_key, err.detail)),
             }
-            states::RUNNING if unhealthy_enough && row.health != states::HEALTH_UNHEALTHY => {
-                self.instance_health_set(row, states::HEALTH_UNHEALTHY, streak)
-                    .await
+        }
+        if flips.is_empty() {
+            return;
+        }
+        match self.instance_health_flips(&flips).await {
+            Ok(()) => {
+                for (row, health, _) in &flips {
+                    schedule.row_update(row.id, states::RUNNING, health);
+                }
             }
-            _ => Ok(()),
+            Err(err) => self.reconciler.error_record(format!(
+                "health of {} instance(s): {}",
+                flips.len(),
+                err.detail
+            )),
         }
     }
 
@@ -289,29 +340,30 @@ impl App {
         Ok(())
     }
 
-    /// Records `health` (and the streak) of a running instance and wakes the routing table.
-    pub async fn instance_health_set(
+    /// Records the health (and streak) of running instances, in one transaction, and wakes
+    /// the routing table for their services.
+    pub async fn instance_health_flips(
         &self,
-        row: &instance::Model,
-        health: &str,
-        streak: i32,
+        flips: &[(instance::Model, &'static str, i32)],
     ) -> ApiResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
-        let changed = instance::Entity::update_many()
-            .col_expr(instance::Column::Health, Expr::value(health))
-            .col_expr(instance::Column::HealthStreak, Expr::value(streak))
-            .col_expr(
-                instance::Column::HealthCheckedAt,
-                Expr::value(Some(Utc::now())),
-            )
-            .col_expr(instance::Column::UpdatedAt, Expr::value(Utc::now()))
-            .filter(instance::Column::Id.eq(row.id))
-            .filter(instance::Column::State.eq(states::RUNNING))
-            .exec(&txn)
-            .await?;
-        let mut settled = None;
-        if changed.rows_affected == 1 {
+        let now = Utc::now();
+        let mut settled = false;
+        for (row, health, streak) in flips {
+            let changed = instance::Entity::update_many()
+                .col_expr(instance::Column::Health, Expr::value(*health))
+                .col_expr(instance::Column::HealthStreak, Expr::value(*streak))
+                .col_expr(instance::Column::HealthCheckedAt, Expr::value(Some(now)))
+                .col_expr(instance::Column::UpdatedAt, Expr::value(now))
+                .filter(instance::Column::Id.eq(row.id))
+                .filter(instance::Column::State.eq(states::RUNNING))
+                .filter(instance::Column::Health.ne(*health))
+                .exec(&txn)
+                .await?;
+            if changed.rows_affected != 1 {
+                continue;
+            }
             event_append(
                 &txn,
                 row.deployment_id,
@@ -320,13 +372,14 @@ impl App {
                 serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "health": health }),
             )
             .await?;
-            if health == states::HEALTH_HEALTHY {
-                settled = deployment_settle(&txn, row.deployment_id).await?;
+            if *health == states::HEALTH_HEALTHY {
+                settled |= deployment_settle(&txn, row.deployment_id).await?.is_some();
             }
         }
         txn.commit().await?;
-        self.changes.routes_changed([row.service_id]);
-        if settled.is_some() {
+        self.changes
+            .routes_changed(flips.iter().map(|(row, _, _)| row.service_id));
+        if settled {
             self.deployments_changed();
         }
         Ok(())

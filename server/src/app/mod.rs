@@ -22,6 +22,7 @@ pub mod edges;
 pub mod environments;
 pub mod evacuations;
 pub mod health_checks;
+pub mod health_schedule;
 pub mod idempotency;
 pub mod instance_health;
 pub mod instance_operations;
@@ -86,7 +87,6 @@ pub struct App {
     /// The deploy reconciler's limits and state in this server.
     pub reconciler: Arc<reconciler::Reconciler>,
     /// Health-check streaks of deployed instances.
-    pub health_streaks: Arc<instance_health::HealthStreaks>,
     /// The routing table this server serves.
     pub routing: Arc<routing::RoutingState>,
     /// This replica's id and the leases of background work it holds.

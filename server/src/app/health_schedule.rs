@@ -1,0 +1,371 @@
+//! When each instance's next health check is due, and what its results add up to: the pure
+//! part of [`super::instance_health`], kept apart from the probes and the database so that it
+//! can be tested without either.
+//!
+//! Checks are spread over their interval: an instance first seen running is first checked at
+//! an offset of its interval taken from its id (so 30,000 instances found at once, after a
+//! restart or on taking the lead, do not all go out in the same tick), a starting one at once
+//! (its rollout waits on it). After a check the next is due one interval later. The schedule
+//! is a heap of due times, so a pass costs what is due, not what is scheduled.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::health_checks::HealthCheckSpec;
+use super::instances as states;
+use crate::entity::instance;
+
+/// What the checks of one instance have shown so far.
+#[derive(Debug, Clone)]
+pub struct Scheduled {
+    /// The instance as last read (its state and health are kept current by [`HealthSchedule::row_update`]).
+    pub row: instance::Model,
+    pub spec: Arc<HealthCheckSpec>,
+    /// Consecutive results: positive, passes in a row; negative, failures in a row.
+    pub streak: i32,
+    next: Instant,
+    in_flight: bool,
+}
+
+/// What a result means for the instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing changes.
+    Same,
+    /// A starting instance passed enough checks: it runs and serves.
+    FirstHealthy,
+    /// A starting instance did not pass within its start timeout: it fails, with its rollout.
+    NeverHealthy,
+    /// A running instance changes health (to the one given).
+    Flip(&'static str),
+}
+
+/// The due times of every checked instance.
+#[derive(Default)]
+pub struct HealthSchedule {
+    entries: HashMap<Uuid, Scheduled>,
+    due: BinaryHeap<Reverse<(Instant, Uuid)>>,
+}
+
+impl HealthSchedule {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Forgets everything (the lead was lost: another server checks now).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.due.clear();
+    }
+
+    /// Takes in the instances to check as read now. With `complete`, `rows` is every instance
+    /// to check and the others are forgotten; otherwise `rows` only adds or refreshes.
+    pub fn sync(
+        &mut self,
+        rows: impl IntoIterator<Item = (instance::Model, Arc<HealthCheckSpec>)>,
+        complete: bool,
+        now: Instant,
+    ) {
+        let mut seen = HashSet::new();
+        for (row, spec) in rows {
+            seen.insert(row.id);
+            match self.entries.get_mut(&row.id) {
+                Some(entry) => {
+                    entry.row = row;
+                    entry.spec = spec;
+                }
+                None => {
+                    let next = if row.state == states::STARTING {
+                        now
+                    } else {
+                        now + first_offset(row.id, spec.interval())
+                    };
+                    self.due.push(Reverse((next, row.id)));
+                    self.entries.insert(
+                        row.id,
+                        Scheduled {
+                            row,
+                            spec,
+                            streak: 0,
+                            next,
+                            in_flight: false,
+                        },
+                    );
+                }
+            }
+        }
+        if complete {
+            self.entries.retain(|id, _| seen.contains(id));
+            if self.due.len() > 2 * self.entries.len() + 64 {
+                self.due.retain(|Reverse((at, id))| {
+                    self.entries.get(id).is_some_and(|e| e.next == *at)
+                });
+            }
+        }
+    }
+
+    /// When the earliest check is due (`None`: nothing to check).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Takes at most `limit` checks due by `now`; each stays out of the schedule until its
+    /// result is recorded.
+    pub fn take_due(
+        &mut self,
+        now: Instant,
+        limit: usize,
+    ) -> Vec<(Uuid, String, Arc<HealthCheckSpec>)> {
+        let mut taken = Vec::new();
+        while taken.len() < limit {
+            let Some(Reverse((at, id))) = self.due.peek().copied() else {
+                break;
+            };
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            let Some(entry) = self.entries.get_mut(&id) else {
+                continue;
+            };
+            if entry.next != at || entry.in_flight {
+                continue;
+            }
+            entry.in_flight = true;
+            let address = entry.row.address.clone().unwrap_or_default();
+            taken.push((id, address, entry.spec.clone()));
+        }
+        taken
+    }
+
+    /// Records a check's result, schedules the next, and says what it means.
+    pub fn record(
+        &mut self,
+        id: Uuid,
+        passed: bool,
+        now: Instant,
+        wall: DateTime<Utc>,
+    ) -> Option<(&Scheduled, Verdict)> {
+        let entry = self.entries.get_mut(&id)?;
+        entry.in_flight = false;
+        entry.streak = match (passed, entry.streak) {
+            (true, n) if n > 0 => n.saturating_add(1),
+            (true, _) => 1,
+            (false, n) if n < 0 => n.saturating_sub(1),
+            (false, _) => -1,
+        };
+        entry.next = now + entry.spec.interval();
+        self.due.push(Reverse((entry.next, id)));
+        let verdict = verdict(entry, wall);
+        Some((entry, verdict))
+    }
+
+    /// Keeps what was written of an instance (so the same change is not written twice).
+    pub fn row_update(&mut self, id: Uuid, state: &str, health: &str) {
+        if let Some(entry) = self.entries.get_mut(&id) {
+            entry.row.state = state.to_string();
+            entry.row.health = health.to_string();
+        }
+    }
+
+    /// Stops checking an instance (it failed or left).
+    pub fn remove(&mut self, id: Uuid) {
+        self.entries.remove(&id);
+    }
+}
+
+/// Where in its first interval an instance already running is first checked: spread by its
+/// id, so that instances found together are not checked together.
+fn first_offset(id: Uuid, interval: Duration) -> Duration {
+    let millis = interval.as_millis().max(1);
+    Duration::from_millis((id.as_u128() % millis) as u64)
+}
+
+/// What `entry`'s streak means for it, at `now`.
+fn verdict(entry: &Scheduled, now: DateTime<Utc>) -> Verdict {
+    let healthy_enough = entry.streak >= entry.spec.healthy_threshold as i32;
+    let unhealthy_enough = entry.streak <= -(entry.spec.unhealthy_threshold as i32);
+    match entry.row.state.as_str() {
+        states::STARTING if healthy_enough => Verdict::FirstHealthy,
+        states::STARTING => {
+            let started = now - entry.row.updated_at;
+            if started.num_seconds() >= i64::from(entry.spec.start_timeout_secs) {
+                Verdict::NeverHealthy
+            } else {
+                Verdict::Same
+            }
+        }
+        states::RUNNING if healthy_enough && entry.row.health != states::HEALTH_HEALTHY => {
+            Verdict::Flip(states::HEALTH_HEALTHY)
+        }
+        states::RUNNING if unhealthy_enough && entry.row.health != states::HEALTH_UNHEALTHY => {
+            Verdict::Flip(states::HEALTH_UNHEALTHY)
+        }
+        _ => Verdict::Same,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(state: &str, health: &str) -> instance::Model {
+        let now = Utc::now();
+        instance::Model {
+            id: Uuid::new_v4(),
+            deployment_id: Uuid::nil(),
+            service_id: Uuid::nil(),
+            project_id: Uuid::nil(),
+            instance_key: "i".into(),
+            provider: "gcp".into(),
+            region: "r".into(),
+            address: Some("127.0.0.1:1".into()),
+            provider_id: None,
+            state: state.into(),
+            health: health.into(),
+            health_checked_at: None,
+            health_streak: 0,
+            attempts: 0,
+            next_attempt_at: None,
+            last_error: String::new(),
+            replaces: None,
+            claimed_by: None,
+            claimed_until: None,
+            dispatch_order: 0,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    fn spec(interval_ms: u64) -> Arc<HealthCheckSpec> {
+        Arc::new(HealthCheckSpec {
+            interval_ms,
+            ..HealthCheckSpec::default()
+        })
+    }
+
+    #[test]
+    fn running_instances_found_together_are_checked_spread_over_their_interval() {
+        let mut schedule = HealthSchedule::default();
+        let now = Instant::now();
+        let rows: Vec<_> = (0..1000)
+            .map(|_| (row(states::RUNNING, states::HEALTH_HEALTHY), spec(10_000)))
+            .collect();
+        schedule.sync(rows, true, now);
+        // Each tenth of the interval holds about a tenth of them, none more than twice that.
+        let mut taken_before = 0;
+        for tenth in 1..=10 {
+            let at = now + Duration::from_millis(tenth * 1000);
+            let taken = schedule.take_due(at, usize::MAX).len();
+            assert!(taken < 200, "{taken} checks due in tenth {tenth}");
+            taken_before += taken;
+        }
+        assert_eq!(taken_before, 1000);
+        assert!(
+            schedule
+                .take_due(now + Duration::from_secs(60), usize::MAX)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_starting_instance_is_checked_at_once_and_then_every_interval() {
+        let mut schedule = HealthSchedule::default();
+        let now = Instant::now();
+        let starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        let id = starting.id;
+        schedule.sync([(starting, spec(2000))], true, now);
+        assert_eq!(schedule.take_due(now, 10).len(), 1);
+        // In flight: not taken again before its result.
+        assert!(
+            schedule
+                .take_due(now + Duration::from_secs(5), 10)
+                .is_empty()
+        );
+        let (_, verdict) = schedule.record(id, true, now, Utc::now()).unwrap();
+        assert_eq!(verdict, Verdict::FirstHealthy);
+        assert!(
+            schedule
+                .take_due(now + Duration::from_millis(1999), 10)
+                .is_empty()
+        );
+        assert_eq!(
+            schedule
+                .take_due(now + Duration::from_millis(2000), 10)
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn health_flips_after_the_thresholds_and_is_not_flipped_twice() {
+        let mut schedule = HealthSchedule::default();
+        let now = Instant::now();
+        let running = row(states::RUNNING, states::HEALTH_HEALTHY);
+        let id = running.id;
+        schedule.sync([(running, spec(1000))], true, now);
+        let verdicts: Vec<_> = (0..3)
+            .map(|_| schedule.record(id, false, now, Utc::now()).unwrap().1)
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Same,
+                Verdict::Same,
+                Verdict::Flip(states::HEALTH_UNHEALTHY)
+            ]
+        );
+        schedule.row_update(id, states::RUNNING, states::HEALTH_UNHEALTHY);
+        assert_eq!(
+            schedule.record(id, false, now, Utc::now()).unwrap().1,
+            Verdict::Same
+        );
+        assert_eq!(
+            schedule.record(id, true, now, Utc::now()).unwrap().1,
+            Verdict::Flip(states::HEALTH_HEALTHY)
+        );
+    }
+
+    #[test]
+    fn a_starting_instance_past_its_start_timeout_never_became_healthy() {
+        let mut schedule = HealthSchedule::default();
+        let now = Instant::now();
+        let mut starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        starting.updated_at = Utc::now() - chrono::Duration::seconds(121);
+        let id = starting.id;
+        schedule.sync([(starting, spec(1000))], true, now);
+        assert_eq!(
+            schedule.record(id, false, now, Utc::now()).unwrap().1,
+            Verdict::NeverHealthy
+        );
+    }
+
+    #[test]
+    fn a_complete_sync_forgets_instances_no_longer_checked() {
+        let mut schedule = HealthSchedule::default();
+        let now = Instant::now();
+        let kept = row(states::RUNNING, states::HEALTH_HEALTHY);
+        let gone = row(states::RUNNING, states::HEALTH_HEALTHY);
+        let gone_id = gone.id;
+        schedule.sync([(kept.clone(), spec(1000)), (gone, spec(1000))], true, now);
+        schedule.sync([(kept, spec(1000))], true, now);
+        assert_eq!(schedule.len(), 1);
+        assert!(schedule.record(gone_id, true, now, Utc::now()).is_none());
+        // A partial sync adds, never forgets.
+        schedule.sync(
+            [(row(states::STARTING, states::HEALTH_UNKNOWN), spec(1000))],
+            false,
+            now,
+        );
+        assert_eq!(schedule.len(), 2);
+    }
+}
