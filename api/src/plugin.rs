@@ -139,6 +139,7 @@ fn call_env(
         secrets: secrets.into_iter().collect(),
         allowlist: Arc::new(allowlist),
         cache: Default::default(),
+        connections: Default::default(),
     }))
 }
 

@@ -196,6 +196,11 @@ impl GcpSimulator {
         format!("{}/token", self.url())
     }
 
+    /// Connections its API (and token endpoint) accepted so far.
+    pub fn connections_accepted(&self) -> usize {
+        self.server.connections_accepted()
+    }
+
     /// How many instances exist, in every zone and state.
     pub fn instance_count(&self) -> usize {
         self.sim.instances.lock().expect("not poisoned").len()

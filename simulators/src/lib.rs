@@ -16,7 +16,10 @@ pub mod gcp;
 pub mod instances;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -24,6 +27,8 @@ use tokio::task::JoinHandle;
 /// A simulator serving on a local port.
 pub struct RunningSimulator {
     pub addr: SocketAddr,
+    /// Connections accepted so far (to see whether clients keep theirs alive).
+    accepted: Arc<AtomicUsize>,
     stop: watch::Sender<bool>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -33,6 +38,11 @@ impl RunningSimulator {
     pub async fn serve(listen: SocketAddr, router: axum::Router) -> std::io::Result<Self> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let listener = listener.tap_io(move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+        });
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
             axum::serve(listener, router)
@@ -41,7 +51,17 @@ impl RunningSimulator {
                 })
                 .await
         });
-        Ok(Self { addr, stop, task })
+        Ok(Self {
+            addr,
+            accepted,
+            stop,
+            task,
+        })
+    }
+
+    /// Connections accepted so far.
+    pub fn connections_accepted(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// `http://addr`.

@@ -271,6 +271,16 @@ async fn gcp_instances_against_the_simulator(s: TestServer) {
     // Eight calls (and the probes), one token: the plugin keeps it in the provider's cache
     // between calls instead of exchanging an assertion on each.
     assert_eq!(platform.gcp.tokens_issued(), 1);
+    // And the calls share kept-alive connections: one call at a time here (a background probe
+    // may overlap one), so one or two connections carry them all (each call opened its own
+    // before the plugin host pooled them).
+    let calls = platform.gcp.faults.calls().total;
+    let connections = platform.gcp.connections_accepted();
+    assert!(calls >= 8, "{calls} calls");
+    assert!(
+        connections <= 2,
+        "{connections} connections for {calls} calls"
+    );
     assert!(
         made["address"].as_str().unwrap().ends_with(":8080"),
         "{made}"

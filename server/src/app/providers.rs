@@ -347,6 +347,7 @@ pub(super) fn plugin_env(row: &provider::Model, sealer: &SecretBox) -> ApiResult
         // A new cache with every new set of settings: nothing cached under old credentials
         // survives a change.
         cache: Default::default(),
+        connections: Default::default(),
     }))
 }
 

@@ -17,6 +17,7 @@
 
 pub mod bundled;
 mod cache;
+pub mod connection_pool;
 pub mod contract;
 mod names;
 mod outbound;
@@ -107,6 +108,8 @@ pub struct PluginEnv {
     /// What its calls keep between them (contract 0.3.0's cache): dropped with these
     /// settings.
     pub cache: Arc<ProviderCache>,
+    /// Its calls' idle connections (`connection_pool`): dropped with these settings too.
+    pub connections: Arc<connection_pool::ConnectionPool>,
 }
 
 /// Why a plugin call failed.

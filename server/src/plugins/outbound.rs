@@ -33,6 +33,12 @@
 //!   `error-code.connection-limit-reached`, a warning and
 //!   `plugin_http_in_flight_refused_total{provider}`.
 //! - **The response body cap** of the plugin's limits.
+//!
+//! A connection whose response was read to its end, within its call, is kept for the
+//! provider's next request to the same destination ([`super::connection_pool`]); an idle one
+//! is driven by no one, so it holds no task. A request on a kept connection is checked against
+//! the allowlist by name as any other; the address was checked when the connection was made,
+//! under the same settings (the pool goes with them).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -50,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use super::connection_pool::{self, Connection, ConnectionPool, Destination as PoolKey, Sender};
 use super::names::NameResolver;
 
 /// Requests one plugin call may have in flight at once; more are refused.
@@ -308,6 +315,8 @@ struct OutboundRules {
     tls: Arc<rustls::ClientConfig>,
     /// Looks its names up.
     names: NameResolver,
+    /// The provider's idle connections (`super::connection_pool`).
+    pool: Arc<ConnectionPool>,
 }
 
 /// The `wasi:http` hooks of one plugin call, owned by the call's store: dropping it (the call
@@ -358,6 +367,7 @@ impl OutboundPolicy {
         tls: Arc<rustls::ClientConfig>,
         deadline: Duration,
         names: NameResolver,
+        pool: Arc<ConnectionPool>,
     ) -> Self {
         Self {
             rules: Arc::new(OutboundRules {
@@ -366,6 +376,7 @@ impl OutboundPolicy {
                 response_bytes,
                 tls,
                 names,
+                pool,
             }),
             deadline,
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_PER_CALL)),
@@ -481,7 +492,25 @@ impl OutboundRules {
         named: Named,
         request: http::Request<WasiBody>,
         timeouts: Timeouts,
-    ) -> Result<(http::Response<WasiBody>, Option<Connection>), HttpError> {
+    ) -> Result<(http::Response<WasiBody>, Option<Returned>), HttpError> {
+        let key = PoolKey {
+            host: named.host.clone(),
+            port: named.port,
+            tls: named.tls,
+        };
+        let mut request = request;
+        if let Some((sender, connection)) = self.pool.take(&key) {
+            match exchange(sender, connection, request, timeouts.first_byte).await {
+                Ok((response, sender, connection)) => {
+                    metrics::counter!("plugin_http_connections_reused_total", "provider" => self.provider.to_string())
+                        .increment(1);
+                    return Ok(self.response_capped(response, timeouts, key, sender, connection));
+                }
+                // Closed by its server just now, before the request went out: a new one.
+                Err(Unsent::Request(returned)) => request = returned,
+                Err(Unsent::Failed(err)) => return Err(err),
+            }
+        }
         let connecting = async {
             let address = Self::resolve(&self.names, &self.allowlist, &named.host, named.port)
                 .await
@@ -501,11 +530,36 @@ impl OutboundRules {
         let (sender, connection) = tokio::time::timeout(timeouts.connect, connecting)
             .await
             .map_err(|_elapsed| HttpError::ConnectionTimeout)??;
-        let (response, connection) =
-            exchange(sender, connection, request, timeouts.first_byte).await?;
+        metrics::counter!("plugin_http_connections_opened_total", "provider" => self.provider.to_string())
+            .increment(1);
+        let (response, sender, connection) =
+            match exchange(sender, connection, request, timeouts.first_byte).await {
+                Ok(exchanged) => exchanged,
+                Err(Unsent::Failed(err)) => return Err(err),
+                Err(Unsent::Request(_)) => {
+                    return Err(HttpError::ConnectionTerminated);
+                }
+            };
+        Ok(self.response_capped(response, timeouts, key, sender, connection))
+    }
+
+    /// The response with its body capped and timed, and what drives its connection back to
+    /// the pool.
+    fn response_capped(
+        &self,
+        response: http::Response<hyper::body::Incoming>,
+        timeouts: Timeouts,
+        key: PoolKey,
+        sender: Sender,
+        connection: Option<Connection>,
+    ) -> (http::Response<WasiBody>, Option<Returned>) {
         let cap = self.response_bytes;
+        let lent = connection.map(|connection| {
+            connection_pool::Lent::new(self.pool.clone(), key, sender, connection)
+        });
+        let on_end = lent.clone();
         let response = response.map(|body| {
-            let timed = BetweenBytes::new(body, timeouts.between_bytes);
+            let timed = BetweenBytes::new(body, timeouts.between_bytes, on_end);
             Limited::new(timed, usize::try_from(cap).unwrap_or(usize::MAX))
                 .map_err(move |err| match err.downcast::<HttpError>() {
                     Ok(err) => *err,
@@ -513,7 +567,23 @@ impl OutboundRules {
                 })
                 .boxed_unsync()
         });
-        Ok((response, connection))
+        (response, lent)
+    }
+}
+
+/// A connection still to drive while its response's body comes, and to give back after.
+type Returned = Arc<connection_pool::Lent>;
+
+/// Why an exchange got no response: the request never left (given back, to send on another
+/// connection), or it failed.
+enum Unsent {
+    Request(http::Request<WasiBody>),
+    Failed(HttpError),
+}
+
+impl From<HttpError> for Unsent {
+    fn from(err: HttpError) -> Self {
+        Unsent::Failed(err)
     }
 }
 
@@ -528,8 +598,6 @@ fn authority_shown(authority: &http::uri::Authority) -> String {
 type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
 type SendFuture =
     Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>;
-/// The HTTP/1.1 connection of one request, to be driven until it closes.
-type Connection = Pin<Box<dyn Future<Output = Result<(), HttpError>> + Send>>;
 
 impl WasiHttpHooks for OutboundPolicy {
     fn send_request(
@@ -563,8 +631,8 @@ impl WasiHttpHooks for OutboundPolicy {
             let io: IoFuture = Box::new(async move {
                 let _in_flight = in_flight;
                 match connection {
-                    Some(connection) => call_over
-                        .run_until_cancelled(connection)
+                    Some(lent) => call_over
+                        .run_until_cancelled(lent.drive())
                         .await
                         .unwrap_or(Ok(())),
                     None => Ok(()),
@@ -617,15 +685,7 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> S
 
 /// Opens an HTTP/1.1 connection to the checked address (TLS verified against the host name),
 /// never resolving the name again.
-async fn connect(
-    destination: Destination,
-) -> Result<
-    (
-        hyper::client::conn::http1::SendRequest<WasiBody>,
-        Connection,
-    ),
-    HttpError,
-> {
+async fn connect(destination: Destination) -> Result<(Sender, Connection), HttpError> {
     let tcp = tokio::net::TcpStream::connect(destination.address)
         .await
         .map_err(HttpError::Connect)?;
@@ -647,14 +707,22 @@ async fn connect(
 }
 
 /// Sends `request` over its connection, driving the connection meanwhile, and waits up to
-/// `first_byte` for the response's head. The connection is handed back to be driven while
-/// the body comes, unless it already ended.
+/// `first_byte` for the response's head. The sender and the connection are handed back, the
+/// connection to be driven while the body comes, unless it already ended. A request that
+/// could not be written (the connection was closed) is handed back unsent.
 async fn exchange(
-    mut sender: hyper::client::conn::http1::SendRequest<WasiBody>,
+    mut sender: Sender,
     mut connection: Connection,
     mut request: http::Request<WasiBody>,
     first_byte: Duration,
-) -> Result<(http::Response<hyper::body::Incoming>, Option<Connection>), HttpError> {
+) -> Result<
+    (
+        http::Response<hyper::body::Incoming>,
+        Sender,
+        Option<Connection>,
+    ),
+    Unsent,
+> {
     // The request line carries the path only; the `Host` header names the destination.
     *request.uri_mut() = http::Uri::builder()
         .path_and_query(
@@ -665,36 +733,53 @@ async fn exchange(
         )
         .build()
         .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    let answer = tokio::time::timeout(first_byte, sender.send_request(request));
+    let answer = tokio::time::timeout(first_byte, sender.try_send_request(request));
     tokio::pin!(answer);
     let (answer, connection) = tokio::select! {
         biased;
         answer = &mut answer => (answer, Some(connection)),
         ended = &mut connection => {
             // Closed before its answer was taken: the answer, or why there is none, is there.
-            ended?;
-            (answer.await, None)
+            match ended {
+                Ok(()) => (answer.await, None),
+                Err(err) => match answer.await {
+                    Ok(Err(mut unsent)) => match unsent.take_message() {
+                        Some(request) => return Err(Unsent::Request(request)),
+                        None => return Err(Unsent::Failed(err)),
+                    },
+                    _ => return Err(Unsent::Failed(err)),
+                },
+            }
         }
     };
-    let response = answer.map_err(|_elapsed| HttpError::HttpResponseTimeout)??;
-    Ok((response, connection))
+    match answer {
+        Err(_elapsed) => Err(Unsent::Failed(HttpError::HttpResponseTimeout)),
+        Ok(Ok(response)) => Ok((response, sender, connection)),
+        Ok(Err(mut unsent)) => match unsent.take_message() {
+            Some(request) => Err(Unsent::Request(request)),
+            None => Err(Unsent::Failed(HttpError::from(unsent.into_error()))),
+        },
+    }
 }
 
 /// A response body that fails with `connection-read-timeout` when its server sends nothing
 /// for `gap` (the between-bytes timeout). Only the server's silence counts: a plugin that
 /// reads slowly finds its data waiting.
+/// Its end gives its connection back to the pool.
 struct BetweenBytes {
     body: hyper::body::Incoming,
     gap: Duration,
     silence: Pin<Box<tokio::time::Sleep>>,
+    connection: Option<Returned>,
 }
 
 impl BetweenBytes {
-    fn new(body: hyper::body::Incoming, gap: Duration) -> Self {
+    fn new(body: hyper::body::Incoming, gap: Duration, connection: Option<Returned>) -> Self {
         Self {
             body,
             gap,
             silence: Box::pin(tokio::time::sleep(gap)),
+            connection,
         }
     }
 }
@@ -712,6 +797,11 @@ impl http_body::Body for BetweenBytes {
             Poll::Ready(frame) => {
                 let next = tokio::time::Instant::now() + this.gap;
                 this.silence.as_mut().reset(next);
+                if (frame.is_none() || this.body.is_end_stream())
+                    && let Some(connection) = this.connection.take()
+                {
+                    connection.body_ended();
+                }
                 Poll::Ready(frame.map(|frame| frame.map_err(HttpError::from)))
             }
             Poll::Pending => match this.silence.as_mut().poll(cx) {
@@ -862,6 +952,7 @@ mod tests {
             response_bytes: 1024,
             tls: super::super::tls_pins::client_config(&BTreeMap::new()),
             names: NameResolver::system(),
+            pool: Arc::default(),
         }
     }
 
@@ -973,6 +1064,7 @@ mod tests {
             super::super::tls_pins::client_config(&BTreeMap::new()),
             Duration::from_secs(1),
             NameResolver::system(),
+            Arc::default(),
         )
     }
 

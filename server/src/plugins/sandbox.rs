@@ -50,6 +50,7 @@ impl PluginState {
                 super::tls_pins::client_config(&env.config),
                 deadline,
                 names,
+                env.connections.clone(),
             ),
             env: env.clone(),
             wasi,
