@@ -24,6 +24,7 @@ db_tests!(
     a_watch_resumes_after_its_last_event_id,
     keys_rotate_with_old_and_new_published,
     edges_report_their_revision_and_the_fleet_shows_lag,
+    an_unchanged_table_is_304_only_for_callers_that_may_read_it,
 );
 
 /// An API token of the administrator with only `routing:read`.
@@ -798,4 +799,118 @@ async fn edges_report_their_revision_and_the_fleet_shows_lag(s: TestServer) {
         .assert_status(204);
     let listed = s.get("/v1/edges", &token).await;
     assert!(!listed.text.contains("edge-1"));
+}
+
+/// An edge's poll of an unchanged table is answered before the general middleware (the 304
+/// carries the revision, which the general path's 304 does not), and only for a caller the
+/// general path would let read it: a narrower scope, a user who is not an administrator, a
+/// revoked token and a stale tag all go the general way.
+async fn an_unchanged_table_is_304_only_for_callers_that_may_read_it(s: TestServer) {
+    let created = s
+        .post(
+            "/v1/tokens",
+            ADMIN_TOKEN,
+            json!({ "name": "edge-lean", "scopes": ["routing:read"] }),
+        )
+        .await;
+    let created = created.assert_status(201);
+    let token = created["secret"].as_str().unwrap().to_owned();
+    let token_id = created["id"].as_str().unwrap().to_owned();
+    let first = s.get("/v1/routing-table", &token).await;
+    let revision = first.assert_status(200)["table"]["revision"]
+        .as_i64()
+        .unwrap();
+    let etag = first.header("etag").unwrap().to_owned();
+    let poll = |token: &str, tag: &str, path: &str| {
+        s.request(Method::GET, path, Some(token))
+            .header("if-none-match", tag)
+            .send()
+    };
+    // The first reads put the credential in the auth cache (on PostgreSQL, once the change
+    // feed listens: until then the cache is not used), after which the lean path answers.
+    let started = Instant::now();
+    loop {
+        let unchanged = poll(&token, &etag, "/v1/routing-table").await.unwrap();
+        assert_eq!(unchanged.status(), 304);
+        if unchanged
+            .headers()
+            .contains_key("bulkhead-routing-revision")
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the lean path never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..3 {
+        let unchanged = poll(&token, &etag, "/v1/routing-table").await.unwrap();
+        assert_eq!(unchanged.status(), 304);
+        assert_eq!(unchanged.headers()["etag"].to_str().unwrap(), etag);
+        assert_eq!(
+            unchanged.headers()["bulkhead-routing-revision"]
+                .to_str()
+                .unwrap(),
+            revision.to_string()
+        );
+        assert!(unchanged.headers().contains_key("x-request-id"));
+        assert!(unchanged.bytes().await.unwrap().is_empty());
+    }
+    // A stale tag gets the table; a query goes the general way (and still gets its 304).
+    let stale = poll(&token, "\"stale\"", "/v1/routing-table")
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), 200);
+    let general = poll(&token, &etag, "/v1/routing-table?format=json")
+        .await
+        .unwrap();
+    assert_eq!(general.status(), 304);
+    assert!(!general.headers().contains_key("bulkhead-routing-revision"));
+
+    // Callers that may not read it get what the general path says, tag or not.
+    let reader = s
+        .post(
+            "/v1/tokens",
+            ADMIN_TOKEN,
+            json!({ "name": "r", "scopes": ["read"] }),
+        )
+        .await;
+    let reader = reader.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.get("/v1/projects", &reader).await.assert_status(200);
+    let user = s.user_with_session("lean@example.com").await;
+    let minted = s
+        .post(
+            "/v1/tokens",
+            &user,
+            json!({ "name": "peek", "scopes": ["routing:read"] }),
+        )
+        .await;
+    let minted = minted.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (caller, status) in [
+        (&reader, 403),
+        (&minted, 403),
+        (&"bh_not-a-token".to_owned(), 401),
+    ] {
+        for _ in 0..2 {
+            let refused = poll(caller, &etag, "/v1/routing-table").await.unwrap();
+            assert_eq!(refused.status(), status);
+            assert_eq!(
+                refused.headers()["content-type"].to_str().unwrap(),
+                "application/problem+json"
+            );
+        }
+    }
+    // Revoked while known to the cache: refused at once.
+    s.delete(&format!("/v1/tokens/{token_id}"), ADMIN_TOKEN)
+        .await
+        .assert_status(204);
+    let revoked = poll(&token, &etag, "/v1/routing-table").await.unwrap();
+    assert_eq!(revoked.status(), 401);
 }

@@ -240,6 +240,23 @@ impl App {
     /// Authenticates a bearer credential: a JWT (three dot-separated parts) or an API token.
     /// A credential verified in the last few seconds is taken from the [`super::auth_cache`]
     /// (its expiry is still checked on every use).
+    /// The principal of `bearer` when the auth cache holds it, unexpired, and its use needs
+    /// no recording now: what [`Self::principal_from_bearer`] would answer without a read.
+    pub fn principal_cached(&self, bearer: &str) -> Option<Principal> {
+        let digest: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
+        let now = Utc::now().timestamp();
+        let cached = self.auth_cache.principal(&digest)?;
+        if cached.expires_at.is_some_and(|at| at <= now) {
+            return None;
+        }
+        if cached.principal.token_id().is_some()
+            && now - cached.last_used_recorded.load(Ordering::Relaxed) > TOKEN_USE_RECORD_SECS
+        {
+            return None;
+        }
+        Some(cached.principal.clone())
+    }
+
     pub async fn principal_from_bearer(&self, bearer: &str) -> ApiResult<Principal> {
         let digest: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
         let now = Utc::now().timestamp();

@@ -14,6 +14,7 @@ mod edges;
 mod environments;
 pub mod extract;
 mod invitations;
+mod lean;
 mod members;
 pub mod middleware;
 pub mod openapi_v30;
@@ -397,6 +398,7 @@ fn flattened_option_rewrite(
 /// The complete HTTP application: API routes, the reference page and all middleware.
 pub fn router(app: App) -> Router {
     let settings = app.settings.clone();
+    let lean_app = app.clone();
     let (routes, doc) = api_router_split();
     let routes = routes
         .layer(axum::middleware::from_fn(middleware::conditional_get))
@@ -444,67 +446,73 @@ pub fn router(app: App) -> Router {
             middleware::IDEMPOTENT_REPLAYED,
         ]);
 
-    routes.layer(
-        ServiceBuilder::new()
-            .layer(SetSensitiveRequestHeadersLayer::new([
-                header::AUTHORIZATION,
-                header::COOKIE,
-            ]))
-            .layer(axum::middleware::from_fn_with_state(
-                Arc::new(client_addr::TrustedProxies {
-                    proxies: settings.trusted_proxies.clone(),
-                    header: settings.client_address_header,
-                }),
-                client_addr::client_addr_resolve,
-            ))
-            .layer(axum::middleware::from_fn(middleware::request_id_sanitize))
-            .layer(SetRequestIdLayer::new(
-                middleware::REQUEST_ID,
-                MakeRequestUuid,
-            ))
-            .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
-            .layer(
-                TraceLayer::new_for_http()
-                    .make_span_with(|request: &axum::http::Request<_>| {
-                        let request_id = request
-                            .headers()
-                            .get(middleware::REQUEST_ID)
-                            .and_then(|v| v.to_str().ok());
-                        let client = request
-                            .extensions()
-                            .get::<client_addr::ClientAddr>()
-                            .map(|client| client.0.to_string());
-                        tracing::info_span!(
-                            "request",
-                            method = %request.method(),
-                            path = %request.uri().path(),
-                            request_id = request_id.unwrap_or_default(),
-                            client = client.unwrap_or_default(),
-                        )
-                    })
-                    .on_response(
-                        DefaultOnResponse::new()
-                            .level(Level::INFO)
-                            .latency_unit(tower_http::LatencyUnit::Micros),
-                    ),
-            )
-            .layer(axum::middleware::from_fn(middleware::request_context))
-            .layer(CatchPanicLayer::new())
-            .layer(cors)
-            .layer(CompressionLayer::new())
-            // The timeout bounds the time to the response head, not the body: an event
-            // stream answers at once and then streams for as long as the client listens. So no
-            // middleware may buffer a response body (it would hold the head back).
-            .layer(TimeoutLayer::with_status_code(
-                StatusCode::REQUEST_TIMEOUT,
-                settings.request_timeout,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                settings.body_limit_bytes,
-                middleware::body_limit,
-            ))
-            .layer(DefaultBodyLimit::disable()),
-    )
+    routes
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetSensitiveRequestHeadersLayer::new([
+                    header::AUTHORIZATION,
+                    header::COOKIE,
+                ]))
+                .layer(axum::middleware::from_fn_with_state(
+                    Arc::new(client_addr::TrustedProxies {
+                        proxies: settings.trusted_proxies.clone(),
+                        header: settings.client_address_header,
+                    }),
+                    client_addr::client_addr_resolve,
+                ))
+                .layer(axum::middleware::from_fn(middleware::request_id_sanitize))
+                .layer(SetRequestIdLayer::new(
+                    middleware::REQUEST_ID,
+                    MakeRequestUuid,
+                ))
+                .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(|request: &axum::http::Request<_>| {
+                            let request_id = request
+                                .headers()
+                                .get(middleware::REQUEST_ID)
+                                .and_then(|v| v.to_str().ok());
+                            let client = request
+                                .extensions()
+                                .get::<client_addr::ClientAddr>()
+                                .map(|client| client.0.to_string());
+                            tracing::info_span!(
+                                "request",
+                                method = %request.method(),
+                                path = %request.uri().path(),
+                                request_id = request_id.unwrap_or_default(),
+                                client = client.unwrap_or_default(),
+                            )
+                        })
+                        .on_response(
+                            DefaultOnResponse::new()
+                                .level(Level::INFO)
+                                .latency_unit(tower_http::LatencyUnit::Micros),
+                        ),
+                )
+                .layer(axum::middleware::from_fn(middleware::request_context))
+                .layer(CatchPanicLayer::new())
+                .layer(cors)
+                .layer(CompressionLayer::new())
+                // The timeout bounds the time to the response head, not the body: an event
+                // stream answers at once and then streams for as long as the client listens. So no
+                // middleware may buffer a response body (it would hold the head back).
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::REQUEST_TIMEOUT,
+                    settings.request_timeout,
+                ))
+                .layer(axum::middleware::from_fn_with_state(
+                    settings.body_limit_bytes,
+                    middleware::body_limit,
+                ))
+                .layer(DefaultBodyLimit::disable()),
+        )
+        // Outermost: the edges' polls of an unchanged table skip everything above.
+        .layer(axum::middleware::from_fn_with_state(
+            lean_app,
+            lean::routing_table_not_modified,
+        ))
 }
 
 /// A 200 response with the resource's `ETag`.

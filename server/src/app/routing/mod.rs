@@ -194,6 +194,14 @@ impl App {
         self.routing.prepared().ok_or_else(not_ready)
     }
 
+    /// The signed snapshot, when it is of the latest revision this server announced (`None`
+    /// while that one awaits its signature, or before any).
+    pub fn routing_prepared_announced(&self) -> Option<Arc<Prepared>> {
+        let prepared = self.routing.prepared()?;
+        let announced = self.routing.current().map_or(0, |current| current.revision);
+        (prepared.revision >= announced).then_some(prepared)
+    }
+
     /// The latest revision this server knows, or 503 while it knows none.
     pub fn routing_current(&self) -> ApiResult<Arc<Current>> {
         self.routing.current().ok_or_else(not_ready)

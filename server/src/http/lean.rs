@@ -1,0 +1,73 @@
+//! The edges' hot read, answered before the general middleware: `GET /v1/routing-table` with
+//! an `If-None-Match` that names the current snapshot, from a caller this server already knows
+//! (its credential in the auth cache), answers 304 here. Edges poll it every few seconds, and
+//! almost every poll finds the table unchanged: the request-id, tracing, CORS, compression,
+//! timeout and body-limit layers would cost more than the answer.
+//!
+//! It keeps what matters: the credential is checked (cached, unexpired, `routing:read`,
+//! dropped with the cache whenever access narrows), the table answered is the one announced
+//! (not an older signed one while a newer awaits its signature), and the response carries its
+//! `ETag`, revision and a request id. Anything else — another path or method, a query, no or
+//! another tag, a credential not in the cache or failing — goes the general way, which gives
+//! the same answers it always gave, errors included.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::middleware::REQUEST_ID;
+use super::routing::REVISION_HEADER;
+use crate::app::App;
+
+const TABLE_PATH: &str = "/v1/routing-table";
+
+/// Answers an edge's poll of an unchanged table with 304, or passes the request on.
+pub async fn routing_table_not_modified(
+    State(app): State<App>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match not_modified(&app, &request) {
+        Some(response) => response,
+        None => next.run(request).await,
+    }
+}
+
+fn not_modified(app: &App, request: &Request) -> Option<Response> {
+    if request.method() != Method::GET
+        || request.uri().path() != TABLE_PATH
+        || request.uri().query().is_some()
+    {
+        return None;
+    }
+    let headers = request.headers();
+    let if_none_match = headers.get(header::IF_NONE_MATCH)?.to_str().ok()?;
+    let prepared = app.routing_prepared_announced()?;
+    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
+    let current = opaque(&prepared.etag);
+    if !if_none_match
+        .split(',')
+        .any(|tag| tag.trim() == "*" || opaque(tag) == current)
+    {
+        return None;
+    }
+    let bearer = headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")?
+        .trim();
+    let principal = app.principal_cached(bearer)?;
+    principal.require_routing_read().ok()?;
+    let mut response = StatusCode::NOT_MODIFIED.into_response();
+    let out = response.headers_mut();
+    out.insert(header::ETAG, HeaderValue::from_str(&prepared.etag).ok()?);
+    out.insert(REVISION_HEADER, HeaderValue::from(prepared.revision));
+    out.insert(
+        REQUEST_ID,
+        HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).ok()?,
+    );
+    metrics::counter!("bulkhead_routing_not_modified_total").increment(1);
+    Some(response)
+}
