@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Load benchmark of a warmed release server on SQLite: authenticated `GET /v1/projects/{id}`
-# (API token and JWT) against `/healthz` on the same server in the same run, with wrk.
+# (API token and JWT) and the project's list of services (empty, then with 50 services: the
+# dashboard lives on lists) against `/healthz` on the same server in the same run, with wrk.
 #
 #   benches/load.sh [DURATION_SECS] [CONNECTIONS]     (defaults: 15 s, 64 connections)
 #
@@ -49,6 +50,13 @@ results=()
 results+=("$(run healthz /healthz)")
 results+=("$(run project-api-token "/v1/projects/$project" "$token")")
 results+=("$(run project-jwt "/v1/projects/$project" "$jwt")")
+results+=("$(run services-empty "/v1/projects/$project/services" "$token")")
+environment="$(curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/projects/$project/environments" -d '{"name":"production"}' | jq -r .id)"
+for n in $(seq 1 50); do
+  curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/projects/$project/services" \
+    -d '{"environment_id":"'"$environment"'","name":"web-'"$n"'","port":8080,"replicas":1,"source":{"type":"artifact","image":"shop/web:1"}}' > /dev/null
+done
+results+=("$(run services-50 "/v1/projects/$project/services" "$token")")
 
 healthz_rps="$(echo "${results[0]}" | awk '{print $2}')"
 echo "| endpoint | requests/s | p99 latency | vs /healthz |"
