@@ -34,6 +34,7 @@ mod m20261202_000018_sign_in_addresses;
 mod m20261202_000019_instance_health_index;
 mod m20261203_000020_routes_by_domain;
 mod m20261203_000021_deploy_queue;
+mod m20261203_000022_example_provider_off;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -63,6 +64,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000019_instance_health_index::Migration),
             Box::new(m20261203_000020_routes_by_domain::Migration),
             Box::new(m20261203_000021_deploy_queue::Migration),
+            Box::new(m20261203_000022_example_provider_off::Migration),
         ]
     }
 }

@@ -17,11 +17,14 @@ use crate::support::{Backend, PASSWORD, TestServer, database_fresh};
 const TERMS_AND_AUDIT: u32 = 2;
 /// The migration that stores routes by domain.
 const ROUTES_BY_DOMAIN: u32 = 20;
+/// The migration that turns the bundled demo provider off.
+const EXAMPLE_PROVIDER_OFF: u32 = 22;
 
 backend_tests!(
     every_migration_goes_up_down_and_up,
     user_records_survive_every_later_migration,
-    routes_move_to_a_row_per_domain_and_back
+    routes_move_to_a_row_per_domain_and_back,
+    the_demo_provider_of_an_older_database_is_turned_off
 );
 
 async fn connect(backend: Backend) -> Option<(DatabaseConnection, String, tempfile::TempDir)> {
@@ -361,5 +364,57 @@ async fn routes_move_to_a_row_per_domain_and_back(backend: Backend) {
         .unwrap();
     let back: String = back.try_get_by_index(0).unwrap();
     assert_eq!(serde_json::from_str::<Vec<Route>>(&back).unwrap(), routes);
+    db.close().await.unwrap();
+}
+
+/// A database from when servers bundled the `example` demo provider keeps it enabled, and
+/// default placement would use it: the upgrade turns it off, and only it.
+async fn the_demo_provider_of_an_older_database_is_turned_off(backend: Backend) {
+    use bulkhead::entity::provider;
+    use sea_orm::Set;
+
+    let Some((db, _url, _dir)) = connect(backend).await else {
+        return;
+    };
+    Migrator::up(&db, Some(EXAMPLE_PROVIDER_OFF - 1))
+        .await
+        .unwrap();
+    let now = chrono::Utc::now();
+    for name in ["example", "gcp"] {
+        provider::Entity::insert(provider::ActiveModel {
+            name: Set(name.into()),
+            plugin_digest: Set(None),
+            previous_digest: Set(None),
+            config: Set(json!({})),
+            secrets: Set(json!({})),
+            allowlist: Set(json!([])),
+            limits: Set(json!({})),
+            enabled: Set(true),
+            health: Set("healthy".into()),
+            health_reason: Set(String::new()),
+            health_changed_at: Set(None),
+            drained: Set(false),
+            revision: Set(1),
+            created_at: Set(now),
+            updated_at: Set(now),
+        })
+        .exec(&db)
+        .await
+        .unwrap();
+    }
+    Migrator::up(&db, Some(1)).await.unwrap();
+    let enabled = |name: &'static str| {
+        let db = db.clone();
+        async move {
+            let found = provider::Entity::find_by_id(name.to_owned())
+                .one(&db)
+                .await
+                .unwrap()
+                .unwrap();
+            (found.enabled, found.revision)
+        }
+    };
+    assert_eq!(enabled("example").await, (false, 2));
+    assert_eq!(enabled("gcp").await, (true, 1));
     db.close().await.unwrap();
 }
