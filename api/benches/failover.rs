@@ -9,8 +9,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use bulkhead::app::leases::{LEASE_TTL, RENEW_EVERY};
@@ -28,35 +27,21 @@ struct Replica {
 }
 
 fn replica_start(database_url: &str, data_dir: &std::path::Path) -> Replica {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bulkhead"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            database_url,
-        ])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN)
-        .env("BULKHEAD_SECRET_KEY", SECRET_KEY)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("bulkhead starts");
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let base = loop {
-        let mut line = String::new();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "exited before listening"
-        );
-        if let Some(url) = line.trim().strip_prefix("bulkhead listening on ") {
-            break url.to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in reader.lines() {});
+    let (child, base) = common::serve_process(
+        &[
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--database-url".as_ref(),
+            database_url.as_ref(),
+            "--data-dir".as_ref(),
+            data_dir.as_os_str(),
+        ],
+        &[
+            ("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN),
+            ("BULKHEAD_SECRET_KEY", SECRET_KEY),
+            ("RUST_LOG", "error"),
+        ],
+    );
     Replica { child, base }
 }
 

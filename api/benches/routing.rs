@@ -15,12 +15,10 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bulkhead::entity::{domain, instance};
 use common::{Api, TOKEN, percentile};
-use futures::StreamExt;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde_json::json;
 
@@ -288,38 +286,10 @@ async fn throughput(api: &Api, dir: &Path) {
     );
 }
 
-/// The revisions one watcher received, each with when it arrived.
-type Arrivals = Arc<Mutex<Vec<(i64, Instant)>>>;
-
 async fn propagation(api: &Api, app: &bulkhead::app::App) {
     let revision = app.routing.current().unwrap().revision;
-    let arrivals: Vec<Arrivals> = (0..WATCHERS).map(|_| Arc::default()).collect();
-    // One connection per watcher, as 1,000 edges would hold.
-    let http = common::http_builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
-    let mut watchers = Vec::new();
-    for arrived in &arrivals {
-        let response = http
-            .get(format!("{}/v1/routing-table/watch", api.base))
-            .bearer_auth(TOKEN)
-            .header("accept", "text/event-stream")
-            .header("last-event-id", revision.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success());
-        let arrived = arrived.clone();
-        watchers.push(tokio::spawn(async move {
-            let mut events = eventsource_stream::Eventsource::eventsource(response.bytes_stream());
-            while let Some(Ok(event)) = events.next().await {
-                if let Ok(revision) = event.id.parse::<i64>() {
-                    arrived.lock().unwrap().push((revision, Instant::now()));
-                }
-            }
-        }));
-    }
+    let (arrivals, watchers) = common::watchers_open(&api.base, revision, WATCHERS).await;
+    let http = common::http();
     let instance = instance::Entity::find()
         .filter(instance::Column::State.eq("running"))
         .one(&app.db)

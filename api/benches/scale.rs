@@ -23,9 +23,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use bulkhead::dev::DevPlatform;
@@ -59,30 +57,20 @@ impl Drop for Server {
 fn server_start(dir: &std::path::Path) -> Server {
     let data = dir.join(format!("server-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&data).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bulkhead"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .arg("--data-dir")
-        .arg(&data)
-        .env("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN)
-        .env("BULKHEAD_DEPLOY_CONCURRENCY", "32")
-        .env("BULKHEAD_DEPLOY_PROVIDER_RATE", "100000")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("bulkhead starts");
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let base = loop {
-        let mut line = String::new();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "exited before listening"
-        );
-        if let Some(url) = line.trim().strip_prefix("bulkhead listening on ") {
-            break url.to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in reader.lines() {});
+    let (child, base) = common::serve_process(
+        &[
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--data-dir".as_ref(),
+            data.as_os_str(),
+        ],
+        &[
+            ("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN),
+            ("BULKHEAD_DEPLOY_CONCURRENCY", "32"),
+            ("BULKHEAD_DEPLOY_PROVIDER_RATE", "100000"),
+            ("RUST_LOG", "error"),
+        ],
+    );
     Server {
         child,
         base,
@@ -334,37 +322,9 @@ async fn lists(api: &Api, built: &Built) -> Vec<(String, Duration, Duration)> {
     rows
 }
 
-/// The revisions one watcher received, each with when it arrived.
-type Arrivals = Arc<Mutex<Vec<(i64, Instant)>>>;
-
 async fn failure_to_routes(api: &Api, platform: &DevPlatform, built: &Built) -> Vec<Duration> {
     let (revision, _) = table_upstreams(api).await;
-    let arrivals: Vec<Arrivals> = (0..WATCHERS).map(|_| Arc::default()).collect();
-    let http = common::http_builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
-    let mut watchers = Vec::new();
-    for arrived in &arrivals {
-        let response = http
-            .get(format!("{}/v1/routing-table/watch", api.base))
-            .bearer_auth(TOKEN)
-            .header("accept", "text/event-stream")
-            .header("last-event-id", revision.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success());
-        let arrived = arrived.clone();
-        watchers.push(tokio::spawn(async move {
-            let mut events = eventsource_stream::Eventsource::eventsource(response.bytes_stream());
-            while let Some(Ok(event)) = events.next().await {
-                if let Ok(revision) = event.id.parse::<i64>() {
-                    arrived.lock().unwrap().push((revision, Instant::now()));
-                }
-            }
-        }));
-    }
+    let (arrivals, watchers) = common::watchers_open(&api.base, revision, WATCHERS).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut samples = Vec::new();
     for round in 0..ROUNDS {

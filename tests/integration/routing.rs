@@ -29,11 +29,16 @@ db_tests!(
 
 /// An API token of the administrator with only `routing:read`.
 pub async fn routing_token(s: &TestServer) -> String {
+    token_mint(s, ADMIN_TOKEN, &["routing:read"]).await
+}
+
+/// The secret of a new API token that `bearer` mints with `scopes`.
+async fn token_mint(s: &TestServer, bearer: &str, scopes: &[&str]) -> String {
     let created = s
         .post(
             "/v1/tokens",
-            ADMIN_TOKEN,
-            json!({ "name": format!("edge-{}", uuid::Uuid::new_v4().simple()), "scopes": ["routing:read"] }),
+            bearer,
+            json!({ "name": format!("t-{}", uuid::Uuid::new_v4().simple()), "scopes": scopes }),
         )
         .await;
     created.assert_status(201)["secret"]
@@ -146,17 +151,7 @@ async fn a_signed_table_follows_domains_and_healthy_instances(s: TestServer) {
     s.post("/v1/projects", &token, json!({ "name": "x" }))
         .await
         .assert_status(403);
-    let reader = s
-        .post(
-            "/v1/tokens",
-            ADMIN_TOKEN,
-            json!({ "name": "r", "scopes": ["read"] }),
-        )
-        .await;
-    let reader = reader.assert_status(201)["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let reader = token_mint(&s, ADMIN_TOKEN, &["read"]).await;
     s.get("/v1/routing-table", &reader)
         .await
         .assert_problem(403, "insufficient_scope");
@@ -166,17 +161,7 @@ async fn a_signed_table_follows_domains_and_healthy_instances(s: TestServer) {
     // The table names every tenant's domains and workloads: a user who is not an
     // administrator may mint a `routing:read` token, but it reads nothing with it.
     let user = s.user_with_session("curious@example.com").await;
-    let minted = s
-        .post(
-            "/v1/tokens",
-            &user,
-            json!({ "name": "peek", "scopes": ["routing:read"] }),
-        )
-        .await;
-    let minted = minted.assert_status(201)["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let minted = token_mint(&s, &user, &["routing:read"]).await;
     for path in [
         "/v1/routing-table",
         "/v1/routing-table/keys",
@@ -869,30 +854,10 @@ async fn an_unchanged_table_is_304_only_for_callers_that_may_read_it(s: TestServ
     assert!(!general.headers().contains_key("bulkhead-routing-revision"));
 
     // Callers that may not read it get what the general path says, tag or not.
-    let reader = s
-        .post(
-            "/v1/tokens",
-            ADMIN_TOKEN,
-            json!({ "name": "r", "scopes": ["read"] }),
-        )
-        .await;
-    let reader = reader.assert_status(201)["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let reader = token_mint(&s, ADMIN_TOKEN, &["read"]).await;
     s.get("/v1/projects", &reader).await.assert_status(200);
     let user = s.user_with_session("lean@example.com").await;
-    let minted = s
-        .post(
-            "/v1/tokens",
-            &user,
-            json!({ "name": "peek", "scopes": ["routing:read"] }),
-        )
-        .await;
-    let minted = minted.assert_status(201)["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let minted = token_mint(&s, &user, &["routing:read"]).await;
     for (caller, status) in [
         (&reader, 403),
         (&minted, 403),

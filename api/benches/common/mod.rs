@@ -235,3 +235,75 @@ pub fn http_builder() -> reqwest::ClientBuilder {
     bulkhead_common::tls::crypto_provider_install();
     reqwest::Client::builder()
 }
+
+/// A `bulkhead serve` process (this build's binary) started with `args` and `envs`, and the
+/// URL it prints when it listens. Its later output is read and dropped.
+pub fn serve_process(
+    args: &[&std::ffi::OsStr],
+    envs: &[(&str, &str)],
+) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_bulkhead"));
+    command
+        .arg("serve")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().expect("bulkhead starts");
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let base = loop {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "exited before listening"
+        );
+        if let Some(url) = line.trim().strip_prefix("bulkhead listening on ") {
+            break url.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in reader.lines() {});
+    (child, base)
+}
+
+/// The revisions one watcher received, each with when it arrived.
+pub type Arrivals = std::sync::Arc<std::sync::Mutex<Vec<(i64, std::time::Instant)>>>;
+
+/// `count` watchers of `base`'s routing table, each on a connection of its own (as that many
+/// edges would hold), resuming after `revision`: what each received, and their tasks.
+pub async fn watchers_open(
+    base: &str,
+    revision: i64,
+    count: usize,
+) -> (Vec<Arrivals>, Vec<tokio::task::JoinHandle<()>>) {
+    use futures::StreamExt;
+    let http = http_builder().pool_max_idle_per_host(0).build().unwrap();
+    let arrivals: Vec<Arrivals> = (0..count).map(|_| Arrivals::default()).collect();
+    let mut watchers = Vec::new();
+    for arrived in &arrivals {
+        let response = http
+            .get(format!("{base}/v1/routing-table/watch"))
+            .bearer_auth(TOKEN)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", revision.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success());
+        let arrived = arrived.clone();
+        watchers.push(tokio::spawn(async move {
+            let mut events = eventsource_stream::Eventsource::eventsource(response.bytes_stream());
+            while let Some(Ok(event)) = events.next().await {
+                if let Ok(revision) = event.id.parse::<i64>() {
+                    arrived
+                        .lock()
+                        .unwrap()
+                        .push((revision, std::time::Instant::now()));
+                }
+            }
+        }));
+    }
+    (arrivals, watchers)
+}
