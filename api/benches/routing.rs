@@ -270,7 +270,10 @@ async fn throughput(api: &Api, dir: &Path) {
             ("If-None-Match", &nginx_etag),
         ],
     );
-    let _ = nginx.kill();
+    // SIGQUIT: the master stops its workers (SIGKILL would leave them running).
+    let _ = Command::new("kill")
+        .args(["-QUIT", &nginx.id().to_string()])
+        .status();
     let _ = nginx.wait();
     println!(
         "| request (10,000 routes, wrk -t2 -c64, {WRK_SECS} s) | Bulkhead req/s | nginx req/s | ratio |"

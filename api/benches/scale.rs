@@ -313,8 +313,8 @@ async fn lists(api: &Api, built: &Built) -> Vec<(String, Duration, Duration)> {
             samples.push(started.elapsed());
         }
         rows.push((
-            path.replace(&built.project, "{project}")
-                .replace(&built.some_service, "{service}"),
+            path.replace(&built.some_service, "{service}")
+                .replace(&built.project, "{project}"),
             percentile(samples.clone(), 50.0),
             percentile(samples, 99.0),
         ));

@@ -35,6 +35,7 @@ mod m20261202_000019_instance_health_index;
 mod m20261203_000020_routes_by_domain;
 mod m20261203_000021_deploy_queue;
 mod m20261203_000022_example_provider_off;
+mod m20261203_000023_services_by_project;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -65,6 +66,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000020_routes_by_domain::Migration),
             Box::new(m20261203_000021_deploy_queue::Migration),
             Box::new(m20261203_000022_example_provider_off::Migration),
+            Box::new(m20261203_000023_services_by_project::Migration),
         ]
     }
 }

@@ -86,7 +86,6 @@ pub struct App {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// The deploy reconciler's limits and state in this server.
     pub reconciler: Arc<reconciler::Reconciler>,
-    /// Health-check streaks of deployed instances.
     /// The routing table this server serves.
     pub routing: Arc<routing::RoutingState>,
     /// This replica's id and the leases of background work it holds.

@@ -11,6 +11,8 @@
 //! another tag, a credential not in the cache or failing — goes the general way, which gives
 //! the same answers it always gave, errors included.
 
+use std::sync::{Arc, LazyLock};
+
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -22,9 +24,14 @@ use crate::app::App;
 
 const TABLE_PATH: &str = "/v1/routing-table";
 
-/// Answers an edge's poll of an unchanged table with 304, or passes the request on.
+/// 304s answered here (registered once: this path counts its cost in nanoseconds).
+static NOT_MODIFIED: LazyLock<metrics::Counter> =
+    LazyLock::new(|| metrics::counter!("bulkhead_routing_not_modified_total"));
+
+/// Answers an edge's poll of an unchanged table with 304, or passes the request on. (Its
+/// state is an `Arc` of the application: one count to clone per request, not one per field.)
 pub async fn routing_table_not_modified(
-    State(app): State<App>,
+    State(app): State<Arc<App>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -68,6 +75,6 @@ fn not_modified(app: &App, request: &Request) -> Option<Response> {
         REQUEST_ID,
         HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).ok()?,
     );
-    metrics::counter!("bulkhead_routing_not_modified_total").increment(1);
+    NOT_MODIFIED.increment(1);
     Some(response)
 }

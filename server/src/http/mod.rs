@@ -398,7 +398,7 @@ fn flattened_option_rewrite(
 /// The complete HTTP application: API routes, the reference page and all middleware.
 pub fn router(app: App) -> Router {
     let settings = app.settings.clone();
-    let lean_app = app.clone();
+    let lean_app = Arc::new(app.clone());
     let (routes, doc) = api_router_split();
     let routes = routes
         .layer(axum::middleware::from_fn(middleware::conditional_get))
