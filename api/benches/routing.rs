@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bulkhead::entity::{domain, instance};
 use common::{Api, TOKEN, percentile};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
 
 const SERVICES: usize = 100;
@@ -92,23 +92,13 @@ async fn routes_make(api: &Api, app: &bulkhead::app::App) {
     )
     .await;
     let project_id: uuid::Uuid = project.rsplit('/').next().unwrap().parse().unwrap();
-    let now = chrono::Utc::now();
     let rows: Vec<domain::ActiveModel> = services
         .iter()
         .enumerate()
         .flat_map(|(s, service)| {
             let service_id: uuid::Uuid = service.rsplit('/').next().unwrap().parse().unwrap();
-            (0..DOMAINS_PER_SERVICE).map(move |d| domain::ActiveModel {
-                id: Set(uuid::Uuid::now_v7()),
-                project_id: Set(project_id),
-                service_id: Set(service_id),
-                hostname: Set(format!("d{d}.s{s}.bench.test")),
-                // Verified, as through `POST …/verify`: only verified domains route.
-                verification_token: Set(None),
-                verified_at: Set(Some(now)),
-                revision: Set(1),
-                created_at: Set(now),
-                updated_at: Set(now),
+            (0..DOMAINS_PER_SERVICE).map(move |d| {
+                common::verified_domain(project_id, service_id, format!("d{d}.s{s}.bench.test"))
             })
         })
         .collect();

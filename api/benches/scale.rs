@@ -30,7 +30,7 @@ use bulkhead::dev::DevPlatform;
 use bulkhead::entity::domain;
 use common::{Api, TOKEN, percentile};
 use futures::StreamExt;
-use sea_orm::{ConnectionTrait, EntityTrait, Set};
+use sea_orm::{ConnectionTrait, EntityTrait};
 use serde_json::{Value, json};
 
 const SIZES: [usize; 2] = [1_000, 10_000];
@@ -199,25 +199,17 @@ async fn platform_build(api: &Api, server: &Server, size: usize) -> Built {
         .collect()
         .await;
     services.push(probe_service.clone());
-    // One verified domain per service, written as `POST …/verify` leaves it.
+    // One verified domain per service.
     let db = sea_orm::Database::connect(&server.database_url)
         .await
         .unwrap();
     let project_id: uuid::Uuid = project.rsplit('/').next().unwrap().parse().unwrap();
-    let now = chrono::Utc::now();
     let rows: Vec<domain::ActiveModel> = services
         .iter()
         .enumerate()
-        .map(|(n, service)| domain::ActiveModel {
-            id: Set(uuid::Uuid::now_v7()),
-            project_id: Set(project_id),
-            service_id: Set(service.rsplit('/').next().unwrap().parse().unwrap()),
-            hostname: Set(format!("s{n}.scale.test")),
-            verification_token: Set(None),
-            verified_at: Set(Some(now)),
-            revision: Set(1),
-            created_at: Set(now),
-            updated_at: Set(now),
+        .map(|(n, service)| {
+            let service_id = service.rsplit('/').next().unwrap().parse().unwrap();
+            common::verified_domain(project_id, service_id, format!("s{n}.scale.test"))
         })
         .collect();
     for chunk in rows.chunks(500) {
