@@ -271,14 +271,14 @@ async fn gcp_instances_against_the_simulator(s: TestServer) {
     // Eight calls (and the probes), one token: the plugin keeps it in the provider's cache
     // between calls instead of exchanging an assertion on each.
     assert_eq!(platform.gcp.tokens_issued(), 1);
-    // And the calls share kept-alive connections: one call at a time here (a background probe
-    // may overlap one), so one or two connections carry them all (each call opened its own
-    // before the plugin host pooled them).
+    // And the calls share kept-alive connections: one call at a time here (background probes
+    // may overlap them), so a few connections carry them all (each call opened its own before
+    // the plugin host kept them: 9 to 11 for 12 calls).
     let calls = platform.gcp.faults.calls().total;
     let connections = platform.gcp.connections_accepted();
     assert!(calls >= 8, "{calls} calls");
     assert!(
-        connections <= 2,
+        connections <= 3,
         "{connections} connections for {calls} calls"
     );
     assert!(
