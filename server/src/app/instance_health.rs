@@ -85,14 +85,20 @@ impl App {
             }
             if leads {
                 let now = Instant::now();
-                // Each check taken holds a permit until its result is sent: no more are taken
-                // than there are permits free.
+                // Each check taken holds a permit, taken here, until its result is sent: no
+                // more checks are taken (nor tasks spawned) than there are permits free.
                 for (id, address, spec) in state.schedule.take_due(now, permits.available_permits())
                 {
+                    let permit = permits.clone().try_acquire_owned();
                     let permits = permits.clone();
                     let results_tx = results_tx.clone();
                     tokio::spawn(async move {
-                        let _permit = permits.acquire_owned().await;
+                        // Only this loop takes permits, so one is free; should none be, the
+                        // check waits for one rather than being lost.
+                        let _permit = match permit {
+                            Ok(permit) => Ok(permit),
+                            Err(_) => permits.acquire_owned().await,
+                        };
                         let passed = probe(&address, &spec).await;
                         let _ = results_tx.send((id, passed)).await;
                     });
