@@ -11229,9 +11229,11 @@ export interface operations {
                     "application/json": components["schemas"]["SignedSnapshotDoc"];
                 };
             };
-            /** @description Not modified */
+            /** @description Not modified: `If-None-Match` names the current snapshot */
             304: {
                 headers: {
+                    "Bulkhead-Routing-Revision"?: number;
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content?: never;

@@ -7,7 +7,7 @@
 //! It keeps what matters: the credential is checked (cached, unexpired, `routing:read`,
 //! dropped with the cache whenever access narrows), the table answered is the one announced
 //! (not an older signed one while a newer awaits its signature), and the response carries its
-//! `ETag`, revision and a request id. Anything else — another path or method, a query, no or
+//! `ETag`, revision, cache headers and a request id, as the general way's 304 does. Anything else — another path or method, a query, no or
 //! another tag, a credential not in the cache or failing — goes the general way, which gives
 //! the same answers it always gave, errors included.
 
@@ -18,7 +18,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::middleware::REQUEST_ID;
+use super::middleware::{REQUEST_ID, if_none_match_names};
 use super::routing::REVISION_HEADER;
 use crate::app::App;
 
@@ -51,12 +51,7 @@ fn not_modified(app: &App, request: &Request) -> Option<Response> {
     let headers = request.headers();
     let if_none_match = headers.get(header::IF_NONE_MATCH)?.to_str().ok()?;
     let prepared = app.routing_prepared_announced()?;
-    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
-    let current = opaque(&prepared.etag);
-    if !if_none_match
-        .split(',')
-        .any(|tag| tag.trim() == "*" || opaque(tag) == current)
-    {
+    if !if_none_match_names(if_none_match, &prepared.etag) {
         return None;
     }
     let bearer = headers
@@ -71,10 +66,15 @@ fn not_modified(app: &App, request: &Request) -> Option<Response> {
     let out = response.headers_mut();
     out.insert(header::ETAG, HeaderValue::from_str(&prepared.etag).ok()?);
     out.insert(REVISION_HEADER, HeaderValue::from(prepared.revision));
+    out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    out.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     out.insert(
         REQUEST_ID,
         HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).ok()?,
     );
     NOT_MODIFIED.increment(1);
+    app.routing
+        .not_modified_lean
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some(response)
 }

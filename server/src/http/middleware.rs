@@ -346,6 +346,27 @@ fn stored_response_build(stored: StoredResponse) -> Response {
     response
 }
 
+/// Headers of a 200 that its 304 keeps: those a cache updates its stored response with
+/// (RFC 9110, 15.4.5), and the routing table's revision, which says what the tag stands for.
+const KEPT_ON_NOT_MODIFIED: [HeaderName; 4] = [
+    header::ETAG,
+    header::CACHE_CONTROL,
+    header::VARY,
+    HeaderName::from_static(super::routing::REVISION_HEADER),
+];
+
+/// Whether an `If-None-Match` list names `etag` (the weak comparison: tags match whatever
+/// their `W/` prefixes; `*` matches any).
+pub fn if_none_match_names(if_none_match: &str, etag: &str) -> bool {
+    fn opaque(tag: &str) -> &str {
+        tag.trim().trim_start_matches("W/")
+    }
+    let current = opaque(etag);
+    if_none_match
+        .split(',')
+        .any(|tag| tag.trim() == "*" || opaque(tag) == current)
+}
+
 /// Answers a GET whose `If-None-Match` matches the response's `ETag` with 304.
 ///
 /// It never reads a response body: a resource's handler sets its strong `ETag`, a list's comes
@@ -364,22 +385,18 @@ pub async fn conditional_get(request: Request, next: Next) -> Response {
     else {
         return response;
     };
-    // If-None-Match uses the weak comparison: tags match whatever their `W/` prefixes.
-    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
-    let current = opaque(etag.to_str().unwrap_or_default());
-    let matches = if_none_match
-        .to_str()
-        .map(|list| {
-            list.split(',')
-                .any(|tag| tag.trim() == "*" || opaque(tag) == current)
-        })
-        .unwrap_or(false);
+    let matches = match (if_none_match.to_str(), etag.to_str()) {
+        (Ok(list), Ok(etag)) => if_none_match_names(list, etag),
+        _ => false,
+    };
     if !matches {
         return response;
     }
     let mut not_modified = StatusCode::NOT_MODIFIED.into_response();
-    not_modified
-        .headers_mut()
-        .insert(header::ETAG, etag.clone());
+    for name in KEPT_ON_NOT_MODIFIED {
+        if let Some(value) = response.headers().get(&name) {
+            not_modified.headers_mut().insert(name, value.clone());
+        }
+    }
     not_modified
 }

@@ -83,7 +83,8 @@ pub struct ChangesParams {
         (status = 200, description = "The signed snapshot, or a Caddy configuration", content(
             (bulkhead_routing::SignedSnapshotDoc = "application/json"),
         ), headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
-        (status = 304, description = "Not modified"),
+        (status = 304, description = "Not modified: `If-None-Match` names the current snapshot",
+            headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
         (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 async fn routing_table_view(

@@ -154,6 +154,9 @@ pub struct RoutingState {
     publishing: tokio::sync::Mutex<()>,
     /// The active signing key, opened.
     pub(super) signer: std::sync::Mutex<Option<Arc<super::routing_keys::RoutingSigner>>>,
+    /// 304s this server answered before the general middleware (`crate::http::lean`); also
+    /// counted in `/metrics`, whose registry is the process's.
+    pub not_modified_lean: std::sync::atomic::AtomicU64,
 }
 
 impl Default for RoutingState {
@@ -165,6 +168,7 @@ impl Default for RoutingState {
             signed: watch::channel(0).0,
             publishing: tokio::sync::Mutex::new(()),
             signer: std::sync::Mutex::new(None),
+            not_modified_lean: Default::default(),
         }
     }
 }
