@@ -128,6 +128,8 @@ pub async fn probe(address: &str, spec: &HealthCheckSpec) -> bool {
     .unwrap_or(false)
 }
 
+/// The connection is driven here, beside the request, rather than by a task of its own: a
+/// check is a future that the health loop polls among others, and costs no spawn.
 async fn probe_once(address: &str, path: &str) -> bool {
     let Ok(stream) = tokio::net::TcpStream::connect(address).await else {
         return false;
@@ -137,19 +139,25 @@ async fn probe_once(address: &str, path: &str) -> bool {
     else {
         return false;
     };
-    let driver = tokio::spawn(connection);
     let request = http::Request::get(path)
         .header(http::header::HOST, address)
         .header(http::header::USER_AGENT, "bulkhead-health-check")
         .body(Empty::<bytes::Bytes>::new());
-    let passed = match request {
-        Ok(request) => sender.send_request(request).await.is_ok_and(|response| {
-            response.status().is_success() || response.status().is_redirection()
-        }),
-        Err(_) => false,
+    let Ok(request) = request else {
+        return false;
     };
-    driver.abort();
-    passed
+    let response = sender.send_request(request);
+    tokio::pin!(response, connection);
+    // The answer's head is all a check reads; the connection ends with this function. A
+    // connection that ends first (the workload answered and closed) has handed its answer, or
+    // an error, to the request already.
+    let response = tokio::select! {
+        biased;
+        response = &mut response => response,
+        _ = &mut connection => response.await,
+    };
+    response
+        .is_ok_and(|response| response.status().is_success() || response.status().is_redirection())
 }
 
 #[cfg(test)]
@@ -184,6 +192,25 @@ mod tests {
         assert!(!probe(&address, &spec("/missing")).await);
         assert!(!probe(&address, &spec("/slow")).await);
         assert!(!probe("127.0.0.1:1", &spec("/ok")).await);
+
+        // A workload that answers and closes at once (HTTP/1.0 servers such as Python's
+        // `http.server`) passes, whichever the check sees first: the answer or the close.
+        let closing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let closing_address = closing.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let (mut stream, _) = closing.accept().await.unwrap();
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+            }
+        });
+        for _ in 0..20 {
+            assert!(probe(&closing_address, &spec("/")).await);
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!
 //! Checks are spread over their interval and due times are kept in a heap
 //! ([`super::health_schedule`]); a pass costs the checks due, not the instances checked.
+//! Checks due together run as one batch, in one task, at most one batch every [`BATCH_GAP`]:
+//! at thousands of checks a second, waking threads for each check cost more than the checks.
 //! The instances to check are read again every 10 s, and their starting ones soon after a
 //! deployment changes. Streaks are kept in memory and written only when the health changes;
 //! the changes that a round of results brings are written in one transaction (a restart
@@ -21,6 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -45,6 +49,11 @@ const SYNC_EVERY: Duration = Duration::from_secs(10);
 const STARTING_SYNC_AFTER: Duration = Duration::from_millis(200);
 /// Checks in flight at once.
 const CONCURRENT_CHECKS: usize = 256;
+/// The least time between two batches of checks. Checks due meanwhile wait for the next
+/// batch (at most this long), so that a thousand checks a second are a few dozen wake-ups of
+/// the loop and tasks spawned, not a thousand, and their connections' events come to the
+/// runtime together.
+const BATCH_GAP: Duration = Duration::from_millis(25);
 /// How long the loop sleeps when it does not lead or has nothing to check.
 const IDLE: Duration = Duration::from_secs(1);
 
@@ -56,21 +65,58 @@ struct HealthLoop {
     next_sync: Instant,
     /// A deployment changed: its starting instances are read at this time.
     starting_sync: Option<Instant>,
+    /// No checks are taken before this (see [`BATCH_GAP`]).
+    next_batch: Instant,
+}
+
+/// Runs a batch of checks in one task, each holding a permit while it runs;
+/// results go back as they come, those ready together in one message.
+fn checks_run(
+    due: Vec<(Uuid, String, Arc<HealthCheckSpec>)>,
+    permits: &Arc<Semaphore>,
+    results_tx: &mpsc::Sender<Vec<(Uuid, bool)>>,
+) {
+    // Only the health loop takes permits, and it takes no more checks than are free.
+    let checks: FuturesUnordered<_> = due
+        .into_iter()
+        .map(|(id, address, spec)| {
+            let permit = permits.clone().try_acquire_owned();
+            async move {
+                let passed = probe(&address, &spec).await;
+                drop(permit);
+                (id, passed)
+            }
+        })
+        .collect();
+    let results_tx = results_tx.clone();
+    tokio::spawn(async move {
+        let mut checks = checks;
+        while let Some(first) = checks.next().await {
+            let mut ready = vec![first];
+            while let Some(Some(more)) = checks.next().now_or_never() {
+                ready.push(more);
+            }
+            if results_tx.send(ready).await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 impl App {
     /// The health-check loop, until the server stops.
     pub async fn instance_health_run(self, mut stop: watch::Receiver<bool>) {
         let permits = Arc::new(Semaphore::new(CONCURRENT_CHECKS));
-        let (results_tx, mut results) = mpsc::channel::<(Uuid, bool)>(CONCURRENT_CHECKS);
+        let (results_tx, mut results) = mpsc::channel::<Vec<(Uuid, bool)>>(CONCURRENT_CHECKS);
         let mut deployments = self.changes.deployments.subscribe();
         let mut state = HealthLoop {
             schedule: HealthSchedule::default(),
             specs: HashMap::new(),
             next_sync: Instant::now(),
             starting_sync: None,
+            next_batch: Instant::now(),
         };
-        let mut done = Vec::new();
+        let (mut arrived, mut done) = (Vec::new(), Vec::new());
         loop {
             let now = Instant::now();
             let leads = self.leases.leads(Work::InstanceHealth);
@@ -83,31 +129,21 @@ impl App {
                     .error_record(format!("health checks: {}", err.detail));
                 state.next_sync = now + IDLE;
             }
-            if leads {
+            if leads && Instant::now() >= state.next_batch {
                 let now = Instant::now();
-                // Each check taken holds a permit, taken here, until its result is sent: no
-                // more checks are taken (nor tasks spawned) than there are permits free.
-                for (id, address, spec) in state.schedule.take_due(now, permits.available_permits())
-                {
-                    let permit = permits.clone().try_acquire_owned();
-                    let permits = permits.clone();
-                    let results_tx = results_tx.clone();
-                    tokio::spawn(async move {
-                        // Only this loop takes permits, so one is free; should none be, the
-                        // check waits for one rather than being lost.
-                        let _permit = match permit {
-                            Ok(permit) => Ok(permit),
-                            Err(_) => permits.acquire_owned().await,
-                        };
-                        let passed = probe(&address, &spec).await;
-                        let _ = results_tx.send((id, passed)).await;
-                    });
+                let due = state.schedule.take_due(now, permits.available_permits());
+                if !due.is_empty() {
+                    state.next_batch = now + BATCH_GAP;
+                    checks_run(due, &permits, &results_tx);
                 }
             }
             let wake = [
                 Some(state.next_sync),
                 state.starting_sync,
-                state.schedule.next_due(),
+                state
+                    .schedule
+                    .next_due()
+                    .map(|due| due.max(state.next_batch)),
                 Some(Instant::now() + IDLE),
             ]
             .into_iter()
@@ -123,8 +159,9 @@ impl App {
                 Ok(()) = deployments.changed() => {
                     state.starting_sync.get_or_insert(Instant::now() + STARTING_SYNC_AFTER);
                 }
-                received = results.recv_many(&mut done, CONCURRENT_CHECKS) => {
+                received = results.recv_many(&mut arrived, CONCURRENT_CHECKS) => {
                     if received > 0 {
+                        done.extend(arrived.drain(..).flatten());
                         self.instance_health_results(&mut state.schedule, &mut done).await;
                     }
                 }
