@@ -8,6 +8,17 @@ use clap::{Parser, Subcommand};
 
 use bulkhead::config::ServeArgs;
 
+/// jemalloc, on Linux (see `Cargo.toml` for why).
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options: a background thread returns freed pages to the system while the server
+/// idles (otherwise only allocations do, so an idle server keeps a burst's pages).
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[unsafe(export_name = "malloc_conf")]
+static MALLOC_CONF: &[u8; 23] = b"background_thread:true\0";
+
 #[derive(Parser)]
 #[command(
     name = "bulkhead",
