@@ -1,7 +1,8 @@
-//! Platform scale: what the control plane costs as its instances grow. For each size (1,000
-//! then 10,000 instances), a fresh `bulkhead serve` process (release build, SQLite, its own
+//! Platform scale: what the control plane costs as its instances grow. For each size (1,000,
+//! 10,000 and 30,000 instances), a fresh `bulkhead serve` process (release build, SQLite, its own
 //! data directory; a separate process so that its CPU and memory are its own) with the
-//! bundled providers pointed at the local platform's simulators, which run in this process:
+//! bundled providers pointed at the local platform's simulators (gcp in this process, aws in
+//! another, see below):
 //!
 //! - **Build**: size/2 services of 2 replicas (one on gcp, one on aws), health checked every
 //!   10 s, each with one verified domain (so the routing table has a route per service), all
@@ -16,8 +17,10 @@
 //!   (and restores it), p50/p99 over 10 rounds. It includes the detection (up to one interval
 //!   plus the check) and the publication.
 //!
-//! 30,000 instances do not fit on this machine: each simulated instance listens on its own
-//! socket in this process, and the open-file limit is 20,000 (`ulimit -Hn`).
+//! Each simulated instance listens on a socket of its own, and this machine's hard limit of open
+//! files is 20,000 a process (`ulimit -Hn`): so the aws simulator runs in a second process (this
+//! benchmark started again with `--aws-simulator`, which prints how to reach it), and 30,000
+//! instances are 15,000 listeners in each.
 //!
 //! Run: `cargo bench -p bulkhead-api --bench scale` (`-- 1000` for one size).
 
@@ -33,7 +36,9 @@ use futures::StreamExt;
 use sea_orm::{ConnectionTrait, EntityTrait};
 use serde_json::{Value, json};
 
-const SIZES: [usize; 2] = [1_000, 10_000];
+const SIZES: [usize; 3] = [1_000, 10_000, 30_000];
+/// The argument that makes this program the aws simulator's process.
+const AWS_SIMULATOR: &str = "--aws-simulator";
 const WATCHERS: usize = 1000;
 const ROUNDS: usize = 10;
 const IDLE: Duration = Duration::from_secs(30);
@@ -103,12 +108,19 @@ fn rss_mib(pid: u32) -> f64 {
     kib / 1024.0
 }
 
-async fn providers_configure(api: &Api, platform: &DevPlatform) {
-    for (name, update) in platform.provider_updates() {
+/// Points gcp at this process's simulator and aws at the other process's.
+async fn providers_configure(api: &Api, platform: &DevPlatform, aws: &AwsProcess) {
+    let gcp = platform
+        .provider_updates()
+        .into_iter()
+        .find(|(name, _)| *name == "gcp")
+        .map(|(_, update)| serde_json::to_value(update).unwrap())
+        .unwrap();
+    for (name, update) in [("gcp", gcp), ("aws", aws.update.clone())] {
         api.call(
             reqwest::Method::PATCH,
             &format!("/v1/providers/{name}"),
-            Some(serde_json::to_value(update).unwrap()),
+            Some(update),
         )
         .await;
         let started = Instant::now();
@@ -153,10 +165,58 @@ async fn table_upstreams(api: &Api) -> (i64, usize) {
     (table["table"]["revision"].as_i64().unwrap_or(0), upstreams)
 }
 
+/// The aws simulator in a process of its own: the provider update that points at it.
+struct AwsProcess {
+    child: Child,
+    update: Value,
+}
+
+impl Drop for AwsProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts this program again as the aws simulator's process and reads its provider update.
+fn aws_process_start() -> AwsProcess {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg(AWS_SIMULATOR)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the aws simulator's process starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let update = serde_json::from_str(&line).expect("the aws simulator's provider update");
+    AwsProcess { child, update }
+}
+
+/// The aws simulator's process: a local platform whose aws provider update it prints, until
+/// its parent closes its standard input.
+async fn aws_simulator_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let platform = DevPlatform::start(dir.path()).await.unwrap();
+    let (_, update) = platform
+        .provider_updates()
+        .into_iter()
+        .find(|(name, _)| *name == "aws")
+        .unwrap();
+    println!("{}", serde_json::to_string(&update).unwrap());
+    let _ =
+        tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()))
+            .await;
+    platform.shutdown().await;
+}
+
 struct Built {
     project: String,
-    /// The provider and key of an instance of the service checked every 500 ms.
-    probe_instance: (String, String),
+    /// The key of an instance (on gcp, whose simulator is in this process) of the service
+    /// checked every 500 ms.
+    probe_instance: String,
     some_service: String,
 }
 
@@ -257,12 +317,9 @@ async fn platform_build(api: &Api, server: &Server, size: usize) -> Built {
         .as_array()
         .unwrap()
         .iter()
-        .find(|i| i["state"] == "running")
-        .expect("a running instance");
-    let probe_instance = (
-        running["provider"].as_str().unwrap().to_owned(),
-        running["instance_key"].as_str().unwrap().to_owned(),
-    );
+        .find(|i| i["state"] == "running" && i["provider"] == "gcp")
+        .expect("a running instance on gcp");
+    let probe_instance = running["instance_key"].as_str().unwrap().to_owned();
     Built {
         project,
         probe_instance,
@@ -331,12 +388,8 @@ async fn failure_to_routes(api: &Api, platform: &DevPlatform, built: &Built) -> 
                 .max()
                 .unwrap_or(revision);
             let started = Instant::now();
-            let (provider, key) = &built.probe_instance;
-            let answered = match provider.as_str() {
-                "gcp" => platform.gcp.instance_answer_with(key, status),
-                _ => platform.aws.instance_answer_with(key, status),
-            };
-            assert!(answered, "{provider} {key}");
+            let key = &built.probe_instance;
+            assert!(platform.gcp.instance_answer_with(key, status), "{key}");
             for arrived in &arrivals {
                 let at = loop {
                     let seen = arrived
@@ -366,6 +419,9 @@ async fn failure_to_routes(api: &Api, platform: &DevPlatform, built: &Built) -> 
 
 #[tokio::main]
 async fn main() {
+    if std::env::args().any(|a| a == AWS_SIMULATOR) {
+        return aws_simulator_serve().await;
+    }
     let only: Option<usize> = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with('-'))
@@ -380,13 +436,14 @@ async fn main() {
         println!("{size} instances:");
         let dir = tempfile::tempdir().unwrap();
         let platform = DevPlatform::start(dir.path()).await.unwrap();
+        let aws = aws_process_start();
         let server = server_start(dir.path());
         let api = Api {
             http: common::http(),
             base: server.base.clone(),
         };
         let empty_cpu_rss = idle(&server).await;
-        providers_configure(&api, &platform).await;
+        providers_configure(&api, &platform, &aws).await;
         let built = platform_build(&api, &server, size).await;
         let (cpu, rss) = idle(&server).await;
         println!(
@@ -409,6 +466,7 @@ async fn main() {
         );
         summary.push((size, cpu, rss, listed, p50, p99));
         drop(server);
+        drop(aws);
         platform.shutdown().await;
     }
     println!();
