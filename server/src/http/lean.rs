@@ -7,9 +7,10 @@
 //! It keeps what matters: the credential is checked (cached, unexpired, `routing:read`,
 //! dropped with the cache whenever access narrows), the table answered is the one announced
 //! (not an older signed one while a newer awaits its signature), and the response carries its
-//! `ETag`, revision, cache headers and a request id, as the general way's 304 does. Anything else — another path or method, a query, no or
-//! another tag, a credential not in the cache or failing — goes the general way, which gives
-//! the same answers it always gave, errors included.
+//! `ETag`, revision, cache headers and a request id, as the general way's 304 does. Anything
+//! else — another path or method, a query, no or another tag, a credential not in the cache or
+//! failing — goes the general way, which gives the same answers it always gave, errors
+//! included.
 
 use std::sync::{Arc, LazyLock};
 
@@ -19,7 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::middleware::{REQUEST_ID, if_none_match_names};
-use super::routing::REVISION_HEADER;
+use super::routing::{REVISION_HEADER, TABLE_CACHE_HEADERS};
 use crate::app::App;
 
 const TABLE_PATH: &str = "/v1/routing-table";
@@ -66,8 +67,7 @@ fn not_modified(app: &App, request: &Request) -> Option<Response> {
     let out = response.headers_mut();
     out.insert(header::ETAG, HeaderValue::from_str(&prepared.etag).ok()?);
     out.insert(REVISION_HEADER, HeaderValue::from(prepared.revision));
-    out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    out.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    out.extend(TABLE_CACHE_HEADERS);
     out.insert(
         REQUEST_ID,
         HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).ok()?,

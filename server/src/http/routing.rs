@@ -23,6 +23,11 @@ use bulkhead_routing::{PublishedKey, PublishedKeys};
 
 /// The header naming the revision of the table in a response.
 pub const REVISION_HEADER: &str = "bulkhead-routing-revision";
+/// The table's `Cache-Control` and `Vary`, on its 200s and its 304s alike.
+pub const TABLE_CACHE_HEADERS: [(header::HeaderName, HeaderValue); 2] = [
+    (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+    (header::VARY, HeaderValue::from_static("accept-encoding")),
+];
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -121,14 +126,11 @@ fn snapshot_response(prepared: &Prepared, gzip: bool) -> Response {
     let gzip = zipped.is_some();
     let body = zipped.unwrap_or(&prepared.identity).clone();
     let mut response = (
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-            (header::VARY, HeaderValue::from_static("accept-encoding")),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        ],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        TABLE_CACHE_HEADERS,
         body,
     )
         .into_response();
