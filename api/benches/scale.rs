@@ -46,17 +46,20 @@ const LIST_REQUESTS: usize = 200;
 /// Requests of the build made at once.
 const AT_ONCE: usize = 32;
 
-struct Server {
-    child: Child,
-    base: String,
-    database_url: String,
+/// A child process, killed (and reaped) when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+struct Server {
+    child: Killed,
+    base: String,
+    database_url: String,
 }
 
 fn server_start(dir: &std::path::Path) -> Server {
@@ -77,7 +80,7 @@ fn server_start(dir: &std::path::Path) -> Server {
         ],
     );
     Server {
-        child,
+        child: Killed(child),
         base,
         database_url: format!("sqlite://{}?mode=rwc", data.join("bulkhead.db").display()),
     }
@@ -167,15 +170,8 @@ async fn table_upstreams(api: &Api) -> (i64, usize) {
 
 /// The aws simulator in a process of its own: the provider update that points at it.
 struct AwsProcess {
-    child: Child,
+    _child: Killed,
     update: Value,
-}
-
-impl Drop for AwsProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts this program again as the aws simulator's process and reads its provider update.
@@ -192,7 +188,10 @@ fn aws_process_start() -> AwsProcess {
         .read_line(&mut line)
         .unwrap();
     let update = serde_json::from_str(&line).expect("the aws simulator's provider update");
-    AwsProcess { child, update }
+    AwsProcess {
+        _child: Killed(child),
+        update,
+    }
 }
 
 /// The aws simulator's process: a local platform whose aws provider update it prints, until
@@ -328,7 +327,7 @@ async fn platform_build(api: &Api, server: &Server, size: usize) -> Built {
 }
 
 async fn idle(server: &Server) -> (f64, f64) {
-    let pid = server.child.id();
+    let pid = server.child.0.id();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let before = cpu_seconds(pid);
     tokio::time::sleep(IDLE).await;

@@ -129,8 +129,8 @@ impl App {
                     .error_record(format!("health checks: {}", err.detail));
                 state.next_sync = now + IDLE;
             }
-            if leads && Instant::now() >= state.next_batch {
-                let now = Instant::now();
+            let now = Instant::now();
+            if leads && now >= state.next_batch {
                 let due = state.schedule.take_due(now, permits.available_permits());
                 if !due.is_empty() {
                     state.next_batch = now + BATCH_GAP;
