@@ -2,9 +2,11 @@
 //! errors as `application/problem+json` (`{type, title, status, code, detail}`, the same shape
 //! as Bulkhead's own API).
 //!
-//! - `PUT /v1/workloads/{key}` `{"command": "...", "env": {...}, "port": 8080}` → 201 (started)
-//!   or 200 (it existed: returned unchanged); 409 `capacity_exhausted` when every slot (or
-//!   every workload uid) is used.
+//! - `PUT /v1/workloads/{key}` `{"command": "...", "env": {...}, "port": 8080, "health_check":
+//!   {"path": "/ready", "interval_ms": 2000, "timeout_ms": 1000, "healthy_threshold": 1,
+//!   "unhealthy_threshold": 3}}` (the check optional) → 201 (started) or 200 (it existed:
+//!   returned unchanged); 409 `capacity_exhausted` when every slot (or every workload uid) is
+//!   used. A workload with a check shows its `health` (`pending`, `healthy`, `unhealthy`).
 //! - `GET /v1/workloads/{key}`, `GET /v1/workloads` (`{"items": [...]}`),
 //!   `DELETE /v1/workloads/{key}` (204, also when already deleted),
 //!   `GET /v1/workloads/{key}/logs` (`{"key", "lines": [...]}`), `GET /v1/capacity`.
@@ -23,7 +25,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
-use crate::spec::{NewWorkload, valid_key};
+use crate::spec::{HealthCheck, NewWorkload, valid_key};
 use crate::supervisor::{Capacity, Put, Supervisor, SupervisorError, WorkloadView};
 
 #[derive(Clone)]
@@ -195,6 +197,8 @@ struct PutWorkload {
     env: BTreeMap<String, String>,
     #[serde(default)]
     port: Option<u16>,
+    #[serde(default)]
+    health_check: Option<HealthCheck>,
 }
 
 async fn put_workload(
@@ -220,6 +224,7 @@ async fn put_workload(
         command: body.command,
         env: body.env,
         port: body.port,
+        health_check: body.health_check,
     };
     match state.supervisor.put(&key, new).await? {
         Put::Created(view) => Ok((StatusCode::CREATED, Json(view))),

@@ -28,7 +28,8 @@
 //! errors), `supervisor` (workloads and their processes), `isolation` (who workloads run as),
 //! `spec` (what a workload may be), `network` (workloads' namespaces and the host's
 //! forwarding), `process` (OS processes and
-//! `/proc`), `health` (the HTTP probe), `logs` (workload output files), `state` (the durable
+//! `/proc`), `health` (the HTTP probe, and the platform's health checks of workloads, which
+//! the agent makes near them and reports in each workload's `health`), `logs` (workload output files), `state` (the durable
 //! state file), `ports` (host ports).
 //!
 //! The data directory is the agent user's: mode 0700, or 0711 when workloads run as other
@@ -64,7 +65,8 @@ pub use bulkhead_common::tls::server::ServerTls;
 
 pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
 pub use network::{NetworkIsolation, WORKLOAD_NETWORK};
-pub use supervisor::{Capacity, WorkloadState, WorkloadView};
+pub use spec::HealthCheck;
+pub use supervisor::{Capacity, CheckHealth, WorkloadState, WorkloadView};
 
 /// The number of workloads an agent runs at most unless told otherwise.
 pub const DEFAULT_SLOTS: u32 = 16;

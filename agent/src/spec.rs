@@ -1,7 +1,9 @@
 //! What a workload may be: its key, its command (split shell-style into words, `$PORT`
-//! expanded) and its environment, checked before anything starts.
+//! expanded), its environment and its health check, checked before anything starts.
 
 use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 /// Limits on what a workload may be given.
 const MAX_COMMAND_LEN: usize = 8192;
@@ -14,6 +16,56 @@ pub(crate) struct NewWorkload {
     pub command: String,
     pub env: BTreeMap<String, String>,
     pub port: Option<u16>,
+    pub health_check: Option<HealthCheck>,
+}
+
+/// The platform's health check of a workload, made by the agent (see `health::check`): `GET
+/// path` on the workload's port every `interval_ms`; an answer of status 200 to 399 within
+/// `timeout_ms` passes. `healthy_threshold` passes in a row make it healthy,
+/// `unhealthy_threshold` failures in a row after that unhealthy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    pub path: String,
+    pub interval_ms: u32,
+    pub timeout_ms: u32,
+    pub healthy_threshold: u32,
+    pub unhealthy_threshold: u32,
+}
+
+impl HealthCheck {
+    /// The same bounds as the control plane's (a service's `health_check`).
+    fn validate(&self) -> Result<(), String> {
+        let path_ok = self.path.starts_with('/')
+            && self.path.len() <= 200
+            && self.path.bytes().all(|byte| byte.is_ascii_graphic());
+        let checks = [
+            (
+                path_ok,
+                "`health_check.path` must start with `/`: at most 200 visible ASCII characters",
+            ),
+            (
+                (100..=60_000).contains(&self.interval_ms),
+                "`health_check.interval_ms` must be 100 to 60000",
+            ),
+            (
+                (50..=30_000).contains(&self.timeout_ms),
+                "`health_check.timeout_ms` must be 50 to 30000",
+            ),
+            (
+                (1..=10).contains(&self.healthy_threshold),
+                "`health_check.healthy_threshold` must be 1 to 10",
+            ),
+            (
+                (1..=10).contains(&self.unhealthy_threshold),
+                "`health_check.unhealthy_threshold` must be 1 to 10",
+            ),
+        ];
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, message)) => Err(message.into()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Whether `key` is a workload key: 1–63 characters of `[a-z0-9-]`.
@@ -104,6 +156,9 @@ pub(crate) fn validate(new: &NewWorkload) -> Result<Vec<String>, String> {
     if bytes > MAX_ENV_BYTES {
         return Err(format!("`env` is larger than {MAX_ENV_BYTES} bytes"));
     }
+    if let Some(check) = &new.health_check {
+        check.validate()?;
+    }
     Ok(argv)
 }
 
@@ -140,6 +195,7 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             port: Some(8080),
+            health_check: None,
         };
         assert_eq!(
             validate(&new("python3 -c 'print(1)'", &[("A_1", "x")])).unwrap(),
@@ -154,6 +210,51 @@ mod tests {
             new("echo", &[("A", "x\0y")]),
         ] {
             assert!(validate(&bad).is_err());
+        }
+
+        let check = HealthCheck {
+            path: "/ready?full=1".into(),
+            interval_ms: 500,
+            timeout_ms: 200,
+            healthy_threshold: 1,
+            unhealthy_threshold: 3,
+        };
+        let checked = |check: HealthCheck| NewWorkload {
+            health_check: Some(check),
+            ..new("echo", &[])
+        };
+        assert!(validate(&checked(check.clone())).is_ok());
+        for bad in [
+            HealthCheck {
+                path: "ready".into(),
+                ..check.clone()
+            },
+            HealthCheck {
+                path: "/a b".into(),
+                ..check.clone()
+            },
+            HealthCheck {
+                path: "/\r\nHost: evil".into(),
+                ..check.clone()
+            },
+            HealthCheck {
+                interval_ms: 99,
+                ..check.clone()
+            },
+            HealthCheck {
+                timeout_ms: 30_001,
+                ..check.clone()
+            },
+            HealthCheck {
+                healthy_threshold: 0,
+                ..check.clone()
+            },
+            HealthCheck {
+                unhealthy_threshold: 11,
+                ..check.clone()
+            },
+        ] {
+            assert!(validate(&checked(bad.clone())).is_err(), "{bad:?}");
         }
     }
 }

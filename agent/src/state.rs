@@ -39,6 +39,9 @@ pub(crate) struct WorkloadRecord {
     /// that a restarted agent re-adopts the process under the same uid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// The platform's health check of it, when one was given (absent in older state files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<crate::spec::HealthCheck>,
 }
 
 /// What the state file holds.
@@ -129,6 +132,13 @@ mod tests {
             restarts: 2,
             created_at: Utc::now(),
             uid: Some(60601),
+            health_check: Some(crate::spec::HealthCheck {
+                path: "/ready".into(),
+                interval_ms: 1000,
+                timeout_ms: 500,
+                healthy_threshold: 2,
+                unhealthy_threshold: 3,
+            }),
         }
     }
 

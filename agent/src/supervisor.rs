@@ -41,7 +41,7 @@ use crate::logs::LogDir;
 use crate::network::{NetworkIsolation, WorkloadNetwork};
 use crate::ports;
 use crate::process::{self, Launch};
-use crate::spec::{NewWorkload, expand_port, split_command, validate};
+use crate::spec::{HealthCheck, NewWorkload, expand_port, split_command, validate};
 use crate::state::{AgentState, StateStore, WorkloadRecord};
 
 /// How long a stopped workload has between `SIGTERM` and `SIGKILL`.
@@ -78,6 +78,58 @@ pub enum WorkloadState {
     Failed,
 }
 
+/// What the platform's health check of a workload (`health_check`) says of its current
+/// process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckHealth {
+    /// Not yet `healthy_threshold` passes in a row since the process started.
+    Pending,
+    /// Passed `healthy_threshold` checks in a row, and has not failed `unhealthy_threshold`
+    /// in a row since.
+    Healthy,
+    /// Failed `unhealthy_threshold` checks in a row after being healthy.
+    Unhealthy,
+}
+
+/// The results of the platform's checks of one process of a workload.
+#[derive(Debug, Clone, Copy)]
+struct CheckState {
+    /// The process checked (see [`Status::generation`]): a new process starts `pending`.
+    generation: u64,
+    health: CheckHealth,
+    /// Consecutive results: positive, passes in a row; negative, failures in a row.
+    streak: i32,
+}
+
+impl CheckState {
+    fn fresh(generation: u64) -> Self {
+        Self {
+            generation,
+            health: CheckHealth::Pending,
+            streak: 0,
+        }
+    }
+
+    /// Adds a result; the health it leaves.
+    fn record(&mut self, passed: bool, check: &HealthCheck) -> CheckHealth {
+        self.streak = match (passed, self.streak) {
+            (true, n) if n > 0 => n.saturating_add(1),
+            (true, _) => 1,
+            (false, n) if n < 0 => n.saturating_sub(1),
+            (false, _) => -1,
+        };
+        let healthy_enough = self.streak >= check.healthy_threshold as i32;
+        let unhealthy_enough = self.streak <= -(check.unhealthy_threshold as i32);
+        self.health = match self.health {
+            _ if healthy_enough => CheckHealth::Healthy,
+            CheckHealth::Healthy if unhealthy_enough => CheckHealth::Unhealthy,
+            same => same,
+        };
+        self.health
+    }
+}
+
 /// A workload as the API shows it. Its environment is not shown (it may hold secrets).
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkloadView {
@@ -92,6 +144,12 @@ pub struct WorkloadView {
     pub restarts: u32,
     /// Whether it answered the last health probe; `null` before the first one.
     pub healthy: Option<bool>,
+    /// The platform's health check of it, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+    /// What that check says of its current process; absent without a check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<CheckHealth>,
     /// How its last process ended.
     pub last_exit: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
@@ -149,6 +207,8 @@ struct Workload {
     env: BTreeMap<String, String>,
     port: Option<u16>,
     host_port: u16,
+    /// The platform's check of it, made by [`Supervisor::check`].
+    health_check: Option<HealthCheck>,
     created_at: DateTime<Utc>,
     /// The user it runs as: see [`Isolation`].
     uid: Option<u32>,
@@ -175,6 +235,8 @@ struct Status {
     adopted: bool,
     /// Counts processes, so that a health result is applied only to the process probed.
     generation: u64,
+    /// The platform's checks (with a `health_check`).
+    check: CheckState,
 }
 
 impl Workload {
@@ -202,6 +264,7 @@ impl Workload {
             restarts: status.restarts,
             created_at: self.created_at,
             uid: self.uid,
+            health_check: self.health_check.clone(),
         }
     }
 
@@ -221,6 +284,14 @@ impl Workload {
             state: status.state,
             restarts: status.restarts,
             healthy: status.healthy,
+            health_check: self.health_check.clone(),
+            health: self.health_check.as_ref().map(|_| {
+                if status.check.generation == status.generation {
+                    status.check.health
+                } else {
+                    CheckHealth::Pending
+                }
+            }),
             last_exit: status.last_exit.clone(),
             started_at: status.started_at,
             adopted: status.adopted,
@@ -421,6 +492,7 @@ impl Supervisor {
                 env: record.env,
                 port: (record.port != 0).then_some(record.port),
                 host_port: record.host_port,
+                health_check: record.health_check,
                 created_at: record.created_at,
                 uid,
                 network: workload_network,
@@ -440,6 +512,7 @@ impl Supervisor {
                     since: Instant::now(),
                     adopted: adopt.is_some(),
                     generation: 0,
+                    check: CheckState::fresh(0),
                 }),
                 control: watch::Sender::new(Control::Run),
                 finished: watch::Sender::new(false),
@@ -541,6 +614,9 @@ impl Supervisor {
 
     fn launch_tasks(self: &Arc<Self>, workload: Arc<Workload>, adopt: Option<(u32, Option<u64>)>) {
         tokio::spawn(self.clone().monitor(workload.clone(), adopt));
+        if workload.health_check.is_some() {
+            tokio::spawn(self.clone().check(workload.clone()));
+        }
         tokio::spawn(self.clone().observe(workload));
     }
 
@@ -590,6 +666,7 @@ impl Supervisor {
                 env: new.env,
                 port: new.port,
                 host_port,
+                health_check: new.health_check,
                 created_at: Utc::now(),
                 uid,
                 network,
@@ -605,6 +682,7 @@ impl Supervisor {
                     since: Instant::now(),
                     adopted: false,
                     generation: 0,
+                    check: CheckState::fresh(0),
                 }),
                 control: watch::Sender::new(Control::Run),
                 finished: watch::Sender::new(false),
@@ -624,6 +702,9 @@ impl Supervisor {
         // request dropped half-way cannot leave a process unsupervised.
         let first = self.spawn_process(&workload);
         tokio::spawn(self.clone().monitor_from(workload.clone(), first));
+        if workload.health_check.is_some() {
+            tokio::spawn(self.clone().check(workload.clone()));
+        }
         tokio::spawn(self.clone().observe(workload.clone()));
         let view = workload.view(&self.advertise_host);
         self.persist_detached().await;
@@ -1022,6 +1103,59 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// Makes the platform's health check of the workload at its interval, until supervision
+    /// ends. Results of a process apply to it only: a new process starts `pending`.
+    async fn check(self: Arc<Self>, workload: Arc<Workload>) {
+        let Some(check) = workload.health_check.clone() else {
+            return;
+        };
+        let mut control = workload.control.subscribe();
+        let interval = Duration::from_millis(check.interval_ms.into());
+        let timeout = Duration::from_millis(check.timeout_ms.into());
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = until_not_run(&mut control) => return,
+            }
+            let generation = {
+                let status = workload.status();
+                if !matches!(
+                    status.state,
+                    WorkloadState::Starting | WorkloadState::Running
+                ) {
+                    continue;
+                }
+                status.generation
+            };
+            let passed = tokio::select! {
+                passed = health::check(workload.host_port, &check.path, timeout) => passed,
+                _ = until_not_run(&mut control) => return,
+            };
+            let mut status = workload.status();
+            if status.generation != generation {
+                continue;
+            }
+            if status.check.generation != generation {
+                status.check = CheckState::fresh(generation);
+            }
+            let before = status.check.health;
+            let after = status.check.record(passed, &check);
+            if after != before {
+                tracing::info!(
+                    key = workload.key,
+                    path = check.path,
+                    ?before,
+                    ?after,
+                    "workload health changed"
+                );
+            }
+        }
+    }
+}
+
 /// Whether the process `pid` of workload `key` runs as the workload's `uid` (any user when it
 /// has none). One that does not (it was started before the workload had a uid, or the range
 /// changed) is killed, to be started again as its user.
@@ -1114,5 +1248,35 @@ mod tests {
         assert_eq!(delays[7], BACKOFF_MAX);
         assert_eq!(backoff.after_exit(BACKOFF_RESET_UPTIME), BACKOFF_INITIAL);
         assert_eq!(backoff.after_exit(quick), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_check_turns_healthy_after_its_passes_and_unhealthy_only_after_being_healthy() {
+        let check = HealthCheck {
+            path: "/".into(),
+            interval_ms: 100,
+            timeout_ms: 50,
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+        };
+        let mut state = CheckState::fresh(1);
+        let run = |state: &mut CheckState, results: &[bool]| -> Vec<CheckHealth> {
+            results
+                .iter()
+                .map(|passed| state.record(*passed, &check))
+                .collect()
+        };
+        use CheckHealth::{Healthy, Pending, Unhealthy};
+        // Failures while starting keep it pending: it was never healthy.
+        assert_eq!(run(&mut state, &[false; 5]), [Pending; 5]);
+        assert_eq!(
+            run(&mut state, &[true, false, true, true]),
+            [Pending, Pending, Pending, Healthy]
+        );
+        assert_eq!(
+            run(&mut state, &[false, false, true, false, false, false]),
+            [Healthy, Healthy, Healthy, Healthy, Healthy, Unhealthy]
+        );
+        assert_eq!(run(&mut state, &[true, true]), [Unhealthy, Healthy]);
     }
 }

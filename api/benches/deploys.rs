@@ -172,6 +172,10 @@ async fn drain(platform: &DevPlatform, dir: &std::path::Path, backlog: usize) {
                 port: 8080,
                 env: Vec::new(),
                 labels: Vec::new(),
+                // What the pipeline passes (the service's check; gcp ignores it).
+                health_check: Some(
+                    bulkhead::app::health_checks::HealthCheckSpec::default().to_contract(),
+                ),
             };
             let active = active.clone();
             async move {

@@ -114,6 +114,7 @@ pub async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
                 port,
                 env: vec![],
                 labels: vec![],
+                health_check: None,
             };
             plugin_call(&file, &function, &env, spec, output).await
         }

@@ -1,10 +1,10 @@
 //! The SDK for Bulkhead provider plugins: WebAssembly components of the
-//! `bulkhead:provider@0.3.0` contract ([`CONTRACT_VERSION`]), written in Rust.
+//! `bulkhead:provider@0.4.0` contract ([`CONTRACT_VERSION`]), written in Rust.
 //!
 //! A plugin is a type that implements [`Provider`], exported with [`export_provider!`]:
 //!
 //! ```
-//! use bulkhead_sdk::{ConfigKey, Instance, InstanceSpec, InstanceState, Provider, ProviderError, ProviderInfo};
+//! use bulkhead_sdk::{ConfigKey, Instance, InstanceSpec, InstanceState, Provider, ProviderError, ProviderInfo, WorkloadHealth};
 //!
 //! pub struct Example;
 //!
@@ -28,6 +28,7 @@
 //!             region: spec.region,
 //!             state: InstanceState::Pending,
 //!             address: None,
+//!             health: WorkloadHealth::Unchecked,
 //!         })
 //!     }
 //!
@@ -78,15 +79,15 @@ use std::str::FromStr;
 
 pub use bindings::bulkhead::provider::host::LogLevel;
 pub use bindings::bulkhead::provider::types::{
-    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, ProviderError,
-    ProviderInfo, RateLimit,
+    ConfigKey, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState,
+    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
 pub use serde;
 
 /// The version of the `bulkhead:provider` contract this SDK builds plugins for. The component
-/// carries it in its export's name (`bulkhead:provider/adapter@0.3.0`): Bulkhead checks it when
+/// carries it in its export's name (`bulkhead:provider/adapter@0.4.0`): Bulkhead checks it when
 /// it loads the plugin, and refuses a version it does not support, naming the ones it does.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 impl InstanceSpec {
     /// A spec with no environment and no labels (tests, mostly).
@@ -103,6 +104,7 @@ impl InstanceSpec {
             port,
             env: Vec::new(),
             labels: Vec::new(),
+            health_check: None,
         }
     }
 }

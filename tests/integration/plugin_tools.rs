@@ -110,7 +110,7 @@ async fn the_sdk_readme_takes_a_new_author_from_nothing_to_an_uploaded_plugin() 
         .find_map(|line| serde_json::from_str(line).ok())
         .expect("the upload's answer");
     assert_eq!(uploaded["name"], "my-provider", "{uploaded}");
-    assert_eq!(uploaded["contract_version"], "0.3.0");
+    assert_eq!(uploaded["contract_version"], "0.4.0");
     assert_eq!(uploaded["config"][0]["name"], "endpoint");
     assert_eq!(uploaded["config"][0]["required"], true);
 
@@ -278,7 +278,7 @@ async fn the_python_example_builds_and_answers_every_call() {
     let plugin = host
         .plugin_load(&wasm, limits)
         .expect("the host accepts it");
-    assert_eq!(plugin.contract_version, "0.3.0");
+    assert_eq!(plugin.contract_version, "0.4.0");
     let mut settings = PluginEnv {
         provider: "python".into(),
         ..Default::default()
@@ -312,6 +312,7 @@ async fn the_python_example_builds_and_answers_every_call() {
         port: 8080,
         env: vec![],
         labels: vec![],
+        health_check: None,
     };
     let made = host
         .plugin_provision(&plugin, &env, spec("us"))

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bulkhead::plugins::{
-    Allowlist, HealthStatus, InstanceSpec, InstanceState, Plugin, PluginEnv, PluginError,
-    PluginHost, PluginLimits, PluginRejection, ProviderError,
+    Allowlist, HealthCheck, HealthStatus, InstanceSpec, InstanceState, Plugin, PluginEnv,
+    PluginError, PluginHost, PluginLimits, PluginRejection, ProviderError, WorkloadHealth,
 };
 
 use crate::support::plugin_bytes;
@@ -33,6 +33,7 @@ fn spec(key: &str, region: &str) -> InstanceSpec {
         port: 8080,
         env: vec![("A".into(), "1".into())],
         labels: vec![],
+        health_check: None,
     }
 }
 
@@ -67,7 +68,7 @@ async fn example_plugin_answers_every_call() {
             PluginLimits::default(),
         )
         .unwrap();
-    assert_eq!(plugin.contract_version, "0.3.0");
+    assert_eq!(plugin.contract_version, "0.4.0");
     assert_eq!(plugin.digest.len(), 64);
     let env = env("example");
 
@@ -210,7 +211,7 @@ fn binaries_that_are_not_providers_are_refused() {
     let Err(PluginRejection::UnsupportedVersion { found, .. }) = future else {
         panic!("a component for a newer contract version was accepted")
     };
-    assert_eq!(found, "0.4.0");
+    assert_eq!(found, "0.5.0");
 }
 
 /// What the hostile plugin reports after `deprovision(url)` fetched (or failed to fetch) `url`.
@@ -376,11 +377,11 @@ fn plugin_cli_inspects_and_calls() {
     let text = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.status.success(), "{text}");
     assert!(
-        text.contains("contract: bulkhead:provider@0.3.0") && text.contains("verdict:  accepted"),
+        text.contains("contract: bulkhead:provider@0.4.0") && text.contains("verdict:  accepted"),
         "{text}"
     );
     assert!(
-        text.contains("exports:  bulkhead:provider/adapter@0.3.0"),
+        text.contains("exports:  bulkhead:provider/adapter@0.4.0"),
         "{text}"
     );
     assert!(text.contains("sha256:"), "{text}");
@@ -698,9 +699,9 @@ async fn one_busy_provider_leaves_room_for_the_others() {
 }
 
 /// A component built for contract 0.2.0 from the WIT as published (no SDK), loaded and called
-/// beside 0.3.0 plugins on one host: every call answers, adapted to the newest contract.
+/// beside 0.4.0 plugins on one host: every call answers, adapted to the newest contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_2_0_plugin_runs_beside_0_3_0_plugins() {
+async fn a_0_2_0_plugin_runs_beside_0_4_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let legacy = host
         .plugin_load(
@@ -715,7 +716,7 @@ async fn a_0_2_0_plugin_runs_beside_0_3_0_plugins() {
         )
         .unwrap();
     assert_eq!(legacy.contract_version, "0.2.0");
-    assert_eq!(example.contract_version, "0.3.0");
+    assert_eq!(example.contract_version, "0.4.0");
     let mut settings = PluginEnv {
         provider: "legacy".into(),
         ..Default::default()
@@ -750,6 +751,7 @@ async fn a_0_2_0_plugin_runs_beside_0_3_0_plugins() {
             .unwrap();
         assert_eq!(made.provider_id, "legacy-web-1");
         assert_eq!(made.state, InstanceState::Running);
+        assert_eq!(made.health, WorkloadHealth::Unchecked, "the host checks it");
         assert_eq!(made.address.as_deref(), Some("10.9.9.9:80"));
         let refused = host
             .plugin_provision(&legacy, &old_env, spec("web-2", "mars"))
@@ -783,6 +785,85 @@ async fn a_0_2_0_plugin_runs_beside_0_3_0_plugins() {
     }
     assert_eq!(legacy.stats.ok.load(Relaxed), 12);
     assert_eq!(legacy.stats.provider_errors.load(Relaxed), 4);
+}
+
+/// A component built for contract 0.3.0 from the WIT as published (no SDK), beside 0.4.0
+/// plugins: what 0.3.0 added (declared configuration, the host's cache, `forbidden`) works,
+/// and its instances are `unchecked`, so the control plane checks them itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_3_0_plugin_runs_beside_0_4_0_plugins() {
+    let host = PluginHost::new(None).unwrap();
+    let v03 = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_contract_0_3.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap();
+    let metal = host
+        .plugin_load(
+            &plugin_bytes("bulkhead_plugin_metal.wasm"),
+            PluginLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(v03.contract_version, "0.3.0");
+    assert_eq!(metal.contract_version, "0.4.0");
+    let mut settings = PluginEnv {
+        provider: "v03".into(),
+        ..Default::default()
+    };
+    settings
+        .config
+        .insert("address".into(), "10.3.3.3:80".into());
+    let settings = Arc::new(settings);
+
+    let info = host.plugin_info(&v03, &settings).await.unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.regions.as_slice()),
+        ("v03", &["v03".to_string()][..])
+    );
+    assert_eq!(info.config.len(), 1);
+    assert_eq!(info.config[0].name, "address");
+    let info = host.plugin_info(&metal, &env("metal")).await.unwrap();
+    assert!(info.capabilities.iter().any(|c| c == "health-checks"));
+
+    let report = host.plugin_health(&v03, &settings).await.unwrap();
+    assert_eq!(report.message, "contract 0.3.0 plugin");
+    let mut spec_checked = spec("web-1", "v03");
+    spec_checked.health_check = Some(HealthCheck {
+        path: "/ready".into(),
+        interval_ms: 1000,
+        timeout_ms: 500,
+        healthy_threshold: 1,
+        unhealthy_threshold: 3,
+    });
+    for call in 1..=2 {
+        let made = host
+            .plugin_provision(&v03, &settings, spec_checked.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            made.provider_id,
+            format!("v03-web-1-{call}"),
+            "its cache keeps the count"
+        );
+        assert_eq!(made.address.as_deref(), Some("10.3.3.3:80"));
+        assert_eq!(made.health, WorkloadHealth::Unchecked);
+    }
+    let locked = host
+        .plugin_deprovision(&v03, &settings, "locked".into())
+        .await;
+    assert!(
+        matches!(&locked, Err(PluginError::Provider(ProviderError::Forbidden(m))) if m == "v03 refusal"),
+        "{locked:?}"
+    );
+    let found = host
+        .plugin_describe(&v03, &settings, "web-1".into())
+        .await
+        .unwrap();
+    assert_eq!(found.provider_id, "v03-web-1");
+    let listed = host.plugin_list(&v03, &settings).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].health, WorkloadHealth::Unchecked);
 }
 
 /// `POST` bodies go out with a `Content-Length`: a real HTTP/1.1 server that does not accept

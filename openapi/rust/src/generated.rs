@@ -1815,6 +1815,9 @@ default 120).*/
         ///Where the workload answers (`host:port`), once known.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub address: ::std::option::Option<::std::string::String>,
+        /**What the provider's own checks of the workload say, where it checks workloads near
+them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.*/
+        pub health: ::std::string::String,
         pub instance_key: ::std::string::String,
         ///The provider's own id for it.
         pub provider_id: ::std::string::String,
@@ -2466,6 +2469,9 @@ default 120).*/
         ///Where the workload answers (`host:port`), once known.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub address: ::std::option::Option<::std::string::String>,
+        /**What the provider's own checks of the workload say, where it checks workloads near
+them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.*/
+        pub health: ::std::string::String,
         pub instance_key: ::std::string::String,
         ///The provider's own id for it.
         pub provider_id: ::std::string::String,
@@ -8338,6 +8344,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
+            health: ::std::result::Result<::std::string::String, ::std::string::String>,
             instance_key: ::std::result::Result<
                 ::std::string::String,
                 ::std::string::String,
@@ -8353,6 +8360,7 @@ API token expires no later than that token (and is revoked with it).*/
             fn default() -> Self {
                 Self {
                     address: Ok(Default::default()),
+                    health: Err("no value supplied for health".to_string()),
                     instance_key: Err("no value supplied for instance_key".to_string()),
                     provider_id: Err("no value supplied for provider_id".to_string()),
                     region: Err("no value supplied for region".to_string()),
@@ -8370,6 +8378,18 @@ API token expires no later than that token (and is revoked with it).*/
                     .try_into()
                     .map_err(|e| {
                         format!("error converting supplied value for address: {e}")
+                    });
+                self
+            }
+            pub fn health<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.health = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for health: {e}")
                     });
                 self
             }
@@ -8429,6 +8449,7 @@ API token expires no later than that token (and is revoked with it).*/
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
                     address: value.address?,
+                    health: value.health?,
                     instance_key: value.instance_key?,
                     provider_id: value.provider_id?,
                     region: value.region?,
@@ -8440,6 +8461,7 @@ API token expires no later than that token (and is revoked with it).*/
             fn from(value: super::InstanceView) -> Self {
                 Self {
                     address: Ok(value.address),
+                    health: Ok(value.health),
                     instance_key: Ok(value.instance_key),
                     provider_id: Ok(value.provider_id),
                     region: Ok(value.region),
@@ -10718,6 +10740,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
+            health: ::std::result::Result<::std::string::String, ::std::string::String>,
             instance_key: ::std::result::Result<
                 ::std::string::String,
                 ::std::string::String,
@@ -10733,6 +10756,7 @@ API token expires no later than that token (and is revoked with it).*/
             fn default() -> Self {
                 Self {
                     address: Ok(Default::default()),
+                    health: Err("no value supplied for health".to_string()),
                     instance_key: Err("no value supplied for instance_key".to_string()),
                     provider_id: Err("no value supplied for provider_id".to_string()),
                     region: Err("no value supplied for region".to_string()),
@@ -10750,6 +10774,18 @@ API token expires no later than that token (and is revoked with it).*/
                     .try_into()
                     .map_err(|e| {
                         format!("error converting supplied value for address: {e}")
+                    });
+                self
+            }
+            pub fn health<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.health = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for health: {e}")
                     });
                 self
             }
@@ -10810,6 +10846,7 @@ API token expires no later than that token (and is revoked with it).*/
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
                     address: value.address?,
+                    health: value.health?,
                     instance_key: value.instance_key?,
                     provider_id: value.provider_id?,
                     region: value.region?,
@@ -10822,6 +10859,7 @@ API token expires no later than that token (and is revoked with it).*/
             fn from(value: super::PageInstanceViewItemsItem) -> Self {
                 Self {
                     address: Ok(value.address),
+                    health: Ok(value.health),
                     instance_key: Ok(value.instance_key),
                     provider_id: Ok(value.provider_id),
                     region: Ok(value.region),

@@ -1597,6 +1597,11 @@ export interface components {
             state: string;
             /** @description Where the workload answers (`host:port`), once known. */
             address?: string | null;
+            /**
+             * @description What the provider's own checks of the workload say, where it checks workloads near
+             *     them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.
+             */
+            health: string;
         };
         /** @description Invites an email to the project with a role. */
         InvitationCreate: {
@@ -1853,6 +1858,11 @@ export interface components {
                 state: string;
                 /** @description Where the workload answers (`host:port`), once known. */
                 address?: string | null;
+                /**
+                 * @description What the provider's own checks of the workload say, where it checks workloads near
+                 *     them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.
+                 */
+                health: string;
             }[];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;

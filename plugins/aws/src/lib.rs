@@ -22,7 +22,7 @@ use std::time::SystemTime;
 use bulkhead_sdk::http::{Request, form_encode};
 use bulkhead_sdk::{
     ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
-    ProviderError, ProviderInfo, RateLimit,
+    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
 
 use sigv4::Credentials;
@@ -295,6 +295,7 @@ impl Ec2Instance {
             region: region.to_owned(),
             state,
             address,
+            health: WorkloadHealth::Unchecked,
         }
     }
 }

@@ -127,6 +127,7 @@ fn spec(key: &str) -> InstanceSpec {
             ("team".into(), "shop".into()),
             ("bulkhead-key".into(), "spoofed".into()),
         ],
+        health_check: None,
     }
 }
 

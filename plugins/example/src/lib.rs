@@ -7,7 +7,7 @@
 
 use bulkhead_sdk::{
     ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
-    ProviderError, ProviderInfo,
+    ProviderError, ProviderInfo, WorkloadHealth,
 };
 
 pub struct Example;
@@ -23,6 +23,7 @@ fn instance(instance_key: String, region: String) -> Instance {
         region,
         state: InstanceState::Running,
         address: Some(bulkhead_sdk::config("address").unwrap_or_else(|| "127.0.0.1:8080".into())),
+        health: WorkloadHealth::Unchecked,
     }
 }
 
@@ -98,6 +99,7 @@ mod tests {
             port: 8080,
             env: vec![],
             labels: vec![],
+            health_check: None,
         }
     }
 

@@ -41,7 +41,7 @@ use base64::Engine as _;
 use bulkhead_sdk::http::{Request, Response, form_encode};
 use bulkhead_sdk::{
     ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
-    ProviderError, ProviderInfo, RateLimit,
+    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
 use rsa::pkcs1::DecodeRsaPrivateKey;
 use rsa::pkcs8::DecodePrivateKey;
@@ -696,6 +696,7 @@ impl GceInstance {
             region: last_segment(&self.zone).to_owned(),
             state: state_of(&self.status),
             address,
+            health: WorkloadHealth::Unchecked,
         }
     }
 }
@@ -939,6 +940,7 @@ impl Provider for Gcp {
                 region: zone,
                 state: InstanceState::Pending,
                 address: None,
+                health: WorkloadHealth::Unchecked,
             }),
         }
     }
@@ -1075,6 +1077,7 @@ mod tests {
                 ("9lives".into(), "x".into()),
                 ("bulkhead-key".into(), "hijack".into()),
             ],
+            health_check: None,
         }
     }
 

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use bulkhead_sdk::ProviderError;
 use bulkhead_sdk::http::{Request, Response};
+use bulkhead_sdk::{HealthCheck, ProviderError};
 use serde::{Deserialize, Serialize};
 
 /// A workload as the agent shows it (the fields the plugin uses).
@@ -16,6 +16,10 @@ pub struct Workload {
     pub address: Option<String>,
     /// `starting`, `running`, `restarting`, `stopped` or `failed`.
     pub state: String,
+    /// What the agent's checks of it say (`pending`, `healthy`, `unhealthy`): absent when it
+    /// was given no health check.
+    #[serde(default)]
+    pub health: Option<String>,
 }
 
 /// An agent's slots.
@@ -36,6 +40,18 @@ struct PutWorkload<'a> {
     command: &'a str,
     env: BTreeMap<&'a str, &'a str>,
     port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health_check: Option<WorkloadCheck<'a>>,
+}
+
+/// The service's health check, for the agent to make near the workload.
+#[derive(Serialize)]
+struct WorkloadCheck<'a> {
+    path: &'a str,
+    interval_ms: u32,
+    timeout_ms: u32,
+    healthy_threshold: u32,
+    unhealthy_threshold: u32,
 }
 
 #[derive(Deserialize)]
@@ -130,12 +146,25 @@ impl Agent<'_> {
         command: &str,
         env: &[(String, String)],
         port: u16,
+        health_check: Option<&HealthCheck>,
     ) -> Result<Placed, ProviderError> {
         // The workload learns its own key, as instances on the clouds do from their metadata.
         let mut env: BTreeMap<&str, &str> =
             env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         env.entry("BULKHEAD_INSTANCE_KEY").or_insert(key);
-        let body = PutWorkload { command, env, port };
+        let health_check = health_check.map(|check| WorkloadCheck {
+            path: &check.path,
+            interval_ms: check.interval_ms,
+            timeout_ms: check.timeout_ms,
+            healthy_threshold: check.healthy_threshold,
+            unhealthy_threshold: check.unhealthy_threshold,
+        });
+        let body = PutWorkload {
+            command,
+            env,
+            port,
+            health_check,
+        };
         let response = self.send(Request::put(self.workload_url(key)).json(&body))?;
         if response.status == 409 {
             let code = response.json::<Problem>().map(|problem| problem.code);

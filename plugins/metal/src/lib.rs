@@ -10,6 +10,10 @@
 //! - An instance is the agent workload of the same key: `provider_id` is `AGENT_URL#key`,
 //!   `address` the workload's, the artifact its command (split shell-style by the agent, which
 //!   gives it its port in `PORT` and replaces `$PORT` in its words).
+//! - Health checks near the workload (capability `health-checks`): the service's check goes to
+//!   the agent with the workload; the agent makes it and shows the result, which `list` and
+//!   `describe` report as the instance's `health`. `list` is what Bulkhead calls every second
+//!   to learn them: one request per agent.
 //! - `provision` looks for the key on every agent first (idempotency), then places it on the
 //!   agent with the most free slots. An agent that cannot be reached is skipped: a machine
 //!   down must not stop placement on the others (were the key on it, `deprovision` deletes the
@@ -28,7 +32,7 @@ pub mod agent;
 use agent::{Agent, Placed, Workload};
 use bulkhead_sdk::{
     ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
-    ProviderError, ProviderInfo,
+    ProviderError, ProviderInfo, WorkloadHealth,
 };
 
 pub struct Metal;
@@ -150,10 +154,23 @@ fn state_of(workload: &Workload) -> InstanceState {
     }
 }
 
+/// What the agent's checks of the workload say; `unchecked` for a workload placed without
+/// one (before contract 0.4.0), which the control plane then checks itself.
+fn health_of(workload: &Workload) -> WorkloadHealth {
+    match workload.health.as_deref() {
+        None => WorkloadHealth::Unchecked,
+        Some("healthy") => WorkloadHealth::Healthy,
+        Some("unhealthy") => WorkloadHealth::Unhealthy,
+        // `pending`, and anything newer.
+        Some(_) => WorkloadHealth::Pending,
+    }
+}
+
 fn instance(agent_url: &str, workload: Workload, region: String) -> Instance {
     Instance {
         provider_id: format!("{agent_url}#{}", workload.key),
         state: state_of(&workload),
+        health: health_of(&workload),
         instance_key: workload.key,
         region,
         address: workload.address,
@@ -166,7 +183,8 @@ impl Provider for Metal {
             name: "metal".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             regions: regions(),
-            capabilities: vec![],
+            // The agents check workloads where they run, with the service's health check.
+            capabilities: vec!["health-checks".into()],
             config: vec![
                 ConfigKey::required("agents", "Comma-separated URLs of the host agents"),
                 ConfigKey::optional("regions", "Comma-separated regions (default local)"),
@@ -263,7 +281,13 @@ impl Provider for Metal {
                 full += 1;
                 continue;
             }
-            match agent.put(key, &spec.artifact, &spec.env, spec.port) {
+            match agent.put(
+                key,
+                &spec.artifact,
+                &spec.env,
+                spec.port,
+                spec.health_check.as_ref(),
+            ) {
                 Ok(Placed::Workload(workload)) => {
                     bulkhead_sdk::info!("placed {key} on {} ({free} slots were free)", agent.url);
                     return Ok(instance(agent.url, workload, spec.region));
@@ -497,6 +521,7 @@ mod tests {
             port: 8080,
             env: vec![("GREETING".into(), "hello".into())],
             labels: vec![],
+            health_check: None,
         }
     }
 
@@ -553,6 +578,64 @@ mod tests {
             .slots = 3;
         let made = Metal::provision(spec("web-2")).unwrap();
         assert_eq!(made.provider_id, "http://c:7070#web-2");
+    }
+
+    #[test]
+    fn the_health_check_goes_to_the_agent_and_its_verdict_comes_back() {
+        let fleet = fleet(&[("http://a:7070", 2)]);
+        assert!(
+            Metal::info()
+                .capabilities
+                .contains(&"health-checks".to_string())
+        );
+        let mut checked = spec("web-1");
+        checked.health_check = Some(bulkhead_sdk::HealthCheck {
+            path: "/ready".into(),
+            interval_ms: 500,
+            timeout_ms: 200,
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+        });
+        let made = Metal::provision(checked).unwrap();
+        assert!(
+            matches!(made.health, WorkloadHealth::Unchecked),
+            "the fake agent shows none"
+        );
+        assert_eq!(
+            puts(&fleet)[0].1["health_check"],
+            json!({"path": "/ready", "interval_ms": 500, "timeout_ms": 200, "healthy_threshold": 2, "unhealthy_threshold": 3})
+        );
+        Metal::provision(spec("web-2")).unwrap();
+        assert!(
+            puts(&fleet)[1].1.get("health_check").is_none(),
+            "none given, none sent"
+        );
+
+        for (shown, reported) in [
+            ("pending", WorkloadHealth::Pending),
+            ("healthy", WorkloadHealth::Healthy),
+            ("unhealthy", WorkloadHealth::Unhealthy),
+        ] {
+            fleet
+                .borrow_mut()
+                .agents
+                .get_mut("http://a:7070")
+                .unwrap()
+                .workloads
+                .get_mut("web-1")
+                .unwrap()["health"] = json!(shown);
+            let listed = Metal::list().unwrap();
+            let health = |key: &str| {
+                listed
+                    .iter()
+                    .find(|i| i.instance_key == key)
+                    .unwrap()
+                    .health
+            };
+            assert_eq!(health("web-1"), reported);
+            assert_eq!(health("web-2"), WorkloadHealth::Unchecked);
+            assert_eq!(Metal::describe("web-1".into()).unwrap().health, reported);
+        }
     }
 
     #[test]

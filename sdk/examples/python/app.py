@@ -1,4 +1,4 @@
-"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.3.0).
+"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.4.0).
 
 Its "cloud" is its configuration, like the Rust `example` plugin: `regions` (comma-separated,
 default `local`) and `address` (where instances answer). It shows the parts of the contract a
@@ -23,6 +23,7 @@ from wit_world.imports.bulkhead_provider_types import (
     ProviderError_InvalidSpec,
     ProviderError_Misconfigured,
     ProviderInfo,
+    WorkloadHealth,
 )
 
 
@@ -38,6 +39,8 @@ def instance(key: str, region: str) -> Instance:
         region=region,
         state=InstanceState.RUNNING,
         address=host.config_get("address"),
+        # This "cloud" does not check its workloads: Bulkhead does.
+        health=WorkloadHealth.UNCHECKED,
     )
 
 

@@ -1,7 +1,9 @@
 //! How the control plane checks a workload itself: an HTTP `GET` of a path on the instance's
 //! own address, with a timeout, repeated at an interval, and thresholds of consecutive
 //! results before the instance counts as healthy or unhealthy. A provider's API being down
-//! says nothing about its workloads: only this check decides where traffic goes.
+//! says nothing about its workloads: only this check decides where traffic goes — made by the
+//! control plane, or by the provider near the workload (a host agent) where it reports that it
+//! does (see [`super::instance_health`]).
 
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult};
+use crate::plugins::HealthCheck;
 
 fn default_path() -> String {
     "/".into()
@@ -114,6 +117,18 @@ impl HealthCheckSpec {
 
     pub fn interval(&self) -> Duration {
         Duration::from_millis(self.interval_ms)
+    }
+
+    /// The check as the plugin contract gives it to a provider that checks workloads where
+    /// they run (the start timeout stays the control plane's).
+    pub fn to_contract(&self) -> HealthCheck {
+        HealthCheck {
+            path: self.path.clone(),
+            interval_ms: u32::try_from(self.interval_ms).unwrap_or(u32::MAX),
+            timeout_ms: u32::try_from(self.timeout_ms).unwrap_or(u32::MAX),
+            healthy_threshold: self.healthy_threshold,
+            unhealthy_threshold: self.unhealthy_threshold,
+        }
     }
 }
 

@@ -7,6 +7,10 @@
 //! restart or on taking the lead, do not all go out in the same tick), a starting one at once
 //! (its rollout waits on it). After a check the next is due one interval later. The schedule
 //! is a heap of due times, so a pass costs what is due, not what is scheduled.
+//!
+//! An instance whose provider checks it near the workload ([`super::health_reports`]) is
+//! covered by each report of it for [`REPORT_COVERS`]: its checks due meanwhile are not made,
+//! and the report stands for them ([`HealthSchedule::report`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -19,6 +23,13 @@ use uuid::Uuid;
 use super::health_checks::HealthCheckSpec;
 use super::instances as states;
 use crate::entity::instance;
+use crate::plugins::WorkloadHealth;
+
+/// How long a provider's report of an instance stands for the control plane's own checks:
+/// three rounds of reports ([`super::health_reports::REPORT_EVERY`]), so that one slow round
+/// does not bring the control plane's checks back, and a provider that stops answering does
+/// within seconds.
+pub const REPORT_COVERS: Duration = Duration::from_secs(3);
 
 /// What the checks of one instance have shown so far.
 #[derive(Debug, Clone)]
@@ -30,6 +41,8 @@ pub struct Scheduled {
     pub streak: i32,
     next: Instant,
     in_flight: bool,
+    /// Its provider's checks stand for the control plane's until then.
+    covered_until: Option<Instant>,
 }
 
 /// What a result means for the instance.
@@ -50,6 +63,8 @@ pub enum Verdict {
 pub struct HealthSchedule {
     entries: HashMap<Uuid, Scheduled>,
     due: BinaryHeap<Reverse<(Instant, Uuid)>>,
+    /// Instance keys (as providers report them) to ids.
+    keys: HashMap<String, Uuid>,
 }
 
 impl HealthSchedule {
@@ -65,6 +80,7 @@ impl HealthSchedule {
     pub fn clear(&mut self) {
         self.entries.clear();
         self.due.clear();
+        self.keys.clear();
     }
 
     /// Takes in the instances to check as read now. With `complete`, `rows` is every instance
@@ -90,6 +106,7 @@ impl HealthSchedule {
                         now + first_offset(row.id, spec.interval())
                     };
                     self.due.push(Reverse((next, row.id)));
+                    self.keys.insert(row.instance_key.clone(), row.id);
                     self.entries.insert(
                         row.id,
                         Scheduled {
@@ -98,6 +115,7 @@ impl HealthSchedule {
                             streak: 0,
                             next,
                             in_flight: false,
+                            covered_until: None,
                         },
                     );
                 }
@@ -105,6 +123,7 @@ impl HealthSchedule {
         }
         if complete {
             self.entries.retain(|id, _| seen.contains(id));
+            self.keys.retain(|_, id| seen.contains(id));
             if self.due.len() > 2 * self.entries.len() + 64 {
                 self.due.retain(|Reverse((at, id))| {
                     self.entries.get(id).is_some_and(|e| e.next == *at)
@@ -140,6 +159,12 @@ impl HealthSchedule {
             if entry.next != at || entry.in_flight {
                 continue;
             }
+            if let Some(until) = entry.covered_until.filter(|until| *until > now) {
+                // Its provider checks it: look again when that report would lapse.
+                entry.next = until;
+                self.due.push(Reverse((until, id)));
+                continue;
+            }
             entry.in_flight = true;
             let address = entry.row.address.clone().unwrap_or_default();
             taken.push((id, address, entry.spec.clone()));
@@ -169,6 +194,37 @@ impl HealthSchedule {
         Some((entry, verdict))
     }
 
+    /// Takes a provider's report of an instance's health (checked near the workload, with the
+    /// service's thresholds applied), which stands for the control plane's checks for
+    /// [`REPORT_COVERS`], and says what it means. `unchecked` ends the cover.
+    pub fn report(
+        &mut self,
+        key: &str,
+        health: WorkloadHealth,
+        now: Instant,
+        wall: DateTime<Utc>,
+    ) -> Option<(&Scheduled, Verdict)> {
+        let id = *self.keys.get(key)?;
+        let entry = self.entries.get_mut(&id)?;
+        if health == WorkloadHealth::Unchecked {
+            entry.covered_until = None;
+            return None;
+        }
+        entry.covered_until = Some(now + REPORT_COVERS);
+        // The streak the report stands for: the provider applied the thresholds.
+        let healthy_threshold = entry.spec.healthy_threshold as i32;
+        let unhealthy_threshold = entry.spec.unhealthy_threshold as i32;
+        entry.streak = match health {
+            WorkloadHealth::Healthy => healthy_threshold,
+            // Not (or no longer) healthy: a running one leaves the routes.
+            _ if entry.row.state == states::RUNNING => -unhealthy_threshold,
+            // A starting one is not healthy yet: its start timeout runs.
+            _ => 0,
+        };
+        let verdict = verdict(entry, wall);
+        Some((entry, verdict))
+    }
+
     /// Keeps what was written of an instance (so the same change is not written twice).
     pub fn row_update(&mut self, id: Uuid, state: &str, health: &str) {
         if let Some(entry) = self.entries.get_mut(&id) {
@@ -179,7 +235,9 @@ impl HealthSchedule {
 
     /// Stops checking an instance (it failed or left).
     pub fn remove(&mut self, id: Uuid) {
-        self.entries.remove(&id);
+        if let Some(entry) = self.entries.remove(&id) {
+            self.keys.remove(&entry.row.instance_key);
+        }
     }
 }
 
@@ -333,6 +391,80 @@ mod tests {
             schedule.record(id, true, now, Utc::now()).unwrap().1,
             Verdict::Flip(states::HEALTH_HEALTHY)
         );
+    }
+
+    #[test]
+    fn a_reported_instance_is_not_checked_while_the_reports_keep_coming() {
+        let mut schedule = HealthSchedule::default();
+        let now = Instant::now();
+        let mut starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        starting.instance_key = "web-1".into();
+        let id = starting.id;
+        schedule.sync([(starting, spec(500))], true, now);
+        let wall = Utc::now();
+        assert!(
+            schedule
+                .report("other", WorkloadHealth::Healthy, now, wall)
+                .is_none()
+        );
+        let (_, verdict) = schedule
+            .report("web-1", WorkloadHealth::Pending, now, wall)
+            .unwrap();
+        assert_eq!(
+            verdict,
+            Verdict::Same,
+            "not healthy yet, within its start timeout"
+        );
+        assert!(
+            schedule.take_due(now, 10).is_empty(),
+            "covered: no check of its own"
+        );
+        let (entry, verdict) = schedule
+            .report("web-1", WorkloadHealth::Healthy, now, wall)
+            .unwrap();
+        assert_eq!((verdict, entry.streak), (Verdict::FirstHealthy, 1));
+        schedule.row_update(id, states::RUNNING, states::HEALTH_HEALTHY);
+
+        // Reports every second keep it covered; a pending (restarted) process leaves the routes.
+        for second in 1..=5 {
+            let at = now + Duration::from_secs(second);
+            assert!(schedule.take_due(at, 10).is_empty(), "second {second}");
+            let (_, verdict) = schedule
+                .report("web-1", WorkloadHealth::Healthy, at, wall)
+                .unwrap();
+            assert_eq!(verdict, Verdict::Same);
+        }
+        let at = now + Duration::from_secs(5);
+        let (entry, verdict) = schedule
+            .report("web-1", WorkloadHealth::Pending, at, wall)
+            .unwrap();
+        assert_eq!(
+            (verdict, entry.streak),
+            (Verdict::Flip(states::HEALTH_UNHEALTHY), -3)
+        );
+        schedule.row_update(id, states::RUNNING, states::HEALTH_UNHEALTHY);
+        let (_, verdict) = schedule
+            .report("web-1", WorkloadHealth::Unhealthy, at, wall)
+            .unwrap();
+        assert_eq!(verdict, Verdict::Same, "flipped once");
+
+        // The reports stop: once the last one lapses, the control plane checks it again.
+        assert!(
+            schedule
+                .take_due(at + REPORT_COVERS - Duration::from_millis(1), 10)
+                .is_empty()
+        );
+        assert_eq!(schedule.take_due(at + REPORT_COVERS, 10).len(), 1);
+        // `unchecked` ends the cover at once.
+        schedule.record(id, true, at + REPORT_COVERS, wall);
+        schedule.report("web-1", WorkloadHealth::Healthy, at + REPORT_COVERS, wall);
+        assert!(
+            schedule
+                .report("web-1", WorkloadHealth::Unchecked, at, wall)
+                .is_none()
+        );
+        let later = at + REPORT_COVERS + Duration::from_millis(500);
+        assert_eq!(schedule.take_due(later, 10).len(), 1);
     }
 
     #[test]

@@ -17,6 +17,10 @@
 //! deployment changes. Streaks are kept in memory and written only when the health changes;
 //! the changes that a round of results brings are written in one transaction (a restart
 //! starts the streaks afresh, from the stored health).
+//!
+//! Where a provider checks workloads near them ([`super::health_reports`]: the metal plugin's
+//! host agents), its reports stand for the checks of the instances they name, and act through
+//! the same verdicts; the control plane checks only what no provider reports.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +38,8 @@ use super::App;
 use super::deployment_events::event_append;
 use super::deployments::{self, deployment_finish};
 use super::health_checks::{HealthCheckSpec, probe};
-use super::health_schedule::{HealthSchedule, Verdict};
+use super::health_reports::HealthReport;
+use super::health_schedule::{HealthSchedule, Scheduled, Verdict};
 use super::instances as states;
 use super::leases::Work;
 use super::reconciler::instance_transition;
@@ -103,11 +108,19 @@ fn checks_run(
     });
 }
 
+/// The verdicts that call for action, with what they apply to (most results change nothing,
+/// and are not copied).
+fn acted_on((entry, verdict): (&Scheduled, Verdict)) -> Option<(Scheduled, Verdict)> {
+    (verdict != Verdict::Same).then(|| (entry.clone(), verdict))
+}
+
 impl App {
     /// The health-check loop, until the server stops.
     pub async fn instance_health_run(self, mut stop: watch::Receiver<bool>) {
         let permits = Arc::new(Semaphore::new(CONCURRENT_CHECKS));
         let (results_tx, mut results) = mpsc::channel::<Vec<(Uuid, bool)>>(CONCURRENT_CHECKS);
+        let (reports_tx, mut reports) = mpsc::channel::<HealthReport>(16);
+        tokio::spawn(self.clone().health_reports_run(stop.clone(), reports_tx));
         let mut deployments = self.changes.deployments.subscribe();
         let mut state = HealthLoop {
             schedule: HealthSchedule::default(),
@@ -162,8 +175,25 @@ impl App {
                 received = results.recv_many(&mut arrived, CONCURRENT_CHECKS) => {
                     if received > 0 {
                         done.extend(arrived.drain(..).flatten());
-                        self.instance_health_results(&mut state.schedule, &mut done).await;
+                        let (now, wall) = (Instant::now(), Utc::now());
+                        let verdicts = done
+                            .drain(..)
+                            .filter_map(|(id, passed)| {
+                                state.schedule.record(id, passed, now, wall).and_then(acted_on)
+                            })
+                            .collect();
+                        self.instance_health_act(&mut state.schedule, verdicts).await;
                     }
+                }
+                Some(report) = reports.recv() => {
+                    let (now, wall) = (Instant::now(), Utc::now());
+                    let verdicts = report
+                        .into_iter()
+                        .filter_map(|(key, health)| {
+                            state.schedule.report(&key, health, now, wall).and_then(acted_on)
+                        })
+                        .collect();
+                    self.instance_health_act(&mut state.schedule, verdicts).await;
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
@@ -219,26 +249,22 @@ impl App {
         Ok(())
     }
 
-    /// Acts on a round of results: first healths and failed starts one by one (each ends a
-    /// step of a rollout), changes of health of running instances together.
-    async fn instance_health_results(
+    /// Acts on the verdicts of a round of results (or of a provider's report): first healths
+    /// and failed starts one by one (each ends a step of a rollout), changes of health of
+    /// running instances together.
+    async fn instance_health_act(
         &self,
         schedule: &mut HealthSchedule,
-        done: &mut Vec<(Uuid, bool)>,
+        verdicts: Vec<(Scheduled, Verdict)>,
     ) {
-        let now = Instant::now();
-        let wall = Utc::now();
         let mut flips = Vec::new();
         let mut steps = Vec::new();
-        for (id, passed) in done.drain(..) {
-            let Some((entry, verdict)) = schedule.record(id, passed, now, wall) else {
-                continue;
-            };
+        for (entry, verdict) in verdicts {
             match verdict {
                 Verdict::Same => {}
-                Verdict::Flip(health) => flips.push((entry.row.clone(), health, entry.streak)),
+                Verdict::Flip(health) => flips.push((entry.row, health, entry.streak)),
                 Verdict::FirstHealthy | Verdict::NeverHealthy => {
-                    steps.push((entry.row.clone(), entry.spec.clone(), entry.streak, verdict))
+                    steps.push((entry.row, entry.spec, entry.streak, verdict))
                 }
             }
         }

@@ -106,6 +106,7 @@ impl App {
                 ("bulkhead-service".into(), found.service_id.to_string()),
                 ("bulkhead-deployment".into(), found.number.to_string()),
             ],
+            health_check: Some(spec.health_check.to_contract()),
         };
         let outcome = self
             .provider_call(&row.provider, true, async move |host, active| {

@@ -22,6 +22,7 @@ pub mod edges;
 pub mod environments;
 pub mod evacuations;
 pub mod health_checks;
+pub mod health_reports;
 pub mod health_schedule;
 pub mod idempotency;
 pub mod instance_health;

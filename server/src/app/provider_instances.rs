@@ -19,7 +19,7 @@ use crate::entity::provider;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plugins::registry::ActivePlugin;
 use crate::plugins::{
-    Instance, InstanceSpec, InstanceState, PluginError, PluginHost, ProviderError,
+    Instance, InstanceSpec, InstanceState, PluginError, PluginHost, ProviderError, WorkloadHealth,
 };
 
 /// An instance to create. Provisioning is idempotent on `instance_key`.
@@ -53,6 +53,9 @@ pub struct InstanceView {
     pub state: String,
     /// Where the workload answers (`host:port`), once known.
     pub address: Option<String>,
+    /// What the provider's own checks of the workload say, where it checks workloads near
+    /// them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.
+    pub health: String,
 }
 
 impl From<Instance> for InstanceView {
@@ -64,6 +67,13 @@ impl From<Instance> for InstanceView {
                 InstanceState::Stopping => "stopping",
                 InstanceState::Stopped => "stopped",
                 InstanceState::Failed => "failed",
+            }
+            .into(),
+            health: match i.health {
+                WorkloadHealth::Unchecked => "unchecked",
+                WorkloadHealth::Pending => "pending",
+                WorkloadHealth::Healthy => "healthy",
+                WorkloadHealth::Unhealthy => "unhealthy",
             }
             .into(),
             instance_key: i.instance_key,
@@ -212,6 +222,7 @@ impl App {
             },
             env: create.env.into_iter().collect(),
             labels: create.labels.into_iter().collect(),
+            health_check: None,
         };
         let (_, instance) = self
             .provider_call(name, true, async move |host, active| {

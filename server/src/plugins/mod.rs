@@ -39,14 +39,14 @@ use wasmtime::{
 };
 
 pub use contract::SUPPORTED_CONTRACT_VERSIONS;
-use contract::{AdapterPre, Answer, Call, v0_2, v0_3};
+use contract::{AdapterPre, Answer, Call, v0_2, v0_3, v0_4};
 pub use outbound::{Allowlist, HostPattern, endpoint_patterns};
 pub use provider_cache::ProviderCache;
 pub use sandbox::PluginState;
 
-pub use self::contract::v0_3::bulkhead::provider::types::{
-    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, ProviderError,
-    ProviderInfo, RateLimit,
+pub use self::contract::v0_4::bulkhead::provider::types::{
+    ConfigKey, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState,
+    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
 
 /// The export a plugin must have (with a supported version after `@`).
@@ -142,7 +142,7 @@ pub enum PluginRejection {
     )]
     WrongWorld(String),
     #[error(
-        "the component targets contract version {found}, but this host supports {supported} (build it with bulkhead-sdk of the same minor version, e.g. 0.3.x for 0.3.0)"
+        "the component targets contract version {found}, but this host supports {supported} (build it with bulkhead-sdk of the same minor version, e.g. 0.4.x for 0.4.0)"
     )]
     UnsupportedVersion { found: String, supported: String },
     #[error("the component needs imports the host does not grant: {0}")]
@@ -245,10 +245,22 @@ impl PluginHost {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|err| anyhow::anyhow!("link WASI HTTP: {err}"))?;
         // Every supported contract version's host interface, side by side.
-        v0_3::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
+        v0_4::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
             &mut linker,
             |state| state,
         )
+        .and_then(|()| {
+            v0_4::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
+        .and_then(|()| {
+            v0_3::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
         .and_then(|()| {
             v0_3::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
                 &mut linker,
@@ -314,7 +326,8 @@ impl PluginHost {
         let wrong_world = |err: wasmtime::Error| PluginRejection::WrongWorld(format!("{err:#}"));
         let pre = match contract_version.as_str() {
             "0.2.0" => AdapterPre::V0_2(v0_2::ProviderPre::new(instance_pre).map_err(wrong_world)?),
-            _ => AdapterPre::V0_3(v0_3::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+            "0.3.0" => AdapterPre::V0_3(v0_3::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+            _ => AdapterPre::V0_4(v0_4::ProviderPre::new(instance_pre).map_err(wrong_world)?),
         };
         Ok(Plugin {
             digest,
