@@ -159,13 +159,26 @@ impl Agent<'_> {
             healthy_threshold: check.healthy_threshold,
             unhealthy_threshold: check.unhealthy_threshold,
         });
-        let body = PutWorkload {
+        let mut body = PutWorkload {
             command,
             env,
             port,
             health_check,
         };
-        let response = self.send(Request::put(self.workload_url(key)).json(&body))?;
+        let mut response = self.send(Request::put(self.workload_url(key)).json(&body))?;
+        if response.status == 400
+            && body.health_check.is_some()
+            && response.text().contains("unknown field `health_check`")
+        {
+            // An agent older than health checks near the workload: it runs the workload
+            // without one (shown `unchecked`), and the control plane checks it itself.
+            bulkhead_sdk::warn!(
+                "{} does not make health checks (upgrade it): placing {key} without one",
+                self.url
+            );
+            body.health_check = None;
+            response = self.send(Request::put(self.workload_url(key)).json(&body))?;
+        }
         if response.status == 409 {
             let code = response.json::<Problem>().map(|problem| problem.code);
             return match code.as_deref() {

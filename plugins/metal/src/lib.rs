@@ -13,7 +13,8 @@
 //! - Health checks near the workload (capability `health-checks`): the service's check goes to
 //!   the agent with the workload; the agent makes it and shows the result, which `list` and
 //!   `describe` report as the instance's `health`. `list` is what Bulkhead calls every second
-//!   to learn them: one request per agent.
+//!   to learn them: one request per agent. An agent older than these checks refuses the
+//!   check; the workload is placed there without one (`unchecked`: Bulkhead checks it).
 //! - `provision` looks for the key on every agent first (idempotency), then places it on the
 //!   agent with the most free slots. An agent that cannot be reached is skipped: a machine
 //!   down must not stop placement on the others (were the key on it, `deprovision` deletes the
@@ -415,6 +416,8 @@ mod tests {
         token: Option<String>,
         /// Free slots to report instead of the truth (a placement race).
         reported_free: Option<u32>,
+        /// An agent older than health checks: it refuses a workload that has one.
+        before_checks: bool,
     }
 
     #[derive(Default)]
@@ -493,6 +496,13 @@ mod tests {
                         None => problem(404, "not_found"),
                     },
                     Method::Put => {
+                        if agent.before_checks && body.get("health_check").is_some() {
+                            return Ok(Response::json_body(
+                                400,
+                                &json!({"type": "about:blank", "title": "Bad Request", "status": 400, "code": "invalid_body",
+                                        "detail": "Failed to deserialize the JSON body into the target type: unknown field `health_check`, expected one of `command`, `env`, `port` at line 1 column 90"}),
+                            ));
+                        }
                         if let Some(found) = agent.workloads.get(&key) {
                             Response::json_body(200, found)
                         } else if used >= agent.slots {
@@ -636,6 +646,37 @@ mod tests {
             assert_eq!(health("web-2"), WorkloadHealth::Unchecked);
             assert_eq!(Metal::describe("web-1".into()).unwrap().health, reported);
         }
+    }
+
+    #[test]
+    fn an_agent_older_than_health_checks_takes_the_workload_without_one() {
+        let fleet = fleet(&[("http://old:7070", 2)]);
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://old:7070")
+            .unwrap()
+            .before_checks = true;
+        let mut checked = spec("web-3");
+        checked.health_check = Some(bulkhead_sdk::HealthCheck {
+            path: "/ready".into(),
+            interval_ms: 500,
+            timeout_ms: 200,
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+        });
+        let made = Metal::provision(checked).unwrap();
+        assert_eq!(made.provider_id, "http://old:7070#web-3");
+        assert!(matches!(made.health, WorkloadHealth::Unchecked));
+        let sent = puts(&fleet);
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert!(sent[0].1.get("health_check").is_some());
+        assert!(sent[1].1.get("health_check").is_none());
+        assert!(
+            testing::logs_take()
+                .iter()
+                .any(|(_, line)| line.contains("does not make health checks"))
+        );
     }
 
     #[test]
