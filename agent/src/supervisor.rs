@@ -299,6 +299,16 @@ impl Workload {
         }
     }
 
+    /// The process to probe now (its generation), if one is starting or running.
+    fn probed_generation(&self) -> Option<u64> {
+        let status = self.status();
+        matches!(
+            status.state,
+            WorkloadState::Starting | WorkloadState::Running
+        )
+        .then_some(status.generation)
+    }
+
     fn control(&self) -> Control {
         *self.control.borrow()
     }
@@ -1076,15 +1086,8 @@ impl Supervisor {
                     "rotating the workload's log failed: {err}"
                 );
             }
-            let generation = {
-                let status = workload.status();
-                if !matches!(
-                    status.state,
-                    WorkloadState::Starting | WorkloadState::Running
-                ) {
-                    continue;
-                }
-                status.generation
+            let Some(generation) = workload.probed_generation() else {
+                continue;
             };
             let healthy = tokio::select! {
                 healthy = health::probe(workload.host_port, health::PROBE_TIMEOUT) => healthy,
@@ -1120,15 +1123,8 @@ impl Supervisor {
                 _ = ticks.tick() => {}
                 _ = until_not_run(&mut control) => return,
             }
-            let generation = {
-                let status = workload.status();
-                if !matches!(
-                    status.state,
-                    WorkloadState::Starting | WorkloadState::Running
-                ) {
-                    continue;
-                }
-                status.generation
+            let Some(generation) = workload.probed_generation() else {
+                continue;
             };
             let passed = tokio::select! {
                 passed = health::check(workload.host_port, &check.path, timeout) => passed,

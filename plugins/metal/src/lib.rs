@@ -535,6 +535,17 @@ mod tests {
         }
     }
 
+    /// A service's check of `/ready`, as the control plane passes it.
+    fn ready_check() -> bulkhead_sdk::HealthCheck {
+        bulkhead_sdk::HealthCheck {
+            path: "/ready".into(),
+            interval_ms: 500,
+            timeout_ms: 200,
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+        }
+    }
+
     fn puts(fleet: &Shared) -> Vec<(String, Value)> {
         fleet
             .borrow()
@@ -599,13 +610,7 @@ mod tests {
                 .contains(&"health-checks".to_string())
         );
         let mut checked = spec("web-1");
-        checked.health_check = Some(bulkhead_sdk::HealthCheck {
-            path: "/ready".into(),
-            interval_ms: 500,
-            timeout_ms: 200,
-            healthy_threshold: 2,
-            unhealthy_threshold: 3,
-        });
+        checked.health_check = Some(ready_check());
         let made = Metal::provision(checked).unwrap();
         assert!(
             matches!(made.health, WorkloadHealth::Unchecked),
@@ -658,13 +663,7 @@ mod tests {
             .unwrap()
             .before_checks = true;
         let mut checked = spec("web-3");
-        checked.health_check = Some(bulkhead_sdk::HealthCheck {
-            path: "/ready".into(),
-            interval_ms: 500,
-            timeout_ms: 200,
-            healthy_threshold: 2,
-            unhealthy_threshold: 3,
-        });
+        checked.health_check = Some(ready_check());
         let made = Metal::provision(checked).unwrap();
         assert_eq!(made.provider_id, "http://old:7070#web-3");
         assert!(matches!(made.health, WorkloadHealth::Unchecked));
