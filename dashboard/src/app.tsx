@@ -1,0 +1,174 @@
+import type { JSX } from "preact";
+import { useEffect, useState } from "preact/hooks";
+
+import type { TermsStatus } from "@bulkhead/client";
+import { api, must } from "./api";
+import { loadMe, setUser, useMe } from "./me";
+import { href, useRoute } from "./router";
+import { onSessionChange, restore, signedIn, signOut } from "./session";
+import { announce, StatusRegion } from "./ui";
+import { SignIn } from "./pages/signin";
+import { Terms } from "./pages/terms";
+import { Projects } from "./pages/projects";
+import { Project } from "./pages/project";
+import { Service } from "./pages/service";
+import { MyInvitations } from "./pages/invitations";
+import { Providers } from "./pages/providers";
+import { Provider } from "./pages/provider";
+import { Routing } from "./pages/routing";
+import { Pipeline } from "./pages/pipeline";
+import { Tokens } from "./pages/tokens";
+import { Audit } from "./pages/audit";
+import { NotFound } from "./pages/notfound";
+
+type Phase = "starting" | "signed-out" | "terms" | "ready";
+
+export function App(): JSX.Element {
+  const [phase, setPhase] = useState<Phase>("starting");
+  const [terms, setTerms] = useState<TermsStatus | undefined>(undefined);
+
+  /** After a sign-in or a restored session: who am I, and must I accept the terms first? */
+  const enter = async (): Promise<void> => {
+    try {
+      const [status] = await Promise.all([must(api.GET("/v1/me/terms")), loadMe()]);
+      setTerms(status);
+      setPhase(status.must_accept ? "terms" : "ready");
+    } catch (e) {
+      announce(`Could not load your account: ${e instanceof Error ? e.message : String(e)}`);
+      setPhase("ready");
+    }
+  };
+
+  useEffect(() => {
+    void restore().then((ok) => {
+      if (ok) void enter();
+      else setPhase("signed-out");
+    });
+    return onSessionChange(() => {
+      if (!signedIn()) {
+        setUser(undefined);
+        setPhase("signed-out");
+      }
+    });
+  }, []);
+
+  if (phase === "starting") {
+    return (
+      <>
+        <StatusRegion />
+        <main id="main" class="narrow">
+          <h1>Bulkhead</h1>
+          <p class="muted">Restoring your session…</p>
+        </main>
+      </>
+    );
+  }
+  if (phase === "signed-out") {
+    return (
+      <>
+        <StatusRegion />
+        <SignIn onSignedIn={() => void enter()} />
+      </>
+    );
+  }
+  if (phase === "terms" && terms !== undefined) {
+    return (
+      <>
+        <StatusRegion />
+        <Terms status={terms} onAccepted={() => setPhase("ready")} />
+      </>
+    );
+  }
+  return <Shell />;
+}
+
+const NAV: { label: string; path: string }[] = [
+  { label: "Projects", path: "projects" },
+  { label: "Invitations", path: "invitations" },
+  { label: "Providers", path: "providers" },
+  { label: "Routing", path: "routing" },
+  { label: "Deploy pipeline", path: "pipeline" },
+  { label: "API tokens", path: "tokens" },
+  { label: "Audit log", path: "audit" },
+];
+
+function Shell(): JSX.Element {
+  const route = useRoute();
+  const me = useMe();
+  const [menuOpen, setMenuOpen] = useState(false);
+  const top = route[0] ?? "projects";
+
+  useEffect(() => {
+    setMenuOpen(false);
+    document.getElementById("main")?.focus({ preventScroll: true });
+  }, [route.join("/")]);
+
+  return (
+    <>
+      <a class="skip" href="#main" onClick={(e) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>
+        Skip to content
+      </a>
+      <header class="top">
+        <a class="brand" href={href("projects")}>
+          Bulkhead
+        </a>
+        <button
+          type="button"
+          class="menu-toggle"
+          aria-expanded={menuOpen}
+          aria-controls="nav"
+          onClick={() => setMenuOpen(!menuOpen)}
+        >
+          Menu
+        </button>
+        <nav id="nav" aria-label="Main" class={menuOpen ? "open" : undefined}>
+          <ul>
+            {NAV.map((n) => (
+              <li key={n.path}>
+                <a href={href(n.path)} aria-current={top === n.path ? "page" : undefined}>
+                  {n.label}
+                </a>
+              </li>
+            ))}
+          </ul>
+          <div class="who">
+            <span class="muted small">
+              {me ? `${me.email}${me.is_admin ? " (administrator)" : ""}` : ""}
+            </span>
+            <button type="button" onClick={() => void signOut().then(() => announce("Signed out."))}>
+              Sign out
+            </button>
+          </div>
+        </nav>
+      </header>
+      <StatusRegion />
+      <main id="main" tabIndex={-1}>
+        <Page route={route} />
+      </main>
+    </>
+  );
+}
+
+function Page({ route }: { route: string[] }): JSX.Element {
+  const [a, b, c, d] = route;
+  switch (a ?? "projects") {
+    case "projects":
+      if (b === undefined) return <Projects />;
+      if (c === "services" && d !== undefined) return <Service projectId={b} serviceId={d} key={d} />;
+      return <Project projectId={b} key={b} />;
+    case "invitations":
+      return <MyInvitations />;
+    case "providers":
+      return b === undefined ? <Providers /> : <Provider name={b} key={b} />;
+    case "routing":
+      return <Routing />;
+    case "pipeline":
+      return <Pipeline />;
+    case "tokens":
+      return <Tokens />;
+    case "audit":
+      return <Audit />;
+    default:
+      return <NotFound />;
+  }
+}
