@@ -102,7 +102,7 @@ export function Section(props: { title: string; id?: string; children: Component
 export function Table(props: { label: string; head: string[]; children: ComponentChildren; empty?: boolean; emptyText?: string }): JSX.Element {
   if (props.empty) return <p class="muted">{props.emptyText ?? "None yet."}</p>;
   return (
-    <div class="table-wrap" role="region" aria-label={props.label} tabIndex={0}>
+    <div class="table-wrap" role="region" aria-label={`${props.label} table`} tabIndex={0}>
       <table>
         <caption class="sr-only">{props.label}</caption>
         <thead>

@@ -109,6 +109,7 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
         <span aria-current="page">{s?.name ?? "…"}</span>
       </nav>
       <h1>{s ? `Service ${s.name}` : "Service"}</h1>
+      <p class="muted small">Your role: {me?.is_admin ? "platform administrator" : known ? role ?? "none" : "…"}</p>
       {canDeploy ? (
         <div class="toolbar" role="group" aria-label="Deployment actions">
           <button type="button" class="primary" disabled={!ready || action.busy} onClick={deploy}>
@@ -358,6 +359,12 @@ function EventStream(props: { projectId: string; serviceId: string; deployment: 
   const [problem, setProblem] = useState<Problem | undefined>(undefined);
   const onChange = useRef(props.onChange);
   onChange.current = props.onChange;
+  const logRef = useRef<HTMLDivElement>(null);
+  // Keep the newest event in view, unless the reader scrolled up.
+  useEffect(() => {
+    const el = logRef.current;
+    if (el !== null && el.scrollHeight - el.scrollTop - el.clientHeight < 80) el.scrollTop = el.scrollHeight;
+  }, [events.length]);
 
   useEffect(() => {
     let stopped = false;
@@ -448,7 +455,7 @@ function EventStream(props: { projectId: string; serviceId: string; deployment: 
       </p>
       <p class="muted small">Stream: {status}</p>
       <ProblemAlert problem={problem === undefined ? undefined : toProblem(problem)} />
-      <div class="log" role="log" aria-label={`Events of deployment #${d.number}`} tabIndex={0}>
+      <div class="log" ref={logRef} role="log" aria-label={`Events of deployment #${d.number}`} tabIndex={0}>
         {events.length === 0 ? (
           <p class="muted">No event yet.</p>
         ) : (
