@@ -248,6 +248,45 @@ await step("deploy again, then roll back from the UI", async () => {
   await page.getByRole("log", { name: "Events of deployment #3" }).getByText(/deployment\.healthy/).waitFor({ timeout: 15_000 });
 });
 
+// Beyond the brief's list: a domain shows its DNS challenge; an API token's secret is shown once.
+await step("a domain added in the UI shows its DNS challenge", async () => {
+  await page.goto(`${BASE}/#/projects/${state.projectId}`);
+  await heading(`Project ${state.projectName}`).waitFor();
+  const hostname = `web-${stamp}.demo.test`;
+  await page.getByLabel("Hostname").fill(hostname);
+  await button("Add domain").click();
+  const row = page.getByRole("region", { name: "Domains", exact: true }).getByRole("row").filter({ has: page.getByRole("rowheader", { name: hostname }) });
+  await row.waitFor();
+  const text = await row.innerText();
+  check(text.includes(`_bulkhead-challenge.${hostname}`) && /pending/.test(text), `the domain row lacks its challenge: ${text.replace(/\s+/g, " ")}`);
+  check((await row.getByRole("button", { name: `Verify ${hostname}` }).count()) === 1, "no Verify button");
+});
+
+await step("an API token's secret is shown once, with a copy button; then revoked", async () => {
+  await page.goto(`${BASE}/#/tokens`);
+  await heading("API tokens").waitFor();
+  const name = `ci-${stamp}`;
+  await page.getByLabel("Token name").fill(name);
+  await button("Create token").click();
+  const secret = await page.getByLabel("Secret", { exact: true }).inputValue();
+  check(secret.length > 16, "no secret shown");
+  await button("Copy secret").click();
+  const copied = await page.evaluate(() => navigator.clipboard.readText()).catch(() => secret);
+  check(copied === secret, "the copy button copied something else");
+  const r = await fetch(`${BASE}/v1/me`, { headers: { Authorization: `Bearer ${secret}` } });
+  check(r.status === 200, `the new token answers ${r.status} on /v1/me`);
+  await button("I have copied it").click();
+  check((await page.getByLabel("Secret", { exact: true }).count()) === 0, "the secret is still shown");
+  await page.reload();
+  await heading("API tokens").waitFor();
+  const body = await page.locator("main").innerText();
+  check(!body.includes(secret), "the secret is shown again after a reload");
+  await page.getByRole("button", { name: `Revoke token ${name}` }).click();
+  await page.getByRole("region", { name: "Your tokens", exact: true }).getByRole("row").filter({ hasText: name }).filter({ hasText: "revoked" }).waitFor();
+  const after = await fetch(`${BASE}/v1/me`, { headers: { Authorization: `Bearer ${secret}` } });
+  check(after.status === 401, `the revoked token answers ${after.status} on /v1/me`);
+});
+
 // 5. The viewer: invited in the UI, accepts, sees no Deploy button; the API refuses it too.
 await step("invite a viewer; the viewer accepts, sees no Deploy button, and the API answers 403", async () => {
   await page.goto(`${BASE}/#/projects/${state.projectId}`);
@@ -367,6 +406,26 @@ if (FAULTS) {
       }
     } finally {
       await fetch(FAULTS, { method: "PUT", headers: { "Content-Type": "application/json" }, body: "{}" }).catch(() => undefined);
+    }
+  });
+  await step("gcp fault cleared: the provider recovers", async () => {
+    const token = await apiLogin(ADMIN);
+    const t0 = Date.now();
+    let last;
+    for (;;) {
+      last = await api(token, "GET", "/v1/providers/gcp");
+      if (last.status === 200 && last.body.state !== "unavailable") break;
+      if (Date.now() - t0 > 60_000) throw new Error(`gcp still ${last.body?.state} 60 s after the fault was cleared: ${last.body?.health_reason}`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    console.log(`# gcp ${last.body.state} ${Date.now() - t0} ms after the fault was cleared`);
+    const row = page.getByRole("region", { name: "All providers", exact: true }).getByRole("row").filter({ has: page.getByRole("rowheader", { name: "gcp", exact: true }) });
+    await page.goto(`${BASE}/#/providers`);
+    await row.waitFor();
+    const t1 = Date.now();
+    while (/unavailable/.test(await row.innerText())) {
+      if (Date.now() - t1 > 5_000) throw new Error("the providers page still shows gcp unavailable");
+      await page.waitForTimeout(200);
     }
   });
 } else {
