@@ -239,7 +239,22 @@ await step("deploy from the UI and watch it turn healthy live (TTI)", async () =
 await step("deploy again, then roll back from the UI", async () => {
   await button("Deploy").click();
   await deploymentRow(2).waitFor();
+  // The tab is hidden for a while (the stream closes) and shown again (it resumes where it was).
+  const setHidden = (hidden) =>
+    page.evaluate((h) => {
+      Object.defineProperty(document, "hidden", { value: h, configurable: true });
+      Object.defineProperty(document, "visibilityState", { value: h ? "hidden" : "visible", configurable: true });
+      document.dispatchEvent(new Event("visibilitychange"));
+    }, hidden);
+  await setHidden(true);
+  await page.waitForTimeout(1500);
+  await setHidden(false);
   await waitDeployment(2, "healthy");
+  const log2 = page.getByRole("log", { name: "Events of deployment #2" });
+  await log2.getByText(/deployment\.healthy/).first().waitFor({ timeout: 15_000 });
+  const kinds = await log2.locator("li code.kind").allInnerTexts();
+  check(kinds.filter((k) => k === "deployment.healthy").length === 1, `events repeated or lost after the tab was hidden: ${kinds.join(", ")}`);
+  check(kinds.filter((k) => k === "deployment.queued").length <= 1, `events repeated after the tab was hidden: ${kinds.join(", ")}`);
   await button("Roll back").click();
   await deploymentRow(3).waitFor();
   const row = await deploymentRow(3).innerText();
@@ -347,6 +362,12 @@ await step("axe: no serious or critical violation; no horizontal overflow at 390
     ["project", `${BASE}/#/projects/${state.projectId}`, `Project ${state.projectName}`],
     ["service", state.serviceUrl, "Service web"],
     ["providers", `${BASE}/#/providers`, "Providers"],
+    ["provider", `${BASE}/#/providers/${PROVIDERS[0]}`, `Provider ${PROVIDERS[0]}`],
+    ["invitations", `${BASE}/#/invitations`, "My invitations"],
+    ["routing", `${BASE}/#/routing`, "Routing"],
+    ["pipeline", `${BASE}/#/pipeline`, "Deploy pipeline"],
+    ["tokens", `${BASE}/#/tokens`, "API tokens"],
+    ["audit", `${BASE}/#/audit`, "Audit log"],
   ];
   const problems = [];
   for (const [name, url, title] of pages) {
@@ -365,7 +386,7 @@ await step("axe: no serious or critical violation; no horizontal overflow at 390
       if (v.impact === "serious" || v.impact === "critical") problems.push(line);
       else console.log(`# axe ${line}`);
     }
-    if (name === "providers") await shot(page, "providers");
+    if (!["projects", "project", "service"].includes(name)) await shot(page, name);
   }
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(state.serviceUrl);
@@ -392,7 +413,8 @@ if (FAULTS) {
       let text = "";
       for (;;) {
         text = (await row.innerText()).replace(/\s+/g, " ");
-        if (/unavailable/.test(text) && /suspend/i.test(text)) break;
+        const why = (await row.getByRole("cell").nth(2).innerText().catch(() => "")).trim();
+        if (/unavailable/.test(text) && why !== "" && why !== "—") break;
         if (Date.now() - t0 > 5_000) throw new Error(`after 5 s the gcp row says: ${text}`);
         await page.waitForTimeout(200);
       }
