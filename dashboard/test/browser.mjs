@@ -230,7 +230,7 @@ await step("deploy from the UI and watch it turn healthy live (TTI)", async () =
   check(events >= 3, `only ${events} events shown live`);
   const instances = page.getByRole("region", { name: "Instances", exact: true });
   for (const p of PROVIDERS) {
-    await instances.getByRole("row").filter({ hasText: p }).filter({ hasText: "healthy" }).first().waitFor({ timeout: 30_000 });
+    await instances.getByRole("row").filter({ has: page.getByRole("cell", { name: p, exact: true }) }).filter({ has: page.getByRole("cell", { name: "healthy", exact: true }) }).first().waitFor({ timeout: 30_000 });
   }
   await shot(page, "service");
 });
@@ -261,6 +261,46 @@ await step("deploy again, then roll back from the UI", async () => {
   check(/rollback/.test(row), `deployment #3 is not marked as a rollback: ${row}`);
   await waitDeployment(3, "healthy");
   await page.getByRole("log", { name: "Events of deployment #3" }).getByText(/deployment\.healthy/).waitFor({ timeout: 15_000 });
+});
+
+// The spec is edited with If-Match; a secret variable's value is never shown again.
+await step("edit the spec: a secret variable is write-only, the PATCH carries If-Match", async () => {
+  await page.goto(state.serviceUrl);
+  await heading("Service web").waitFor();
+  const patches = [];
+  const onRequest = (r) => {
+    if (r.method() === "PATCH") patches.push(r.headers()["if-match"] ?? "");
+  };
+  page.on("request", onRequest);
+  try {
+    await button("Edit spec").click();
+    await button("Add variable").click();
+    await page.getByLabel("Variable 1 name").fill("API_KEY");
+    await page.getByLabel("Variable 1 value").fill(`s3cret-${stamp}`);
+    await page.getByLabel("Variable 1 is secret").check();
+    await button("Add variable").click();
+    await page.getByLabel("Variable 2 name").fill("MODE");
+    await page.getByLabel("Variable 2 value").fill("production");
+    await button("Save spec").click();
+    const vars = page.getByRole("region", { name: "Variables table", exact: true });
+    await vars.getByRole("row").filter({ hasText: "API_KEY" }).filter({ hasText: "secret, set" }).waitFor();
+    await vars.getByRole("row").filter({ hasText: "MODE" }).filter({ hasText: "production" }).waitFor();
+    check(!(await page.content()).includes(`s3cret-${stamp}`), "the secret's value is in the page");
+    // Saving again without retyping the secret keeps it.
+    await button("Edit spec").click();
+    check((await page.getByLabel("Variable 1 value").inputValue()) === "", "the secret's value was filled in the form");
+    await button("Save spec").click();
+    await button("Edit spec").waitFor();
+    await vars.getByRole("row").filter({ hasText: "API_KEY" }).filter({ hasText: "secret, set" }).waitFor();
+    check(patches.length === 2, `${patches.length} PATCH requests`);
+    check(patches.every((h) => h !== ""), "a PATCH without If-Match");
+    const token = await apiLogin(ADMIN);
+    const svc = await api(token, "GET", `/v1/projects/${state.projectId}/services/${state.serviceId}`);
+    const key = svc.body.variables.find((v) => v.name === "API_KEY");
+    check(key && key.secret === true && key.value == null, `API_KEY through the API: ${JSON.stringify(key)}`);
+  } finally {
+    page.off("request", onRequest);
+  }
 });
 
 // Beyond the brief's list: a domain shows its DNS challenge; an API token's secret is shown once.
@@ -424,7 +464,7 @@ if (FAULTS) {
       await heading("Service web").waitFor();
       const instances = page.getByRole("region", { name: "Instances", exact: true });
       for (const p of PROVIDERS.filter((p) => p !== "gcp")) {
-        await instances.getByRole("row").filter({ hasText: p }).filter({ hasText: "healthy" }).first().waitFor({ timeout: 10_000 });
+        await instances.getByRole("row").filter({ has: page.getByRole("cell", { name: p, exact: true }) }).filter({ has: page.getByRole("cell", { name: "healthy", exact: true }) }).first().waitFor({ timeout: 10_000 });
       }
     } finally {
       await fetch(FAULTS, { method: "PUT", headers: { "Content-Type": "application/json" }, body: "{}" }).catch(() => undefined);

@@ -9,7 +9,8 @@ import { ProblemAlert, Section, Select, Table, Time, useAction } from "../ui";
 /**
  * The audit log. The API filters by project (`project_id`, the project's admins and owners)
  * and pages with `limit`/`cursor`; without a project, administrators see everything and others
- * their own actions. The action filter below narrows the loaded page in the browser.
+ * their own actions. The action filter below narrows the loaded pages in the browser. (The API
+ * lists the oldest events first.)
  */
 export function Audit(): JSX.Element {
   const projects = usePoll((headers) => api.GET("/v1/projects", { params: { query: { limit: 200 } }, headers }), [], 0);
@@ -90,7 +91,7 @@ export function Audit(): JSX.Element {
               })
             }
           >
-            Load older events
+            Load more events
           </button>
         ) : null}
       </Section>

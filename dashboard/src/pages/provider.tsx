@@ -79,7 +79,7 @@ export function Provider({ name }: { name: string }): JSX.Element {
       {admin ? (
         <>
           <Evacuation name={name} />
-          <Versions name={name} previous={p?.previous_digest ?? undefined} current={p?.plugin?.digest} reload={provider.reload} />
+          <Versions name={name} plugin={p?.plugin?.name} previous={p?.previous_digest ?? undefined} current={p?.plugin?.digest} reload={provider.reload} />
           <Events name={name} />
         </>
       ) : null}
@@ -139,12 +139,14 @@ function Evacuation({ name }: { name: string }): JSX.Element {
   );
 }
 
-function Versions(props: { name: string; previous: string | undefined; current: string | undefined; reload: () => void }): JSX.Element {
+function Versions(props: { name: string; plugin: string | undefined; previous: string | undefined; current: string | undefined; reload: () => void }): JSX.Element {
   const { name } = props;
   const activations = usePoll((headers) => api.GET("/v1/providers/{name}/activations", { params: { path: { name }, query: { limit: 50 } }, headers }), [name], 5000);
   const plugins = usePoll((headers) => api.GET("/v1/plugins", { params: { query: { limit: 200 } }, headers }), [], 10000);
   const action = useAction();
   const [file, setFile] = useState<File | undefined>(undefined);
+  // The binaries of this provider's plugin (all of them while it has none).
+  const binaries = (plugins.data?.items ?? []).filter((b) => props.plugin === undefined || b.name === props.plugin);
   const after = (): void => {
     activations.reload();
     plugins.reload();
@@ -169,8 +171,8 @@ function Versions(props: { name: string; previous: string | undefined; current: 
       </div>
       <h3>Stored binaries</h3>
       <ProblemAlert problem={plugins.error} />
-      <Table label="Stored plugin binaries" head={["Name", "Version", "Contract", "Size", "Digest", "Uploaded", "Actions"]} empty={(plugins.data?.items.length ?? 0) === 0}>
-        {(plugins.data?.items ?? []).map((b) => (
+      <Table label="Stored plugin binaries" head={["Name", "Version", "Contract", "Size", "Digest", "Uploaded", "Actions"]} empty={binaries.length === 0} emptyText="No stored binary of this plugin.">
+        {binaries.map((b) => (
           <tr key={b.digest}>
             <th scope="row">{b.name}</th>
             <td>{b.version}</td>

@@ -177,21 +177,21 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
         {instances.data === undefined ? (
           <Loading what="instances" />
         ) : (
-          <Table label="Instances" head={["Instance", "Provider", "Region", "Address", "State", "Health", "Checked"]} empty={instances.data.items.length === 0} emptyText="No instance.">
+          <Table label="Instances" head={["Instance", "Provider", "Health", "State", "Region", "Address", "Checked"]} empty={instances.data.items.length === 0} emptyText="No instance.">
             {instances.data.items.map((i) => (
               <tr key={i.instance_key}>
                 <th scope="row">
                   <code>{i.instance_key}</code>
                 </th>
                 <td>{i.provider}</td>
-                <td>{i.region}</td>
-                <td>{i.address ? <code>{i.address}</code> : <span class="muted">—</span>}</td>
-                <td>
-                  <StateText value={i.state} />
-                </td>
                 <td>
                   <StateText value={i.health} />
                 </td>
+                <td>
+                  <StateText value={i.state} />
+                </td>
+                <td>{i.region}</td>
+                <td>{i.address ? <code>{i.address}</code> : <span class="muted">—</span>}</td>
                 <td>
                   <Time value={i.health_checked_at} />
                 </td>
