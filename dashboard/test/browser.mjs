@@ -428,6 +428,29 @@ await step("axe: no serious or critical violation; no horizontal overflow at 390
     }
     if (!["projects", "project", "service"].includes(name)) await shot(page, name);
   }
+  // Keyboard: the first Tab reaches the skip link, and focus is visible.
+  await page.goto(`${BASE}/#/projects`);
+  await heading("Projects").waitFor();
+  await page.locator("body").click({ position: { x: 5, y: 300 } });
+  await page.evaluate(() => (document.activeElement instanceof HTMLElement ? document.activeElement.blur() : undefined));
+  await page.keyboard.press("Tab");
+  const focus = await page.evaluate(() => {
+    const el = document.activeElement;
+    const style = el ? getComputedStyle(el) : null;
+    return { text: el?.textContent ?? "", outline: style ? `${style.outlineStyle} ${style.outlineWidth}` : "" };
+  });
+  if (focus.text !== "Skip to content") problems.push(`the first Tab focuses "${focus.text}", not the skip link`);
+  if (/^none/.test(focus.outline) || / 0px$/.test(focus.outline)) problems.push(`no visible focus ring (${focus.outline})`);
+  await page.keyboard.press("Tab");
+  await page.keyboard.press("Tab");
+  const ring = await page.evaluate(() => {
+    const el = document.activeElement;
+    return el ? `${el.tagName} ${getComputedStyle(el).outlineStyle}` : "";
+  });
+  if (/none$/.test(ring)) problems.push(`no visible focus ring on ${ring}`);
+  // No inline style attribute anywhere (the CSP forbids them).
+  const styled = await page.evaluate(() => document.querySelectorAll("[style]").length);
+  if (styled > 0) problems.push(`${styled} elements carry a style attribute`);
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(state.serviceUrl);
   await heading("Service web").waitFor();
@@ -436,8 +459,33 @@ await step("axe: no serious or critical violation; no horizontal overflow at 390
   const width = await page.evaluate(() => document.documentElement.scrollWidth);
   if (width > 390) problems.push(`the service page is ${width} px wide at 390 px`);
   await shot(page, "service-390");
+  // The menu collapses behind a button at this width, and opens.
+  const menu = page.getByRole("button", { name: "Menu" });
+  if (!(await menu.isVisible())) problems.push("no Menu button at 390 px");
+  else {
+    if (await page.getByRole("link", { name: "Providers" }).isVisible()) problems.push("the navigation is not collapsed at 390 px");
+    await menu.click();
+    if (!(await page.getByRole("link", { name: "Providers" }).isVisible())) problems.push("the Menu button does not open the navigation");
+    if ((await menu.getAttribute("aria-expanded")) !== "true") problems.push("the Menu button does not say it is expanded");
+  }
   await page.setViewportSize({ width: 1280, height: 900 });
   check(problems.length === 0, problems.join("; "));
+});
+
+// Beyond the brief's list: the administrator drains a provider and takes it back.
+await step("admin drains and undrains a provider from the providers page", async () => {
+  const name = PROVIDERS[PROVIDERS.length - 1];
+  await page.goto(`${BASE}/#/providers`);
+  await heading("Providers").waitFor();
+  const row = page.getByRole("region", { name: "All providers", exact: true }).getByRole("row").filter({ has: page.getByRole("rowheader", { name, exact: true }) });
+  await row.getByRole("button", { name: `Drain ${name}` }).click();
+  await row.getByRole("button", { name: `Undrain ${name}` }).waitFor();
+  await row.getByRole("cell", { name: "drained", exact: true }).first().waitFor();
+  await row.getByRole("button", { name: `Undrain ${name}` }).click();
+  await row.getByRole("button", { name: `Drain ${name}` }).waitFor();
+  const token = await apiLogin(ADMIN);
+  const p = await api(token, "GET", `/v1/providers/${name}`);
+  check(p.body.drained === false, `${name} is still drained: ${JSON.stringify(p.body).slice(0, 200)}`);
 });
 
 // 8. A suspended gcp account shows on the providers page; the other providers keep serving.
