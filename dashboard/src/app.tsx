@@ -82,12 +82,13 @@ export function App(): JSX.Element {
   return <Shell />;
 }
 
-const NAV: { label: string; path: string }[] = [
+/** The main pages; `admin`: only platform administrators may read it (others are refused). */
+const NAV: { label: string; path: string; admin?: boolean }[] = [
   { label: "Projects", path: "projects" },
   { label: "Invitations", path: "invitations" },
   { label: "Providers", path: "providers" },
-  { label: "Routing", path: "routing" },
-  { label: "Deploy pipeline", path: "pipeline" },
+  { label: "Routing", path: "routing", admin: true },
+  { label: "Deploy pipeline", path: "pipeline", admin: true },
   { label: "API tokens", path: "tokens" },
   { label: "Audit log", path: "audit" },
 ];
@@ -123,7 +124,7 @@ function Shell(): JSX.Element {
         </button>
         <nav id="nav" aria-label="Main" class={menuOpen ? "open" : undefined}>
           <ul>
-            {NAV.map((n) => (
+            {NAV.filter((n) => !n.admin || me?.is_admin === true).map((n) => (
               <li key={n.path}>
                 <a href={href(n.path)} aria-current={top === n.path ? "page" : undefined}>
                   {n.label}

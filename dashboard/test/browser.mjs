@@ -374,6 +374,8 @@ await step("403 explained: the viewer sees the Problem's detail, and no provider
   const token = await apiLogin(VIEWER);
   const expected = await api(token, "GET", "/v1/deploy-pipeline");
   check(expected.status === 403 && expected.body?.detail, `GET /v1/deploy-pipeline as the viewer answered ${expected.status}`);
+  const nav = page.getByRole("navigation", { name: "Main" });
+  check((await nav.getByRole("link", { name: "Deploy pipeline" }).count()) === 0, "the viewer's menu offers the deploy pipeline");
   await page.goto(`${BASE}/#/pipeline`);
   await heading("Deploy pipeline").waitFor();
   const alert = page.getByRole("alert").filter({ hasText: expected.body.detail });
