@@ -490,6 +490,46 @@ await step("admin drains and undrains a provider from the providers page", async
   check(p.body.drained === false, `${name} is still drained: ${JSON.stringify(p.body).slice(0, 200)}`);
 });
 
+// Beyond the brief's list: with the pipeline paused a deployment waits, and is cancelled.
+await step("pause the pipeline, cancel a waiting deployment, resume (in a project of its own)", async () => {
+  const token = await apiLogin(ADMIN);
+  const project = await api(token, "POST", "/v1/projects", { name: `dash-cancel-${stamp}` });
+  check(project.status === 201, `POST /v1/projects answered ${project.status}`);
+  const pid = project.body.id;
+  const env = await api(token, "POST", `/v1/projects/${pid}/environments`, { name: "staging" });
+  const svc = await api(token, "POST", `/v1/projects/${pid}/services`, {
+    environment_id: env.body.id,
+    name: "idle",
+    port: 8080,
+    replicas: 1,
+    source: { type: "command", command: ["python3", "-m", "http.server", "$PORT", "--bind", "127.0.0.1"] },
+    placement: { providers: [{ name: PROVIDERS[PROVIDERS.length - 1] }] },
+  });
+  check(svc.status === 201, `POST services answered ${svc.status}: ${JSON.stringify(svc.body)}`);
+  try {
+    await page.goto(`${BASE}/#/pipeline`);
+    await heading("Deploy pipeline").waitFor();
+    await page.getByLabel("Reason for pausing").fill("dashboard browser test");
+    await button("Pause pipeline").click();
+    await button("Resume pipeline").waitFor();
+    await page.getByRole("region", { name: "Status", exact: true }).getByText("paused").first().waitFor();
+    await page.goto(`${BASE}/#/projects/${pid}/services/${svc.body.id}`);
+    await heading("Service idle").waitFor();
+    await button("Deploy").click();
+    await deploymentRow(1).waitFor();
+    await button("Cancel deployment").click();
+    await waitDeployment(1, "cancelled", 30_000);
+    check((await button("Cancel deployment").count()) === 0, "Cancel deployment is still offered");
+    await page.goto(`${BASE}/#/pipeline`);
+    await button("Resume pipeline").click();
+    await button("Pause pipeline").waitFor();
+  } finally {
+    await api(token, "POST", "/v1/deploy-pipeline/resume");
+  }
+  const pipeline = await api(token, "GET", "/v1/deploy-pipeline");
+  check(pipeline.body.paused === false, "the pipeline is still paused");
+});
+
 // 8. A suspended gcp account shows on the providers page; the other providers keep serving.
 if (FAULTS) {
   await step("gcp suspended: the providers page says so within 5 s; the other instances stay healthy", async () => {
