@@ -1,4 +1,4 @@
-import type { JSX } from "preact";
+import { Component, type ComponentChildren, type JSX } from "preact";
 import { useEffect, useState } from "preact/hooks";
 
 import type { TermsStatus } from "@bulkhead/client";
@@ -101,6 +101,7 @@ function Shell(): JSX.Element {
 
   useEffect(() => {
     setMenuOpen(false);
+    document.title = `${TITLES[top] ?? "Not found"} · Bulkhead`;
     document.getElementById("main")?.focus({ preventScroll: true });
   }, [route.join("/")]);
 
@@ -144,10 +145,43 @@ function Shell(): JSX.Element {
       </header>
       <StatusRegion />
       <main id="main" tabIndex={-1}>
-        <Page route={route} />
+        <Boundary key={route.join("/")}>
+          <Page route={route} />
+        </Boundary>
       </main>
     </>
   );
+}
+
+const TITLES: Record<string, string> = {
+  projects: "Projects",
+  invitations: "My invitations",
+  providers: "Providers",
+  routing: "Routing",
+  pipeline: "Deploy pipeline",
+  tokens: "API tokens",
+  audit: "Audit log",
+};
+
+/** A page that fails to render says so, instead of blanking the app. */
+class Boundary extends Component<{ children: ComponentChildren }, { error: string | undefined }> {
+  override state = { error: undefined as string | undefined };
+  override componentDidCatch(error: unknown): void {
+    this.setState({ error: error instanceof Error ? error.message : String(error) });
+  }
+  render(): ComponentChildren {
+    if (this.state.error !== undefined) {
+      return (
+        <div class="alert" role="alert">
+          <p>
+            <strong>This page failed:</strong> {this.state.error}
+          </p>
+          <p>Reload the page to try again.</p>
+        </div>
+      );
+    }
+    return this.props.children;
+  }
 }
 
 function Page({ route }: { route: string[] }): JSX.Element {
