@@ -76,6 +76,7 @@ error_codes! {
     Busy = "busy",
     ConfigurationMissing = "configuration_missing",
     Conflict = "conflict",
+    CsrfFailed = "csrf_failed",
     DeploymentFinished = "deployment_finished",
     DnsUnavailable = "dns_unavailable",
     DomainUnverified = "domain_unverified",

@@ -2,6 +2,7 @@
 //! 127.0.0.1:0 with a fresh database and talks HTTP to it; database tests run on SQLite and,
 //! when `BULKHEAD_TEST_POSTGRES_URL` is set, on PostgreSQL.
 
+mod node;
 mod support;
 
 mod audit;
@@ -13,6 +14,7 @@ mod clouds;
 mod contracts;
 mod conventions;
 mod coverage;
+mod dashboard;
 mod deploy_crashes;
 mod deployments;
 mod domains;

@@ -32,6 +32,24 @@ pub mod types {
             Default::default()
         }
     }
+    ///A session in cookie mode: the refresh token is in the `HttpOnly` cookie, not here.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct BrowserSession {
+        ///A JWT to send as `Authorization: Bearer`; keep it in memory only.
+        pub access_token: ::std::string::String,
+        /**The value to send as `X-CSRF-Token` to refresh or log out (also in the `bulkhead_csrf`
+cookie, for a page that was reloaded).*/
+        pub csrf_token: ::std::string::String,
+        ///Seconds until `access_token` expires: refresh before then.
+        pub expires_in: i64,
+        ///Always `Bearer`.
+        pub token_type: ::std::string::String,
+    }
+    impl BrowserSession {
+        pub fn builder() -> builder::BrowserSession {
+            Default::default()
+        }
+    }
     ///The control plane's replicas and leaders.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ClusterStatus {
@@ -1173,6 +1191,8 @@ enum, so that clients match on codes the compiler knows.
         ConfigurationMissing,
         #[serde(rename = "conflict")]
         Conflict,
+        #[serde(rename = "csrf_failed")]
+        CsrfFailed,
         #[serde(rename = "deployment_finished")]
         DeploymentFinished,
         #[serde(rename = "dns_unavailable")]
@@ -1306,6 +1326,7 @@ enum, so that clients match on codes the compiler knows.
                 Self::Busy => f.write_str("busy"),
                 Self::ConfigurationMissing => f.write_str("configuration_missing"),
                 Self::Conflict => f.write_str("conflict"),
+                Self::CsrfFailed => f.write_str("csrf_failed"),
                 Self::DeploymentFinished => f.write_str("deployment_finished"),
                 Self::DnsUnavailable => f.write_str("dns_unavailable"),
                 Self::DomainUnverified => f.write_str("domain_unverified"),
@@ -1386,6 +1407,7 @@ enum, so that clients match on codes the compiler knows.
                 "busy" => Ok(Self::Busy),
                 "configuration_missing" => Ok(Self::ConfigurationMissing),
                 "conflict" => Ok(Self::Conflict),
+                "csrf_failed" => Ok(Self::CsrfFailed),
                 "deployment_finished" => Ok(Self::DeploymentFinished),
                 "dns_unavailable" => Ok(Self::DnsUnavailable),
                 "domain_unverified" => Ok(Self::DomainUnverified),
@@ -5919,6 +5941,105 @@ API token expires no later than that token (and is revoked with it).*/
                     request_id: Ok(value.request_id),
                     resource_id: Ok(value.resource_id),
                     resource_type: Ok(value.resource_type),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct BrowserSession {
+            access_token: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            csrf_token: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            expires_in: ::std::result::Result<i64, ::std::string::String>,
+            token_type: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for BrowserSession {
+            fn default() -> Self {
+                Self {
+                    access_token: Err("no value supplied for access_token".to_string()),
+                    csrf_token: Err("no value supplied for csrf_token".to_string()),
+                    expires_in: Err("no value supplied for expires_in".to_string()),
+                    token_type: Err("no value supplied for token_type".to_string()),
+                }
+            }
+        }
+        impl BrowserSession {
+            pub fn access_token<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.access_token = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for access_token: {e}")
+                    });
+                self
+            }
+            pub fn csrf_token<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.csrf_token = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for csrf_token: {e}")
+                    });
+                self
+            }
+            pub fn expires_in<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.expires_in = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for expires_in: {e}")
+                    });
+                self
+            }
+            pub fn token_type<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.token_type = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for token_type: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<BrowserSession> for super::BrowserSession {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: BrowserSession,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    access_token: value.access_token?,
+                    csrf_token: value.csrf_token?,
+                    expires_in: value.expires_in?,
+                    token_type: value.token_type?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::BrowserSession> for BrowserSession {
+            fn from(value: super::BrowserSession) -> Self {
+                Self {
+                    access_token: Ok(value.access_token),
+                    csrf_token: Ok(value.csrf_token),
+                    expires_in: Ok(value.expires_in),
+                    token_type: Ok(value.token_type),
                 }
             }
         }
@@ -19741,6 +19862,54 @@ let response = client.session_refresh()
     pub fn session_refresh(&self) -> builder::SessionRefresh<'_> {
         builder::SessionRefresh::new(self)
     }
+    /**Log in with email and password in cookie mode (for a browser on this origin): sets the
+refresh token as an `HttpOnly; Secure; SameSite=Strict` cookie for `/v1/auth/session` and
+the CSRF token as the `bulkhead_csrf` cookie, and returns the access token. Attempts are
+limited as at `/v1/auth/login`
+
+Sends a `POST` request to `/v1/auth/session`
+
+```ignore
+let response = client.browser_session_login()
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn browser_session_login(&self) -> builder::BrowserSessionLogin<'_> {
+        builder::BrowserSessionLogin::new(self)
+    }
+    /**Log out: revoke the session of the refresh cookie and clear the cookies. Needs
+`X-CSRF-Token` when there is a session cookie
+
+Sends a `DELETE` request to `/v1/auth/session`
+
+Arguments:
+- `x_csrf_token`: The `csrf_token` of the session (the `bulkhead_csrf` cookie)
+```ignore
+let response = client.browser_session_logout()
+    .x_csrf_token(x_csrf_token)
+    .send()
+    .await;
+```*/
+    pub fn browser_session_logout(&self) -> builder::BrowserSessionLogout<'_> {
+        builder::BrowserSessionLogout::new(self)
+    }
+    /**Exchange the refresh cookie for a new access token (and a new refresh cookie: each works
+once, and reusing one revokes the whole session). Needs `X-CSRF-Token`
+
+Sends a `POST` request to `/v1/auth/session/refresh`
+
+Arguments:
+- `x_csrf_token`: The `csrf_token` of the session (the `bulkhead_csrf` cookie)
+```ignore
+let response = client.browser_session_refresh()
+    .x_csrf_token(x_csrf_token)
+    .send()
+    .await;
+```*/
+    pub fn browser_session_refresh(&self) -> builder::BrowserSessionRefresh<'_> {
+        builder::BrowserSessionRefresh::new(self)
+    }
     /**The deploy pipeline's controls, and the status of the reconciler of the server that
 answers: queue depth, operations in flight by provider, recent errors (administrators)
 
@@ -22041,6 +22210,408 @@ pub mod builder {
                     )
                 }
                 401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::browser_session_login`]
+
+[`Client::browser_session_login`]: super::Client::browser_session_login*/
+    #[derive(Debug, Clone)]
+    pub struct BrowserSessionLogin<'a> {
+        client: &'a super::Client,
+        body: Result<types::builder::LoginRequest, String>,
+    }
+    impl<'a> BrowserSessionLogin<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::LoginRequest>,
+            <V as std::convert::TryInto<types::LoginRequest>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `LoginRequest` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::LoginRequest,
+            ) -> types::builder::LoginRequest,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/v1/auth/session`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::BrowserSession>, Error<types::Problem>> {
+            let Self { client, body } = self;
+            let body = body
+                .and_then(|v| {
+                    types::LoginRequest::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!("{}/v1/auth/session", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "browser_session_login",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::browser_session_logout`]
+
+[`Client::browser_session_logout`]: super::Client::browser_session_logout*/
+    #[derive(Debug, Clone)]
+    pub struct BrowserSessionLogout<'a> {
+        client: &'a super::Client,
+        x_csrf_token: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> BrowserSessionLogout<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                x_csrf_token: Ok(None),
+            }
+        }
+        pub fn x_csrf_token<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.x_csrf_token = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for x_csrf_token failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `DELETE` request to `/v1/auth/session`
+        pub async fn send(self) -> Result<ResponseValue<()>, Error<types::Problem>> {
+            let Self { client, x_csrf_token } = self;
+            let x_csrf_token = x_csrf_token.map_err(Error::InvalidRequest)?;
+            let url = format!("{}/v1/auth/session", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = x_csrf_token {
+                header_map.append("X-CSRF-Token", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .delete(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "browser_session_logout",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                204u16 => Ok(ResponseValue::empty(response)),
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::browser_session_refresh`]
+
+[`Client::browser_session_refresh`]: super::Client::browser_session_refresh*/
+    #[derive(Debug, Clone)]
+    pub struct BrowserSessionRefresh<'a> {
+        client: &'a super::Client,
+        x_csrf_token: Result<::std::string::String, String>,
+    }
+    impl<'a> BrowserSessionRefresh<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                x_csrf_token: Err("x_csrf_token was not initialized".to_string()),
+            }
+        }
+        pub fn x_csrf_token<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.x_csrf_token = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for x_csrf_token failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/v1/auth/session/refresh`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::BrowserSession>, Error<types::Problem>> {
+            let Self { client, x_csrf_token } = self;
+            let x_csrf_token = x_csrf_token.map_err(Error::InvalidRequest)?;
+            let url = format!("{}/v1/auth/session/refresh", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            header_map.append("X-CSRF-Token", x_csrf_token.to_string().try_into()?);
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "browser_session_refresh",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

@@ -132,6 +132,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/auth/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Log in with email and password in cookie mode (for a browser on this origin): sets the
+         *     refresh token as an `HttpOnly; Secure; SameSite=Strict` cookie for `/v1/auth/session` and
+         *     the CSRF token as the `bulkhead_csrf` cookie, and returns the access token. Attempts are
+         *     limited as at `/v1/auth/login`.
+         */
+        post: operations["browser_session_login"];
+        /**
+         * Log out: revoke the session of the refresh cookie and clear the cookies. Needs
+         *     `X-CSRF-Token` when there is a session cookie.
+         */
+        delete: operations["browser_session_logout"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/session/refresh": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Exchange the refresh cookie for a new access token (and a new refresh cookie: each works
+         *     once, and reusing one revokes the whole session). Needs `X-CSRF-Token`.
+         */
+        post: operations["browser_session_refresh"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/deploy-pipeline": {
         parameters: {
             query?: never;
@@ -1244,6 +1290,23 @@ export interface components {
             request_id: string;
             details: unknown;
         };
+        /** @description A session in cookie mode: the refresh token is in the `HttpOnly` cookie, not here. */
+        BrowserSession: {
+            /** @description A JWT to send as `Authorization: Bearer`; keep it in memory only. */
+            access_token: string;
+            /** @description Always `Bearer`. */
+            token_type: string;
+            /**
+             * Format: int64
+             * @description Seconds until `access_token` expires: refresh before then.
+             */
+            expires_in: number;
+            /**
+             * @description The value to send as `X-CSRF-Token` to refresh or log out (also in the `bulkhead_csrf`
+             *     cookie, for a page that was reloaded).
+             */
+            csrf_token: string;
+        };
         /** @description The control plane's replicas and leaders. */
         ClusterStatus: {
             /** @description The replica that answered. */
@@ -1495,7 +1558,7 @@ export interface components {
          *     `snake_case`, and a unit test checks that this is the code.)
          * @enum {string}
          */
-        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
+        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
         /** @description An evacuation of a provider, and how far it got. */
         EvacuationView: {
             /** Format: uuid */
@@ -3153,7 +3216,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Request timed out */
@@ -3207,7 +3270,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Internal error */
@@ -3225,7 +3288,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -3363,7 +3426,326 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    browser_session_login: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LoginRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description `no-store` */
+                    "Cache-Control"?: string;
+                    /** @description `__Secure-bulkhead_refresh` (HttpOnly, Secure, SameSite=Strict, Path=/v1/auth/session) and `bulkhead_csrf` (Secure, SameSite=Strict, Path=/) */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BrowserSession"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Wrong email or password */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A cross-site request (`Sec-Fetch-Site`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many attempts from this address or for this account (see Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many password checks running (see Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    browser_session_logout: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `csrf_token` of the session (the `bulkhead_csrf` cookie) */
+                "X-CSRF-Token"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Session revoked and cookies cleared */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `X-CSRF-Token` missing or not the session's, or a cross-site request (`csrf_failed`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    browser_session_refresh: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The `csrf_token` of the session (the `bulkhead_csrf` cookie) */
+                "X-CSRF-Token": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description `no-store` */
+                    "Cache-Control"?: string;
+                    /** @description The rotated cookies */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BrowserSession"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No refresh cookie, or it is invalid, expired, revoked or reused (the cookies are cleared) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `X-CSRF-Token` missing or not the session's, or a cross-site request (`csrf_failed`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Request timed out */
@@ -10733,7 +11115,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description The provider is unavailable or rate limiting (see Retry-After) */
@@ -10742,7 +11124,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description The plugin did not answer in time */
@@ -10751,7 +11133,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Problem"];
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };

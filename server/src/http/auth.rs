@@ -72,7 +72,7 @@ async fn session_logout(
 
 /// The client's address (the unspecified address where none is known: a router served without
 /// connection info, as in unit tests).
-fn client_ip(client: Option<Extension<ClientAddr>>) -> std::net::IpAddr {
+pub(super) fn client_ip(client: Option<Extension<ClientAddr>>) -> std::net::IpAddr {
     client.map_or(
         std::net::Ipv4Addr::UNSPECIFIED.into(),
         |Extension(ClientAddr(ip))| ip,

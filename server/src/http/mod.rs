@@ -7,6 +7,7 @@
 mod audit;
 mod auth;
 pub mod client_addr;
+mod dashboard;
 mod deploy_pipeline;
 mod deployments;
 mod domains;
@@ -24,6 +25,7 @@ mod projects;
 mod providers;
 mod routing;
 mod services;
+mod session_cookie;
 pub mod sse;
 mod status;
 mod terms;
@@ -179,6 +181,9 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
         // Every response has a description (OpenAPI requires one): the status's reason phrase
         // where the operation gives none.
         for (status, response) in operation.responses.responses.iter_mut() {
+            if let RefOr::T(response) = response {
+                problem_content_type_fix(response);
+            }
             if let RefOr::T(response) = response
                 && response.description.is_empty()
             {
@@ -213,6 +218,20 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
                     )
                 });
         }
+    }
+}
+
+/// A problem is answered as `application/problem+json` (see `ApiError`'s response): a handler
+/// that documents a `Problem` body as plain JSON is corrected here, in one place.
+fn problem_content_type_fix(response: &mut utoipa::openapi::Response) {
+    let problem = RefOr::Ref(utoipa::openapi::Ref::from_schema_name("Problem"));
+    let is_problem = response.content.get("application/json").is_some_and(
+        |content| matches!(content, RefOr::T(content) if content.schema.as_ref() == Some(&problem)),
+    );
+    if is_problem && let Some(content) = response.content.shift_remove("application/json") {
+        response
+            .content
+            .insert("application/problem+json".to_owned(), content);
     }
 }
 
@@ -285,6 +304,7 @@ fn header_parameter_ensure(
 fn api_router() -> OpenApiRouter<App> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(auth::router())
+        .merge(session_cookie::router())
         .merge(users::router())
         .merge(tokens::router())
         .merge(projects::router())
@@ -411,7 +431,8 @@ pub fn router(app: App) -> Router {
             middleware::authenticate,
         ))
         .with_state(app)
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", doc));
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
+        .merge(dashboard::router());
 
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::list(
