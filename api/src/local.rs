@@ -25,6 +25,13 @@ pub async fn dev(DevArgs { mut serve }: DevArgs) -> anyhow::Result<()> {
     serve.data_dir.get_or_insert_with(|| "data/dev".into());
     let mut settings = Settings::resolve(serve)?;
     settings.bundled_plugins = crate::bundled_plugins();
+    // The administrator signs in to the dashboard with a password: on a first start without
+    // BULKHEAD_BOOTSTRAP_PASSWORD, a generated one, shown once below.
+    let generated_password = settings.bootstrap_password.is_none().then(|| {
+        let password = format!("bh-{}", uuid::Uuid::new_v4().simple());
+        settings.bootstrap_password = Some(password.clone().into());
+        password
+    });
     logging_init(settings.log_format == LogFormat::Json);
     let stop = shutdown_signal()?;
     std::fs::create_dir_all(&settings.data_dir)?;
@@ -33,7 +40,12 @@ pub async fn dev(DevArgs { mut serve }: DevArgs) -> anyhow::Result<()> {
     settings.dns_resolver.get_or_insert(platform.dns.dns_addr);
     let server = bulkhead::server::start(settings).await?;
     platform.providers_configure(&server.app).await?;
-    dev_guide(&server, &platform);
+    let sign_in = match (server.first_start, generated_password) {
+        (true, Some(password)) => format!("password {password} (shown only now)"),
+        (true, None) => "the password in BULKHEAD_BOOTSTRAP_PASSWORD".to_owned(),
+        (false, _) => "the password shown on the first start".to_owned(),
+    };
+    dev_guide(&server, &platform, &sign_in);
     stop.await;
     tracing::info!("shutting down the local platform");
     server.shutdown().await?;
@@ -46,12 +58,15 @@ pub async fn hello(HelloArgs { port, name }: HelloArgs) -> anyhow::Result<()> {
 }
 
 /// What `bulkhead dev` prints once everything runs: where things are, and how to try them.
-fn dev_guide(server: &bulkhead::server::RunningServer, platform: &DevPlatform) {
+fn dev_guide(server: &bulkhead::server::RunningServer, platform: &DevPlatform, sign_in: &str) {
     let hello = std::env::current_exe()
         .map(|exe| format!("{} hello", exe.display()))
         .unwrap_or_else(|_| "bulkhead hello".into());
     println!(
         r#"bulkhead listening on http://{addr}
+
+Open the dashboard: http://{addr}/
+  sign in as {admin} with {sign_in}
 
 A local platform is running:
   control plane   http://{addr}   (API reference: http://{addr}/docs/)
@@ -88,6 +103,7 @@ Give it a domain: publish the domain's challenge on the DNS server above, verify
 
 Stop with Ctrl-C (the agent's workloads are stopped too)."#,
         addr = server.addr,
+        admin = server.app.settings.admin_email,
         gcp = platform.gcp.url(),
         aws = platform.aws.url(),
         agent = platform.agent.url(),

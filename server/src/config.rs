@@ -185,6 +185,9 @@ pub struct Settings {
     pub provider_probe_interval: Duration,
     /// `BULKHEAD_BOOTSTRAP_TOKEN`: the first administrator's API token, if set.
     pub bootstrap_token: Option<SecretString>,
+    /// `BULKHEAD_BOOTSTRAP_PASSWORD`: the first administrator's password, if set (to sign in
+    /// to the dashboard); without it the administrator has none until one is given.
+    pub bootstrap_password: Option<SecretString>,
     /// Login rate limits and the password-hashing cap.
     pub login_limits: LoginLimits,
     /// `BULKHEAD_SECRET_KEY`: the master key of secrets at rest (base64), if set.
@@ -255,6 +258,10 @@ impl Settings {
             .ok()
             .filter(|token| !token.is_empty())
             .map(SecretString::from);
+        let bootstrap_password = std::env::var("BULKHEAD_BOOTSTRAP_PASSWORD")
+            .ok()
+            .filter(|password| !password.is_empty())
+            .map(SecretString::from);
         let tls = ServerTls::from_flags(
             args.tls_cert.or(file.tls_cert),
             args.tls_key.or(file.tls_key),
@@ -311,6 +318,7 @@ impl Settings {
                     .max(100),
             ),
             bootstrap_token,
+            bootstrap_password,
             secret_key: std::env::var("BULKHEAD_SECRET_KEY")
                 .ok()
                 .filter(|key| !key.is_empty())

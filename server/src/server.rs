@@ -32,6 +32,8 @@ pub struct RunningServer {
     task: JoinHandle<anyhow::Result<()>>,
     /// Renews the leases; hands them over when the server stops.
     leases: JoinHandle<()>,
+    /// Whether this start created the first administrator (the database had no users).
+    pub first_start: bool,
 }
 
 impl RunningServer {
@@ -126,7 +128,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         challenges: Arc::new(ChallengeResolver::new(settings.dns_resolver)?),
         settings: Arc::new(settings),
     };
-    match app.bootstrap().await? {
+    let bootstrap = app.bootstrap().await?;
+    let first_start = !matches!(bootstrap, Bootstrap::AlreadyDone);
+    match bootstrap {
         Bootstrap::AlreadyDone => {}
         Bootstrap::CreatedWithGivenToken => {
             tracing::info!(email = %app.settings.admin_email, "created the administrator with BULKHEAD_BOOTSTRAP_TOKEN");
@@ -219,5 +223,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         shutdown,
         task,
         leases,
+        first_start,
     })
 }

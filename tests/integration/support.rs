@@ -174,6 +174,7 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         log_format: LogFormat::Text,
         provider_probe_interval: Duration::from_millis(500),
         bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
+        bootstrap_password: None,
         // The suite logs in often from one address; the limits have tests of their own.
         login_limits: LoginLimits {
             per_ip_per_minute: 100_000,

@@ -1,4 +1,5 @@
-//! First start: on a database without users, create the administrator and its API token.
+//! First start: on a database without users, create the administrator, its API token and,
+//! when one is given, its password.
 
 use chrono::Utc;
 use sea_orm::{ActiveModelTrait, EntityTrait, PaginatorTrait, Set};
@@ -6,7 +7,7 @@ use secrecy::ExposeSecret;
 use uuid::Uuid;
 
 use super::App;
-use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash};
+use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash, password_hash};
 use crate::authz::Scope;
 use crate::entity::{api_token, user};
 
@@ -23,6 +24,21 @@ pub enum Bootstrap {
 impl App {
     /// Creates the first administrator if there are no users yet.
     pub async fn bootstrap(&self) -> anyhow::Result<Bootstrap> {
+        // Hashed before the transaction (a hash takes tens of milliseconds), checked as any
+        // password is.
+        let password_hash = match &self.settings.bootstrap_password {
+            Some(given)
+                if given.expose_secret().chars().count() < 12
+                    || given.expose_secret().len() > 1024 =>
+            {
+                anyhow::bail!("BULKHEAD_BOOTSTRAP_PASSWORD must be 12 to 1024 characters")
+            }
+            Some(given) => {
+                let given = given.expose_secret().to_owned();
+                Some(tokio::task::spawn_blocking(move || password_hash(&given)).await??)
+            }
+            None => None,
+        };
         let txn = crate::db::begin_write(&self.db).await?;
         if user::Entity::find().count(&txn).await? > 0 {
             return Ok(Bootstrap::AlreadyDone);
@@ -50,7 +66,7 @@ impl App {
             id: Set(Uuid::now_v7()),
             email: Set(self.settings.admin_email.to_lowercase()),
             name: Set("Administrator".into()),
-            password_hash: Set(None),
+            password_hash: Set(password_hash),
             is_admin: Set(true),
             disabled: Set(false),
             revision: Set(1),
