@@ -43,6 +43,11 @@ pub struct Scheduled {
     in_flight: bool,
     /// Its provider's checks stand for the control plane's until then.
     covered_until: Option<Instant>,
+    /// Whether its provider has reported it healthy since it was first scheduled. Until then,
+    /// a `pending` report of a running instance only says that the provider's checks of it
+    /// have not caught up with the control plane's (which found it healthy): it stands for
+    /// nothing.
+    reported_healthy: bool,
 }
 
 /// What a result means for the instance.
@@ -116,6 +121,7 @@ impl HealthSchedule {
                             next,
                             in_flight: false,
                             covered_until: None,
+                            reported_healthy: false,
                         },
                     );
                 }
@@ -210,6 +216,16 @@ impl HealthSchedule {
             entry.covered_until = None;
             return None;
         }
+        if health == WorkloadHealth::Pending
+            && entry.row.state == states::RUNNING
+            && !entry.reported_healthy
+        {
+            // The control plane's own checks found this process healthy before the provider's
+            // passed: those stand (and go on) until the provider's agree. A process restarted
+            // after the provider saw it healthy is pending again, and leaves the routes below.
+            return None;
+        }
+        entry.reported_healthy |= health == WorkloadHealth::Healthy;
         entry.covered_until = Some(now + REPORT_COVERS);
         // The streak the report stands for: the provider applied the thresholds.
         let healthy_threshold = entry.spec.healthy_threshold as i32;
@@ -391,6 +407,47 @@ mod tests {
             schedule.record(id, true, now, Utc::now()).unwrap().1,
             Verdict::Flip(states::HEALTH_HEALTHY)
         );
+    }
+
+    #[test]
+    fn a_pending_report_does_not_undo_what_the_control_planes_checks_found_first() {
+        let mut schedule = HealthSchedule::default();
+        let now = Instant::now();
+        let mut starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        starting.instance_key = "web-1".into();
+        let id = starting.id;
+        schedule.sync([(starting, spec(500))], true, now);
+        let wall = Utc::now();
+        // No report yet: the control plane checks it, and it passes.
+        assert_eq!(schedule.take_due(now, 10).len(), 1);
+        let (_, verdict) = schedule.record(id, true, now, wall).unwrap();
+        assert_eq!(verdict, Verdict::FirstHealthy);
+        schedule.row_update(id, states::RUNNING, states::HEALTH_HEALTHY);
+
+        // The agent has not checked the new process enough yet: it reports `pending`, which
+        // neither takes it out of the routes nor stops the control plane's checks.
+        for second in 0..3 {
+            let at = now + Duration::from_millis(300 * second);
+            assert!(
+                schedule
+                    .report("web-1", WorkloadHealth::Pending, at, wall)
+                    .is_none()
+            );
+        }
+        let later = now + Duration::from_millis(500);
+        assert_eq!(schedule.take_due(later, 10).len(), 1, "still checked here");
+        let (_, verdict) = schedule.record(id, true, later, wall).unwrap();
+        assert_eq!(verdict, Verdict::Same);
+
+        // Once the agent agrees, its reports stand; a pending one then means a new process.
+        let (_, verdict) = schedule
+            .report("web-1", WorkloadHealth::Healthy, later, wall)
+            .unwrap();
+        assert_eq!(verdict, Verdict::Same);
+        let (_, verdict) = schedule
+            .report("web-1", WorkloadHealth::Pending, later, wall)
+            .unwrap();
+        assert_eq!(verdict, Verdict::Flip(states::HEALTH_UNHEALTHY));
     }
 
     #[test]
