@@ -1001,6 +1001,9 @@ async fn a_projects_deploy_waits_one_turn_behind_another_projects_backlog() {
 async fn pause_stops_new_work_and_resume_drains_at_the_set_rate() {
     let (s, platform, _dir) = backpressure_server(8).await;
     let (owner, services) = services_on_aws(&s, 12).await;
+    let untouched = s.get("/v1/deploy-pipeline", ADMIN_TOKEN).await;
+    assert_eq!(untouched.assert_status(200)["paused"], false);
+    assert!(untouched.body["updated_at"].is_null(), "{}", untouched.text);
     let paused = s
         .post(
             "/v1/deploy-pipeline/pause",
@@ -1009,6 +1012,9 @@ async fn pause_stops_new_work_and_resume_drains_at_the_set_rate() {
         )
         .await;
     assert_eq!(paused.assert_status(200)["paused"], true);
+    let changed: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(paused.body["updated_at"].clone()).unwrap();
+    assert!(chrono::Utc::now() - changed < chrono::TimeDelta::seconds(60));
     s.patch(
         "/v1/deploy-pipeline",
         ADMIN_TOKEN,

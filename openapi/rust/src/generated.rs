@@ -289,7 +289,9 @@ the concurrency and the per-provider rates.*/
         pub reason: ::std::string::String,
         ///The reconciler of the server that answered.
         pub reconciler: ReconcilerStatus,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///When an operator last changed the controls; absent until one has.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub updated_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
     }
     impl DeployPipelineView {
         pub fn builder() -> builder::DeployPipelineView {
@@ -6312,7 +6314,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
             >,
         }
@@ -6323,7 +6325,7 @@ API token expires no later than that token (and is revoked with it).*/
                     paused: Err("no value supplied for paused".to_string()),
                     reason: Err("no value supplied for reason".to_string()),
                     reconciler: Err("no value supplied for reconciler".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    updated_at: Ok(Default::default()),
                 }
             }
         }
@@ -6378,7 +6380,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn updated_at<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
                 T::Error: ::std::fmt::Display,
             {
                 self.updated_at = value

@@ -1350,8 +1350,11 @@ export interface components {
              *     the concurrency and the per-provider rates.
              */
             drain_rate: number;
-            /** Format: date-time */
-            updated_at: string;
+            /**
+             * Format: date-time
+             * @description When an operator last changed the controls; absent until one has.
+             */
+            updated_at?: string | null;
             /** @description The reconciler of the server that answered. */
             reconciler: components["schemas"]["ReconcilerStatus"];
         };

@@ -30,7 +30,8 @@ pub struct DeployPipelineView {
     /// Provider operations started a second at most, across providers; 0: no limit beyond
     /// the concurrency and the per-provider rates.
     pub drain_rate: f64,
-    pub updated_at: DateTime<Utc>,
+    /// When an operator last changed the controls; absent until one has.
+    pub updated_at: Option<DateTime<Utc>>,
     /// The reconciler of the server that answered.
     pub reconciler: ReconcilerStatus,
 }
@@ -78,12 +79,16 @@ impl App {
         principal: &Principal,
     ) -> ApiResult<DeployPipelineView> {
         principal.require_admin()?;
-        let control = self.deploy_control().await?;
+        let stored = deploy_control::Entity::find_by_id(CONTROL_ID)
+            .one(&self.db)
+            .await?;
+        let updated_at = stored.as_ref().map(|control| control.updated_at);
+        let control = stored.unwrap_or_else(control_default);
         Ok(DeployPipelineView {
             paused: control.paused,
             reason: control.reason,
             drain_rate: control.drain_rate,
-            updated_at: control.updated_at,
+            updated_at,
             reconciler: self.reconciler.status(),
         })
     }
