@@ -102,7 +102,7 @@ impl Row for types::PageDeploymentViewItemsItem {
         vec![
             self.id.to_string(),
             self.number.to_string(),
-            self.state.clone(),
+            self.state.to_string(),
             self.reason.clone(),
             self.created_at.to_rfc3339(),
             optional(self.finished_at.map(|at| at.to_rfc3339())),
@@ -261,7 +261,7 @@ fn outcome(format: OutputFormat, ended: &types::DeploymentView) -> anyhow::Resul
             }
         )),
     }
-    if ended.state == "healthy" {
+    if ended.state == types::DeploymentState::Healthy {
         Ok(())
     } else {
         fail(

@@ -33,7 +33,12 @@ macro_rules! deployment_call {
 pub(super) use deployment_call;
 
 /// States of a deployment that has finished.
-const FINISHED: [&str; 4] = ["healthy", "failed", "cancelled", "superseded"];
+const FINISHED: [types::DeploymentState; 4] = [
+    types::DeploymentState::Healthy,
+    types::DeploymentState::Failed,
+    types::DeploymentState::Cancelled,
+    types::DeploymentState::Superseded,
+];
 
 /// Reconnections in a row that may fail before following gives up.
 const RECONNECTS: u32 = 10;
@@ -58,7 +63,7 @@ pub async fn deployment_follow(
             // The server ends the stream once the deployment has finished, or when it stops.
             Ok(()) => {
                 let now = deployment_view(connection, project, service, deployment).await?;
-                if FINISHED.contains(&now.state.as_str()) {
+                if FINISHED.contains(&now.state) {
                     return Ok(now);
                 }
             }

@@ -96,7 +96,7 @@ impl Row for types::PageProviderViewItemsItem {
     fn row(&self) -> Vec<String> {
         vec![
             self.name.clone(),
-            self.state.clone(),
+            self.state.to_string(),
             optional(self.health.as_ref()),
             optional(
                 self.plugin

@@ -139,6 +139,27 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         .await
         .unwrap();
     assert_ne!(renewed.refresh_token, session.refresh_token);
+    // The cookie mode is the browser's: this client keeps no cookie, so a refresh is refused
+    // (no session cookie) and a logout has nothing to end (tested with cookies in `dashboard`).
+    let browser = anonymous
+        .browser_session_login()
+        .body_map(|b| b.email("alice@example.com").password(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(browser.csrf_token.len(), 40);
+    let (status, problem) = refused(
+        anonymous
+            .browser_session_refresh()
+            .x_csrf_token(browser.csrf_token.clone())
+            .send()
+            .await,
+    );
+    assert_eq!(
+        (status, problem.code),
+        (401, types::ErrorCode::Unauthenticated)
+    );
+    anonymous.browser_session_logout().send().await.unwrap();
     let alice_client = reached.client(&s, &renewed.access_token);
     let me = alice_client.me_view().send().await.unwrap();
     assert_eq!(me.id, alice.id);
@@ -413,7 +434,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         providers
             .items
             .iter()
-            .any(|p| p.name == "metal" && p.state == "healthy")
+            .any(|p| p.name == "metal" && p.state == types::ProviderState::Healthy)
     );
     // A reader sees name, state and health only: the administrators' fields are absent, and
     // the document says they may be.
@@ -421,7 +442,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
     assert!(
         seen.items
             .iter()
-            .any(|p| p.name == "metal" && p.state == "healthy")
+            .any(|p| p.name == "metal" && p.state == types::ProviderState::Healthy)
     );
     assert!(
         seen.items.iter().all(|p| p.health_reason.is_none()),
@@ -445,7 +466,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .await
             .unwrap()
             .status,
-        "healthy"
+        types::ProviderHealth::Healthy
     );
     let events = admin
         .provider_event_list()
@@ -619,10 +640,14 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .await
             .unwrap();
         assert!(
-            !["failed", "cancelled"].contains(&now.state.as_str()),
+            ![
+                types::DeploymentState::Failed,
+                types::DeploymentState::Cancelled
+            ]
+            .contains(&now.state),
             "{now:?}"
         );
-        now.state == "healthy"
+        now.state == types::DeploymentState::Healthy
     })
     .await;
     let events = alice_client
@@ -700,7 +725,12 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         .await
         .unwrap();
     assert!(
-        ["cancelled", "healthy", "superseded"].contains(&cancelled.state.as_str()),
+        [
+            types::DeploymentState::Cancelled,
+            types::DeploymentState::Healthy,
+            types::DeploymentState::Superseded
+        ]
+        .contains(&cancelled.state),
         "{cancelled:?}"
     );
     let domain = alice_client

@@ -252,7 +252,9 @@ impl Fleet {
             .items;
         Ok(instances
             .into_iter()
-            .filter(|i| i.deployment_id == deployment && i.state == "running")
+            .filter(|i| {
+                i.deployment_id == deployment && i.state == types::DeployedInstanceState::Running
+            })
             .map(|i| i.provider)
             .collect())
     }
@@ -266,7 +268,7 @@ impl Fleet {
             .send()
             .await?
             .state
-            .clone())
+            .to_string())
     }
 
     /// Waits until a provider is in `state`: how long it took.

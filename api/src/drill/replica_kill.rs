@@ -249,7 +249,13 @@ impl Drill<'_> {
                 .into_inner()
                 .items
                 .into_iter()
-                .filter(|i| i.state != "removed" && i.state != "failed")
+                .filter(|i| {
+                    !matches!(
+                        i.state,
+                        types::DeployedInstanceState::Removed
+                            | types::DeployedInstanceState::Failed
+                    )
+                })
                 .map(|i| i.instance_key)
                 .collect();
             if at_provider.len() != 1 || recorded.len() != 1 || *at_provider[0] != recorded[0] {

@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use bulkhead_client::Client;
+use bulkhead_client::types::DeploymentState;
 use uuid::Uuid;
 
 /// Polls `check` every 100 ms until it answers `Some`, for at most `limit`: the answer and
@@ -44,9 +45,9 @@ pub async fn deployment_healthy(
             .send()
             .await?
             .into_inner();
-        match now.state.as_str() {
-            "healthy" => Ok(Some(())),
-            "failed" | "cancelled" | "superseded" => {
+        match now.state {
+            DeploymentState::Healthy => Ok(Some(())),
+            DeploymentState::Failed | DeploymentState::Cancelled | DeploymentState::Superseded => {
                 anyhow::bail!(
                     "deployment {deployment} ended {}: {}",
                     now.state,

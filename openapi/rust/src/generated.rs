@@ -298,6 +298,144 @@ the concurrency and the per-provider rates.*/
             Default::default()
         }
     }
+    ///The health of an instance of a deployment, from the checks of its workload.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum DeployedInstanceHealth {
+        #[serde(rename = "unknown")]
+        Unknown,
+        #[serde(rename = "healthy")]
+        Healthy,
+        #[serde(rename = "unhealthy")]
+        Unhealthy,
+    }
+    impl ::std::fmt::Display for DeployedInstanceHealth {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Unknown => f.write_str("unknown"),
+                Self::Healthy => f.write_str("healthy"),
+                Self::Unhealthy => f.write_str("unhealthy"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for DeployedInstanceHealth {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "unknown" => Ok(Self::Unknown),
+                "healthy" => Ok(Self::Healthy),
+                "unhealthy" => Ok(Self::Unhealthy),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DeployedInstanceHealth {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DeployedInstanceHealth {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///The state of an instance of a deployment.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum DeployedInstanceState {
+        #[serde(rename = "pending")]
+        Pending,
+        #[serde(rename = "provisioning")]
+        Provisioning,
+        #[serde(rename = "starting")]
+        Starting,
+        #[serde(rename = "running")]
+        Running,
+        #[serde(rename = "draining")]
+        Draining,
+        #[serde(rename = "removing")]
+        Removing,
+        #[serde(rename = "removed")]
+        Removed,
+        #[serde(rename = "failed")]
+        Failed,
+    }
+    impl ::std::fmt::Display for DeployedInstanceState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Pending => f.write_str("pending"),
+                Self::Provisioning => f.write_str("provisioning"),
+                Self::Starting => f.write_str("starting"),
+                Self::Running => f.write_str("running"),
+                Self::Draining => f.write_str("draining"),
+                Self::Removing => f.write_str("removing"),
+                Self::Removed => f.write_str("removed"),
+                Self::Failed => f.write_str("failed"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for DeployedInstanceState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "pending" => Ok(Self::Pending),
+                "provisioning" => Ok(Self::Provisioning),
+                "starting" => Ok(Self::Starting),
+                "running" => Ok(Self::Running),
+                "draining" => Ok(Self::Draining),
+                "removing" => Ok(Self::Removing),
+                "removed" => Ok(Self::Removed),
+                "failed" => Ok(Self::Failed),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DeployedInstanceState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DeployedInstanceState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///An instance of a deployment.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct DeployedInstanceView {
@@ -307,7 +445,7 @@ the concurrency and the per-provider rates.*/
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub deployment_id: ::uuid::Uuid,
         ///`unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload.
-        pub health: ::std::string::String,
+        pub health: DeployedInstanceHealth,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub health_checked_at: ::std::option::Option<
             ::chrono::DateTime<::chrono::offset::Utc>,
@@ -320,7 +458,7 @@ the concurrency and the per-provider rates.*/
         pub replaces: ::std::option::Option<::std::string::String>,
         /**`pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
 `failed`.*/
-        pub state: ::std::string::String,
+        pub state: DeployedInstanceState,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
     }
     impl DeployedInstanceView {
@@ -520,6 +658,81 @@ the concurrency and the per-provider rates.*/
                 })
         }
     }
+    ///A deployment's state: in progress (`queued`, `placing`, `rolling_out`) or finished.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum DeploymentState {
+        #[serde(rename = "queued")]
+        Queued,
+        #[serde(rename = "placing")]
+        Placing,
+        #[serde(rename = "rolling_out")]
+        RollingOut,
+        #[serde(rename = "healthy")]
+        Healthy,
+        #[serde(rename = "failed")]
+        Failed,
+        #[serde(rename = "cancelled")]
+        Cancelled,
+        #[serde(rename = "superseded")]
+        Superseded,
+    }
+    impl ::std::fmt::Display for DeploymentState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Queued => f.write_str("queued"),
+                Self::Placing => f.write_str("placing"),
+                Self::RollingOut => f.write_str("rolling_out"),
+                Self::Healthy => f.write_str("healthy"),
+                Self::Failed => f.write_str("failed"),
+                Self::Cancelled => f.write_str("cancelled"),
+                Self::Superseded => f.write_str("superseded"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for DeploymentState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "queued" => Ok(Self::Queued),
+                "placing" => Ok(Self::Placing),
+                "rolling_out" => Ok(Self::RollingOut),
+                "healthy" => Ok(Self::Healthy),
+                "failed" => Ok(Self::Failed),
+                "cancelled" => Ok(Self::Cancelled),
+                "superseded" => Ok(Self::Superseded),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DeploymentState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DeploymentState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///A deployment.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct DeploymentView {
@@ -547,7 +760,7 @@ the concurrency and the per-provider rates.*/
         ///The spec deployed (secret values withheld).
         pub spec: ServiceSpecView,
         ///`queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`.
-        pub state: ::std::string::String,
+        pub state: DeploymentState,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
     }
     impl DeploymentView {
@@ -1548,6 +1761,65 @@ enum, so that clients match on codes the compiler knows.
                 })
         }
     }
+    ///The state of an evacuation.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum EvacuationState {
+        #[serde(rename = "running")]
+        Running,
+        #[serde(rename = "done")]
+        Done,
+        #[serde(rename = "cancelled")]
+        Cancelled,
+    }
+    impl ::std::fmt::Display for EvacuationState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Running => f.write_str("running"),
+                Self::Done => f.write_str("done"),
+                Self::Cancelled => f.write_str("cancelled"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for EvacuationState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "running" => Ok(Self::Running),
+                "done" => Ok(Self::Done),
+                "cancelled" => Ok(Self::Cancelled),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for EvacuationState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for EvacuationState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///An evacuation of a provider, and how far it got.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct EvacuationView {
@@ -1561,7 +1833,7 @@ enum, so that clients match on codes the compiler knows.
         pub moved: i32,
         pub provider: ::std::string::String,
         ///`running`, `done` or `cancelled`.
-        pub state: ::std::string::String,
+        pub state: EvacuationState,
         ///Instances to move.
         pub total: i32,
         ///Keys of old instances that could not be removed at the provider yet.
@@ -2305,7 +2577,7 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub deployment_id: ::uuid::Uuid,
         ///`unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload.
-        pub health: ::std::string::String,
+        pub health: DeployedInstanceHealth,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub health_checked_at: ::std::option::Option<
             ::chrono::DateTime<::chrono::offset::Utc>,
@@ -2318,7 +2590,7 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
         pub replaces: ::std::option::Option<::std::string::String>,
         /**`pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
 `failed`.*/
-        pub state: ::std::string::String,
+        pub state: DeployedInstanceState,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
     }
     impl PageDeployedInstanceViewItemsItem {
@@ -2366,7 +2638,7 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
         ///The spec deployed (secret values withheld).
         pub spec: ServiceSpecView,
         ///`queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`.
-        pub state: ::std::string::String,
+        pub state: DeploymentState,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
     }
     impl PageDeploymentViewItemsItem {
@@ -2762,7 +3034,7 @@ history (absent when there is none).*/
         pub serving: ::std::option::Option<bool>,
         /**`healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
 calls), or the operator's `drained` or `disabled`.*/
-        pub state: ::std::string::String,
+        pub state: ProviderState,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub updated_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
     }
@@ -3848,7 +4120,7 @@ plugin's regions.*/
         pub error: ::std::option::Option<::std::string::String>,
         pub message: ::std::string::String,
         ///`healthy`, `degraded` or `unavailable` (also when the call failed).
-        pub status: ::std::string::String,
+        pub status: ProviderHealth,
     }
     impl ProviderProbeView {
         pub fn builder() -> builder::ProviderProbeView {
@@ -3911,6 +4183,78 @@ plugin's regions.*/
                 .map_err(|e: self::error::ConversionError| {
                     <D::Error as ::serde::de::Error>::custom(e.to_string())
                 })
+        }
+    }
+    /**A provider's state: its health, or why it takes no new work (`no_plugin`, or the
+operator's `drained` or `disabled`).*/
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum ProviderState {
+        #[serde(rename = "healthy")]
+        Healthy,
+        #[serde(rename = "degraded")]
+        Degraded,
+        #[serde(rename = "unavailable")]
+        Unavailable,
+        #[serde(rename = "no_plugin")]
+        NoPlugin,
+        #[serde(rename = "drained")]
+        Drained,
+        #[serde(rename = "disabled")]
+        Disabled,
+    }
+    impl ::std::fmt::Display for ProviderState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Healthy => f.write_str("healthy"),
+                Self::Degraded => f.write_str("degraded"),
+                Self::Unavailable => f.write_str("unavailable"),
+                Self::NoPlugin => f.write_str("no_plugin"),
+                Self::Drained => f.write_str("drained"),
+                Self::Disabled => f.write_str("disabled"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for ProviderState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "healthy" => Ok(Self::Healthy),
+                "degraded" => Ok(Self::Degraded),
+                "unavailable" => Ok(Self::Unavailable),
+                "no_plugin" => Ok(Self::NoPlugin),
+                "drained" => Ok(Self::Drained),
+                "disabled" => Ok(Self::Disabled),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ProviderState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ProviderState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
         }
     }
     ///Changes to a provider; absent fields are kept.
@@ -4009,7 +4353,7 @@ history (absent when there is none).*/
         pub serving: ::std::option::Option<bool>,
         /**`healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
 calls), or the operator's `drained` or `disabled`.*/
-        pub state: ::std::string::String,
+        pub state: ProviderState,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub updated_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
     }
@@ -6429,7 +6773,10 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             deployment_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            health: ::std::result::Result<::std::string::String, ::std::string::String>,
+            health: ::std::result::Result<
+                super::DeployedInstanceHealth,
+                ::std::string::String,
+            >,
             health_checked_at: ::std::result::Result<
                 ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
@@ -6447,7 +6794,10 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<
+                super::DeployedInstanceState,
+                ::std::string::String,
+            >,
             updated_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
                 ::std::string::String,
@@ -6511,7 +6861,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn health<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DeployedInstanceHealth>,
                 T::Error: ::std::fmt::Display,
             {
                 self.health = value
@@ -6587,7 +6937,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DeployedInstanceState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -6786,7 +7136,7 @@ API token expires no later than that token (and is revoked with it).*/
             >,
             service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             spec: ::std::result::Result<super::ServiceSpecView, ::std::string::String>,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<super::DeploymentState, ::std::string::String>,
             updated_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
                 ::std::string::String,
@@ -6950,7 +7300,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DeploymentState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -7885,7 +8235,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
                 ::std::string::String,
             >,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<super::EvacuationState, ::std::string::String>,
             total: ::std::result::Result<i32, ::std::string::String>,
             unremoved: ::std::result::Result<
                 ::std::vec::Vec<::std::string::String>,
@@ -7974,7 +8324,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::EvacuationState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -9574,7 +9924,10 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             deployment_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            health: ::std::result::Result<::std::string::String, ::std::string::String>,
+            health: ::std::result::Result<
+                super::DeployedInstanceHealth,
+                ::std::string::String,
+            >,
             health_checked_at: ::std::result::Result<
                 ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
@@ -9592,7 +9945,10 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<
+                super::DeployedInstanceState,
+                ::std::string::String,
+            >,
             updated_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
                 ::std::string::String,
@@ -9656,7 +10012,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn health<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DeployedInstanceHealth>,
                 T::Error: ::std::fmt::Display,
             {
                 self.health = value
@@ -9732,7 +10088,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DeployedInstanceState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -9888,7 +10244,7 @@ API token expires no later than that token (and is revoked with it).*/
             >,
             service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             spec: ::std::result::Result<super::ServiceSpecView, ::std::string::String>,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<super::DeploymentState, ::std::string::String>,
             updated_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
                 ::std::string::String,
@@ -10052,7 +10408,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DeploymentState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -12309,7 +12665,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<bool>,
                 ::std::string::String,
             >,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<super::ProviderState, ::std::string::String>,
             updated_at: ::std::result::Result<
                 ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
@@ -12568,7 +12924,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ProviderState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -15635,7 +15991,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             message: ::std::result::Result<::std::string::String, ::std::string::String>,
-            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<super::ProviderHealth, ::std::string::String>,
         }
         impl ::std::default::Default for ProviderProbeView {
             fn default() -> Self {
@@ -15699,7 +16055,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn status<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ProviderHealth>,
                 T::Error: ::std::fmt::Display,
             {
                 self.status = value
@@ -15971,7 +16327,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<bool>,
                 ::std::string::String,
             >,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<super::ProviderState, ::std::string::String>,
             updated_at: ::std::result::Result<
                 ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
@@ -16230,7 +16586,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ProviderState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value

@@ -1358,6 +1358,16 @@ export interface components {
             /** @description The reconciler of the server that answered. */
             reconciler: components["schemas"]["ReconcilerStatus"];
         };
+        /**
+         * @description The health of an instance of a deployment, from the checks of its workload.
+         * @enum {string}
+         */
+        DeployedInstanceHealth: "unknown" | "healthy" | "unhealthy";
+        /**
+         * @description The state of an instance of a deployment.
+         * @enum {string}
+         */
+        DeployedInstanceState: "pending" | "provisioning" | "starting" | "running" | "draining" | "removing" | "removed" | "failed";
         /** @description An instance of a deployment. */
         DeployedInstanceView: {
             instance_key: string;
@@ -1371,9 +1381,9 @@ export interface components {
              * @description `pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
              *     `failed`.
              */
-            state: string;
+            state: components["schemas"]["DeployedInstanceState"];
             /** @description `unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload. */
-            health: string;
+            health: components["schemas"]["DeployedInstanceHealth"];
             /** Format: date-time */
             health_checked_at?: string | null;
             /** @description The key of the instance this one took over from (failover, evacuation). */
@@ -1400,6 +1410,11 @@ export interface components {
             /** Format: date-time */
             created_at: string;
         };
+        /**
+         * @description A deployment's state: in progress (`queued`, `placing`, `rolling_out`) or finished.
+         * @enum {string}
+         */
+        DeploymentState: "queued" | "placing" | "rolling_out" | "healthy" | "failed" | "cancelled" | "superseded";
         /** @description A deployment. */
         DeploymentView: {
             /** Format: uuid */
@@ -1414,7 +1429,7 @@ export interface components {
              */
             number: number;
             /** @description `queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`. */
-            state: string;
+            state: components["schemas"]["DeploymentState"];
             /** @description Why it is in its state, when that needs saying. */
             reason: string;
             /** @description The spec deployed (secret values withheld). */
@@ -1562,13 +1577,18 @@ export interface components {
          * @enum {string}
          */
         ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
+        /**
+         * @description The state of an evacuation.
+         * @enum {string}
+         */
+        EvacuationState: "running" | "done" | "cancelled";
         /** @description An evacuation of a provider, and how far it got. */
         EvacuationView: {
             /** Format: uuid */
             id: string;
             provider: string;
             /** @description `running`, `done` or `cancelled`. */
-            state: string;
+            state: components["schemas"]["EvacuationState"];
             /**
              * Format: int32
              * @description Instances to move.
@@ -1787,9 +1807,9 @@ export interface components {
                  * @description `pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
                  *     `failed`.
                  */
-                state: string;
+                state: components["schemas"]["DeployedInstanceState"];
                 /** @description `unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload. */
-                health: string;
+                health: components["schemas"]["DeployedInstanceHealth"];
                 /** Format: date-time */
                 health_checked_at?: string | null;
                 /** @description The key of the instance this one took over from (failover, evacuation). */
@@ -1817,7 +1837,7 @@ export interface components {
                  */
                 number: number;
                 /** @description `queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`. */
-                state: string;
+                state: components["schemas"]["DeploymentState"];
                 /** @description Why it is in its state, when that needs saying. */
                 reason: string;
                 /** @description The spec deployed (secret values withheld). */
@@ -2089,7 +2109,7 @@ export interface components {
                  * @description `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
                  *     calls), or the operator's `drained` or `disabled`.
                  */
-                state: string;
+                state: components["schemas"]["ProviderState"];
                 health?: components["schemas"]["ProviderHealth"] | null;
             }[];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
@@ -2450,7 +2470,7 @@ export interface components {
         /** @description The answer of a health probe of the active plugin. */
         ProviderProbeView: {
             /** @description `healthy`, `degraded` or `unavailable` (also when the call failed). */
-            status: string;
+            status: components["schemas"]["ProviderHealth"];
             message: string;
             /** @description Why the call failed, when it did. */
             error?: string | null;
@@ -2459,6 +2479,12 @@ export interface components {
             /** Format: double */
             duration_ms: number;
         };
+        /**
+         * @description A provider's state: its health, or why it takes no new work (`no_plugin`, or the
+         *     operator's `drained` or `disabled`).
+         * @enum {string}
+         */
+        ProviderState: "healthy" | "degraded" | "unavailable" | "no_plugin" | "drained" | "disabled";
         /** @description Changes to a provider; absent fields are kept. */
         ProviderUpdate: {
             /** @description Replaces the whole configuration. */
@@ -2524,7 +2550,7 @@ export interface components {
              * @description `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
              *     calls), or the operator's `drained` or `disabled`.
              */
-            state: string;
+            state: components["schemas"]["ProviderState"];
             health?: components["schemas"]["ProviderHealth"] | null;
         };
         /** @description A published public key of the routing tables. */

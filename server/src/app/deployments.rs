@@ -50,6 +50,7 @@ pub struct DeploymentView {
     /// 1, 2, ... per service.
     pub number: i64,
     /// `queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`.
+    #[schema(value_type = super::states::DeploymentState)]
     pub state: String,
     /// Why it is in its state, when that needs saying.
     pub reason: String,

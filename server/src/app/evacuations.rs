@@ -37,6 +37,7 @@ pub struct EvacuationView {
     pub id: Uuid,
     pub provider: String,
     /// `running`, `done` or `cancelled`.
+    #[schema(value_type = super::states::EvacuationState)]
     pub state: String,
     /// Instances to move.
     pub total: i32,

@@ -60,8 +60,10 @@ pub struct DeployedInstanceView {
     pub address: Option<String>,
     /// `pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
     /// `failed`.
+    #[schema(value_type = super::states::DeployedInstanceState)]
     pub state: String,
     /// `unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload.
+    #[schema(value_type = super::states::DeployedInstanceHealth)]
     pub health: String,
     pub health_checked_at: Option<DateTime<Utc>>,
     /// The key of the instance this one took over from (failover, evacuation).

@@ -51,6 +51,7 @@ pub mod routing_keys;
 pub mod services;
 pub mod sessions;
 pub mod sign_in_addresses;
+pub mod states;
 pub mod terms;
 pub mod tokens;
 pub mod unhealthy_replacement;

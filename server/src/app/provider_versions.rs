@@ -73,6 +73,7 @@ impl From<provider_activation::Model> for ProviderActivationView {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderProbeView {
     /// `healthy`, `degraded` or `unavailable` (also when the call failed).
+    #[schema(value_type = super::breaker::ProviderHealth)]
     pub status: String,
     pub message: String,
     /// Why the call failed, when it did.

@@ -132,6 +132,15 @@ pub struct ProviderCallsView {
     pub crashes: u64,
 }
 
+/// The state of a provider that has no plugin to call.
+pub const NO_PLUGIN: &str = "no_plugin";
+/// The state of a provider that the operator drained (no new instances).
+pub const DRAINED: &str = "drained";
+/// The state of a provider that the operator disabled.
+pub const DISABLED: &str = "disabled";
+/// The states a provider shows instead of its health.
+pub const STATES_NOT_SERVING: [&str; 3] = [NO_PLUGIN, DRAINED, DISABLED];
+
 /// A provider as the API shows it. Everyone with the `read` scope sees its name, state and
 /// health; the rest (settings, plugin, health reasons with the cloud's error text, call
 /// counts) is for administrators only.
@@ -140,6 +149,7 @@ pub struct ProviderView {
     pub name: String,
     /// `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
     /// calls), or the operator's `drained` or `disabled`.
+    #[schema(value_type = super::states::ProviderState)]
     pub state: String,
     /// What its circuit breaker last decided; absent while it has no plugin.
     pub health: Option<ProviderHealth>,
@@ -501,11 +511,11 @@ impl App {
         let has_plugin = row.plugin_digest.is_some();
         let health = ProviderHealth::parse(&row.health);
         let state = if !row.enabled {
-            "disabled"
+            DISABLED
         } else if !has_plugin {
-            "no_plugin"
+            NO_PLUGIN
         } else if row.drained {
-            "drained"
+            DRAINED
         } else {
             health.as_str()
         };
