@@ -221,6 +221,26 @@ export function Checkbox(props: { label: string; checked: boolean; onChange: (v:
   );
 }
 
+/**
+ * A button for what cannot be undone (delete, remove, revoke, evacuate): it asks `question`
+ * first and runs `onConfirm` only when the user agrees.
+ */
+export function ConfirmButton(props: { label?: string; question: string; busy: boolean; onConfirm: () => void; children: ComponentChildren }): JSX.Element {
+  return (
+    <button
+      type="button"
+      class="danger"
+      aria-label={props.label}
+      disabled={props.busy}
+      onClick={() => {
+        if (confirm(props.question)) props.onConfirm();
+      }}
+    >
+      {props.children}
+    </button>
+  );
+}
+
 export function Loading(props: { what: string }): JSX.Element {
   return <p class="muted">Loading {props.what}…</p>;
 }

@@ -6,7 +6,7 @@ import { api, idempotencyKey, must } from "../api";
 import { atLeast, useMe, useProjectRole } from "../me";
 import { usePoll } from "../poll";
 import { href, navigate } from "../router";
-import { Field, Loading, ProblemAlert, Section, Select, StateText, Table, Time, useAction } from "../ui";
+import { ConfirmButton, Field, Loading, ProblemAlert, Section, Select, StateText, Table, Time, useAction } from "../ui";
 import { parseCommand, parseProviders } from "./spec";
 
 const ROLES: ProjectRole[] = ["viewer", "member", "admin", "owner"];
@@ -104,23 +104,21 @@ function Environments(props: {
               </td>
               {props.canAdmin ? (
                 <td>
-                  <button
-                    type="button"
-                    class="danger"
-                    aria-label={`Delete environment ${env.name}`}
-                    disabled={action.busy}
-                    onClick={() => {
-                      if (!confirm(`Delete the environment ${env.name}?`)) return;
+                  <ConfirmButton
+                    label={`Delete environment ${env.name}`}
+                    question={`Delete the environment ${env.name}?`}
+                    busy={action.busy}
+                    onConfirm={() =>
                       void action
                         .run(
                           () => must(api.DELETE("/v1/projects/{project_id}/environments/{environment_id}", { params: { path: { ...path, environment_id: env.id } } })),
                           `Environment ${env.name} deleted.`,
                         )
-                        .then(props.reload);
-                    }}
+                        .then(props.reload)
+                    }
                   >
                     Delete
-                  </button>
+                  </ConfirmButton>
                 </td>
               ) : null}
             </tr>
@@ -298,20 +296,18 @@ function Domains(props: { projectId: string; services: { id: string; name: strin
                 </button>
               ) : null}
               {props.canWrite ? (
-                <button
-                  type="button"
-                  class="danger"
-                  aria-label={`Remove ${d.hostname}`}
-                  disabled={action.busy}
-                  onClick={() => {
-                    if (!confirm(`Remove ${d.hostname}?`)) return;
+                <ConfirmButton
+                  label={`Remove ${d.hostname}`}
+                  question={`Remove ${d.hostname}?`}
+                  busy={action.busy}
+                  onConfirm={() =>
                     void action
                       .run(() => must(api.DELETE("/v1/projects/{project_id}/domains/{domain_id}", { params: { path: { ...path, domain_id: d.id } } })), `${d.hostname} removed.`)
-                      .then(list.reload);
-                  }}
+                      .then(list.reload)
+                  }
                 >
                   Remove
-                </button>
+                </ConfirmButton>
               ) : null}
             </td>
           </tr>
@@ -392,20 +388,18 @@ function Members(props: { projectId: string; canAdmin: boolean; myId: string | u
             </td>
             {props.canAdmin ? (
               <td>
-                <button
-                  type="button"
-                  class="danger"
-                  aria-label={`Remove member ${m.email}`}
-                  disabled={action.busy}
-                  onClick={() => {
-                    if (!confirm(`Remove ${m.email} from the project?`)) return;
+                <ConfirmButton
+                  label={`Remove member ${m.email}`}
+                  question={`Remove ${m.email} from the project?`}
+                  busy={action.busy}
+                  onConfirm={() =>
                     void action
                       .run(() => must(api.DELETE("/v1/projects/{project_id}/members/{user_id}", { params: { path: { ...path, user_id: m.user_id } } })), `${m.email} removed.`)
-                      .then(list.reload);
-                  }}
+                      .then(list.reload)
+                  }
                 >
                   Remove
-                </button>
+                </ConfirmButton>
               </td>
             ) : null}
           </tr>

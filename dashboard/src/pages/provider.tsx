@@ -5,7 +5,7 @@ import { api, idempotencyKey, must } from "../api";
 import { useMe } from "../me";
 import { usePoll } from "../poll";
 import { href } from "../router";
-import { Loading, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
+import { ConfirmButton, Loading, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
 
 export function Provider({ name }: { name: string }): JSX.Element {
   const me = useMe();
@@ -120,19 +120,17 @@ function Evacuation({ name }: { name: string }): JSX.Element {
             Cancel evacuation
           </button>
         ) : (
-          <button
-            type="button"
-            class="danger"
-            disabled={action.busy}
-            onClick={() => {
-              if (!confirm(`Move every instance off ${name}?`)) return;
+          <ConfirmButton
+            question={`Move every instance off ${name}?`}
+            busy={action.busy}
+            onConfirm={() =>
               void action
                 .run(() => must(api.POST("/v1/providers/{name}/evacuation", { params: { path: { name }, header: { "idempotency-key": idempotencyKey() } } })), `Evacuation of ${name} started.`)
-                .then(evac.reload);
-            }}
+                .then(evac.reload)
+            }
           >
             Evacuate
-          </button>
+          </ConfirmButton>
         )}
       </div>
     </Section>

@@ -5,7 +5,7 @@ import { api, idempotencyKey, must } from "../api";
 import { useMe } from "../me";
 import { usePoll } from "../poll";
 import { href } from "../router";
-import { Loading, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
+import { ConfirmButton, Loading, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
 
 /** Providers: everyone sees name, state and health; administrators the rest and the actions. */
 export function Providers(): JSX.Element {
@@ -61,23 +61,21 @@ export function Providers(): JSX.Element {
                           Drain
                         </button>
                       )}{" "}
-                      <button
-                        type="button"
-                        class="danger"
-                        disabled={action.busy}
-                        aria-label={`Evacuate ${p.name}`}
-                        onClick={() => {
-                          if (!confirm(`Move every instance off ${p.name}?`)) return;
+                      <ConfirmButton
+                        label={`Evacuate ${p.name}`}
+                        question={`Move every instance off ${p.name}?`}
+                        busy={action.busy}
+                        onConfirm={() =>
                           void action
                             .run(
                               () => must(api.POST("/v1/providers/{name}/evacuation", { params: { path: { name: p.name }, header: { "idempotency-key": idempotencyKey() } } })),
                               `Evacuation of ${p.name} started.`,
                             )
-                            .then(list.reload);
-                        }}
+                            .then(list.reload)
+                        }
                       >
                         Evacuate
-                      </button>
+                      </ConfirmButton>
                     </td>
                   </>
                 ) : null}

@@ -4,7 +4,7 @@ import { useState } from "preact/hooks";
 import type { Scope, TokenCreated } from "@bulkhead/client";
 import { api, idempotencyKey, must } from "../api";
 import { usePoll } from "../poll";
-import { Checkbox, CopyButton, Field, ProblemAlert, Section, Table, Time, useAction } from "../ui";
+import { Checkbox, ConfirmButton, CopyButton, Field, ProblemAlert, Section, Table, Time, useAction } from "../ui";
 
 const SCOPES: Scope[] = ["read", "write", "deploy", "admin", "routing:read"];
 
@@ -89,18 +89,14 @@ export function Tokens(): JSX.Element {
               <td>{t.revoked_at ? <span class="state bad">revoked</span> : <span class="state good">active</span>}</td>
               <td>
                 {!t.revoked_at ? (
-                  <button
-                    type="button"
-                    class="danger"
-                    aria-label={`Revoke token ${t.name}`}
-                    disabled={action.busy}
-                    onClick={() => {
-                      if (!confirm(`Revoke the token ${t.name}?`)) return;
-                      void action.run(() => must(api.DELETE("/v1/tokens/{token_id}", { params: { path: { token_id: t.id } } })), `Token ${t.name} revoked.`).then(list.reload);
-                    }}
+                  <ConfirmButton
+                    label={`Revoke token ${t.name}`}
+                    question={`Revoke the token ${t.name}?`}
+                    busy={action.busy}
+                    onConfirm={() => void action.run(() => must(api.DELETE("/v1/tokens/{token_id}", { params: { path: { token_id: t.id } } })), `Token ${t.name} revoked.`).then(list.reload)}
                   >
                     Revoke
-                  </button>
+                  </ConfirmButton>
                 ) : null}
               </td>
             </tr>
