@@ -1,6 +1,7 @@
 /**
- * A browser session in cookie mode. The endpoints under `/v1/auth/session` are not (yet) in the
- * OpenAPI document, so they are called with plain `fetch` here.
+ * A browser session in cookie mode (`/v1/auth/session`). Called with plain `fetch` rather than
+ * the typed client, which would send the in-memory token and retry a 401 through a refresh; the
+ * paths and bodies are still typed from the OpenAPI document, so that a change there fails tsc.
  *
  * - The access token lives in this module's memory only (never in Web Storage).
  * - The refresh token is an HttpOnly cookie (`__Secure-bulkhead_refresh`, Path=/v1/auth/session);
@@ -10,12 +11,13 @@
  *   tab rotated the session meanwhile, the cookie holds its new value and that is what is sent.
  */
 
-export interface SessionTokens {
-  access_token: string;
-  token_type: string;
-  expires_in: number;
-  csrf_token: string;
-}
+import type { components, paths } from "@bulkhead/client";
+
+export type SessionTokens = components["schemas"]["BrowserSession"];
+type LoginRequest = components["schemas"]["LoginRequest"];
+
+const SESSION: keyof paths = "/v1/auth/session";
+const SESSION_REFRESH: keyof paths = "/v1/auth/session/refresh";
 
 /** A problem document as the session endpoints answer it. */
 export interface SessionProblem {
@@ -122,12 +124,13 @@ async function problemOf(response: Response): Promise<SessionError> {
 
 /** Signs in with a password; throws a `SessionError` (401 wrong password, 429/503 retry later). */
 export async function signIn(email: string, password: string): Promise<void> {
-  const response = await fetch("/v1/auth/session", {
+  const login: LoginRequest = { email, password };
+  const response = await fetch(SESSION, {
     method: "POST",
     credentials: "same-origin",
     cache: "no-store",
     headers: { "Content-Type": "application/json", Accept: "application/json" },
-    body: JSON.stringify({ email, password }),
+    body: JSON.stringify(login),
   });
   if (!response.ok) throw await problemOf(response);
   accept((await response.json()) as SessionTokens);
@@ -155,7 +158,7 @@ export function refresh(): Promise<boolean> {
     // rotated the session meanwhile, and the cookies now hold its new (unused) refresh token;
     // presenting the new csrf value refreshes with that one, never with the spent one.
     if (csrf !== knownCsrf) knownCsrf = csrf;
-    const response = await fetch("/v1/auth/session/refresh", {
+    const response = await fetch(SESSION_REFRESH, {
       method: "POST",
       credentials: "same-origin",
       cache: "no-store",
@@ -194,7 +197,7 @@ export async function signOut(): Promise<void> {
   const csrf = readCsrfCookie() ?? knownCsrf;
   try {
     await withLock(() =>
-      fetch("/v1/auth/session", {
+      fetch(SESSION, {
         method: "DELETE",
         credentials: "same-origin",
         cache: "no-store",
