@@ -355,7 +355,7 @@ await step("invite a viewer; the viewer accepts, sees no Deploy button, and the 
   await signIn(VIEWER);
   await page.goto(`${BASE}/#/invitations`);
   await heading("My invitations").waitFor();
-  await page.getByRole("button", { name: new RegExp(`^Accept invitation as viewer to project ${state.projectId}`) }).click();
+  await page.getByRole("button", { name: `Accept invitation as viewer to project ${state.projectName}`, exact: true }).click();
   await heading(`Project ${state.projectName}`).waitFor();
   await page.getByRole("link", { name: "web", exact: true }).click();
   await heading("Service web").waitFor();
@@ -488,6 +488,25 @@ await step("admin drains and undrains a provider from the providers page", async
   const token = await apiLogin(ADMIN);
   const p = await api(token, "GET", `/v1/providers/${name}`);
   check(p.body.drained === false, `${name} is still drained: ${JSON.stringify(p.body).slice(0, 200)}`);
+});
+
+await step("the audit log shows the newest events first, filtered by the server", async () => {
+  await page.goto(`${BASE}/#/audit`);
+  await heading("Audit log").waitFor();
+  // The drain just made is newer than the deployments made before it: it comes first.
+  const events = page.getByRole("region", { name: "Audit events table" });
+  await events.getByText("provider.update", { exact: true }).first().waitFor({ timeout: 10_000 });
+  const actions = await events.locator("tbody tr td:first-of-type code").allTextContents();
+  const drain = actions.indexOf("provider.update");
+  const deploy = actions.indexOf("deployment.create");
+  check(drain >= 0 && (deploy < 0 || drain < deploy), `not newest first: ${actions.slice(0, 12).join(", ")}`);
+  await page.getByLabel("Action").fill("deployment.create");
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll('[aria-label="Audit events table"] tbody tr')];
+    return rows.length > 0 && rows.every((r) => r.querySelector("td code")?.textContent === "deployment.create");
+  }, null, { timeout: 10_000 });
+  const rows = await events.locator("tbody tr").count();
+  check(rows >= 2, `${rows} deployment.create event(s) shown, the test made at least 2`);
 });
 
 // Beyond the brief's list: with the pipeline paused a deployment waits, and is cancelled.

@@ -45,6 +45,9 @@ async fn members_roles_and_last_owner(s: TestServer) {
         invitation.as_str()
     );
     assert_eq!(mine.body["items"][0]["role"], "admin");
+    assert_eq!(mine.body["items"][0]["project_name"], "p");
+    let pending = s.get(&invitations, &owner).await;
+    assert_eq!(pending.assert_status(200)["items"][0]["project_name"], "p");
     // Nobody else can accept it, not even the project's owner.
     accept(&s, &owner, &invitation)
         .await

@@ -4,28 +4,32 @@ import { useState } from "preact/hooks";
 import type { AuditEventView } from "@bulkhead/client";
 import { api, must } from "../api";
 import { usePoll } from "../poll";
-import { ProblemAlert, Section, Select, Table, Time, useAction } from "../ui";
+import { Field, ProblemAlert, Section, Select, Table, Time, useAction } from "../ui";
 
 /**
- * The audit log. The API filters by project (`project_id`, the project's admins and owners)
- * and pages with `limit`/`cursor`; without a project, administrators see everything and others
- * their own actions. The action filter below narrows the loaded pages in the browser. (The API
- * lists the oldest events first.)
+ * The audit log, newest first (`order=desc`). The API filters by project (`project_id`, the
+ * project's admins and owners), action and kind of resource, and pages with `limit`/`cursor`;
+ * without a project, administrators see everything and others their own actions.
  */
 export function Audit(): JSX.Element {
   const projects = usePoll((headers) => api.GET("/v1/projects", { params: { query: { limit: 200 } }, headers }), [], 0);
   const [project, setProject] = useState("");
   const [limit, setLimit] = useState("50");
   const [action, setAction] = useState("");
+  const [resourceType, setResourceType] = useState("");
   const [older, setOlder] = useState<AuditEventView[]>([]);
   const more = useAction();
-  const query = { limit: Number(limit), ...(project ? { project_id: project } : {}) };
-  const page = usePoll((headers) => api.GET("/v1/audit-events", { params: { query }, headers }), [project, limit]);
+  const query = {
+    order: "desc" as const,
+    limit: Number(limit),
+    ...(project ? { project_id: project } : {}),
+    ...(action.trim() ? { action: action.trim() } : {}),
+    ...(resourceType.trim() ? { resource_type: resourceType.trim() } : {}),
+  };
+  const page = usePoll((headers) => api.GET("/v1/audit-events", { params: { query }, headers }), [project, limit, action, resourceType]);
   const [cursor, setCursor] = useState<string | null | undefined>(undefined);
   const next = cursor === undefined ? page.data?.next_cursor : cursor;
-  const all = [...(page.data?.items ?? []), ...older];
-  const actions = Array.from(new Set(all.map((e) => e.action))).sort();
-  const shown = action ? all.filter((e) => e.action === action) : all;
+  const shown = [...(page.data?.items ?? []), ...older];
 
   const reset = (): void => {
     setOlder([]);
@@ -45,7 +49,24 @@ export function Audit(): JSX.Element {
             }}
             options={[{ value: "", label: "All I may see" }, ...(projects.data?.items ?? []).map((p) => ({ value: p.id, label: p.name }))]}
           />
-          <Select label="Action" value={action} onChange={setAction} options={[{ value: "", label: "Any" }, ...actions.map((a) => ({ value: a, label: a }))]} />
+          <Field
+            label="Action"
+            value={action}
+            placeholder="e.g. deployment.create"
+            onInput={(v) => {
+              setAction(v);
+              reset();
+            }}
+          />
+          <Field
+            label="Resource type"
+            value={resourceType}
+            placeholder="e.g. service"
+            onInput={(v) => {
+              setResourceType(v);
+              reset();
+            }}
+          />
           <Select
             label="Page size"
             value={limit}
@@ -91,7 +112,7 @@ export function Audit(): JSX.Element {
               })
             }
           >
-            Load more events
+            Load older events
           </button>
         ) : null}
       </Section>

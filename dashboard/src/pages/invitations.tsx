@@ -23,7 +23,7 @@ export function MyInvitations(): JSX.Element {
             {items.map((i) => (
               <tr key={i.id}>
                 <th scope="row">
-                  <code>{i.project_id}</code>
+                  {i.project_name} <code class="small">{i.project_id}</code>
                 </th>
                 <td>{i.role}</td>
                 <td>
@@ -33,7 +33,7 @@ export function MyInvitations(): JSX.Element {
                   <button
                     type="button"
                     class="primary"
-                    aria-label={`Accept invitation as ${i.role} to project ${i.project_id}`}
+                    aria-label={`Accept invitation as ${i.role} to project ${i.project_name}`}
                     disabled={action.busy}
                     onClick={() =>
                       void action
@@ -44,7 +44,7 @@ export function MyInvitations(): JSX.Element {
                                 params: { path: { invitation_id: i.id }, header: { "idempotency-key": idempotencyKey() } },
                               }),
                             ),
-                          `Invitation accepted: you are a ${i.role} of the project now.`,
+                          `Invitation accepted: you are a ${i.role} of ${i.project_name} now.`,
                         )
                         .then((ok) => (ok ? navigate("projects", i.project_id) : list.reload()))
                     }
@@ -54,7 +54,7 @@ export function MyInvitations(): JSX.Element {
                   <button
                     type="button"
                     class="danger"
-                    aria-label={`Decline invitation to project ${i.project_id}`}
+                    aria-label={`Decline invitation to project ${i.project_name}`}
                     disabled={action.busy}
                     onClick={() =>
                       void action

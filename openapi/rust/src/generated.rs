@@ -7,6 +7,175 @@ use progenitor_client::{encode_path, ClientHooks, OperationInfo, RequestBuilderE
 /// Types used as operation parameters and responses.
 #[allow(clippy::all)]
 pub mod types {
+    ///`AuditEventListAction`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct AuditEventListAction(::std::string::String);
+    impl ::std::ops::Deref for AuditEventListAction {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<AuditEventListAction> for ::std::string::String {
+        fn from(value: AuditEventListAction) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for AuditEventListAction {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 100usize {
+                return Err("longer than 100 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for AuditEventListAction {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for AuditEventListAction {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for AuditEventListAction {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///The order of a list that can be read either way (by id, so by creation time).
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum AuditEventListOrder {
+        #[serde(rename = "asc")]
+        Asc,
+        #[serde(rename = "desc")]
+        Desc,
+    }
+    impl ::std::fmt::Display for AuditEventListOrder {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Asc => f.write_str("asc"),
+                Self::Desc => f.write_str("desc"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for AuditEventListOrder {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "asc" => Ok(Self::Asc),
+                "desc" => Ok(Self::Desc),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for AuditEventListOrder {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for AuditEventListOrder {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///`AuditEventListResourceType`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct AuditEventListResourceType(::std::string::String);
+    impl ::std::ops::Deref for AuditEventListResourceType {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<AuditEventListResourceType> for ::std::string::String {
+        fn from(value: AuditEventListResourceType) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for AuditEventListResourceType {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 100usize {
+                return Err("longer than 100 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for AuditEventListResourceType {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for AuditEventListResourceType {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for AuditEventListResourceType {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
     ///One recorded mutation.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct AuditEventView {
@@ -2205,6 +2374,8 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
         pub expires_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub id: ::uuid::Uuid,
         pub project_id: ::uuid::Uuid,
+        ///The project's name, so that the invited user knows what they would join.
+        pub project_name: ::std::string::String,
         ///The role the invited user gets on accepting.
         pub role: ProjectRole,
     }
@@ -2802,6 +2973,8 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
         pub expires_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub id: ::uuid::Uuid,
         pub project_id: ::uuid::Uuid,
+        ///The project's name, so that the invited user knows what they would join.
+        pub project_name: ::std::string::String,
         ///The role the invited user gets on accepting.
         pub role: ProjectRole,
     }
@@ -9015,6 +9188,10 @@ API token expires no later than that token (and is revoked with it).*/
             >,
             id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            project_name: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
             role: ::std::result::Result<super::ProjectRole, ::std::string::String>,
         }
         impl ::std::default::Default for InvitationView {
@@ -9025,6 +9202,7 @@ API token expires no later than that token (and is revoked with it).*/
                     expires_at: Err("no value supplied for expires_at".to_string()),
                     id: Err("no value supplied for id".to_string()),
                     project_id: Err("no value supplied for project_id".to_string()),
+                    project_name: Err("no value supplied for project_name".to_string()),
                     role: Err("no value supplied for role".to_string()),
                 }
             }
@@ -9088,6 +9266,18 @@ API token expires no later than that token (and is revoked with it).*/
                     });
                 self
             }
+            pub fn project_name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for project_name: {e}")
+                    });
+                self
+            }
             pub fn role<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<super::ProjectRole>,
@@ -9112,6 +9302,7 @@ API token expires no later than that token (and is revoked with it).*/
                     expires_at: value.expires_at?,
                     id: value.id?,
                     project_id: value.project_id?,
+                    project_name: value.project_name?,
                     role: value.role?,
                 })
             }
@@ -9124,6 +9315,7 @@ API token expires no later than that token (and is revoked with it).*/
                     expires_at: Ok(value.expires_at),
                     id: Ok(value.id),
                     project_id: Ok(value.project_id),
+                    project_name: Ok(value.project_name),
                     role: Ok(value.role),
                 }
             }
@@ -11427,6 +11619,10 @@ API token expires no later than that token (and is revoked with it).*/
             >,
             id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
             project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            project_name: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
             role: ::std::result::Result<super::ProjectRole, ::std::string::String>,
         }
         impl ::std::default::Default for PageInvitationViewItemsItem {
@@ -11437,6 +11633,7 @@ API token expires no later than that token (and is revoked with it).*/
                     expires_at: Err("no value supplied for expires_at".to_string()),
                     id: Err("no value supplied for id".to_string()),
                     project_id: Err("no value supplied for project_id".to_string()),
+                    project_name: Err("no value supplied for project_name".to_string()),
                     role: Err("no value supplied for role".to_string()),
                 }
             }
@@ -11500,6 +11697,18 @@ API token expires no later than that token (and is revoked with it).*/
                     });
                 self
             }
+            pub fn project_name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for project_name: {e}")
+                    });
+                self
+            }
             pub fn role<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<super::ProjectRole>,
@@ -11525,6 +11734,7 @@ API token expires no later than that token (and is revoked with it).*/
                     expires_at: value.expires_at?,
                     id: value.id?,
                     project_id: value.project_id?,
+                    project_name: value.project_name?,
                     role: value.role?,
                 })
             }
@@ -11538,6 +11748,7 @@ API token expires no later than that token (and is revoked with it).*/
                     expires_at: Ok(value.expires_at),
                     id: Ok(value.id),
                     project_id: Ok(value.project_id),
+                    project_name: Ok(value.project_name),
                     role: Ok(value.role),
                 }
             }
@@ -20161,20 +20372,30 @@ let response = client.readyz()
     pub fn readyz(&self) -> builder::Readyz<'_> {
         builder::Readyz::new(self)
     }
-    /**Read the audit log, oldest first: everything for administrators, a project's events for its
+    /**Read the audit log, oldest first (or newest first with `order=desc`), filtered by project,
+action, resource type or actor: everything for administrators, a project's events for its
 admins and owners (`project_id`), otherwise the caller's own actions
 
 Sends a `GET` request to `/v1/audit-events`
 
 Arguments:
+- `action`: Only events of this action, e.g. `deployment.create`.
+- `actor_user_id`: Only events of this user's actions.
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `order`: `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+order it was given in.
 - `project_id`: Only events of this project (requires the project's admin or owner role).
+- `resource_type`: Only events of this kind of resource, e.g. `service`.
 ```ignore
 let response = client.audit_event_list()
+    .action(action)
+    .actor_user_id(actor_user_id)
     .cursor(cursor)
     .limit(limit)
+    .order(order)
     .project_id(project_id)
+    .resource_type(resource_type)
     .send()
     .await;
 ```*/
@@ -22058,18 +22279,51 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct AuditEventList<'a> {
         client: &'a super::Client,
+        action: Result<Option<types::AuditEventListAction>, String>,
+        actor_user_id: Result<Option<::uuid::Uuid>, String>,
         cursor: Result<Option<::std::string::String>, String>,
-        limit: Result<Option<i64>, String>,
+        limit: Result<Option<::std::num::NonZeroU64>, String>,
+        order: Result<Option<types::AuditEventListOrder>, String>,
         project_id: Result<Option<::uuid::Uuid>, String>,
+        resource_type: Result<Option<types::AuditEventListResourceType>, String>,
     }
     impl<'a> AuditEventList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
+                action: Ok(None),
+                actor_user_id: Ok(None),
                 cursor: Ok(None),
                 limit: Ok(None),
+                order: Ok(None),
                 project_id: Ok(None),
+                resource_type: Ok(None),
             }
+        }
+        pub fn action<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::AuditEventListAction>,
+        {
+            self.action = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `AuditEventListAction` for action failed".to_string()
+                });
+            self
+        }
+        pub fn actor_user_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.actor_user_id = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for actor_user_id failed"
+                        .to_string()
+                });
+            self
         }
         pub fn cursor<V>(mut self, value: V) -> Self
         where
@@ -22086,12 +22340,27 @@ pub mod builder {
         }
         pub fn limit<V>(mut self, value: V) -> Self
         where
-            V: std::convert::TryInto<i64>,
+            V: std::convert::TryInto<::std::num::NonZeroU64>,
         {
             self.limit = value
                 .try_into()
                 .map(Some)
-                .map_err(|_| "conversion to `i64` for limit failed".to_string());
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU64` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn order<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::AuditEventListOrder>,
+        {
+            self.order = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `AuditEventListOrder` for order failed".to_string()
+                });
             self
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -22106,14 +22375,40 @@ pub mod builder {
                 });
             self
         }
+        pub fn resource_type<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::AuditEventListResourceType>,
+        {
+            self.resource_type = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `AuditEventListResourceType` for resource_type failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/audit-events`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageAuditEventView>, Error<types::Problem>> {
-            let Self { client, cursor, limit, project_id } = self;
+            let Self {
+                client,
+                action,
+                actor_user_id,
+                cursor,
+                limit,
+                order,
+                project_id,
+                resource_type,
+            } = self;
+            let action = action.map_err(Error::InvalidRequest)?;
+            let actor_user_id = actor_user_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let order = order.map_err(Error::InvalidRequest)?;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let resource_type = resource_type.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/audit-events", client.baseurl,);
             let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
             header_map
@@ -22131,9 +22426,17 @@ pub mod builder {
                     ::reqwest::header::ACCEPT,
                     ::reqwest::header::HeaderValue::from_static("application/json"),
                 )
+                .query(&progenitor_client::QueryParam::new("action", &action))
+                .query(
+                    &progenitor_client::QueryParam::new("actor_user_id", &actor_user_id),
+                )
                 .query(&progenitor_client::QueryParam::new("cursor", &cursor))
                 .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("order", &order))
                 .query(&progenitor_client::QueryParam::new("project_id", &project_id))
+                .query(
+                    &progenitor_client::QueryParam::new("resource_type", &resource_type),
+                )
                 .headers(header_map)
                 .build()?;
             let info = OperationInfo {

@@ -63,7 +63,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Read the audit log, oldest first: everything for administrators, a project's events for its
+         * Read the audit log, oldest first (or newest first with `order=desc`), filtered by project,
+         *     action, resource type or actor: everything for administrators, a project's events for its
          *     admins and owners (`project_id`), otherwise the caller's own actions.
          */
         get: operations["audit_event_list"];
@@ -1700,6 +1701,8 @@ export interface components {
             id: string;
             /** Format: uuid */
             project_id: string;
+            /** @description The project's name, so that the invited user knows what they would join. */
+            project_name: string;
             email: string;
             /** @description The role the invited user gets on accepting. */
             role: components["schemas"]["ProjectRole"];
@@ -1960,6 +1963,8 @@ export interface components {
                 id: string;
                 /** Format: uuid */
                 project_id: string;
+                /** @description The project's name, so that the invited user knows what they would join. */
+                project_name: string;
                 email: string;
                 /** @description The role the invited user gets on accepting. */
                 role: components["schemas"]["ProjectRole"];
@@ -3121,6 +3126,17 @@ export interface operations {
             query?: {
                 /** @description Only events of this project (requires the project's admin or owner role). */
                 project_id?: string;
+                /** @description Only events of this action, e.g. `deployment.create`. */
+                action?: string;
+                /** @description Only events of this kind of resource, e.g. `service`. */
+                resource_type?: string;
+                /** @description Only events of this user's actions. */
+                actor_user_id?: string;
+                /**
+                 * @description `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+                 *     order it was given in.
+                 */
+                order?: "asc" | "desc";
                 /** @description Items per page, 1 to 200 (default 50). */
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */

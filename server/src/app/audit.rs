@@ -8,10 +8,10 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::App;
-use super::pagination::{Page, PageParams, paginate};
+use super::pagination::{ListOrder, Page, PageParams, paginate_ordered};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::audit_event;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// What an audit event records about a change.
 pub struct AuditEntry {
@@ -109,7 +109,20 @@ impl From<audit_event::Model> for AuditEventView {
 pub struct AuditQuery {
     /// Only events of this project (requires the project's admin or owner role).
     pub project_id: Option<Uuid>,
+    /// Only events of this action, e.g. `deployment.create`.
+    #[param(min_length = 1, max_length = 100)]
+    pub action: Option<String>,
+    /// Only events of this kind of resource, e.g. `service`.
+    #[param(min_length = 1, max_length = 100)]
+    pub resource_type: Option<String>,
+    /// Only events of this user's actions.
+    pub actor_user_id: Option<Uuid>,
+    /// `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+    /// order it was given in.
+    #[param(inline)]
+    pub order: Option<ListOrder>,
     /// Items per page, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<u64>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -132,11 +145,41 @@ impl App {
         } else if !principal.is_admin() {
             select = select.filter(audit_event::Column::ActorUserId.eq(principal.user_id()));
         }
+        for (name, value, column) in [
+            ("action", &query.action, audit_event::Column::Action),
+            (
+                "resource_type",
+                &query.resource_type,
+                audit_event::Column::ResourceType,
+            ),
+        ] {
+            if let Some(value) = value {
+                if value.is_empty() || value.chars().count() > 100 {
+                    return Err(ApiError::bad_request(
+                        ErrorCode::InvalidQuery,
+                        format!("`{name}` must be 1 to 100 characters"),
+                    ));
+                }
+                select = select.filter(column.eq(value.as_str()));
+            }
+        }
+        if let Some(actor) = query.actor_user_id {
+            select = select.filter(audit_event::Column::ActorUserId.eq(actor));
+        }
         let params = PageParams {
             limit: query.limit,
             cursor: query.cursor,
         };
-        let page = paginate(&self.db, select, audit_event::Column::Id, |m| m.id, &params).await?;
+        let order = query.order.unwrap_or_default();
+        let page = paginate_ordered(
+            &self.db,
+            select,
+            audit_event::Column::Id,
+            |m| m.id,
+            &params,
+            order,
+        )
+        .await?;
         Ok(page.map(AuditEventView::from))
     }
 }

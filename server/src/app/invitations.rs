@@ -6,6 +6,8 @@
 //! administrators of one tenant cannot find out which emails have accounts (adding an existing
 //! user directly would tell them). Invitations expire after [`INVITATION_TTL_DAYS`] days.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
@@ -19,7 +21,7 @@ use super::pagination::{Page, PageParams, paginate};
 use super::projects::project_authorize_in;
 use super::users::email_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
-use crate::entity::{project_invitation, project_member, user};
+use crate::entity::{project, project_invitation, project_member, user};
 use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 
 pub const INVITATION_TTL_DAYS: i64 = 7;
@@ -29,6 +31,8 @@ pub const INVITATION_TTL_DAYS: i64 = 7;
 pub struct InvitationView {
     pub id: Uuid,
     pub project_id: Uuid,
+    /// The project's name, so that the invited user knows what they would join.
+    pub project_name: String,
     pub email: String,
     /// The role the invited user gets on accepting.
     pub role: ProjectRole,
@@ -37,18 +41,34 @@ pub struct InvitationView {
     pub expires_at: DateTime<Utc>,
 }
 
-impl TryFrom<project_invitation::Model> for InvitationView {
-    type Error = ApiError;
-
-    fn try_from(m: project_invitation::Model) -> ApiResult<Self> {
-        Ok(Self {
-            id: m.id,
-            project_id: m.project_id,
-            role: ProjectRole::parse(&m.role)?,
-            email: m.email,
-            created_at: m.created_at,
-            expires_at: m.expires_at,
-        })
+impl App {
+    /// The views of invitations, with their projects' names (one query for them all).
+    pub async fn invitation_views(
+        &self,
+        invitations: Vec<project_invitation::Model>,
+    ) -> ApiResult<Vec<InvitationView>> {
+        let ids: Vec<Uuid> = invitations.iter().map(|m| m.project_id).collect();
+        let names: HashMap<Uuid, String> = project::Entity::find()
+            .filter(project::Column::Id.is_in(ids))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|p| (p.id, p.name))
+            .collect();
+        invitations
+            .into_iter()
+            .map(|m| {
+                Ok(InvitationView {
+                    id: m.id,
+                    project_id: m.project_id,
+                    project_name: names.get(&m.project_id).cloned().unwrap_or_default(),
+                    role: ProjectRole::parse(&m.role)?,
+                    email: m.email,
+                    created_at: m.created_at,
+                    expires_at: m.expires_at,
+                })
+            })
+            .collect()
     }
 }
 

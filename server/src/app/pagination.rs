@@ -27,6 +27,17 @@ pub struct PageParams {
     pub cursor: Option<String>,
 }
 
+/// The order of a list that can be read either way (by id, so by creation time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ListOrder {
+    /// Oldest first.
+    #[default]
+    Asc,
+    /// Newest first.
+    Desc,
+}
+
 /// One page of a list.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Page<T> {
@@ -113,10 +124,34 @@ where
     C: ColumnTrait,
     K: CursorKey,
 {
+    paginate_ordered(db, select, id_column, id_of, params, ListOrder::Asc).await
+}
+
+/// [`paginate`] in `order`: newest first, each page's cursor is the oldest key it holds.
+pub async fn paginate_ordered<E, C, K>(
+    db: &impl ConnectionTrait,
+    select: Select<E>,
+    id_column: C,
+    id_of: impl Fn(&E::Model) -> K,
+    params: &PageParams,
+    order: ListOrder,
+) -> ApiResult<Page<E::Model>>
+where
+    E: EntityTrait,
+    C: ColumnTrait,
+    K: CursorKey,
+{
     let limit = params.limit()?;
-    let mut select = select.order_by_asc(id_column).limit(limit + 1);
+    let mut select = match order {
+        ListOrder::Asc => select.order_by_asc(id_column),
+        ListOrder::Desc => select.order_by_desc(id_column),
+    }
+    .limit(limit + 1);
     if let Some(after) = params.after::<K>()? {
-        select = select.filter(id_column.gt(after));
+        select = select.filter(match order {
+            ListOrder::Asc => id_column.gt(after),
+            ListOrder::Desc => id_column.lt(after),
+        });
     }
     let mut items = select.all(db).await?;
     let next_cursor = if items.len() as u64 > limit {

@@ -15,7 +15,8 @@ pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new().routes(routes!(audit_event_list))
 }
 
-/// Read the audit log, oldest first: everything for administrators, a project's events for its
+/// Read the audit log, oldest first (or newest first with `order=desc`), filtered by project,
+/// action, resource type or actor: everything for administrators, a project's events for its
 /// admins and owners (`project_id`), otherwise the caller's own actions.
 #[utoipa::path(get, path = "/v1/audit-events", tag = "audit", params(AuditQuery), responses((status = 200, body = Page<AuditEventView>)))]
 async fn audit_event_list(

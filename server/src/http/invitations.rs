@@ -26,13 +26,12 @@ pub fn router() -> OpenApiRouter<App> {
         .routes(routes!(me_invitation_decline))
 }
 
-fn views(page: Page<crate::entity::project_invitation::Model>) -> ApiResult<Page<InvitationView>> {
+async fn views(
+    app: &App,
+    page: Page<crate::entity::project_invitation::Model>,
+) -> ApiResult<Page<InvitationView>> {
     Ok(Page {
-        items: page
-            .items
-            .into_iter()
-            .map(InvitationView::try_from)
-            .collect::<ApiResult<_>>()?,
+        items: app.invitation_views(page.items).await?,
         next_cursor: page.next_cursor,
     })
 }
@@ -47,7 +46,11 @@ async fn invitation_list(
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> ApiResult<Page<InvitationView>> {
-    views(app.invitation_list(&principal, project_id, params).await?)
+    views(
+        &app,
+        app.invitation_list(&principal, project_id, params).await?,
+    )
+    .await
 }
 
 /// Invite an email to the project with a role (admins; owners to invite owners). The answer is
@@ -62,8 +65,12 @@ async fn invitation_create(
     ApiPath(project_id): ApiPath<Uuid>,
     ApiJson(create): ApiJson<InvitationCreate>,
 ) -> ApiResult<Response> {
-    let invitation =
-        InvitationView::try_from(app.invitation_create(&ctx, project_id, create).await?)?;
+    let created = app.invitation_create(&ctx, project_id, create).await?;
+    let invitation = app
+        .invitation_views(vec![created])
+        .await?
+        .pop()
+        .ok_or_else(|| crate::error::ApiError::internal("no view of the new invitation"))?;
     let location = format!("/v1/projects/{project_id}/invitations/{}", invitation.id);
     let mut response = Json(invitation).into_response();
     *response.status_mut() = StatusCode::CREATED;
@@ -96,7 +103,7 @@ async fn me_invitation_list(
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> ApiResult<Page<InvitationView>> {
-    views(app.me_invitation_list(&principal, params).await?)
+    views(&app, app.me_invitation_list(&principal, params).await?).await
 }
 
 /// Accept an invitation: the caller becomes a member of its project with its role.
