@@ -1,4 +1,4 @@
-//! `bulkhead services`: list, create, show and delete a project's services. A service is what
+//! `bulkhead services`: list, create, show, update and delete a project's services. A service is what
 //! `bulkhead deploy` deploys: its source (an image or a command), port, replicas and the
 //! providers it may be placed on.
 
@@ -48,6 +48,12 @@ pub enum ServicesAction {
         /// The service (name or id).
         service: String,
     },
+    /// Change a service's spec: what is not given stays as it is. Deploy to apply it.
+    #[command(after_help = "Examples:
+  bulkhead services update -p shop web --replicas 3
+  bulkhead services update -p shop web --image shop/web:2 --provider aws --provider gcp
+  bulkhead deploy -p shop -s web")]
+    Update(ServiceUpdateArgs),
     /// Delete a service and its domains (its instances must be gone: deploy 0 replicas first).
     #[command(after_help = "Example:\n  bulkhead services delete -p shop web")]
     Delete {
@@ -82,6 +88,31 @@ pub struct ServiceCreateArgs {
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
     replicas: Option<i32>,
     /// A provider it may be placed on, in order of preference (repeatable; default: any).
+    #[arg(long = "provider")]
+    providers: Vec<String>,
+}
+
+#[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("source").args(["image", "command"]))]
+pub struct ServiceUpdateArgs {
+    /// The project (name or id).
+    #[arg(short, long)]
+    project: String,
+    /// The service (name or id).
+    service: String,
+    /// A new artifact to run, e.g. an OCI image reference.
+    #[arg(long)]
+    image: Option<String>,
+    /// A new command line to run, split like a shell would.
+    #[arg(long)]
+    command: Option<String>,
+    /// A new port.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    port: Option<u32>,
+    /// A new number of instances.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
+    replicas: Option<i32>,
+    /// The providers it may be placed on, in order of preference (repeatable; replaces them all).
     #[arg(long = "provider")]
     providers: Vec<String>,
 }
@@ -123,6 +154,10 @@ pub async fn services(args: ServicesArgs) -> anyhow::Result<()> {
             let service = service_create(&connection, create).await?;
             output::one(format, &service);
         }
+        ServicesAction::Update(update) => {
+            let service = service_update(&connection, update).await?;
+            output::one(format, &service);
+        }
         ServicesAction::Show { project, service } => {
             let (project, service) =
                 resolve::project_and_service(&connection, &project, &service).await?;
@@ -158,26 +193,30 @@ pub async fn services(args: ServicesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn service_create(
-    connection: &Connection,
-    args: ServiceCreateArgs,
-) -> anyhow::Result<types::ServiceView> {
-    let source = match (args.image, args.command) {
-        (Some(image), _) => types::ServiceSource::Artifact { image },
+/// The source `--image` or `--command` give, if either.
+fn source_of(
+    image: Option<String>,
+    command: Option<String>,
+) -> anyhow::Result<Option<types::ServiceSource>> {
+    match (image, command) {
+        (Some(image), _) => Ok(Some(types::ServiceSource::Artifact { image })),
         (None, Some(command)) => match shell_words::split(&command) {
-            Ok(words) if !words.is_empty() => types::ServiceSource::Command { command: words },
-            _ => {
-                return fail(
-                    Exit::InvalidInput,
-                    format!("--command `{command}` is not a command line"),
-                );
+            Ok(words) if !words.is_empty() => {
+                Ok(Some(types::ServiceSource::Command { command: words }))
             }
+            _ => fail(
+                Exit::InvalidInput,
+                format!("--command `{command}` is not a command line"),
+            ),
         },
-        (None, None) => unreachable!("clap requires --image or --command"),
-    };
-    let placement = (!args.providers.is_empty()).then(|| types::PlacementPolicy {
-        providers: args
-            .providers
+        (None, None) => Ok(None),
+    }
+}
+
+/// The placement `--provider` flags give (`None` without any).
+fn placement_of(providers: &[String]) -> Option<types::PlacementPolicy> {
+    (!providers.is_empty()).then(|| types::PlacementPolicy {
+        providers: providers
             .iter()
             .map(|name| types::ProviderPreference {
                 name: name.clone(),
@@ -187,7 +226,15 @@ async fn service_create(
             })
             .collect(),
         spread: None,
-    });
+    })
+}
+
+async fn service_create(
+    connection: &Connection,
+    args: ServiceCreateArgs,
+) -> anyhow::Result<types::ServiceView> {
+    let source = source_of(args.image, args.command)?.expect("clap requires --image or --command");
+    let placement = placement_of(&args.providers);
     let project = resolve::project_id(connection, &args.project).await?;
     let environment = resolve::environment_id(connection, project, &args.environment).await?;
     connection
@@ -201,6 +248,38 @@ async fn service_create(
                         .replicas(args.replicas)
                         .source(source.clone())
                         .placement(placement.clone())
+                })
+                .send()
+                .await
+        })
+        .await
+}
+
+async fn service_update(
+    connection: &Connection,
+    args: ServiceUpdateArgs,
+) -> anyhow::Result<types::ServiceView> {
+    let source = source_of(args.image, args.command)?;
+    let placement = placement_of(&args.providers);
+    let port = args.port.and_then(std::num::NonZeroU32::new);
+    if source.is_none() && placement.is_none() && port.is_none() && args.replicas.is_none() {
+        return fail(
+            Exit::InvalidInput,
+            "nothing to change: give --image, --command, --port, --replicas or --provider",
+        );
+    }
+    let (project, service) =
+        resolve::project_and_service(connection, &args.project, &args.service).await?;
+    connection
+        .call(async |c| {
+            c.service_update()
+                .project_id(project)
+                .service_id(service)
+                .body_map(|b| {
+                    b.source(source.clone())
+                        .placement(placement.clone())
+                        .port(port)
+                        .replicas(args.replicas)
                 })
                 .send()
                 .await

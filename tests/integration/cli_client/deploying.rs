@@ -51,6 +51,33 @@ async fn a_user_deploys_from_scratch_with_the_cli(s: TestServer) {
     assert_eq!(service["placement"]["providers"][0]["name"], "metal");
     let services = cli.run(&format!("services list -p {project}")).await;
     assert!(row(services.ok(), service["id"].as_str().unwrap()).is_some());
+    // Updated: what is given changes, the rest stays; nothing given is refused.
+    let updated = cli
+        .run("services update -p shop web --replicas 2 --port 8081 --output json")
+        .await
+        .json();
+    assert_eq!(
+        (updated["replicas"].clone(), updated["port"].clone()),
+        (json!(2), json!(8081))
+    );
+    assert_eq!(updated["source"], service["source"]);
+    assert_eq!(updated["placement"], service["placement"]);
+    let refused = cli.run("services update -p shop web").await;
+    assert!(
+        refused.exits(7).contains("nothing to change"),
+        "{}",
+        refused.stderr
+    );
+    let refused = cli.run("services update -p shop web --replicas -1").await;
+    refused.exits(2);
+    let back = cli
+        .run("services update -p shop web --replicas 1 --port 8080 --provider metal --output json")
+        .await
+        .json();
+    assert_eq!(
+        (back["replicas"].clone(), back["port"].clone()),
+        (json!(1), json!(8080))
+    );
 
     // Deploy, following the rollout until it is healthy.
     let deployed = cli.run("deploy -p shop -s web").await;
