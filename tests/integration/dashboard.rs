@@ -412,6 +412,22 @@ async fn a_user_signs_in_deploys_and_rolls_back_in_a_real_browser() {
         .unwrap();
     assert_eq!(latest["id"], rollback["id"], "{deployments:?}");
     assert_eq!(latest["state"], "healthy", "{latest}");
+    // A deployment is tagged as lists are: a poller gets 304 while it is unchanged.
+    let latest_path = format!(
+        "/v1/projects/{project_id}/services/{service_id}/deployments/{}",
+        latest["id"].as_str().unwrap()
+    );
+    let viewed = s.get(&latest_path, &admin_token).await;
+    let etag = viewed
+        .header("etag")
+        .expect("a deployment has an ETag")
+        .to_owned();
+    let unchanged = TestServer::send(
+        s.request(Method::GET, &latest_path, Some(&admin_token))
+            .header("if-none-match", &etag),
+    )
+    .await;
+    assert_eq!(unchanged.status, 304, "{}", unchanged.text);
     // No instance left the routes on the way: the metal agent's checks of a new process,
     // slower than the control plane's first one, do not undo it ("pending" is no failure).
     for deployment in &deployments {

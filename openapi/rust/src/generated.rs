@@ -20387,6 +20387,7 @@ Arguments:
 order it was given in.
 - `project_id`: Only events of this project (requires the project's admin or owner role).
 - `resource_type`: Only events of this kind of resource, e.g. `service`.
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.audit_event_list()
     .action(action)
@@ -20396,6 +20397,7 @@ let response = client.audit_event_list()
     .order(order)
     .project_id(project_id)
     .resource_type(resource_type)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20559,10 +20561,12 @@ Sends a `GET` request to `/v1/edges`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.edge_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20608,8 +20612,11 @@ let response = client.edge_status_report()
 
 Sends a `GET` request to `/v1/me`
 
+Arguments:
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.me_view()
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20640,10 +20647,12 @@ Sends a `GET` request to `/v1/me/invitations`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.me_invitation_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20701,10 +20710,12 @@ Sends a `GET` request to `/v1/me/terms/acceptances`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.me_terms_acceptance_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20735,10 +20746,12 @@ Sends a `GET` request to `/v1/plugins`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.plugin_binary_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20785,10 +20798,12 @@ Sends a `GET` request to `/v1/projects`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.project_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20818,9 +20833,11 @@ Sends a `GET` request to `/v1/projects/{project_id}`
 
 Arguments:
 - `project_id`: Project id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.project_view()
     .project_id(project_id)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20871,11 +20888,13 @@ Arguments:
 - `project_id`: Project id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.domain_list()
     .project_id(project_id)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20908,10 +20927,12 @@ Sends a `GET` request to `/v1/projects/{project_id}/domains/{domain_id}`
 Arguments:
 - `project_id`: Project id
 - `domain_id`: Domain id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.domain_view()
     .project_id(project_id)
     .domain_id(domain_id)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -20986,11 +21007,13 @@ Arguments:
 - `project_id`: Project id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.environment_list()
     .project_id(project_id)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21023,10 +21046,12 @@ Sends a `GET` request to `/v1/projects/{project_id}/environments/{environment_id
 Arguments:
 - `project_id`: Project id
 - `environment_id`: Environment id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.environment_view()
     .project_id(project_id)
     .environment_id(environment_id)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21081,11 +21106,13 @@ Arguments:
 - `project_id`: Project id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.invitation_list()
     .project_id(project_id)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21138,11 +21165,13 @@ Arguments:
 - `project_id`: Project id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.member_list()
     .project_id(project_id)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21156,10 +21185,12 @@ Sends a `GET` request to `/v1/projects/{project_id}/members/{user_id}`
 Arguments:
 - `project_id`: Project id
 - `user_id`: The member's user id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.member_view()
     .project_id(project_id)
     .user_id(user_id)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21214,11 +21245,13 @@ Arguments:
 - `project_id`: Project id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.service_list()
     .project_id(project_id)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21251,10 +21284,12 @@ Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}`
 Arguments:
 - `project_id`: Project id
 - `service_id`: Service id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.service_view()
     .project_id(project_id)
     .service_id(service_id)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21310,12 +21345,14 @@ Arguments:
 - `service_id`: Service id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.deployment_list()
     .project_id(project_id)
     .service_id(service_id)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21351,11 +21388,13 @@ Arguments:
 - `project_id`: Project id
 - `service_id`: Service id
 - `deployment_id`: Deployment id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.deployment_view()
     .project_id(project_id)
     .service_id(service_id)
     .deployment_id(deployment_id)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21447,12 +21486,14 @@ Arguments:
 - `service_id`: Service id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.service_instance_list()
     .project_id(project_id)
     .service_id(service_id)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21469,10 +21510,12 @@ Sends a `GET` request to `/v1/providers`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.provider_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21505,9 +21548,11 @@ Sends a `GET` request to `/v1/providers/{name}`
 
 Arguments:
 - `name`: Provider name
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.provider_view()
     .name(name)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21563,11 +21608,13 @@ Arguments:
 - `name`: Provider name
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.provider_activation_list()
     .name(name)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21635,11 +21682,13 @@ Arguments:
 - `name`: Provider name
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.provider_event_list()
     .name(name)
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21653,9 +21702,11 @@ Sends a `GET` request to `/v1/providers/{name}/instances`
 
 Arguments:
 - `name`: Provider name
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.provider_instance_list()
     .name(name)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21763,7 +21814,7 @@ Arguments:
 - `format`: `json` (default): the signed snapshot; `caddy`: a Caddy configuration.
 - `listen`: With `format=caddy`: the address Caddy serves the routes on (`host:port` or `:port`;
 default `:80`).
-- `if_none_match`: 304 when it matches the current ETag
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.routing_table_view()
     .format(format)
@@ -21896,10 +21947,12 @@ Sends a `GET` request to `/v1/terms`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.terms_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21931,10 +21984,12 @@ Sends a `GET` request to `/v1/tokens`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.token_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -21995,10 +22050,12 @@ Sends a `GET` request to `/v1/users`
 Arguments:
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.user_list()
     .cursor(cursor)
     .limit(limit)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -22028,9 +22085,11 @@ Sends a `GET` request to `/v1/users/{user_id}`
 
 Arguments:
 - `user_id`: User id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.user_view()
     .user_id(user_id)
+    .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
@@ -22286,6 +22345,7 @@ pub mod builder {
         order: Result<Option<types::AuditEventListOrder>, String>,
         project_id: Result<Option<::uuid::Uuid>, String>,
         resource_type: Result<Option<types::AuditEventListResourceType>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> AuditEventList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -22298,6 +22358,7 @@ pub mod builder {
                 order: Ok(None),
                 project_id: Ok(None),
                 resource_type: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn action<V>(mut self, value: V) -> Self
@@ -22388,6 +22449,19 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/audit-events`
         pub async fn send(
             self,
@@ -22401,6 +22475,7 @@ pub mod builder {
                 order,
                 project_id,
                 resource_type,
+                if_none_match,
             } = self;
             let action = action.map_err(Error::InvalidRequest)?;
             let actor_user_id = actor_user_id.map_err(Error::InvalidRequest)?;
@@ -22409,8 +22484,9 @@ pub mod builder {
             let order = order.map_err(Error::InvalidRequest)?;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let resource_type = resource_type.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/audit-events", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -22418,6 +22494,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -23926,6 +24005,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> EdgeList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -23933,6 +24013,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -23961,15 +24042,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/edges`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageEdgeView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/edges", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -23977,6 +24072,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -24381,18 +24479,36 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct MeView<'a> {
         client: &'a super::Client,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> MeView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
-            Self { client: client }
+            Self {
+                client: client,
+                if_none_match: Ok(None),
+            }
+        }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
         }
         ///Sends a `GET` request to `/v1/me`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::UserView>, Error<types::Problem>> {
-            let Self { client } = self;
+            let Self { client, if_none_match } = self;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/me", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -24400,6 +24516,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -24657,6 +24776,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> MeInvitationList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -24664,6 +24784,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -24692,15 +24813,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/me/invitations`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageInvitationView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/me/invitations", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -24708,6 +24843,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -25180,6 +25318,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> MeTermsAcceptanceList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -25187,6 +25326,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -25215,6 +25355,19 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/me/terms/acceptances`
         pub async fn send(
             self,
@@ -25222,11 +25375,12 @@ pub mod builder {
             ResponseValue<types::PageTermsAcceptanceView>,
             Error<types::Problem>,
         > {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/me/terms/acceptances", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -25234,6 +25388,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -25491,6 +25648,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> PluginBinaryList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -25498,6 +25656,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -25526,15 +25685,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/plugins`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PagePluginBinaryView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/plugins", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -25542,6 +25715,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -25896,6 +26072,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProjectList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -25903,6 +26080,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -25931,15 +26109,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageProjectView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/projects", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -25947,6 +26139,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -26204,12 +26399,14 @@ pub mod builder {
     pub struct ProjectView<'a> {
         client: &'a super::Client,
         project_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProjectView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
                 project_id: Err("project_id was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -26223,17 +26420,31 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::ProjectView>, Error<types::Problem>> {
-            let Self { client, project_id } = self;
+            let Self { client, project_id, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}", client.baseurl, encode_path(& project_id
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -26241,6 +26452,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -26683,6 +26897,7 @@ pub mod builder {
         project_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> DomainList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -26691,6 +26906,7 @@ pub mod builder {
                 project_id: Err("project_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -26730,19 +26946,33 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/domains`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageDomainView>, Error<types::Problem>> {
-            let Self { client, project_id, cursor, limit } = self;
+            let Self { client, project_id, cursor, limit, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/domains", client.baseurl, encode_path(& project_id
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -26750,6 +26980,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -27032,6 +27265,7 @@ pub mod builder {
         client: &'a super::Client,
         project_id: Result<::uuid::Uuid, String>,
         domain_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> DomainView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -27039,6 +27273,7 @@ pub mod builder {
                 client: client,
                 project_id: Err("project_id was not initialized".to_string()),
                 domain_id: Err("domain_id was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -27063,18 +27298,32 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/domains/{domain_id}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::DomainView>, Error<types::Problem>> {
-            let Self { client, project_id, domain_id } = self;
+            let Self { client, project_id, domain_id, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let domain_id = domain_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/domains/{}", client.baseurl, encode_path(& project_id
                 .to_string()), encode_path(& domain_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -27082,6 +27331,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -27729,6 +27981,7 @@ pub mod builder {
         project_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> EnvironmentList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -27737,6 +27990,7 @@ pub mod builder {
                 project_id: Err("project_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -27776,19 +28030,33 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/environments`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageEnvironmentView>, Error<types::Problem>> {
-            let Self { client, project_id, cursor, limit } = self;
+            let Self { client, project_id, cursor, limit, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/environments", client.baseurl, encode_path(&
                 project_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -27796,6 +28064,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -28080,6 +28351,7 @@ pub mod builder {
         client: &'a super::Client,
         project_id: Result<::uuid::Uuid, String>,
         environment_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> EnvironmentView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -28087,6 +28359,7 @@ pub mod builder {
                 client: client,
                 project_id: Err("project_id was not initialized".to_string()),
                 environment_id: Err("environment_id was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -28112,18 +28385,32 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/environments/{environment_id}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::EnvironmentView>, Error<types::Problem>> {
-            let Self { client, project_id, environment_id } = self;
+            let Self { client, project_id, environment_id, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let environment_id = environment_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/environments/{}", client.baseurl, encode_path(&
                 project_id.to_string()), encode_path(& environment_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -28131,6 +28418,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -28605,6 +28895,7 @@ pub mod builder {
         project_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> InvitationList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -28613,6 +28904,7 @@ pub mod builder {
                 project_id: Err("project_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -28652,19 +28944,33 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/invitations`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageInvitationView>, Error<types::Problem>> {
-            let Self { client, project_id, cursor, limit } = self;
+            let Self { client, project_id, cursor, limit, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/invitations", client.baseurl, encode_path(& project_id
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -28672,6 +28978,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -29100,6 +29409,7 @@ pub mod builder {
         project_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> MemberList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -29108,6 +29418,7 @@ pub mod builder {
                 project_id: Err("project_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -29147,19 +29458,33 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/members`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageMemberView>, Error<types::Problem>> {
-            let Self { client, project_id, cursor, limit } = self;
+            let Self { client, project_id, cursor, limit, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/members", client.baseurl, encode_path(& project_id
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -29167,6 +29492,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -29256,6 +29584,7 @@ pub mod builder {
         client: &'a super::Client,
         project_id: Result<::uuid::Uuid, String>,
         user_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> MemberView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -29263,6 +29592,7 @@ pub mod builder {
                 client: client,
                 project_id: Err("project_id was not initialized".to_string()),
                 user_id: Err("user_id was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -29287,18 +29617,32 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/members/{user_id}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::MemberView>, Error<types::Problem>> {
-            let Self { client, project_id, user_id } = self;
+            let Self { client, project_id, user_id, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let user_id = user_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/members/{}", client.baseurl, encode_path(& project_id
                 .to_string()), encode_path(& user_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -29306,6 +29650,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -29776,6 +30123,7 @@ pub mod builder {
         project_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ServiceList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -29784,6 +30132,7 @@ pub mod builder {
                 project_id: Err("project_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -29823,19 +30172,33 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/services`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageServiceView>, Error<types::Problem>> {
-            let Self { client, project_id, cursor, limit } = self;
+            let Self { client, project_id, cursor, limit, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/services", client.baseurl, encode_path(& project_id
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -29843,6 +30206,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -30125,6 +30491,7 @@ pub mod builder {
         client: &'a super::Client,
         project_id: Result<::uuid::Uuid, String>,
         service_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ServiceView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -30132,6 +30499,7 @@ pub mod builder {
                 client: client,
                 project_id: Err("project_id was not initialized".to_string()),
                 service_id: Err("service_id was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -30156,18 +30524,32 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::ServiceView>, Error<types::Problem>> {
-            let Self { client, project_id, service_id } = self;
+            let Self { client, project_id, service_id, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let service_id = service_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/services/{}", client.baseurl, encode_path(& project_id
                 .to_string()), encode_path(& service_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -30175,6 +30557,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -30646,6 +31031,7 @@ pub mod builder {
         service_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> DeploymentList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -30655,6 +31041,7 @@ pub mod builder {
                 service_id: Err("service_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -30705,21 +31092,35 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}/deployments`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageDeploymentView>, Error<types::Problem>> {
-            let Self { client, project_id, service_id, cursor, limit } = self;
+            let Self { client, project_id, service_id, cursor, limit, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let service_id = service_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/services/{}/deployments", client.baseurl,
                 encode_path(& project_id.to_string()), encode_path(& service_id
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -30727,6 +31128,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -30995,6 +31399,7 @@ pub mod builder {
         project_id: Result<::uuid::Uuid, String>,
         service_id: Result<::uuid::Uuid, String>,
         deployment_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> DeploymentView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -31003,6 +31408,7 @@ pub mod builder {
                 project_id: Err("project_id was not initialized".to_string()),
                 service_id: Err("service_id was not initialized".to_string()),
                 deployment_id: Err("deployment_id was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -31039,20 +31445,34 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::DeploymentView>, Error<types::Problem>> {
-            let Self { client, project_id, service_id, deployment_id } = self;
+            let Self { client, project_id, service_id, deployment_id, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let service_id = service_id.map_err(Error::InvalidRequest)?;
             let deployment_id = deployment_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/services/{}/deployments/{}", client.baseurl,
                 encode_path(& project_id.to_string()), encode_path(& service_id
                 .to_string()), encode_path(& deployment_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -31060,6 +31480,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -31755,6 +32178,7 @@ pub mod builder {
         service_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ServiceInstanceList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -31764,6 +32188,7 @@ pub mod builder {
                 service_id: Err("service_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -31814,6 +32239,19 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}/instances`
         pub async fn send(
             self,
@@ -31821,16 +32259,17 @@ pub mod builder {
             ResponseValue<types::PageDeployedInstanceView>,
             Error<types::Problem>,
         > {
-            let Self { client, project_id, service_id, cursor, limit } = self;
+            let Self { client, project_id, service_id, cursor, limit, if_none_match } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let service_id = service_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/services/{}/instances", client.baseurl, encode_path(&
                 project_id.to_string()), encode_path(& service_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -31838,6 +32277,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -31927,6 +32369,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProviderList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -31934,6 +32377,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -31962,15 +32406,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/providers`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageProviderView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/providers", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -31978,6 +32436,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -32237,12 +32698,14 @@ pub mod builder {
     pub struct ProviderView<'a> {
         client: &'a super::Client,
         name: Result<::std::string::String, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProviderView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
                 name: Err("name was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn name<V>(mut self, value: V) -> Self
@@ -32257,16 +32720,30 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/providers/{name}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::ProviderView>, Error<types::Problem>> {
-            let Self { client, name } = self;
+            let Self { client, name, if_none_match } = self;
             let name = name.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/providers/{}", client.baseurl, encode_path(& name.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -32274,6 +32751,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -32760,6 +33240,7 @@ pub mod builder {
         name: Result<::std::string::String, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProviderActivationList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -32768,6 +33249,7 @@ pub mod builder {
                 name: Err("name was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn name<V>(mut self, value: V) -> Self
@@ -32808,6 +33290,19 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/providers/{name}/activations`
         pub async fn send(
             self,
@@ -32815,15 +33310,16 @@ pub mod builder {
             ResponseValue<types::PageProviderActivationView>,
             Error<types::Problem>,
         > {
-            let Self { client, name, cursor, limit } = self;
+            let Self { client, name, cursor, limit, if_none_match } = self;
             let name = name.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/providers/{}/activations", client.baseurl, encode_path(& name
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -32831,6 +33327,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -33340,6 +33839,7 @@ pub mod builder {
         name: Result<::std::string::String, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProviderEventList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -33348,6 +33848,7 @@ pub mod builder {
                 name: Err("name was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn name<V>(mut self, value: V) -> Self
@@ -33388,19 +33889,33 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/providers/{name}/events`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageProviderEventView>, Error<types::Problem>> {
-            let Self { client, name, cursor, limit } = self;
+            let Self { client, name, cursor, limit, if_none_match } = self;
             let name = name.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/providers/{}/events", client.baseurl, encode_path(& name
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -33408,6 +33923,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -33496,12 +34014,14 @@ pub mod builder {
     pub struct ProviderInstanceList<'a> {
         client: &'a super::Client,
         name: Result<::std::string::String, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProviderInstanceList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
                 name: Err("name was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn name<V>(mut self, value: V) -> Self
@@ -33516,17 +34036,31 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/providers/{name}/instances`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageInstanceView>, Error<types::Problem>> {
-            let Self { client, name } = self;
+            let Self { client, name, if_none_match } = self;
             let name = name.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/providers/{}/instances", client.baseurl, encode_path(& name
                 .to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -33534,6 +34068,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -33588,6 +34125,13 @@ pub mod builder {
                         ),
                     )
                 }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 422u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -33602,7 +34146,21 @@ pub mod builder {
                         ),
                     )
                 }
+                502u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                504u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -35473,6 +36031,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> TermsList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -35480,6 +36039,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -35508,15 +36068,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/terms`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageTermsView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/terms", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -35524,6 +36098,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -35782,6 +36359,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> TokenList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -35789,6 +36367,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -35817,15 +36396,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/tokens`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageTokenView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/tokens", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -35833,6 +36426,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -36338,6 +36934,7 @@ pub mod builder {
         client: &'a super::Client,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> UserList<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -36345,6 +36942,7 @@ pub mod builder {
                 client: client,
                 cursor: Ok(None),
                 limit: Ok(None),
+                if_none_match: Ok(None),
             }
         }
         pub fn cursor<V>(mut self, value: V) -> Self
@@ -36373,15 +36971,29 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/users`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageUserView>, Error<types::Problem>> {
-            let Self { client, cursor, limit } = self;
+            let Self { client, cursor, limit, if_none_match } = self;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/users", client.baseurl,);
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -36389,6 +37001,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client
@@ -36644,12 +37259,14 @@ pub mod builder {
     pub struct UserView<'a> {
         client: &'a super::Client,
         user_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> UserView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
                 user_id: Err("user_id was not initialized".to_string()),
+                if_none_match: Ok(None),
             }
         }
         pub fn user_id<V>(mut self, value: V) -> Self
@@ -36663,16 +37280,30 @@ pub mod builder {
                 });
             self
         }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
         ///Sends a `GET` request to `/v1/users/{user_id}`
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::UserView>, Error<types::Problem>> {
-            let Self { client, user_id } = self;
+            let Self { client, user_id, if_none_match } = self;
             let user_id = user_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/users/{}", client.baseurl, encode_path(& user_id.to_string()),
             );
-            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
             header_map
                 .append(
                     ::reqwest::header::HeaderName::from_static("api-version"),
@@ -36680,6 +37311,9 @@ pub mod builder {
                         super::Client::api_version(),
                     ),
                 );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
             #[allow(unused_mut)]
             let mut request = client
                 .client

@@ -3142,7 +3142,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3151,11 +3154,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_AuditEventView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -4320,7 +4333,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4329,11 +4345,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_EdgeView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -4634,7 +4660,10 @@ export interface operations {
     me_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4649,6 +4678,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["UserView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -4859,7 +4896,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4868,11 +4908,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_InvitationView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -5259,7 +5309,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5268,11 +5321,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_TermsAcceptanceView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -5482,7 +5545,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5491,11 +5557,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_PluginBinaryView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -5800,7 +5876,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5809,11 +5888,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_ProjectView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -6011,7 +6100,10 @@ export interface operations {
     project_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -6029,6 +6121,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ProjectView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -6365,7 +6465,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -6377,11 +6480,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_DomainView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -6591,7 +6704,10 @@ export interface operations {
     domain_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -6611,6 +6727,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["DomainView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -7081,7 +7205,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -7093,11 +7220,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_EnvironmentView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -7307,7 +7444,10 @@ export interface operations {
     environment_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -7327,6 +7467,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["EnvironmentView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -7667,7 +7815,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -7679,11 +7830,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_InvitationView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -8001,7 +8162,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -8013,11 +8177,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_MemberView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -8096,7 +8270,10 @@ export interface operations {
     member_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -8116,6 +8293,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["MemberView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -8456,7 +8641,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -8468,11 +8656,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_ServiceView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -8682,7 +8880,10 @@ export interface operations {
     service_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -8702,6 +8903,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ServiceView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -9042,7 +9251,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -9056,11 +9268,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_DeploymentView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -9268,7 +9490,10 @@ export interface operations {
     deployment_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -9284,11 +9509,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this answer: send it as `If-None-Match` to get 304 while the deployment is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["DeploymentView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -9741,7 +9976,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Project id */
                 project_id: string;
@@ -9755,11 +9993,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_DeployedInstanceView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -9843,7 +10091,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -9852,11 +10103,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_ProviderView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -10054,7 +10315,10 @@ export interface operations {
     provider_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Provider name */
                 name: string;
@@ -10072,6 +10336,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ProviderView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -10424,7 +10696,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Provider name */
                 name: string;
@@ -10436,11 +10711,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_ProviderActivationView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -10848,7 +11133,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Provider name */
                 name: string;
@@ -10860,11 +11148,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_ProviderEventView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -10943,7 +11241,10 @@ export interface operations {
     provider_instance_list: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description Provider name */
                 name: string;
@@ -10955,11 +11256,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_InstanceView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -11006,6 +11317,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Invalid values */
             422: {
                 headers: {
@@ -11024,8 +11344,26 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable from this replica */
+            /** @description The provider refused or failed (unauthorized, account suspended, unexpected answer) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider is unavailable or rate limiting (see Retry-After) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The plugin did not answer in time */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11647,7 +11985,7 @@ export interface operations {
                 listen?: string;
             };
             header?: {
-                /** @description 304 when it matches the current ETag */
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
                 "If-None-Match"?: string;
             };
             path?: never;
@@ -12446,7 +12784,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -12455,11 +12796,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_TermsView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -12660,7 +13011,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -12669,11 +13023,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_TokenView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -13072,7 +13436,10 @@ export interface operations {
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -13081,11 +13448,21 @@ export interface operations {
             /** @description OK */
             200: {
                 headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Page_UserView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {
@@ -13283,7 +13660,10 @@ export interface operations {
     user_view: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
             path: {
                 /** @description User id */
                 user_id: string;
@@ -13301,6 +13681,14 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["UserView"];
                 };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request */
             400: {

@@ -91,16 +91,16 @@ fn deployment_created(
 #[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}", tag = "deployments",
     params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
         ("deployment_id" = Uuid, Path, description = "Deployment id")),
-    responses((status = 200, body = DeploymentView)))]
+    responses((status = 200, body = DeploymentView, headers(("ETag" = String, description = "A weak tag of this answer: send it as `If-None-Match` to get 304 while the deployment is unchanged")))))]
 async fn deployment_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
-) -> ApiResult<Json<DeploymentView>> {
-    Ok(Json(
-        app.deployment_view(&principal, project_id, service_id, id)
-            .await?,
-    ))
+) -> ApiResult<Response> {
+    let deployment = app
+        .deployment_view(&principal, project_id, service_id, id)
+        .await?;
+    Ok(super::digest_tagged(&deployment))
 }
 
 /// Cancel a deployment that has not finished: it stops, and the instances it made are

@@ -168,6 +168,9 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
             );
         }
         header_parameters_not_null(operation);
+        if method == Method::GET {
+            conditional_get_document(operation);
+        }
         if path.contains('{') {
             // Path values are validated too (names, keys).
             errors.push((422, "Invalid values"));
@@ -219,6 +222,61 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
                 });
         }
     }
+}
+
+/// What [`middleware::conditional_get`] does, in the document: a page of a list carries a weak
+/// `ETag` (see `Page`'s response), and every GET whose answer has an `ETag` takes
+/// `If-None-Match` and may answer 304.
+fn conditional_get_document(operation: &mut utoipa::openapi::path::Operation) {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    let Some(RefOr::T(ok)) = operation.responses.responses.get_mut("200") else {
+        return;
+    };
+    let is_page = ok.content.get("application/json").is_some_and(|content| {
+        matches!(content, RefOr::T(content)
+            if matches!(&content.schema, Some(RefOr::Ref(r)) if r.ref_location.starts_with("#/components/schemas/Page_")))
+    });
+    if is_page && !ok.headers.contains_key("ETag") {
+        ok.headers.insert(
+            "ETag".to_owned(),
+            RefOr::T(
+                HeaderBuilder::new()
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                    .description(Some(
+                        "A weak tag of this page: send it as `If-None-Match` to get 304 while \
+                         it is unchanged",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+    if !ok.headers.contains_key("ETag") {
+        return;
+    }
+    header_parameter_ensure(
+        operation,
+        "If-None-Match",
+        "A tag of an earlier answer: 304, without a body, while the answer would be the same",
+        None,
+    );
+    operation
+        .responses
+        .responses
+        .entry("304".to_owned())
+        .or_insert_with(|| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description("Not modified: the `If-None-Match` tag is current (no body)")
+                    .header(
+                        "ETag",
+                        HeaderBuilder::new()
+                            .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                            .build(),
+                    )
+                    .build(),
+            )
+        });
 }
 
 /// A problem is answered as `application/problem+json` (see `ApiError`'s response): a handler
@@ -550,24 +608,30 @@ pub(crate) fn tagged<T: Serialize>(revision: i64, body: T) -> Response {
 /// never buffers a body to tag it).
 impl<T: Serialize> IntoResponse for Page<T> {
     fn into_response(self) -> Response {
-        let body = match serde_json::to_vec(&self) {
-            Ok(body) => body,
-            Err(err) => return crate::error::ApiError::internal(err).into_response(),
-        };
-        let digest = hex::encode(&Sha256::digest(&body)[..16]);
-        let mut response = (
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            body,
-        )
-            .into_response();
-        if let Ok(etag) = HeaderValue::from_str(&format!("W/\"{digest}\"")) {
-            response.headers_mut().insert(header::ETAG, etag);
-        }
-        response
+        digest_tagged(&self)
     }
+}
+
+/// `body` as JSON with a weak `ETag` made from its bytes, for answers that have no revision
+/// to tag them with (pages of lists, deployments): a 304 then saves the body.
+pub(crate) fn digest_tagged(body: &impl Serialize) -> Response {
+    let body = match serde_json::to_vec(body) {
+        Ok(body) => body,
+        Err(err) => return crate::error::ApiError::internal(err).into_response(),
+    };
+    let digest = hex::encode(&Sha256::digest(&body)[..16]);
+    let mut response = (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("W/\"{digest}\"")) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    response
 }
 
 /// A 201 response with `Location` and `ETag`.

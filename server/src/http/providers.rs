@@ -177,7 +177,11 @@ async fn provider_event_list(
 /// (administrators).
 #[utoipa::path(get, path = "/v1/providers/{name}/instances", tag = "providers",
     params(("name" = String, Path, description = "Provider name")),
-    responses((status = 200, body = Page<InstanceView>)))]
+    responses((status = 200, body = Page<InstanceView>),
+        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::error::Problem),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem)))]
 async fn provider_instance_list(
     State(app): State<App>,
     principal: Principal,
