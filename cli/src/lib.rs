@@ -2,8 +2,9 @@
 //! generated Rust client (`bulkhead-client`), as the lean `bulkhead-cli` binary and as the
 //! client commands of the operators' `bulkhead` binary. No server code is in it.
 //!
-//! One module per group of commands: `login` (login, logout), `projects`, `services`,
-//! `deployments` (deploy and deployments), `providers`, `routes`, `tokens`; with what they
+//! One module per group of commands: `login` (login, logout), `projects`, `services`, `domains`,
+//! `members` (members and invitations), `deployments` (deploy and deployments), `providers`,
+//! `routes`, `tokens`; with what they
 //! share: `connection` (flags, credentials, TLS, calls), `servers` (the list of a control
 //! plane's replicas, and moving on to the next when one does not answer), `credentials`,
 //! `resolve` (names to ids), `follow` (event streams), `output` and [`exit`].
@@ -11,9 +12,11 @@
 mod connection;
 mod credentials;
 mod deployments;
+mod domains;
 pub mod exit;
 mod follow;
 mod login;
+mod members;
 mod output;
 mod projects;
 mod providers;
@@ -37,6 +40,12 @@ pub enum ClientCommand {
     Projects(projects::ProjectsArgs),
     /// A project's services.
     Services(services::ServicesArgs),
+    /// A project's domains: add, verify, remove.
+    Domains(domains::DomainsArgs),
+    /// A project's members and the invitations it sent.
+    Members(members::MembersArgs),
+    /// Your invitations to projects: list, accept, decline.
+    Invitations(members::InvitationsArgs),
     /// Deploy a service's current spec and follow the rollout to its end.
     Deploy(deployments::DeployArgs),
     /// A service's deployments: list, show, events, cancel, rollback.
@@ -59,6 +68,9 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Logout(args) => login::logout(args).await,
         ClientCommand::Projects(args) => projects::projects(args).await,
         ClientCommand::Services(args) => services::services(args).await,
+        ClientCommand::Domains(args) => domains::domains(args).await,
+        ClientCommand::Members(args) => members::members(args).await,
+        ClientCommand::Invitations(args) => members::invitations(args).await,
         ClientCommand::Deploy(args) => deployments::deploy(args).await,
         ClientCommand::Deployments(args) => deployments::deployments(args).await,
         ClientCommand::Providers(args) => providers::providers(args).await,

@@ -1,11 +1,12 @@
-//! The client commands of the `bulkhead` binary (`login`, `projects`, `services`, `deploy`,
-//! `deployments`, `providers`, `routes`, `tokens`), run as processes against the real server
+//! The client commands of the `bulkhead` binary (`login`, `projects`, `services`, `domains`,
+//! `members`, `invitations`, `deploy`, `deployments`, `providers`, `routes`, `tokens`), run as processes against the real server
 //! with a credentials directory of their own: what they print, what they store, and their
 //! exit statuses. Here the harness; the tests are in the modules below.
 
 mod credentials;
 mod deploying;
 mod exit_statuses;
+mod members;
 mod operating;
 mod servers;
 

@@ -122,7 +122,50 @@ async fn a_user_deploys_from_scratch_with_the_cli(s: TestServer) {
 
     // Routes and edges, as an administrator.
     let service_id = service["id"].as_str().unwrap();
-    crate::support::domain_bind(&s, ADMIN_TOKEN, &project, service_id, "shop.example.com").await;
+    // A domain, added and verified with the CLI (its challenge published on the platform's
+    // DNS); a second one added and removed.
+    let added = cli
+        .run("domains add -p shop -s web shop.example.com --output json")
+        .await;
+    assert!(
+        added
+            .stderr
+            .contains("_bulkhead-challenge.shop.example.com"),
+        "{}",
+        added.stderr
+    );
+    let added = added.json();
+    assert_eq!(added["status"], "pending");
+    crate::support::dns().txt_add(
+        added["challenge"]["name"].as_str().unwrap(),
+        added["challenge"]["value"].as_str().unwrap().to_owned(),
+    );
+    let listed = cli.run("domains list -p shop").await;
+    let pending = row(listed.ok(), "shop.example.com").expect("the domain is listed");
+    assert!(
+        pending.contains("pending") && pending.contains(service_id),
+        "{pending}"
+    );
+    let verified = cli
+        .run("domains verify -p shop SHOP.example.com. --output json")
+        .await
+        .json();
+    assert_eq!(verified["status"], "verified");
+    cli.run("domains verify -p shop nope.example.com")
+        .await
+        .exits(5);
+    cli.run("domains add -p shop -s web www.example.com")
+        .await
+        .ok();
+    cli.run("domains remove -p shop www.example.com").await.ok();
+    let listed = cli.run("domains list -p shop --output json").await.json();
+    let hostnames: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["hostname"].as_str().unwrap())
+        .collect();
+    assert_eq!(hostnames, ["shop.example.com"]);
     let admin = Cli::with_token(&s.base, ADMIN_TOKEN);
     eventually("the route is in the table", async || {
         let table = admin.run("routes table").await;

@@ -1,0 +1,300 @@
+//! `bulkhead members` (a project's members and the invitations it sent: list, invite, change a
+//! role, remove, revoke) and `bulkhead invitations` (yours: list, accept, decline). Members and
+//! invitations are named by email.
+
+use bulkhead_client::types;
+use clap::Subcommand;
+use uuid::Uuid;
+
+use super::connection::{Connection, GlobalArgs};
+use super::exit::{Exit, fail};
+use super::output::{self, Row};
+use super::resolve;
+
+const ROLES: [&str; 4] = ["viewer", "member", "admin", "owner"];
+
+#[derive(clap::Args)]
+#[command(after_help = "Example:
+  bulkhead members invite -p shop bob@example.com --role member
+  bulkhead members set-role -p shop bob@example.com admin")]
+pub struct MembersArgs {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    action: MembersAction,
+}
+
+#[derive(Subcommand)]
+pub enum MembersAction {
+    /// List a project's members and their roles.
+    #[command(after_help = "Example:\n  bulkhead members list -p shop")]
+    List {
+        /// The project (name or id).
+        #[arg(short, long)]
+        project: String,
+    },
+    /// Invite an email to the project with a role (it accepts with `bulkhead invitations`).
+    #[command(
+        after_help = "Example:\n  bulkhead members invite -p shop bob@example.com --role viewer"
+    )]
+    Invite {
+        #[arg(short, long)]
+        project: String,
+        email: String,
+        #[arg(long, value_parser = ROLES)]
+        role: String,
+    },
+    /// The invitations the project sent that are still pending.
+    #[command(after_help = "Example:\n  bulkhead members invitations -p shop")]
+    Invitations {
+        #[arg(short, long)]
+        project: String,
+    },
+    /// Withdraw the pending invitation of an email.
+    #[command(after_help = "Example:\n  bulkhead members revoke -p shop bob@example.com")]
+    Revoke {
+        #[arg(short, long)]
+        project: String,
+        email: String,
+    },
+    /// Change a member's role.
+    #[command(after_help = "Example:\n  bulkhead members set-role -p shop bob@example.com admin")]
+    SetRole {
+        #[arg(short, long)]
+        project: String,
+        email: String,
+        #[arg(value_parser = ROLES)]
+        role: String,
+    },
+    /// Remove a member from the project.
+    #[command(after_help = "Example:\n  bulkhead members remove -p shop bob@example.com")]
+    Remove {
+        #[arg(short, long)]
+        project: String,
+        email: String,
+    },
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Example:
+  bulkhead invitations list
+  bulkhead invitations accept shop")]
+pub struct InvitationsArgs {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    action: InvitationsAction,
+}
+
+#[derive(Subcommand)]
+pub enum InvitationsAction {
+    /// Your pending invitations to projects.
+    #[command(after_help = "Example:\n  bulkhead invitations list")]
+    List,
+    /// Accept the invitation to a project (by its name or id): you become a member.
+    #[command(after_help = "Example:\n  bulkhead invitations accept shop")]
+    Accept { project: String },
+    /// Decline the invitation to a project (by its name or id).
+    #[command(after_help = "Example:\n  bulkhead invitations decline shop")]
+    Decline { project: String },
+}
+
+impl Row for types::PageMemberViewItemsItem {
+    const HEADER: &'static [&'static str] = &["EMAIL", "NAME", "ROLE", "SINCE"];
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.email.clone(),
+            self.name.clone(),
+            self.role.to_string(),
+            self.created_at.to_rfc3339(),
+        ]
+    }
+}
+
+impl Row for types::PageInvitationViewItemsItem {
+    const HEADER: &'static [&'static str] = &["PROJECT", "EMAIL", "ROLE", "EXPIRES", "ID"];
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.project_name.clone(),
+            self.email.clone(),
+            self.role.to_string(),
+            self.expires_at.to_rfc3339(),
+            self.id.to_string(),
+        ]
+    }
+}
+
+fn role_of(role: &str) -> anyhow::Result<types::ProjectRole> {
+    match role.parse() {
+        Ok(role) => Ok(role),
+        Err(_) => fail(Exit::Usage, format!("`{role}` is not a role")),
+    }
+}
+
+pub async fn members(args: MembersArgs) -> anyhow::Result<()> {
+    let connection = Connection::open(&args.global)?;
+    let format = args.global.output;
+    match args.action {
+        MembersAction::List { project } => {
+            let project = resolve::project_id(&connection, &project).await?;
+            let page = member_page(&connection, project).await?;
+            output::list(format, &page, &page.items);
+        }
+        MembersAction::Invite {
+            project,
+            email,
+            role,
+        } => {
+            let project = resolve::project_id(&connection, &project).await?;
+            let role = role_of(&role)?;
+            let invitation = connection
+                .call(async |c| {
+                    c.invitation_create()
+                        .project_id(project)
+                        .body_map(|b| b.email(email.clone()).role(role))
+                        .send()
+                        .await
+                })
+                .await?;
+            output::one(format, &invitation);
+        }
+        MembersAction::Invitations { project } => {
+            let project = resolve::project_id(&connection, &project).await?;
+            let page = invitation_page(&connection, project).await?;
+            output::list(format, &page, &page.items);
+        }
+        MembersAction::Revoke { project, email } => {
+            let project = resolve::project_id(&connection, &project).await?;
+            let page = invitation_page(&connection, project).await?;
+            let Some(invitation) = page
+                .items
+                .iter()
+                .find(|i| i.email.eq_ignore_ascii_case(&email))
+            else {
+                return fail(Exit::NotFound, format!("no pending invitation of {email}"));
+            };
+            let id = invitation.id;
+            connection
+                .call(async |c| {
+                    c.invitation_revoke()
+                        .project_id(project)
+                        .invitation_id(id)
+                        .send()
+                        .await
+                })
+                .await?;
+            output::done(format!("Withdrew the invitation of {email}."));
+        }
+        MembersAction::SetRole {
+            project,
+            email,
+            role,
+        } => {
+            let project = resolve::project_id(&connection, &project).await?;
+            let user = member_id(&connection, project, &email).await?;
+            let role = role_of(&role)?;
+            let member = connection
+                .call(async |c| {
+                    c.member_update()
+                        .project_id(project)
+                        .user_id(user)
+                        .body_map(|b| b.role(role))
+                        .send()
+                        .await
+                })
+                .await?;
+            output::one(format, &member);
+        }
+        MembersAction::Remove { project, email } => {
+            let project = resolve::project_id(&connection, &project).await?;
+            let user = member_id(&connection, project, &email).await?;
+            connection
+                .call(async |c| {
+                    c.member_remove()
+                        .project_id(project)
+                        .user_id(user)
+                        .send()
+                        .await
+                })
+                .await?;
+            output::done(format!("Removed {email} from the project."));
+        }
+    }
+    Ok(())
+}
+
+pub async fn invitations(args: InvitationsArgs) -> anyhow::Result<()> {
+    let connection = Connection::open(&args.global)?;
+    let format = args.global.output;
+    let mine = connection
+        .call(async |c| c.me_invitation_list().limit(200).send().await)
+        .await?;
+    let to = |project: &str| {
+        mine.items
+            .iter()
+            .find(|i| i.project_name == project || i.project_id.to_string() == project)
+            .map(|i| i.id)
+    };
+    match args.action {
+        InvitationsAction::List => output::list(format, &mine, &mine.items),
+        InvitationsAction::Accept { project } => {
+            let Some(id) = to(&project) else {
+                return fail(Exit::NotFound, format!("no invitation to {project}"));
+            };
+            let member = connection
+                .call(async |c| c.me_invitation_accept().invitation_id(id).send().await)
+                .await?;
+            output::one(format, &member);
+        }
+        InvitationsAction::Decline { project } => {
+            let Some(id) = to(&project) else {
+                return fail(Exit::NotFound, format!("no invitation to {project}"));
+            };
+            connection
+                .call(async |c| c.me_invitation_decline().invitation_id(id).send().await)
+                .await?;
+            output::done(format!("Declined the invitation to {project}."));
+        }
+    }
+    Ok(())
+}
+
+async fn member_page(
+    connection: &Connection,
+    project: Uuid,
+) -> anyhow::Result<types::PageMemberView> {
+    connection
+        .call(async |c| c.member_list().project_id(project).limit(200).send().await)
+        .await
+}
+
+async fn invitation_page(
+    connection: &Connection,
+    project: Uuid,
+) -> anyhow::Result<types::PageInvitationView> {
+    connection
+        .call(async |c| {
+            c.invitation_list()
+                .project_id(project)
+                .limit(200)
+                .send()
+                .await
+        })
+        .await
+}
+
+/// The user id of the project's member with `email`.
+async fn member_id(connection: &Connection, project: Uuid, email: &str) -> anyhow::Result<Uuid> {
+    let page = member_page(connection, project).await?;
+    match page
+        .items
+        .iter()
+        .find(|m| m.email.eq_ignore_ascii_case(email))
+    {
+        Some(member) => Ok(member.user_id),
+        None => fail(
+            Exit::NotFound,
+            format!("{email} is not a member of the project"),
+        ),
+    }
+}
