@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cookie::{Cookie, SameSite};
 use reqwest::Method;
 use serde_json::json;
 
@@ -131,33 +132,46 @@ async fn browser_sessions_keep_the_refresh_token_in_an_http_only_cookie(s: TestS
     let cookies = set_cookies(&login);
     let refresh_cookie = &cookies["__Secure-bulkhead_refresh"];
     assert!(
-        refresh_cookie.value.starts_with("bhr_"),
+        refresh_cookie.value().starts_with("bhr_"),
         "{refresh_cookie:?}"
     );
-    for attribute in [
-        "httponly",
-        "secure",
-        "samesite=strict",
-        "path=/v1/auth/session",
-    ] {
-        assert!(
-            refresh_cookie.attributes.contains(&attribute.to_owned()),
-            "{attribute} missing: {refresh_cookie:?}"
-        );
-    }
-    assert!(refresh_cookie.max_age() > 0);
+    let attributes = |cookie: &Cookie| {
+        (
+            cookie.http_only(),
+            cookie.secure(),
+            cookie.same_site(),
+            cookie.path().map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        attributes(refresh_cookie),
+        (
+            Some(true),
+            Some(true),
+            Some(SameSite::Strict),
+            Some("/v1/auth/session".to_owned())
+        ),
+        "{refresh_cookie:?}"
+    );
+    assert!(max_age(refresh_cookie) > 0);
     let csrf_cookie = &cookies["bulkhead_csrf"];
-    assert_eq!(csrf_cookie.value, csrf);
-    assert!(!csrf_cookie.attributes.contains(&"httponly".to_owned()));
-    for attribute in ["secure", "samesite=strict", "path=/"] {
-        assert!(csrf_cookie.attributes.contains(&attribute.to_owned()));
-    }
-    assert!(!csrf.contains(&refresh_cookie.value));
+    assert_eq!(csrf_cookie.value(), csrf);
+    assert_eq!(
+        attributes(csrf_cookie),
+        (
+            None,
+            Some(true),
+            Some(SameSite::Strict),
+            Some("/".to_owned())
+        ),
+        "{csrf_cookie:?}"
+    );
+    assert!(!csrf.contains(refresh_cookie.value()));
     let me = s.get("/v1/me", &access).await;
     assert_eq!(me.assert_status(200)["email"], email);
 
     // Refreshing needs the cookie, the session's own CSRF token, and this origin.
-    let old_refresh = refresh_cookie.value.clone();
+    let old_refresh = refresh_cookie.value().to_owned();
     let cookie = format!("__Secure-bulkhead_refresh={old_refresh}; bulkhead_csrf={csrf}");
     let refresh = |headers: &[(&str, &str)]| {
         session_call(&s, Method::POST, "/v1/auth/session/refresh", headers)
@@ -191,11 +205,13 @@ async fn browser_sessions_keep_the_refresh_token_in_an_http_only_cookie(s: TestS
     assert_eq!(rotated.status, 200, "{}", rotated.text);
     assert!(rotated.body.get("refresh_token").is_none());
     let rotated_cookies = set_cookies(&rotated);
-    let new_refresh = rotated_cookies["__Secure-bulkhead_refresh"].value.clone();
+    let new_refresh = rotated_cookies["__Secure-bulkhead_refresh"]
+        .value()
+        .to_owned();
     let new_csrf = rotated.body["csrf_token"].as_str().unwrap().to_owned();
     assert_ne!(new_refresh, old_refresh);
     assert_ne!(new_csrf, csrf);
-    assert_eq!(rotated_cookies["bulkhead_csrf"].value, new_csrf);
+    assert_eq!(rotated_cookies["bulkhead_csrf"].value(), new_csrf);
     let new_access = rotated.body["access_token"].as_str().unwrap().to_owned();
     s.get("/v1/me", &new_access).await.assert_status(200);
 
@@ -205,8 +221,8 @@ async fn browser_sessions_keep_the_refresh_token_in_an_http_only_cookie(s: TestS
     replayed.assert_problem(401, "unauthenticated");
     let cleared = set_cookies(&replayed);
     for name in ["__Secure-bulkhead_refresh", "bulkhead_csrf"] {
-        assert_eq!(cleared[name].value, "", "{name} is not cleared");
-        assert_eq!(cleared[name].max_age(), 0);
+        assert_eq!(cleared[name].value(), "", "{name} is not cleared");
+        assert_eq!(max_age(&cleared[name]), 0);
     }
     s.get("/v1/me", &new_access)
         .await
@@ -226,8 +242,8 @@ async fn browser_sessions_keep_the_refresh_token_in_an_http_only_cookie(s: TestS
         .to_owned();
     let csrf = login.body["csrf_token"].as_str().unwrap().to_owned();
     let refresh_token = set_cookies(&login)["__Secure-bulkhead_refresh"]
-        .value
-        .clone();
+        .value()
+        .to_owned();
     let cookie = format!("__Secure-bulkhead_refresh={refresh_token}");
     let logout =
         |headers: &[(&str, &str)]| session_call(&s, Method::DELETE, "/v1/auth/session", headers);
@@ -241,7 +257,7 @@ async fn browser_sessions_keep_the_refresh_token_in_an_http_only_cookie(s: TestS
     ]))
     .await;
     assert_eq!(out.status, 204, "{}", out.text);
-    assert_eq!(set_cookies(&out)["__Secure-bulkhead_refresh"].max_age(), 0);
+    assert_eq!(max_age(&set_cookies(&out)["__Secure-bulkhead_refresh"]), 0);
     s.get("/v1/me", &access)
         .await
         .assert_problem(401, "unauthenticated");
@@ -252,6 +268,40 @@ async fn browser_sessions_keep_the_refresh_token_in_an_http_only_cookie(s: TestS
     // Logging out without a session is no error (a tab whose session ended elsewhere).
     let nothing = TestServer::send(logout(&[])).await;
     assert_eq!(nothing.status, 204);
+}
+
+/// `BULKHEAD_BOOTSTRAP_PASSWORD` gives the first administrator a password to sign in to the
+/// dashboard with; later starts (which `bulkhead dev` gives a password each time) change nothing.
+#[tokio::test]
+async fn the_first_administrator_signs_in_with_the_bootstrap_password() {
+    let (database_url, dir) = crate::support::database_fresh(Backend::Sqlite)
+        .await
+        .unwrap();
+    let first = "the first admin's password";
+    let s = TestServer::start_on(Backend::Sqlite, database_url, dir, |settings| {
+        settings.bootstrap_password = Some(first.to_owned().into());
+    })
+    .await;
+    let email = s.app().settings.admin_email.clone();
+    let sign_in = async |s: &TestServer, password: &str| {
+        let body = json!({ "email": email, "password": password });
+        TestServer::send(
+            s.request(Method::POST, "/v1/auth/session", None)
+                .json(&body),
+        )
+        .await
+    };
+    let signed_in = sign_in(&s, first).await;
+    assert_eq!(signed_in.status, 200, "{}", signed_in.text);
+    let s = s
+        .restart_with(|settings| {
+            settings.bootstrap_password = Some("another password, later".to_owned().into());
+        })
+        .await;
+    sign_in(&s, "another password, later")
+        .await
+        .assert_problem(401, "unauthenticated");
+    assert_eq!(sign_in(&s, first).await.status, 200);
 }
 
 /// The committed `dashboard/dist/` is what `npm run build` makes of the sources (as the
@@ -524,40 +574,23 @@ fn session_call(
         })
 }
 
-/// A cookie a response sets: its value and its attributes (lower case, `name=value` or `name`).
-#[derive(Debug)]
-struct SetCookie {
-    value: String,
-    attributes: Vec<String>,
-}
-
-impl SetCookie {
-    fn max_age(&self) -> i64 {
-        self.attributes
-            .iter()
-            .find_map(|attribute| attribute.strip_prefix("max-age="))
-            .and_then(|seconds| seconds.parse().ok())
-            .unwrap_or_else(|| panic!("no Max-Age: {self:?}"))
-    }
-}
-
-fn set_cookies(reply: &Reply) -> BTreeMap<String, SetCookie> {
+/// The cookies a response sets, by name.
+fn set_cookies(reply: &Reply) -> BTreeMap<String, Cookie<'static>> {
     reply
         .headers
         .get_all("set-cookie")
         .iter()
         .map(|header| {
-            let header = header.to_str().unwrap();
-            let mut parts = header.split(';').map(str::trim);
-            let (name, value) = parts.next().unwrap().split_once('=').unwrap();
-            let attributes = parts.map(str::to_lowercase).collect();
-            (
-                name.to_owned(),
-                SetCookie {
-                    value: value.to_owned(),
-                    attributes,
-                },
-            )
+            let cookie = Cookie::parse(header.to_str().unwrap().to_owned()).unwrap();
+            (cookie.name().to_owned(), cookie)
         })
         .collect()
+}
+
+/// A cookie's `Max-Age` in seconds (every cookie the session endpoints set has one).
+fn max_age(cookie: &Cookie) -> i64 {
+    cookie
+        .max_age()
+        .unwrap_or_else(|| panic!("no Max-Age: {cookie:?}"))
+        .whole_seconds()
 }

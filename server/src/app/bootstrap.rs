@@ -7,7 +7,7 @@ use secrecy::ExposeSecret;
 use uuid::Uuid;
 
 use super::App;
-use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash, password_hash};
+use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash};
 use crate::authz::Scope;
 use crate::entity::{api_token, user};
 
@@ -24,19 +24,21 @@ pub enum Bootstrap {
 impl App {
     /// Creates the first administrator if there are no users yet.
     pub async fn bootstrap(&self) -> anyhow::Result<Bootstrap> {
-        // Hashed before the transaction (a hash takes tens of milliseconds), checked as any
-        // password is.
+        // Every later start ends here, without hashing the password it is given (`dev` gives
+        // one each time); the transaction below checks again.
+        if user::Entity::find().count(&self.db).await? > 0 {
+            return Ok(Bootstrap::AlreadyDone);
+        }
+        // Checked and hashed as any new password, before the transaction (a hash takes tens of
+        // milliseconds).
         let password_hash = match &self.settings.bootstrap_password {
-            Some(given)
-                if given.expose_secret().chars().count() < 12
-                    || given.expose_secret().len() > 1024 =>
-            {
-                anyhow::bail!("BULKHEAD_BOOTSTRAP_PASSWORD must be 12 to 1024 characters")
-            }
-            Some(given) => {
-                let given = given.expose_secret().to_owned();
-                Some(tokio::task::spawn_blocking(move || password_hash(&given)).await??)
-            }
+            Some(given) => Some(
+                self.password_hash_new(given.expose_secret().to_owned())
+                    .await
+                    .map_err(|err| {
+                        anyhow::anyhow!("BULKHEAD_BOOTSTRAP_PASSWORD: {}", err.detail)
+                    })?,
+            ),
             None => None,
         };
         let txn = crate::db::begin_write(&self.db).await?;

@@ -103,7 +103,7 @@ pub(super) fn email_validate(email: &str) -> ApiResult<String> {
 impl App {
     /// Checks a new password's length and hashes it (outside any transaction: a hash takes
     /// tens of milliseconds, and SQLite's write lock would stall every writer meanwhile).
-    async fn password_hash_new(&self, password: String) -> ApiResult<String> {
+    pub(super) async fn password_hash_new(&self, password: String) -> ApiResult<String> {
         if password.chars().count() < 12 || password.len() > 1024 {
             return Err(ApiError::invalid(
                 "`password` must be 12 to 1024 characters",
