@@ -229,27 +229,35 @@ pub async fn invitations(args: InvitationsArgs) -> anyhow::Result<()> {
     let mine = connection
         .call(async |c| c.me_invitation_list().limit(200).send().await)
         .await?;
-    let to = |project: &str| {
-        mine.items
+    // Project names are not unique across owners: a name that two invitations share is
+    // refused rather than guessed.
+    let to = |project: &str| -> anyhow::Result<Uuid> {
+        let named: Vec<Uuid> = mine
+            .items
             .iter()
-            .find(|i| i.project_name == project || i.project_id.to_string() == project)
+            .filter(|i| i.project_name == project || i.project_id.to_string() == project)
             .map(|i| i.id)
+            .collect();
+        match named.as_slice() {
+            [id] => Ok(*id),
+            [] => fail(Exit::NotFound, format!("no invitation to {project}")),
+            _ => fail(
+                Exit::InvalidInput,
+                format!("several invitations to projects named {project}: give the project's id"),
+            ),
+        }
     };
     match args.action {
         InvitationsAction::List => output::list(format, &mine, &mine.items),
         InvitationsAction::Accept { project } => {
-            let Some(id) = to(&project) else {
-                return fail(Exit::NotFound, format!("no invitation to {project}"));
-            };
+            let id = to(&project)?;
             let member = connection
                 .call(async |c| c.me_invitation_accept().invitation_id(id).send().await)
                 .await?;
             output::one(format, &member);
         }
         InvitationsAction::Decline { project } => {
-            let Some(id) = to(&project) else {
-                return fail(Exit::NotFound, format!("no invitation to {project}"));
-            };
+            let id = to(&project)?;
             connection
                 .call(async |c| c.me_invitation_decline().invitation_id(id).send().await)
                 .await?;

@@ -32,6 +32,21 @@ async fn an_owner_manages_members_and_invitations_with_the_cli(s: TestServer) {
     let mine = bob.run("invitations list").await;
     assert!(row(mine.ok(), "shop").is_some_and(|r| r.contains("viewer")));
     bob.run("invitations accept nowhere").await.exits(5);
+    // Another owner's project of the same name invites bob too: the name alone is refused.
+    s.user_create("cid@example.com").await;
+    let cid = Cli::new();
+    cid.login(&s, "cid@example.com").await;
+    cid.run("projects create shop").await.ok();
+    cid.run("members invite -p shop bob@example.com --role admin")
+        .await
+        .ok();
+    let ambiguous = bob.run("invitations accept shop").await;
+    assert!(ambiguous.exits(7).contains("several invitations"));
+    let cids = cid.run("projects list --output json").await.json();
+    let cids_shop = cids["items"][0]["id"].as_str().unwrap().to_owned();
+    bob.run(&format!("invitations decline {cids_shop}"))
+        .await
+        .ok();
     let joined = bob
         .run("invitations accept shop --output json")
         .await
