@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::connection::{Connection, GlobalArgs};
 use super::exit::{Exit, fail};
 use super::follow::{deployment_call, deployment_follow, deployment_view, event_print};
+use super::listing::{Paging, list_pages};
 use super::output::{self, OutputFormat, Row, optional};
 use super::resolve;
 
@@ -52,9 +53,14 @@ pub struct DeploymentsArgs {
 
 #[derive(Subcommand)]
 pub enum DeploymentsAction {
-    /// A service's deployments, oldest first.
+    /// A service's deployments, newest first.
     #[command(after_help = "Example:\n  bulkhead deployments list -p shop -s web")]
-    List(ServiceTarget),
+    List {
+        #[command(flatten)]
+        target: ServiceTarget,
+        #[command(flatten)]
+        paging: Paging,
+    },
     /// A deployment with its instances.
     #[command(after_help = "Example:\n  bulkhead deployments show -p shop -s web 0192f3c4-...")]
     Show {
@@ -95,7 +101,7 @@ pub enum DeploymentsAction {
     },
 }
 
-impl Row for types::PageDeploymentViewItemsItem {
+impl Row for types::DeploymentView {
     const HEADER: &'static [&'static str] =
         &["ID", "NUMBER", "STATE", "REASON", "CREATED", "FINISHED"];
     fn row(&self) -> Vec<String> {
@@ -143,19 +149,14 @@ pub async fn deployments(args: DeploymentsArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
     match args.action {
-        DeploymentsAction::List(target) => {
+        DeploymentsAction::List { target, paging } => {
             let target = target.resolve(&connection).await?;
-            let page = connection
-                .call(async |c| {
-                    c.deployment_list()
-                        .project_id(target.project)
-                        .service_id(target.service)
-                        .limit(200)
-                        .send()
-                        .await
-                })
-                .await?;
-            output::list(format, &page, &page.items);
+            list_pages!(connection, paging.all, |c| c
+                .deployment_list()
+                .project_id(target.project)
+                .service_id(target.service)
+                .order(types::ListOrder::Desc))
+            .print(format);
         }
         DeploymentsAction::Show { target, deployment } => {
             let target = target.resolve(&connection).await?;
@@ -273,28 +274,20 @@ fn outcome(format: OutputFormat, ended: &types::DeploymentView) -> anyhow::Resul
 
 /// The service's newest deployment.
 async fn latest_deployment(connection: &Connection, target: &Service) -> anyhow::Result<Uuid> {
-    let mut cursor: Option<String> = None;
-    let mut latest = None;
-    loop {
-        let page = connection
-            .call(async |c| {
-                let mut request = c
-                    .deployment_list()
-                    .project_id(target.project)
-                    .service_id(target.service)
-                    .limit(200);
-                if let Some(cursor) = &cursor {
-                    request = request.cursor(cursor.clone());
-                }
-                request.send().await
-            })
-            .await?;
-        latest = page.items.last().map(|d| d.id).or(latest);
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
+    let latest = connection
+        .call(async |c| {
+            c.deployment_list()
+                .project_id(target.project)
+                .service_id(target.service)
+                .order(types::ListOrder::Desc)
+                .limit(1)
+                .send()
+                .await
+        })
+        .await?
+        .items
+        .first()
+        .map(|d| d.id);
     match latest {
         Some(id) => Ok(id),
         None => fail(

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::connection::{Connection, GlobalArgs};
 use super::exit::{Exit, fail};
+use super::listing::{Listed, Paging, list_pages};
 use super::output::{self, Row, optional};
 use super::resolve;
 
@@ -30,6 +31,8 @@ pub enum DomainsAction {
         /// The project (name or id).
         #[arg(short, long)]
         project: String,
+        #[command(flatten)]
+        paging: Paging,
     },
     /// Add a hostname for a service; it routes once verified.
     #[command(after_help = "Example:\n  bulkhead domains add -p shop -s web shop.example.com")]
@@ -60,7 +63,7 @@ pub enum DomainsAction {
     },
 }
 
-impl Row for types::PageDomainViewItemsItem {
+impl Row for types::DomainView {
     const HEADER: &'static [&'static str] = &["HOSTNAME", "SERVICE", "STATUS", "VERIFIED", "ID"];
     fn row(&self) -> Vec<String> {
         vec![
@@ -77,10 +80,11 @@ pub async fn domains(args: DomainsArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
     match args.action {
-        DomainsAction::List { project } => {
+        DomainsAction::List { project, paging } => {
             let project = resolve::project_id(&connection, &project).await?;
-            let page = domain_page(&connection, project).await?;
-            output::list(format, &page, &page.items);
+            domains_listed(&connection, project, paging.all)
+                .await?
+                .print(format);
         }
         DomainsAction::Add {
             project,
@@ -142,20 +146,25 @@ pub async fn domains(args: DomainsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn domain_page(
+async fn domains_listed(
     connection: &Connection,
     project: Uuid,
-) -> anyhow::Result<types::PageDomainView> {
-    connection
-        .call(async |c| c.domain_list().project_id(project).limit(200).send().await)
-        .await
+    all: bool,
+) -> anyhow::Result<Listed<types::DomainView>> {
+    Ok(list_pages!(connection, all, |c| c
+        .domain_list()
+        .project_id(project)))
 }
 
 /// The id of the project's domain `hostname` (as the server stores it: lowercase, no final dot).
 async fn domain_id(connection: &Connection, project: Uuid, hostname: &str) -> anyhow::Result<Uuid> {
     let wanted = hostname.trim_end_matches('.').to_lowercase();
-    let page = domain_page(connection, project).await?;
-    match page.items.iter().find(|domain| domain.hostname == wanted) {
+    let domains = domains_listed(connection, project, true).await?;
+    match domains
+        .items
+        .iter()
+        .find(|domain| domain.hostname == wanted)
+    {
         Some(domain) => Ok(domain.id),
         None => fail(
             Exit::NotFound,

@@ -15,6 +15,7 @@ mod deployments;
 mod domains;
 pub mod exit;
 mod follow;
+mod listing;
 mod login;
 mod members;
 mod output;

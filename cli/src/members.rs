@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::connection::{Connection, GlobalArgs};
 use super::exit::{Exit, fail};
+use super::listing::{Listed, Paging, list_pages};
 use super::output::{self, Row};
 use super::resolve;
 
@@ -32,6 +33,8 @@ pub enum MembersAction {
         /// The project (name or id).
         #[arg(short, long)]
         project: String,
+        #[command(flatten)]
+        paging: Paging,
     },
     /// Invite an email to the project with a role (it accepts with `bulkhead invitations`).
     #[command(
@@ -49,6 +52,8 @@ pub enum MembersAction {
     Invitations {
         #[arg(short, long)]
         project: String,
+        #[command(flatten)]
+        paging: Paging,
     },
     /// Withdraw the pending invitation of an email.
     #[command(after_help = "Example:\n  bulkhead members revoke -p shop bob@example.com")]
@@ -90,7 +95,7 @@ pub struct InvitationsArgs {
 pub enum InvitationsAction {
     /// Your pending invitations to projects.
     #[command(after_help = "Example:\n  bulkhead invitations list")]
-    List,
+    List(Paging),
     /// Accept the invitation to a project (by its name or id): you become a member.
     #[command(after_help = "Example:\n  bulkhead invitations accept shop")]
     Accept { project: String },
@@ -99,7 +104,7 @@ pub enum InvitationsAction {
     Decline { project: String },
 }
 
-impl Row for types::PageMemberViewItemsItem {
+impl Row for types::MemberView {
     const HEADER: &'static [&'static str] = &["EMAIL", "NAME", "ROLE", "SINCE"];
     fn row(&self) -> Vec<String> {
         vec![
@@ -111,7 +116,7 @@ impl Row for types::PageMemberViewItemsItem {
     }
 }
 
-impl Row for types::PageInvitationViewItemsItem {
+impl Row for types::InvitationView {
     const HEADER: &'static [&'static str] = &["PROJECT", "EMAIL", "ROLE", "EXPIRES", "ID"];
     fn row(&self) -> Vec<String> {
         vec![
@@ -135,10 +140,11 @@ pub async fn members(args: MembersArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
     match args.action {
-        MembersAction::List { project } => {
+        MembersAction::List { project, paging } => {
             let project = resolve::project_id(&connection, &project).await?;
-            let page = member_page(&connection, project).await?;
-            output::list(format, &page, &page.items);
+            members_listed(&connection, project, paging.all)
+                .await?
+                .print(format);
         }
         MembersAction::Invite {
             project,
@@ -158,15 +164,16 @@ pub async fn members(args: MembersArgs) -> anyhow::Result<()> {
                 .await?;
             output::one(format, &invitation);
         }
-        MembersAction::Invitations { project } => {
+        MembersAction::Invitations { project, paging } => {
             let project = resolve::project_id(&connection, &project).await?;
-            let page = invitation_page(&connection, project).await?;
-            output::list(format, &page, &page.items);
+            invitations_listed(&connection, project, paging.all)
+                .await?
+                .print(format);
         }
         MembersAction::Revoke { project, email } => {
             let project = resolve::project_id(&connection, &project).await?;
-            let page = invitation_page(&connection, project).await?;
-            let Some(invitation) = page
+            let invitations = invitations_listed(&connection, project, true).await?;
+            let Some(invitation) = invitations
                 .items
                 .iter()
                 .find(|i| i.email.eq_ignore_ascii_case(&email))
@@ -226,9 +233,13 @@ pub async fn members(args: MembersArgs) -> anyhow::Result<()> {
 pub async fn invitations(args: InvitationsArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
-    let mine = connection
-        .call(async |c| c.me_invitation_list().limit(200).send().await)
-        .await?;
+    // Accepting or declining looks through every invitation; listing shows the first page
+    // unless `--all`.
+    let all = match &args.action {
+        InvitationsAction::List(paging) => paging.all,
+        _ => true,
+    };
+    let mine = list_pages!(connection, all, |c| c.me_invitation_list());
     // Project names are not unique across owners: a name that two invitations share is
     // refused rather than guessed.
     let to = |project: &str| -> anyhow::Result<Uuid> {
@@ -248,7 +259,7 @@ pub async fn invitations(args: InvitationsArgs) -> anyhow::Result<()> {
         }
     };
     match args.action {
-        InvitationsAction::List => output::list(format, &mine, &mine.items),
+        InvitationsAction::List(_) => mine.print(format),
         InvitationsAction::Accept { project } => {
             let id = to(&project)?;
             let member = connection
@@ -267,34 +278,30 @@ pub async fn invitations(args: InvitationsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn member_page(
+async fn members_listed(
     connection: &Connection,
     project: Uuid,
-) -> anyhow::Result<types::PageMemberView> {
-    connection
-        .call(async |c| c.member_list().project_id(project).limit(200).send().await)
-        .await
+    all: bool,
+) -> anyhow::Result<Listed<types::MemberView>> {
+    Ok(list_pages!(connection, all, |c| c
+        .member_list()
+        .project_id(project)))
 }
 
-async fn invitation_page(
+async fn invitations_listed(
     connection: &Connection,
     project: Uuid,
-) -> anyhow::Result<types::PageInvitationView> {
-    connection
-        .call(async |c| {
-            c.invitation_list()
-                .project_id(project)
-                .limit(200)
-                .send()
-                .await
-        })
-        .await
+    all: bool,
+) -> anyhow::Result<Listed<types::InvitationView>> {
+    Ok(list_pages!(connection, all, |c| c
+        .invitation_list()
+        .project_id(project)))
 }
 
 /// The user id of the project's member with `email`.
 async fn member_id(connection: &Connection, project: Uuid, email: &str) -> anyhow::Result<Uuid> {
-    let page = member_page(connection, project).await?;
-    match page
+    let members = members_listed(connection, project, true).await?;
+    match members
         .items
         .iter()
         .find(|m| m.email.eq_ignore_ascii_case(email))

@@ -6,6 +6,7 @@ use bulkhead_client::types;
 use clap::Subcommand;
 
 use super::connection::{Connection, GlobalArgs};
+use super::listing::{Paging, list_pages};
 use super::output::{self, Row};
 use super::resolve;
 
@@ -24,8 +25,8 @@ pub struct ProjectsArgs {
 #[derive(Subcommand)]
 pub enum ProjectsAction {
     /// List the projects you are a member of (all of them for administrators).
-    #[command(after_help = "Example:\n  bulkhead projects list")]
-    List,
+    #[command(after_help = "Example:\n  bulkhead projects list --all")]
+    List(Paging),
     /// Create a project; you become its owner.
     #[command(after_help = "Example:\n  bulkhead projects create shop --description 'The shop'")]
     Create {
@@ -53,6 +54,8 @@ pub enum EnvironmentsAction {
         /// The project (name or id).
         #[arg(short, long)]
         project: String,
+        #[command(flatten)]
+        paging: Paging,
     },
     /// Create an environment in a project.
     #[command(after_help = "Example:\n  bulkhead projects environments create -p shop production")]
@@ -64,7 +67,7 @@ pub enum EnvironmentsAction {
     },
 }
 
-impl Row for types::PageProjectViewItemsItem {
+impl Row for types::ProjectView {
     const HEADER: &'static [&'static str] = &["ID", "NAME", "DESCRIPTION", "CREATED"];
     fn row(&self) -> Vec<String> {
         vec![
@@ -76,7 +79,7 @@ impl Row for types::PageProjectViewItemsItem {
     }
 }
 
-impl Row for types::PageEnvironmentViewItemsItem {
+impl Row for types::EnvironmentView {
     const HEADER: &'static [&'static str] = &["ID", "NAME", "CREATED"];
     fn row(&self) -> Vec<String> {
         vec![
@@ -91,11 +94,8 @@ pub async fn projects(args: ProjectsArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
     match args.action {
-        ProjectsAction::List => {
-            let page = connection
-                .call(async |c| c.project_list().limit(200).send().await)
-                .await?;
-            output::list(format, &page, &page.items);
+        ProjectsAction::List(paging) => {
+            list_pages!(connection, paging.all, |c| c.project_list()).print(format);
         }
         ProjectsAction::Create { name, description } => {
             let project = connection
@@ -130,18 +130,12 @@ pub async fn projects(args: ProjectsArgs) -> anyhow::Result<()> {
 async fn environments(connection: &Connection, action: EnvironmentsAction) -> anyhow::Result<()> {
     let format = connection.args.output;
     match action {
-        EnvironmentsAction::List { project } => {
+        EnvironmentsAction::List { project, paging } => {
             let project = resolve::project_id(connection, &project).await?;
-            let page = connection
-                .call(async |c| {
-                    c.environment_list()
-                        .project_id(project)
-                        .limit(200)
-                        .send()
-                        .await
-                })
-                .await?;
-            output::list(format, &page, &page.items);
+            list_pages!(connection, paging.all, |c| c
+                .environment_list()
+                .project_id(project))
+            .print(format);
         }
         EnvironmentsAction::Create { project, name } => {
             let project = resolve::project_id(connection, &project).await?;

@@ -9,6 +9,7 @@ use clap::Subcommand;
 
 use super::connection::{Connection, GlobalArgs};
 use super::exit::{Exit, fail};
+use super::listing::{Paging, list_pages};
 use super::output::{self, Row, optional};
 
 #[derive(clap::Args)]
@@ -29,7 +30,7 @@ pub struct ProvidersArgs {
 pub enum ProvidersAction {
     /// Every provider with its state and breaker health (the reason for administrators).
     #[command(after_help = "Example:\n  bulkhead providers list")]
-    List,
+    List(Paging),
     /// One provider, with its settings for administrators.
     #[command(after_help = "Example:\n  bulkhead providers show aws")]
     Show { name: String },
@@ -56,8 +57,12 @@ pub enum ProvidersAction {
     #[command(after_help = "Example:\n  bulkhead providers probe aws")]
     Probe { name: String },
     /// A provider's health changes and why, oldest first (administrators).
-    #[command(after_help = "Example:\n  bulkhead providers events gcp")]
-    Events { name: String },
+    #[command(after_help = "Example:\n  bulkhead providers events gcp --all")]
+    Events {
+        name: String,
+        #[command(flatten)]
+        paging: Paging,
+    },
     /// A provider's plugin: upload a version, activate one, roll back.
     #[command(
         after_help = "Example:\n  bulkhead providers plugin upload gcp ./bulkhead_plugin_gcp.wasm"
@@ -91,7 +96,7 @@ pub enum PluginAction {
     Rollback { name: String },
 }
 
-impl Row for types::PageProviderViewItemsItem {
+impl Row for types::ProviderView {
     const HEADER: &'static [&'static str] = &["NAME", "STATE", "HEALTH", "PLUGIN", "REASON"];
     fn row(&self) -> Vec<String> {
         vec![
@@ -108,12 +113,12 @@ impl Row for types::PageProviderViewItemsItem {
     }
 }
 
-impl Row for types::PageProviderEventViewItemsItem {
+impl Row for types::ProviderEventView {
     const HEADER: &'static [&'static str] = &["TIME", "KIND", "FROM", "TO", "REASON"];
     fn row(&self) -> Vec<String> {
         vec![
             self.created_at.to_rfc3339(),
-            self.kind.clone(),
+            self.kind.to_string(),
             self.from.to_string(),
             self.to.to_string(),
             self.reason.clone(),
@@ -125,11 +130,8 @@ pub async fn providers(args: ProvidersArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
     match args.action {
-        ProvidersAction::List => {
-            let page = connection
-                .call(async |c| c.provider_list().limit(200).send().await)
-                .await?;
-            output::list(format, &page, &page.items);
+        ProvidersAction::List(paging) => {
+            list_pages!(connection, paging.all, |c| c.provider_list()).print(format);
         }
         ProvidersAction::Show { name } => {
             let view = connection
@@ -173,17 +175,11 @@ pub async fn providers(args: ProvidersArgs) -> anyhow::Result<()> {
                 .await?;
             output::one(format, &probe);
         }
-        ProvidersAction::Events { name } => {
-            let page = connection
-                .call(async |c| {
-                    c.provider_event_list()
-                        .name(name.clone())
-                        .limit(200)
-                        .send()
-                        .await
-                })
-                .await?;
-            output::list(format, &page, &page.items);
+        ProvidersAction::Events { name, paging } => {
+            list_pages!(connection, paging.all, |c| c
+                .provider_event_list()
+                .name(name.clone()))
+            .print(format);
         }
         ProvidersAction::Plugin(action) => plugin(&connection, action).await?,
     }
@@ -254,10 +250,7 @@ async fn plugin_digest(
     provider: &str,
     version: &str,
 ) -> anyhow::Result<String> {
-    let binaries = connection
-        .call(async |c| c.plugin_binary_list().limit(200).send().await)
-        .await?
-        .items;
+    let binaries = list_pages!(connection, true, |c| c.plugin_binary_list()).items;
     if let Some(binary) = binaries.iter().find(|b| b.digest == version) {
         return Ok(binary.digest.clone());
     }

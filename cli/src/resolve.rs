@@ -6,27 +6,16 @@ use uuid::Uuid;
 
 use super::connection::Connection;
 use super::exit::{Exit, fail};
-
-/// The largest page the server gives.
-const PAGE: u64 = 200;
+use super::listing::list_pages;
 
 /// Every (id, name) of a list operation of the generated client, page after page.
 macro_rules! names_listed {
     ($connection:expr, |$client:ident| $list:expr) => {
-        all_pages(async |cursor| {
-            let page = $connection
-                .call(async |$client| {
-                    let mut request = $list.limit(PAGE);
-                    if let Some(cursor) = &cursor {
-                        request = request.cursor(cursor.clone());
-                    }
-                    request.send().await
-                })
-                .await?;
-            let named = page.items.into_iter().map(|item| (item.id, item.name));
-            Ok((named.collect(), page.next_cursor))
-        })
-        .await?
+        list_pages!($connection, true, |$client| $list)
+            .items
+            .into_iter()
+            .map(|item| (item.id, item.name))
+            .collect::<Vec<(Uuid, String)>>()
     };
 }
 
@@ -72,22 +61,6 @@ pub async fn project_and_service(
 ) -> anyhow::Result<(Uuid, Uuid)> {
     let project = project_id(connection, project).await?;
     Ok((project, service_id(connection, project, service).await?))
-}
-
-/// Every (id, name) of a list, page after page.
-async fn all_pages(
-    page: impl AsyncFn(Option<String>) -> anyhow::Result<(Vec<(Uuid, String)>, Option<String>)>,
-) -> anyhow::Result<Vec<(Uuid, String)>> {
-    let mut all = Vec::new();
-    let mut cursor = None;
-    loop {
-        let (named, next) = page(cursor).await?;
-        all.extend(named);
-        match next {
-            Some(next) => cursor = Some(next),
-            None => return Ok(all),
-        }
-    }
 }
 
 /// The one id named `wanted`.

@@ -7,6 +7,7 @@ use clap::Subcommand;
 use serde_json::Value;
 
 use super::connection::{Connection, GlobalArgs};
+use super::listing::{Paging, list_pages};
 use super::output::{self, OutputFormat, Row, cell, optional};
 
 #[derive(clap::Args)]
@@ -35,7 +36,7 @@ pub enum RoutesAction {
     },
     /// The edges that reported, with the revision each serves and its lag.
     #[command(after_help = "Example:\n  bulkhead routes edges")]
-    Edges,
+    Edges(Paging),
 }
 
 impl Row for types::Route {
@@ -56,7 +57,7 @@ impl Row for types::Route {
     }
 }
 
-impl Row for types::PageEdgeViewItemsItem {
+impl Row for types::EdgeView {
     const HEADER: &'static [&'static str] = &[
         "EDGE",
         "REVISION",
@@ -146,11 +147,8 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<()> {
                 ));
             }
         }
-        RoutesAction::Edges => {
-            let page = connection
-                .call(async |c| c.edge_list().limit(200).send().await)
-                .await?;
-            output::list(format, &page, &page.items);
+        RoutesAction::Edges(paging) => {
+            list_pages!(connection, paging.all, |c| c.edge_list()).print(format);
         }
     }
     Ok(())

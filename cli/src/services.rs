@@ -7,6 +7,7 @@ use clap::Subcommand;
 
 use super::connection::{Connection, GlobalArgs};
 use super::exit::{Exit, fail};
+use super::listing::{Paging, list_pages};
 use super::output::{self, Row};
 use super::resolve;
 
@@ -33,6 +34,8 @@ pub enum ServicesAction {
         /// The project (name or id).
         #[arg(short, long)]
         project: String,
+        #[command(flatten)]
+        paging: Paging,
     },
     /// Create a service (it runs nothing until deployed).
     #[command(after_help = "Examples:
@@ -117,7 +120,7 @@ pub struct ServiceUpdateArgs {
     providers: Vec<String>,
 }
 
-impl Row for types::PageServiceViewItemsItem {
+impl Row for types::ServiceView {
     const HEADER: &'static [&'static str] =
         &["ID", "NAME", "ENVIRONMENT", "SOURCE", "PORT", "REPLICAS"];
     fn row(&self) -> Vec<String> {
@@ -134,7 +137,7 @@ impl Row for types::PageServiceViewItemsItem {
 
 fn source_text(source: &types::ServiceSource) -> String {
     match source {
-        types::ServiceSource::Artifact { image } => image.clone(),
+        types::ServiceSource::Artifact { image } => image.to_string(),
         types::ServiceSource::Command { command } => shell_words::join(command),
     }
 }
@@ -143,12 +146,12 @@ pub async fn services(args: ServicesArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
     match args.action {
-        ServicesAction::List { project } => {
+        ServicesAction::List { project, paging } => {
             let project = resolve::project_id(&connection, &project).await?;
-            let page = connection
-                .call(async |c| c.service_list().project_id(project).limit(200).send().await)
-                .await?;
-            output::list(format, &page, &page.items);
+            list_pages!(connection, paging.all, |c| c
+                .service_list()
+                .project_id(project))
+            .print(format);
         }
         ServicesAction::Create(create) => {
             let service = service_create(&connection, create).await?;
@@ -199,7 +202,13 @@ fn source_of(
     command: Option<String>,
 ) -> anyhow::Result<Option<types::ServiceSource>> {
     match (image, command) {
-        (Some(image), _) => Ok(Some(types::ServiceSource::Artifact { image })),
+        (Some(image), _) => match image.parse() {
+            Ok(image) => Ok(Some(types::ServiceSource::Artifact { image })),
+            Err(_) => fail(
+                Exit::InvalidInput,
+                format!("--image `{image}` must be 1 to 500 characters, not all blank"),
+            ),
+        },
         (None, Some(command)) => match shell_words::split(&command) {
             Ok(words) if !words.is_empty() => {
                 Ok(Some(types::ServiceSource::Command { command: words }))

@@ -7,6 +7,7 @@ use clap::Subcommand;
 use uuid::Uuid;
 
 use super::connection::{Connection, GlobalArgs};
+use super::listing::{Paging, list_pages};
 use super::output::{self, OutputFormat, Row, optional};
 
 #[derive(clap::Args)]
@@ -25,7 +26,7 @@ pub struct TokensArgs {
 pub enum TokensAction {
     /// Your API tokens (never their secrets).
     #[command(after_help = "Example:\n  bulkhead tokens list")]
-    List,
+    List(Paging),
     /// Create an API token; its secret is printed once, to stdout.
     #[command(
         after_help = "Example:\n  bulkhead tokens create --name ci --scope deploy --scope read > ci-token"
@@ -47,7 +48,7 @@ fn scope_parse(text: &str) -> Result<types::Scope, String> {
         .map_err(|_| "one of admin, write, read, deploy, routing:read".to_owned())
 }
 
-impl Row for types::PageTokenViewItemsItem {
+impl Row for types::TokenView {
     const HEADER: &'static [&'static str] = &[
         "ID",
         "NAME",
@@ -78,11 +79,8 @@ pub async fn tokens(args: TokensArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let format = args.global.output;
     match args.action {
-        TokensAction::List => {
-            let page = connection
-                .call(async |c| c.token_list().limit(200).send().await)
-                .await?;
-            output::list(format, &page, &page.items);
+        TokensAction::List(paging) => {
+            list_pages!(connection, paging.all, |c| c.token_list()).print(format);
         }
         TokensAction::Create { name, scopes } => {
             let created = connection

@@ -36,6 +36,9 @@ mod m20261203_000020_routes_by_domain;
 mod m20261203_000021_deploy_queue;
 mod m20261203_000022_example_provider_off;
 mod m20261203_000023_services_by_project;
+mod m20261205_000024_git_intake;
+mod m20261205_000025_outside_sign_in;
+mod m20261205_000026_sign_in_provider_holds;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -67,6 +70,9 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000021_deploy_queue::Migration),
             Box::new(m20261203_000022_example_provider_off::Migration),
             Box::new(m20261203_000023_services_by_project::Migration),
+            Box::new(m20261205_000024_git_intake::Migration),
+            Box::new(m20261205_000025_outside_sign_in::Migration),
+            Box::new(m20261205_000026_sign_in_provider_holds::Migration),
         ]
     }
 }

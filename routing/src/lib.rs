@@ -243,12 +243,25 @@ pub struct PublishedKey {
     pub id: String,
     /// The 32-byte Ed25519 public key, base64.
     pub public_key: String,
-    /// `next` (published ahead of use), `active` (signs new snapshots) or `retired` (signed
-    /// earlier ones).
+    #[cfg_attr(feature = "openapi", schema(value_type = RoutingKeyState))]
     pub state: String,
     pub created_at: DateTime<Utc>,
     pub activated_at: Option<DateTime<Utc>>,
     pub retired_at: Option<DateTime<Utc>>,
+}
+
+/// A routing key's state (a string in [`PublishedKey`], so that an edge reads a state it does
+/// not know yet): named for the OpenAPI document.
+#[cfg(feature = "openapi")]
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingKeyState {
+    /// Published ahead of use: edges trust it before it signs.
+    Next,
+    /// Signs new snapshots.
+    Active,
+    /// Signed earlier snapshots, which edges may still hold.
+    Retired,
 }
 
 /// The keys document: `GET /v1/routing-table/keys`, and what an edge is told to trust.

@@ -45,6 +45,15 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub trusted_proxies: Option<Vec<String>>,
+    /// Private, loopback or link-local networks (CIDRs or addresses, comma-separated) that
+    /// outbound webhooks may still be sent to; by default none: an endpoint on such an address,
+    /// or whose name resolves to one, is refused.
+    #[arg(
+        long = "webhook-allowed-networks",
+        env = "BULKHEAD_WEBHOOK_ALLOWED_NETWORKS",
+        value_delimiter = ','
+    )]
+    pub webhook_allowed_networks: Option<Vec<String>>,
     /// The header the trusted proxies write the client's address in: `x-forwarded-for` (what
     /// nginx, HAProxy, Caddy, Envoy and cloud load balancers write) or `forwarded` (RFC 7239).
     /// The other is ignored: a proxy passes it through as the client wrote it.
@@ -138,6 +147,7 @@ struct FileSettings {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     trusted_proxies: Option<Vec<String>>,
+    webhook_allowed_networks: Option<Vec<String>>,
     client_address_header: Option<ClientAddressHeader>,
     data_dir: Option<PathBuf>,
     database_url: Option<String>,
@@ -160,6 +170,7 @@ struct FileSettings {
     routing_history: Option<i64>,
     advertise_url: Option<String>,
     dns_resolver: Option<SocketAddr>,
+    sign_in_providers: Option<Vec<SignInProvider>>,
 }
 
 /// Resolved settings of a running server.
@@ -170,6 +181,8 @@ pub struct Settings {
     pub tls: Option<ServerTls>,
     /// The proxies whose forwarding header is believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// Restricted networks outbound webhooks may reach all the same (an operator's choice).
+    pub webhook_allowed_networks: Vec<IpNet>,
     /// The header they write the client's address in.
     pub client_address_header: ClientAddressHeader,
     pub data_dir: PathBuf,
@@ -202,6 +215,9 @@ pub struct Settings {
     pub advertise_url: Option<String>,
     /// The DNS server asked for domains' verification records, if not the system's.
     pub dns_resolver: Option<SocketAddr>,
+    /// Outside identity providers users may sign in with (the config file's
+    /// `[[sign_in_providers]]`); none by default.
+    pub sign_in_providers: Vec<SignInProvider>,
     /// The plugins the binary bundles (none unless the binary sets them).
     pub bundled_plugins: BundledPlugins,
 }
@@ -271,7 +287,14 @@ impl Settings {
             .or(file.trusted_proxies)
             .unwrap_or_default()
             .iter()
-            .map(|text| proxy_parse(text))
+            .map(|text| network_parse("trusted-proxies", text))
+            .collect::<anyhow::Result<_>>()?;
+        let webhook_allowed_networks = args
+            .webhook_allowed_networks
+            .or(file.webhook_allowed_networks)
+            .unwrap_or_default()
+            .iter()
+            .map(|text| network_parse("webhook-allowed-networks", text))
             .collect::<anyhow::Result<_>>()?;
         Ok(Self {
             listen: args
@@ -280,6 +303,7 @@ impl Settings {
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
             tls,
             trusted_proxies,
+            webhook_allowed_networks,
             client_address_header: args
                 .client_address_header
                 .or(file.client_address_header)
@@ -363,6 +387,7 @@ impl Settings {
                 .map(|url| advertise_url_parse(&url))
                 .transpose()?,
             dns_resolver: args.dns_resolver.or(file.dns_resolver),
+            sign_in_providers: sign_in_providers_check(file.sign_in_providers.unwrap_or_default())?,
             login_limits: {
                 let default = LoginLimits::default();
                 LoginLimits {
@@ -403,11 +428,115 @@ fn advertise_url_parse(text: &str) -> anyhow::Result<String> {
     Ok(text.trim_end_matches('/').to_owned())
 }
 
-fn proxy_parse(text: &str) -> anyhow::Result<IpNet> {
+/// What kind of identity provider a sign-in provider is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInProviderKind {
+    /// GitHub's OAuth apps: the account is `GET {userinfo_url}`'s `id` and `login`.
+    Github,
+    /// OpenID Connect: the account is the userinfo endpoint's `sub` (and `email`).
+    Oidc,
+}
+
+/// An outside identity provider (`[[sign_in_providers]]` in the config file). For `github`
+/// the URLs default to github.com's.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignInProvider {
+    /// `[a-z0-9-]`, 1 to 64: in the API's paths.
+    pub name: String,
+    pub kind: SignInProviderKind,
+    pub authorize_url: Option<String>,
+    pub token_url: Option<String>,
+    pub userinfo_url: Option<String>,
+    pub client_id: String,
+    /// Never logged or shown.
+    pub client_secret: String,
+    /// Where the provider sends the browser back (the dashboard's page that finishes the
+    /// sign-in); registered with the provider.
+    pub redirect_uri: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+impl std::fmt::Debug for SignInProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignInProvider")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SignInProvider {
+    pub fn authorize_url(&self) -> &str {
+        self.authorize_url
+            .as_deref()
+            .unwrap_or("https://github.com/login/oauth/authorize")
+    }
+
+    pub fn token_url(&self) -> &str {
+        self.token_url
+            .as_deref()
+            .unwrap_or("https://github.com/login/oauth/access_token")
+    }
+
+    pub fn userinfo_url(&self) -> &str {
+        self.userinfo_url
+            .as_deref()
+            .unwrap_or("https://api.github.com/user")
+    }
+}
+
+/// Checks the providers: names well formed and unique, the URLs of an `oidc` one given, every
+/// URL `https` (or `http` to loopback).
+fn sign_in_providers_check(providers: Vec<SignInProvider>) -> anyhow::Result<Vec<SignInProvider>> {
+    let mut names = std::collections::HashSet::new();
+    for provider in &providers {
+        let name = &provider.name;
+        anyhow::ensure!(
+            (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            "sign_in_providers: `{name}` must be 1 to 64 of a-z, 0-9 and -"
+        );
+        anyhow::ensure!(
+            names.insert(name.clone()),
+            "sign_in_providers: `{name}` twice"
+        );
+        if provider.kind == SignInProviderKind::Oidc {
+            anyhow::ensure!(
+                provider.authorize_url.is_some()
+                    && provider.token_url.is_some()
+                    && provider.userinfo_url.is_some(),
+                "sign_in_providers: `{name}` (oidc) needs authorize_url, token_url and userinfo_url"
+            );
+        }
+        for url in [
+            provider.authorize_url(),
+            provider.token_url(),
+            provider.userinfo_url(),
+            &provider.redirect_uri,
+        ] {
+            let parsed = url::Url::parse(url)
+                .map_err(|err| anyhow::anyhow!("sign_in_providers: `{name}`: `{url}`: {err}"))?;
+            let loopback = matches!(parsed.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+            anyhow::ensure!(
+                parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback),
+                "sign_in_providers: `{name}`: `{url}` must be https (http only to loopback)"
+            );
+        }
+    }
+    Ok(providers)
+}
+
+fn network_parse(flag: &str, text: &str) -> anyhow::Result<IpNet> {
     let text = text.trim();
     text.parse::<IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map_err(|_| anyhow::anyhow!("--trusted-proxies: `{text}` is not a CIDR or an address"))
+        .map_err(|_| anyhow::anyhow!("--{flag}: `{text}` is not a CIDR or an address"))
 }
 
 fn read_file_settings(path: &Path) -> anyhow::Result<FileSettings> {

@@ -126,6 +126,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         deployment_watch: Arc::default(),
         known_addresses: Arc::default(),
         challenges: Arc::new(ChallengeResolver::new(settings.dns_resolver)?),
+        forge: Arc::default(),
+        sign_in: Arc::default(),
         settings: Arc::new(settings),
     };
     let bootstrap = app.bootstrap().await?;
@@ -208,6 +210,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     tokio::spawn(app.clone().instance_health_run(shutdown.subscribe()));
     tokio::spawn(app.clone().routing_run(shutdown.subscribe()));
     tokio::spawn(app.clone().deployment_watch_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().push_intake_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().forge_statuses_run(shutdown.subscribe()));
+    tokio::spawn(app.clone().webhook_deliveries_run(shutdown.subscribe()));
     let tls = app.settings.tls.clone();
     let task = tokio::spawn(bulkhead_common::tls::server::serve(
         listener,

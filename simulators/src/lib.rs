@@ -7,11 +7,13 @@
 //! so that routing and health checks can be exercised. Faults are injected through an admin
 //! endpoint ([`faults`]): account suspended (as that cloud reports it), rate limited, added
 //! latency, failing with 5xx, and recovery. [`dns`] answers the TXT records that prove a
-//! domain's ownership.
+//! domain's ownership. [`forge`] is the part of GitHub that Bulkhead calls (commit statuses,
+//! with GitHub's primary and secondary rate limits) and its webhook sender.
 
 pub mod aws;
 pub mod dns;
 pub mod faults;
+pub mod forge;
 pub mod gcp;
 pub mod instances;
 

@@ -6,6 +6,7 @@
 mod credentials;
 mod deploying;
 mod exit_statuses;
+mod listing;
 mod members;
 mod operating;
 mod servers;

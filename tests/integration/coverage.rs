@@ -49,6 +49,14 @@ async fn resources_made(
     )
     .await
     .assert_status(200);
+    // Before the deployment, so that its first event makes a message.
+    let webhook = id(&s
+        .post(
+            &format!("/v1/projects/{project}/webhooks"),
+            owner,
+            json!({ "url": "https://hooks.example.com/coverage" }),
+        )
+        .await);
     let deployment = id(&s
         .call(
             Method::POST,
@@ -84,6 +92,22 @@ async fn resources_made(
         .expect("a key")
         .to_owned();
     let digest = first(s.get("/v1/plugins", ADMIN_TOKEN).await, "digest").expect("a plugin binary");
+    let message = first(
+        s.get(
+            &format!("/v1/projects/{project}/webhooks/{webhook}/messages"),
+            owner,
+        )
+        .await,
+        "id",
+    )
+    .expect("a webhook message");
+    let installation = id(&s
+        .post(
+            &format!("/v1/projects/{project}/git-installations"),
+            owner,
+            json!({ "bindings": [{ "repository": "acme/web", "branch": "main", "service_id": service }] }),
+        )
+        .await);
     HashMap::from([
         ("project_id", project.to_owned()),
         ("environment_id", environment),
@@ -96,6 +120,12 @@ async fn resources_made(
         ("name", provider),
         ("key_id", key),
         ("digest", digest),
+        ("installation_id", installation),
+        ("webhook_id", webhook),
+        // No provider is configured: any name (authorization comes first).
+        ("provider", "github".to_owned()),
+        ("identity_id", uuid::Uuid::now_v7().to_string()),
+        ("message_id", message),
         // Made by edges and providers as they run: any well-formed value.
         ("edge_id", "edge-coverage".to_owned()),
         ("instance_key", "web-1".to_owned()),
@@ -139,9 +169,11 @@ async fn every_operation_requires_authorization(s: TestServer) {
             };
             let public = operation.get("security").is_none();
             if public {
+                // Git deliveries are signed instead (tests/integration/git_intake.rs).
                 assert!(
                     path.starts_with("/v1/auth/")
-                        || ["/healthz", "/readyz", "/metrics"].contains(&path.as_str()),
+                        || ["/healthz", "/readyz", "/metrics", "/v1/hooks/github"]
+                            .contains(&path.as_str()),
                     "{method} {path} is public"
                 );
                 continue;

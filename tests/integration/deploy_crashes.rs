@@ -3,20 +3,14 @@
 //! time the deployment completes with exactly the desired instances, at the providers as in
 //! the database: none duplicated, none orphaned.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use bulkhead::dev::DevPlatform;
 use bulkhead_simulators::faults::FaultState;
 
-use crate::support::{Backend, database_fresh};
-
-const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
-const TOKEN: &str = "crash-test-admin-token-0001";
+use crate::support::{Backend, ChildServer, database_fresh};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_deployment_sqlite() {
@@ -32,103 +26,8 @@ async fn killed_mid_deployment_postgres() {
     killed_mid_deployment(Backend::Postgres).await;
 }
 
-/// The server as a child process.
-struct Server {
-    child: Child,
-    /// Where its logs go (shown when an answer is not the one expected).
-    log: std::path::PathBuf,
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Server {
-    fn start(database_url: &str, data_dir: &Path) -> Self {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--database-url",
-                database_url,
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args([
-                "--reconcile-interval-ms",
-                "100",
-                "--drain-grace-ms",
-                "200",
-                "--provider-probe-interval-ms",
-                "500",
-            ])
-            .env("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(data_dir.with_extension("log"))
-                    .unwrap(),
-            )
-            .spawn()
-            .unwrap();
-        let mut reader = BufReader::new(child.stdout.take().unwrap());
-        let base = loop {
-            let mut line = String::new();
-            assert!(
-                reader.read_line(&mut line).unwrap() > 0,
-                "the server exited before listening"
-            );
-            if let Some(addr) = line.trim().strip_prefix("bulkhead listening on ") {
-                break addr.to_owned();
-            }
-        };
-        // Keep draining its output, so that its later prints never meet a closed pipe.
-        std::thread::spawn(move || for _ in reader.lines() {});
-        Self {
-            log: data_dir.with_extension("log"),
-            child,
-            base,
-            http: crate::support::http_builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(TOKEN);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let (status, body) = self.call(reqwest::Method::GET, path, None).await;
-        assert_eq!(
-            status,
-            200,
-            "GET {path}: {body}\nserver log:\n{}",
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
-        body
-    }
-}
-
 /// Polls until an instance of the service is in `state`.
-async fn instance_in_state(server: &Server, service: &str, state: &str) {
+async fn instance_in_state(server: &ChildServer, service: &str, state: &str) {
     let started = Instant::now();
     loop {
         let instances = server.get(&format!("{service}/instances")).await;
@@ -150,7 +49,7 @@ async fn instance_in_state(server: &Server, service: &str, state: &str) {
 
 /// Waits for a deployment to be healthy and its service to have exactly `replicas` live
 /// instances, all running, each held by its provider; and no provider to hold any other.
-async fn converged(server: &Server, service: &str, deployment: &str, replicas: usize) {
+async fn converged(server: &ChildServer, service: &str, deployment: &str, replicas: usize) {
     let started = Instant::now();
     loop {
         let view = server
@@ -186,7 +85,7 @@ async fn converged(server: &Server, service: &str, deployment: &str, replicas: u
 
 /// Keys of the instances the providers hold (as their plugins list them), sorted, each as
 /// often as it is held: two instances under one key count twice.
-async fn held_keys(server: &Server) -> Vec<String> {
+async fn held_keys(server: &ChildServer) -> Vec<String> {
     let mut keys = Vec::new();
     for provider in ["gcp", "aws", "metal"] {
         let (status, list) = server
@@ -232,7 +131,7 @@ async fn deployment_in_database(database_url: &str, id: &str) -> (String, u64) {
     (found.state, instances)
 }
 
-async fn deploy(server: &Server, service: &str) -> String {
+async fn deploy(server: &ChildServer, service: &str) -> String {
     let (status, made) = server
         .call(
             reqwest::Method::POST,
@@ -249,7 +148,7 @@ async fn killed_mid_deployment(backend: Backend) {
     let data_dir = dir.path().join("data");
     let platform_dir = tempfile::tempdir().unwrap();
     let platform = DevPlatform::start(platform_dir.path()).await.unwrap();
-    let mut server = Server::start(&database_url, &data_dir);
+    let mut server = ChildServer::start(&database_url, &data_dir);
     for (name, update) in platform.provider_updates() {
         let (status, body) = server
             .call(
@@ -308,11 +207,11 @@ async fn killed_mid_deployment(backend: Backend) {
     let first = deploy(&server, &service).await;
     instance_in_state(&server, &service, "provisioning").await;
     server.kill();
-    server = Server::start(&database_url, &data_dir);
+    server = ChildServer::start(&database_url, &data_dir);
     // 2. Killed while instances are being checked before they serve.
     instance_in_state(&server, &service, "starting").await;
     server.kill();
-    server = Server::start(&database_url, &data_dir);
+    server = ChildServer::start(&database_url, &data_dir);
     converged(&server, &service, &first, 3).await;
 
     // 3. Killed while the old instances are being removed (a new version with one replica).
@@ -327,7 +226,7 @@ async fn killed_mid_deployment(backend: Backend) {
     let second = deploy(&server, &service).await;
     instance_in_state(&server, &service, "removing").await;
     server.kill();
-    server = Server::start(&database_url, &data_dir);
+    server = ChildServer::start(&database_url, &data_dir);
     converged(&server, &service, &second, 1).await;
 
     // 4. Killed right after a deployment is queued, before anything was placed: the pipeline
@@ -347,7 +246,7 @@ async fn killed_mid_deployment(backend: Backend) {
         ("queued".to_owned(), 0),
         "killed with the deployment queued and nothing placed"
     );
-    server = Server::start(&database_url, &data_dir);
+    server = ChildServer::start(&database_url, &data_dir);
     let (status, body) = server
         .call(reqwest::Method::POST, "/v1/deploy-pipeline/resume", None)
         .await;

@@ -98,7 +98,7 @@ async fn routed(s: &TestServer) -> Vec<(String, String)> {
 
 async fn domains_are_validated_and_a_project_claims_a_name_once(s: TestServer) {
     let alice = tenant(&s, "dom-alice@example.com").await;
-    let created = alice.claim(&s, "Shop.Example.COM.").await;
+    let created = alice.claim(&s, "Shop.Example.COM").await;
     let domain = created.assert_status(201).clone();
     assert_eq!(domain["hostname"], "shop.example.com");
     assert_eq!(domain["status"], "pending");
@@ -119,6 +119,10 @@ async fn domains_are_validated_and_a_project_claims_a_name_once(s: TestServer) {
         "10.0.0.1",
         "a..b.com",
         "-x.example.com",
+        // The schema's pattern: no trailing dot, no spaces, the last label starts with a letter.
+        "shop.example.com.",
+        " shop.example.com",
+        "shop.example.1com",
     ] {
         alice
             .claim(&s, bad)

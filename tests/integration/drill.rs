@@ -15,7 +15,7 @@ use crate::support::{Backend, database_fresh};
 const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
 
 /// Every check a drill answers, in order.
-const CHECKS: [&str; 12] = [
+const CHECKS: [&str; 17] = [
     "breaker_opens",
     "dead_instances_leave_routes",
     "others_stay_healthy",
@@ -24,6 +24,11 @@ const CHECKS: [&str; 12] = [
     "edge_serves_without_control_plane",
     "edge_restarts_from_disk",
     "backlog_drains_at_rate",
+    "pushes_deploy_exactly_once",
+    "intake_answers_fast",
+    "signed_in_users_stay_signed_in",
+    "sign_ins_resume",
+    "forge_limits_honoured",
     "breaker_closes",
     "placements_use_gcp_again",
     "edge_serves_through_recovery",
@@ -31,7 +36,7 @@ const CHECKS: [&str; 12] = [
 ];
 
 /// Every check of a drill with replicas, in order.
-const REPLICA_CHECKS: [&str; 16] = [
+const REPLICA_CHECKS: [&str; 21] = [
     "breaker_opens",
     "dead_instances_leave_routes",
     "others_stay_healthy",
@@ -44,6 +49,11 @@ const REPLICA_CHECKS: [&str; 16] = [
     "no_instance_doubled_or_orphaned",
     "acknowledged_writes_kept",
     "killed_replica_rejoins",
+    "pushes_deploy_exactly_once",
+    "intake_answers_fast",
+    "signed_in_users_stay_signed_in",
+    "sign_ins_resume",
+    "forge_limits_honoured",
     "breaker_closes",
     "placements_use_gcp_again",
     "edge_serves_through_recovery",
@@ -124,7 +134,10 @@ fn all_passed(success: bool, report: &Value, timeline: &str, checks: &[&str]) {
 /// The user records the drill compared: the administrator and three users, and what they did.
 fn records_counted(report: &Value) {
     let records = &check(report, "user_records_intact")["figures"]["before"];
-    assert_eq!(records["users"], 4, "the administrator and three users");
+    assert_eq!(
+        records["users"], 20,
+        "the administrator, three users and the sign-in crowd of 16"
+    );
     assert_eq!(records["memberships"], 3);
     assert_eq!(records["terms_acceptances"], 3);
     assert!(records["audit_events"].as_u64().unwrap() > 10, "{records}");
@@ -159,6 +172,24 @@ async fn the_short_drill_passes(backend: Backend) {
     assert!(
         figure(&report, "backlog_drains_at_rate", "seconds") >= 1.5,
         "{report:#}"
+    );
+    // The forge's backlog: every push deployed once, the forge's limit never exceeded.
+    assert_eq!(
+        figure(&report, "pushes_deploy_exactly_once", "deployments"),
+        40.0
+    );
+    assert_eq!(figure(&report, "forge_limits_honoured", "over_limit"), 0.0);
+    assert!(figure(&report, "forge_limits_honoured", "statuses") >= 40.0);
+    assert_eq!(
+        figure(&report, "forge_limits_honoured", "oauth_during_hold"),
+        0.0
+    );
+    // The forge limited the crowd's sign-ins: it answered 429 at least once, and all signed in.
+    assert!(figure(&report, "forge_limits_honoured", "oauth_limited") >= 1.0);
+    assert_eq!(figure(&report, "sign_ins_resume", "users"), 8.0);
+    assert_eq!(
+        figure(&report, "signed_in_users_stay_signed_in", "failed"),
+        0.0
     );
     records_counted(&report);
     // The timeline went to stderr as it happened.

@@ -219,9 +219,7 @@ async fn a_signed_table_follows_domains_and_healthy_instances(s: TestServer) {
     }
 
     // The Caddy export.
-    let caddy = s
-        .get("/v1/routing-table?format=caddy&listen=:8443", &token)
-        .await;
+    let caddy = s.get("/v1/routing-table/caddy?listen=:8443", &token).await;
     let server = &caddy.assert_status(200)["apps"]["http"]["servers"]["bulkhead"];
     assert_eq!(server["listen"], json!([":8443"]));
     assert_eq!(
@@ -235,11 +233,20 @@ async fn a_signed_table_follows_domains_and_healthy_instances(s: TestServer) {
             .len(),
         2
     );
+    assert_eq!(
+        s.get("/v1/routing-table/caddy", &token)
+            .await
+            .assert_status(200)["apps"]["http"]["servers"]["bulkhead"]["listen"],
+        json!([":80"])
+    );
     for bad in [
-        "/v1/routing-table?format=xml",
-        "/v1/routing-table?format=caddy&listen=nowhere",
+        "/v1/routing-table?format=caddy",
+        "/v1/routing-table/caddy?listen=nowhere",
+        "/v1/routing-table/caddy?listen=:0",
+        "/v1/routing-table/caddy?listen=:65536",
         "/v1/routing-table?listen=:80",
         "/v1/routing-table?surprise=1",
+        "/v1/routing-table/caddy?surprise=1",
     ] {
         s.get(bad, &token)
             .await
@@ -856,9 +863,7 @@ async fn an_unchanged_table_is_304_only_for_callers_that_may_read_it(s: TestServ
         .unwrap();
     assert_eq!(stale.status(), 200);
     let before = lean();
-    let general = poll(&token, &etag, "/v1/routing-table?format=json")
-        .await
-        .unwrap();
+    let general = poll(&token, &etag, "/v1/routing-table?").await.unwrap();
     assert_eq!(general.status(), 304);
     assert_eq!(lean(), before);
     // Both ways' 304s carry the tag, the revision and the cache headers (as OpenAPI says).

@@ -468,18 +468,14 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .status,
         types::ProviderHealth::Healthy
     );
-    let events = admin
+    // Each event's kind decodes as one the document names (`ProviderEventKind`).
+    admin
         .provider_event_list()
         .name("metal")
+        .order(types::ListOrder::Desc)
         .send()
         .await
         .unwrap();
-    assert!(
-        events
-            .items
-            .iter()
-            .all(|e| ["health", "activation_refused"].contains(&e.kind.as_str()))
-    );
     assert!(
         !admin
             .provider_activation_list()
@@ -756,6 +752,221 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         .unwrap();
     assert_eq!(verified.status, types::DomainStatus::Verified);
     assert!(verified.challenge.is_none());
+
+    // A git installation, and a push signed with its secret (to a branch bound to nothing, so
+    // that the scenario's deployments stay as they are: git_intake.rs deploys from pushes).
+    let binding: types::PushBinding = serde_json::from_value(
+        serde_json::json!({ "repository": "acme/shop", "branch": "main", "service_id": service.id }),
+    )
+    .unwrap();
+    let installation = alice_client
+        .git_installation_create()
+        .project_id(project.id)
+        .body_map(|b| b.bindings(vec![binding.clone()]))
+        .send()
+        .await
+        .unwrap();
+    let secret = alice_client
+        .git_installation_secret_rotate()
+        .project_id(project.id)
+        .installation_id(installation.id)
+        .send()
+        .await
+        .unwrap()
+        .secret
+        .clone();
+    let event: types::GithubPushEvent = serde_json::from_value(serde_json::json!({
+        "ref": "refs/heads/elsewhere",
+        "after": "c0ffee".repeat(6) + "c0ff",
+        "repository": { "full_name": "acme/shop", "pushed_at": chrono::Utc::now().timestamp() },
+        "head_commit": { "message": "Ship it" },
+        "pusher": { "name": "alice" },
+    }))
+    .unwrap();
+    let signature = crate::git_intake::signature(&secret, &serde_json::to_vec(&event).unwrap());
+    let receipt = anonymous
+        .github_hook_receive()
+        .installation(installation.id)
+        .x_git_hub_event("push")
+        .x_git_hub_delivery("rust-client-1")
+        .x_hub_signature_256(signature)
+        .body(event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(receipt.status(), 202);
+    assert_eq!(receipt.outcome, types::HookOutcome::Queued);
+    eventually("the push is processed", async || {
+        let page = alice_client
+            .git_delivery_list()
+            .project_id(project.id)
+            .installation_id(installation.id)
+            .send()
+            .await
+            .unwrap();
+        page.items
+            .first()
+            .is_some_and(|d| d.state == types::GitDeliveryState::Ignored)
+    })
+    .await;
+    let listed = alice_client
+        .git_installation_list()
+        .project_id(project.id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let viewed = alice_client
+        .git_installation_view()
+        .project_id(project.id)
+        .installation_id(installation.id)
+        .send()
+        .await
+        .unwrap();
+    assert!(viewed.previous_secret_until.is_some());
+    let updated = alice_client
+        .git_installation_update()
+        .project_id(project.id)
+        .installation_id(installation.id)
+        .body_map(|b| b.bindings(Vec::new()))
+        .send()
+        .await
+        .unwrap();
+    assert!(updated.bindings.is_empty());
+    alice_client
+        .git_installation_delete()
+        .project_id(project.id)
+        .installation_id(installation.id)
+        .send()
+        .await
+        .unwrap();
+
+    // Outside sign-in: this server has no provider configured.
+    assert!(
+        anonymous
+            .sign_in_provider_list()
+            .send()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let (status, _) = refused(anonymous.sign_in_start().provider("github").send().await);
+    assert_eq!(status, 404);
+    let (status, _) = refused(
+        anonymous
+            .sign_in_finish()
+            .provider("github")
+            .body_map(|b| b.code("code").state("state"))
+            .send()
+            .await,
+    );
+    assert_eq!(status, 404);
+    assert!(
+        alice_client
+            .identity_list()
+            .send()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let (status, _) = refused(
+        alice_client
+            .identity_link_start()
+            .provider("github")
+            .send()
+            .await,
+    );
+    assert_eq!(status, 404);
+    let (status, _) = refused(
+        alice_client
+            .identity_link_finish()
+            .provider("github")
+            .body_map(|b| b.code("code").state("state"))
+            .send()
+            .await,
+    );
+    assert_eq!(status, 404);
+    let (status, _) = refused(
+        alice_client
+            .identity_unlink()
+            .identity_id(uuid::Uuid::now_v7())
+            .send()
+            .await,
+    );
+    assert_eq!(status, 404);
+
+    // A webhook endpoint: registered, read, changed, its secret rotated, its log read.
+    let endpoint = alice_client
+        .webhook_endpoint_create()
+        .project_id(project.id)
+        .body_map(|b| b.url("https://hooks.example.com/bulkhead"))
+        .send()
+        .await
+        .unwrap();
+    assert!(endpoint.secret.starts_with("whsec_"));
+    let rotated = alice_client
+        .webhook_endpoint_secret_rotate()
+        .project_id(project.id)
+        .webhook_id(endpoint.id)
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(rotated.secret, endpoint.secret);
+    assert_eq!(
+        alice_client
+            .webhook_endpoint_list()
+            .project_id(project.id)
+            .send()
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    let viewed = alice_client
+        .webhook_endpoint_view()
+        .project_id(project.id)
+        .webhook_id(endpoint.id)
+        .send()
+        .await
+        .unwrap();
+    assert!(viewed.previous_secret_until.is_some());
+    let updated = alice_client
+        .webhook_endpoint_update()
+        .project_id(project.id)
+        .webhook_id(endpoint.id)
+        .body_map(|b| b.event_types(vec![types::WebhookEventType::DeploymentHealthy]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        updated.event_types,
+        [types::WebhookEventType::DeploymentHealthy]
+    );
+    alice_client
+        .webhook_message_list()
+        .project_id(project.id)
+        .webhook_id(endpoint.id)
+        .send()
+        .await
+        .unwrap();
+    let (status, _) = refused(
+        alice_client
+            .webhook_message_replay()
+            .project_id(project.id)
+            .webhook_id(endpoint.id)
+            .message_id(uuid::Uuid::now_v7())
+            .send()
+            .await,
+    );
+    assert_eq!(status, 404);
+    alice_client
+        .webhook_endpoint_delete()
+        .project_id(project.id)
+        .webhook_id(endpoint.id)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(
         alice_client
             .domain_list()
@@ -787,18 +998,29 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
     // The routing table and the edges.
     let table = admin.routing_table_view().send().await.unwrap();
     assert_eq!(table.format, "bulkhead.routing-table.v1");
+    // The Caddy configuration decodes as the document describes it.
+    let caddy = admin
+        .routing_table_caddy()
+        .listen(":8081")
+        .send()
+        .await
+        .unwrap();
+    let server = &caddy.apps.http.servers.bulkhead;
+    assert_eq!(server.listen, [":8081"]);
+    assert_eq!(server.routes.len(), table.table.routes.len() + 1);
+    assert!(server.routes.last().unwrap().match_.is_none());
     let changes = admin.routing_table_changes().since(0).send().await.unwrap();
     assert!(changes.revision >= 1);
     let keys = admin.routing_key_list().send().await.unwrap();
     let active = keys
         .keys
         .iter()
-        .find(|k| k.state == "active")
+        .find(|k| k.state == types::RoutingKeyState::Active)
         .unwrap()
         .id
         .clone();
     let next = admin.routing_key_create().send().await.unwrap();
-    assert_eq!(next.state, "next");
+    assert_eq!(next.state, types::RoutingKeyState::Next);
     admin
         .routing_key_activate()
         .key_id(next.id.clone())

@@ -2,7 +2,9 @@
 //! temporary directory, or a new PostgreSQL database when `BULKHEAD_TEST_POSTGRES_URL` is
 //! set), and a small HTTP client around it.
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bulkhead::app::login_throttle::LoginLimits;
@@ -162,6 +164,9 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
         listen: "127.0.0.1:0".parse().unwrap(),
         tls: None,
         trusted_proxies: Vec::new(),
+        // The tests' webhook receivers listen on loopback.
+        webhook_allowed_networks: vec!["127.0.0.0/8".parse().unwrap()],
+        sign_in_providers: Vec::new(),
         client_address_header: Default::default(),
         data_dir: data_dir.to_owned(),
         database_url: database_url.to_owned(),
@@ -531,6 +536,42 @@ impl TestServer {
         reply.assert_status(201)["id"].as_str().unwrap().to_owned()
     }
 
+    /// A new user's project `name` with an environment and one service (an artifact, never
+    /// deployed here): its owner's session, its id and the service's id.
+    pub async fn project_with_service(&self, name: &str) -> ProjectWithService {
+        let owner = self
+            .user_with_session(&format!(
+                "{name}-{}@example.com",
+                uuid::Uuid::new_v4().simple()
+            ))
+            .await;
+        let id = self.project_create(&owner, name).await;
+        let environment = self
+            .post(
+                &format!("/v1/projects/{id}/environments"),
+                &owner,
+                json!({ "name": "production" }),
+            )
+            .await;
+        let service = self
+            .post(
+                &format!("/v1/projects/{id}/services"),
+                &owner,
+                json!({
+                    "environment_id": environment.assert_status(201)["id"],
+                    "name": "web",
+                    "source": { "type": "artifact", "image": "shop/web:1" },
+                    "port": 8080,
+                }),
+            )
+            .await;
+        let service = service.assert_status(201)["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        ProjectWithService { owner, id, service }
+    }
+
     /// Invites `email` to the project with `role` (as `inviter`) and returns the invitation's id.
     pub async fn invite(&self, inviter: &str, project_id: &str, email: &str, role: &str) -> String {
         let path = format!("/v1/projects/{project_id}/invitations");
@@ -668,4 +709,117 @@ pub fn http_builder() -> reqwest::ClientBuilder {
 /// provider installed).
 pub async fn get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
     http().get(url).send().await
+}
+
+/// The bootstrap token of a [`ChildServer`].
+pub const CHILD_TOKEN: &str = "crash-test-admin-token-0001";
+
+/// The real `bulkhead` binary as a child process, to be killed.
+pub struct ChildServer {
+    child: Child,
+    /// Where its logs go (shown when an answer is not the one expected).
+    pub log: std::path::PathBuf,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl ChildServer {
+    /// Starts `bulkhead serve` on `database_url`, its bootstrap token [`CHILD_TOKEN`].
+    pub fn start(database_url: &str, data_dir: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bulkhead"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--database-url",
+                database_url,
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args([
+                "--reconcile-interval-ms",
+                "100",
+                "--drain-grace-ms",
+                "200",
+                "--provider-probe-interval-ms",
+                "500",
+            ])
+            .env("BULKHEAD_BOOTSTRAP_TOKEN", CHILD_TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(data_dir.with_extension("log"))
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let base = loop {
+            let mut line = String::new();
+            assert!(
+                reader.read_line(&mut line).unwrap() > 0,
+                "the server exited before listening"
+            );
+            if let Some(addr) = line.trim().strip_prefix("bulkhead listening on ") {
+                break addr.to_owned();
+            }
+        };
+        // Keep draining its output, so that its later prints never meet a closed pipe.
+        std::thread::spawn(move || for _ in reader.lines() {});
+        Self {
+            log: data_dir.with_extension("log"),
+            child,
+            base,
+            http: crate::support::http_builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// SIGKILL: no shutdown, nothing flushed.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(CHILD_TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, body) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(
+            status,
+            200,
+            "GET {path}: {body}\nserver log:\n{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+        body
+    }
+}
+
+/// A project made by [`TestServer::project_with_service`].
+pub struct ProjectWithService {
+    /// Its owner's access token.
+    pub owner: String,
+    pub id: String,
+    pub service: String,
 }

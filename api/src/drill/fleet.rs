@@ -52,6 +52,17 @@ async fn user_onboard(
     email: &str,
     name: &str,
 ) -> anyhow::Result<Client> {
+    let session = user_signed_up(base_url, admin, email, name).await?;
+    Ok(Client::with_token(base_url, &session.access_token)?)
+}
+
+/// Makes a user with a password, who logs in and accepts the terms: their session.
+pub async fn user_signed_up(
+    base_url: &str,
+    admin: &Client,
+    email: &str,
+    name: &str,
+) -> anyhow::Result<types::SessionTokens> {
     admin
         .user_create()
         .body_map(|b| {
@@ -67,12 +78,12 @@ async fn user_onboard(
         .send()
         .await?
         .into_inner();
-    let user = Client::with_token(base_url, &session.access_token)?;
-    user.me_terms_accept()
+    Client::with_token(base_url, &session.access_token)?
+        .me_terms_accept()
         .body_map(|b| b.version(TERMS_VERSION))
         .send()
         .await?;
-    Ok(user)
+    Ok(session)
 }
 
 impl Fleet {

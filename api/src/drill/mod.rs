@@ -11,15 +11,19 @@
 //!
 //! [`stack`] runs the components, [`fleet`] makes the tenants and services through the API,
 //! [`traffic`] sends the requests through the edge and [`api_traffic`] through the balancer,
-//! [`phases`] plays the outage and answers the checks, [`records`] compares the user records,
-//! [`report`] renders the result.
+//! [`phases`] plays the outage and answers the checks, [`forge`] the pushes that pile up at
+//! a forge meanwhile and its limits when the control plane is back, [`sign_in_crowd`] the
+//! users who sign in through it then, [`records`] compares the user records, [`report`]
+//! renders the result.
 
 mod api_traffic;
 mod fleet;
+mod forge;
 mod phases;
 mod records;
 mod replica_kill;
 mod report;
+mod sign_in_crowd;
 mod stack;
 mod traffic;
 mod wait;
@@ -34,6 +38,7 @@ use fleet::Fleet;
 use phases::Drill;
 use records::Records;
 use report::{Check, Report, Timeline};
+use sign_in_crowd::SignInCrowd;
 use stack::{ApiFront, ControlPlane, ControlPlaneSettings, Edge, workload_binary_copy};
 use traffic::Traffic;
 
@@ -210,8 +215,12 @@ async fn drill_on_platform(
     workload_binary: &std::path::Path,
 ) -> anyhow::Result<()> {
     let admin_token = secret_random(40);
+    // The forge serves first: the control plane's configuration names it.
+    let forge = forge::Forge::start().await?;
+    let config_file = dir.join("control-plane.toml");
+    std::fs::write(&config_file, forge.control_plane_config())?;
     let (mut replicas, front) =
-        control_plane_start(args, dir, &admin_token, platform, timeline).await?;
+        control_plane_start(args, dir, &admin_token, &config_file, platform, timeline).await?;
     let replica_urls: Vec<String> = replicas.iter().map(ControlPlane::url).collect();
     let base_url = front
         .as_ref()
@@ -260,8 +269,19 @@ async fn drill_on_platform(
         fleet.domains.clone(),
         Duration::from_millis(20),
     );
+    let mut crowd = SignInCrowd::prepare(&base_url, &fleet.admin).await?;
+    timeline.note(format!(
+        "{} users linked their forge accounts, {} of them signed in through it",
+        sign_in_crowd::CROWD,
+        sign_in_crowd::CROWD / 2
+    ));
     let records = Records::read(&fleet.admin, fleet.project, &fleet.users).await?;
     timeline.note(format!("user records read: {}", records.counts()));
+    let backlog = forge::ForgeBacklog::install(&forge, &fleet, &base_url).await?;
+    timeline.note(format!(
+        "a forge's webhook deploys {} branches; its pushes wait out the outage",
+        forge::PUSHES
+    ));
 
     let drill = Drill {
         settings,
@@ -281,12 +301,18 @@ async fn drill_on_platform(
                     .await?,
             );
         }
+        checks.extend(
+            forge
+                .returns(&backlog, &mut crowd, &fleet, timeline)
+                .await?,
+        );
         checks.extend(drill.gcp_restored().await?);
         checks.push(drill.records_intact(&records).await?);
         anyhow::Ok(())
     }
     .await;
     traffic.stop().await;
+    forge.shutdown().await;
     edge.shutdown().await;
     for replica in &mut replicas {
         replica.kill();
@@ -301,6 +327,7 @@ async fn control_plane_start(
     args: &DrillArgs,
     dir: &std::path::Path,
     admin_token: &str,
+    config_file: &std::path::Path,
     platform: &DevPlatform,
     timeline: &Timeline,
 ) -> anyhow::Result<(Vec<ControlPlane>, Option<ApiFront>)> {
@@ -310,6 +337,7 @@ async fn control_plane_start(
         admin_token: admin_token.to_owned(),
         secret_key_file: None,
         dns_resolver: Some(platform.dns.dns_addr),
+        config_file: Some(config_file.to_owned()),
     };
     if args.replicas > 1 {
         // Replicas share the master key of secrets at rest, as they share the database.

@@ -26,6 +26,8 @@ pub struct ControlPlaneSettings {
     pub secret_key_file: Option<PathBuf>,
     /// The DNS server domains are verified against (the platform's).
     pub dns_resolver: Option<std::net::SocketAddr>,
+    /// `--config`: the settings that have no flag (identity providers).
+    pub config_file: Option<PathBuf>,
 }
 
 /// A control plane (or one replica of it), a `bulkhead serve` child process on a fixed
@@ -103,6 +105,9 @@ impl ControlPlane {
         }
         if let Some(dns) = &self.settings.dns_resolver {
             command.arg("--dns-resolver").arg(dns.to_string());
+        }
+        if let Some(config) = &self.settings.config_file {
+            command.arg("--config").arg(config);
         }
         self.child = Some(command.spawn().map_err(|err| {
             anyhow::anyhow!(

@@ -139,7 +139,7 @@ function Evacuation({ name }: { name: string }): JSX.Element {
 
 function Versions(props: { name: string; plugin: string | undefined; previous: string | undefined; current: string | undefined; reload: () => void }): JSX.Element {
   const { name } = props;
-  const activations = usePoll((headers) => api.GET("/v1/providers/{name}/activations", { params: { path: { name }, query: { limit: 50 } }, headers }), [name], 5000);
+  const activations = usePoll((headers) => api.GET("/v1/providers/{name}/activations", { params: { path: { name }, query: { limit: 50, order: "desc" } }, headers }), [name], 5000);
   const plugins = usePoll((headers) => api.GET("/v1/plugins", { params: { query: { limit: 200 } }, headers }), [], 10000);
   const action = useAction();
   const [file, setFile] = useState<File | undefined>(undefined);
@@ -252,7 +252,7 @@ function Versions(props: { name: string; plugin: string | undefined; previous: s
 }
 
 function Events({ name }: { name: string }): JSX.Element {
-  const events = usePoll((headers) => api.GET("/v1/providers/{name}/events", { params: { path: { name }, query: { limit: 50 } }, headers }), [name]);
+  const events = usePoll((headers) => api.GET("/v1/providers/{name}/events", { params: { path: { name }, query: { limit: 50, order: "desc" } }, headers }), [name]);
   return (
     <Section title="Health events">
       <ProblemAlert problem={events.error} />

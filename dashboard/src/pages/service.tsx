@@ -31,7 +31,7 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
   const service = usePoll((headers) => api.GET("/v1/projects/{project_id}/services/{service_id}", { params: { path }, headers }), [serviceId]);
   const project = usePoll((headers) => api.GET("/v1/projects/{project_id}", { params: { path: { project_id: projectId } }, headers }), [projectId], 0);
   const deployments = usePoll(
-    (headers) => api.GET("/v1/projects/{project_id}/services/{service_id}/deployments", { params: { path, query: { limit: 50 } }, headers }),
+    (headers) => api.GET("/v1/projects/{project_id}/services/{service_id}/deployments", { params: { path, query: { limit: 50, order: "desc" } }, headers }),
     [serviceId],
   );
   const instances = usePoll(

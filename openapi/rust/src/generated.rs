@@ -7,6 +7,65 @@ use progenitor_client::{encode_path, ClientHooks, OperationInfo, RequestBuilderE
 /// Types used as operation parameters and responses.
 #[allow(clippy::all)]
 pub mod types {
+    ///How a provider came to run a plugin version.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum ActivationAction {
+        #[serde(rename = "activate")]
+        Activate,
+        #[serde(rename = "rollback")]
+        Rollback,
+        #[serde(rename = "bundled")]
+        Bundled,
+    }
+    impl ::std::fmt::Display for ActivationAction {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Activate => f.write_str("activate"),
+                Self::Rollback => f.write_str("rollback"),
+                Self::Bundled => f.write_str("bundled"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for ActivationAction {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "activate" => Ok(Self::Activate),
+                "rollback" => Ok(Self::Rollback),
+                "bundled" => Ok(Self::Bundled),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ActivationAction {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ActivationAction {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///`AuditEventListAction`
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
@@ -62,61 +121,6 @@ pub mod types {
                 .map_err(|e: self::error::ConversionError| {
                     <D::Error as ::serde::de::Error>::custom(e.to_string())
                 })
-        }
-    }
-    ///The order of a list that can be read either way (by id, so by creation time).
-    #[derive(
-        ::serde::Deserialize,
-        ::serde::Serialize,
-        Clone,
-        Copy,
-        Debug,
-        Eq,
-        Hash,
-        Ord,
-        PartialEq,
-        PartialOrd
-    )]
-    pub enum AuditEventListOrder {
-        #[serde(rename = "asc")]
-        Asc,
-        #[serde(rename = "desc")]
-        Desc,
-    }
-    impl ::std::fmt::Display for AuditEventListOrder {
-        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-            match *self {
-                Self::Asc => f.write_str("asc"),
-                Self::Desc => f.write_str("desc"),
-            }
-        }
-    }
-    impl ::std::str::FromStr for AuditEventListOrder {
-        type Err = self::error::ConversionError;
-        fn from_str(
-            value: &str,
-        ) -> ::std::result::Result<Self, self::error::ConversionError> {
-            match value {
-                "asc" => Ok(Self::Asc),
-                "desc" => Ok(Self::Desc),
-                _ => Err("invalid value".into()),
-            }
-        }
-    }
-    impl ::std::convert::TryFrom<&str> for AuditEventListOrder {
-        type Error = self::error::ConversionError;
-        fn try_from(
-            value: &str,
-        ) -> ::std::result::Result<Self, self::error::ConversionError> {
-            value.parse()
-        }
-    }
-    impl ::std::convert::TryFrom<::std::string::String> for AuditEventListOrder {
-        type Error = self::error::ConversionError;
-        fn try_from(
-            value: ::std::string::String,
-        ) -> ::std::result::Result<Self, self::error::ConversionError> {
-            value.parse()
         }
     }
     ///`AuditEventListResourceType`
@@ -219,6 +223,93 @@ cookie, for a page that was reloaded).*/
             Default::default()
         }
     }
+    ///Caddy's apps: only `http`.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct CaddyApps {
+        pub http: CaddyHttpApp,
+    }
+    impl CaddyApps {
+        pub fn builder() -> builder::CaddyApps {
+            Default::default()
+        }
+    }
+    /**A Caddy (2.6 and later) JSON configuration that serves the routing table
+(<https://caddyserver.com/docs/json/>): one HTTP server, `bulkhead`, with a route per domain
+(a reverse proxy round-robin over its upstreams, or 503 when it has none) and a last route
+answering 404 for unknown hosts. Load it with `caddy run --config` or `POST /load`.*/
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct CaddyConfig {
+        pub apps: CaddyApps,
+    }
+    impl CaddyConfig {
+        pub fn builder() -> builder::CaddyConfig {
+            Default::default()
+        }
+    }
+    ///Caddy's `http` app.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct CaddyHttpApp {
+        pub servers: CaddyServers,
+    }
+    impl CaddyHttpApp {
+        pub fn builder() -> builder::CaddyHttpApp {
+            Default::default()
+        }
+    }
+    ///A Caddy route (<https://caddyserver.com/docs/json/apps/http/servers/routes/>).
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct CaddyRoute {
+        /**One handler: `reverse_proxy` (upstreams, load balancing, retries, passive health
+checks) or `static_response` (503 or 404).*/
+        pub handle: ::std::vec::Vec<
+            ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+        >,
+        ///`[{"host": [domain]}]`; absent on the last route, which matches every request.
+        #[serde(
+            rename = "match",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub match_: ::std::option::Option<
+            ::std::vec::Vec<
+                ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+            >,
+        >,
+        pub terminal: bool,
+    }
+    impl CaddyRoute {
+        pub fn builder() -> builder::CaddyRoute {
+            Default::default()
+        }
+    }
+    ///The server of the routes.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct CaddyServer {
+        /**`{"@id": "bulkhead-r<revision>", "disable": true}`: Caddy does not manage certificates
+here, and the `@id` tells which revision is loaded (`GET /id/bulkhead-r<revision>`).*/
+        pub automatic_https: ::serde_json::Map<
+            ::std::string::String,
+            ::serde_json::Value,
+        >,
+        ///The `listen` of the request (default `:80`).
+        pub listen: ::std::vec::Vec<::std::string::String>,
+        ///One route per domain of the table, in its order, then the route of unknown hosts.
+        pub routes: ::std::vec::Vec<CaddyRoute>,
+    }
+    impl CaddyServer {
+        pub fn builder() -> builder::CaddyServer {
+            Default::default()
+        }
+    }
+    ///The servers of the `http` app: only `bulkhead`.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct CaddyServers {
+        pub bulkhead: CaddyServer,
+    }
+    impl CaddyServers {
+        pub fn builder() -> builder::CaddyServers {
+            Default::default()
+        }
+    }
     ///The control plane's replicas and leaders.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ClusterStatus {
@@ -231,6 +322,157 @@ cookie, for a page that was reloaded).*/
     }
     impl ClusterStatus {
         pub fn builder() -> builder::ClusterStatus {
+            Default::default()
+        }
+    }
+    ///Where an installation reports the commit statuses of the deployments its pushes made.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct CommitStatusesInput {
+        /**The forge's API: `https://api.github.com`, or a GitHub Enterprise Server's
+`https://<host>/api/v3`; `http` only to a loopback address. No user, query or fragment.*/
+        pub api_url: CommitStatusesInputApiUrl,
+        /**A token that may write commit statuses (a fine-grained token or an app's with
+`statuses: write`). Stored sealed and never shown.*/
+        pub token: CommitStatusesInputToken,
+    }
+    impl CommitStatusesInput {
+        pub fn builder() -> builder::CommitStatusesInput {
+            Default::default()
+        }
+    }
+    /**The forge's API: `https://api.github.com`, or a GitHub Enterprise Server's
+`https://<host>/api/v3`; `http` only to a loopback address. No user, query or fragment.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct CommitStatusesInputApiUrl(::std::string::String);
+    impl ::std::ops::Deref for CommitStatusesInputApiUrl {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<CommitStatusesInputApiUrl> for ::std::string::String {
+        fn from(value: CommitStatusesInputApiUrl) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for CommitStatusesInputApiUrl {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 500usize {
+                return Err("longer than 500 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for CommitStatusesInputApiUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for CommitStatusesInputApiUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for CommitStatusesInputApiUrl {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**A token that may write commit statuses (a fine-grained token or an app's with
+`statuses: write`). Stored sealed and never shown.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct CommitStatusesInputToken(::std::string::String);
+    impl ::std::ops::Deref for CommitStatusesInputToken {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<CommitStatusesInputToken> for ::std::string::String {
+        fn from(value: CommitStatusesInputToken) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for CommitStatusesInputToken {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 500usize {
+                return Err("longer than 500 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[!-~]+$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[!-~]+$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for CommitStatusesInputToken {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for CommitStatusesInputToken {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for CommitStatusesInputToken {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///Where an installation reports commit statuses (never its token).
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct CommitStatusesView {
+        pub api_url: ::std::string::String,
+        /**Seconds until the forge's rate limit lets this server call it again, while it holds
+the calls back.*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub held_for_secs: ::std::option::Option<i64>,
+    }
+    impl CommitStatusesView {
+        pub fn builder() -> builder::CommitStatusesView {
             Default::default()
         }
     }
@@ -751,20 +993,162 @@ the concurrency and the per-provider rates.*/
                 })
         }
     }
+    /**What an event of a deployment records: a step of the deployment, or of one of its
+instances.*/
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum DeploymentEventKind {
+        #[serde(rename = "deployment.queued")]
+        DeploymentQueued,
+        #[serde(rename = "deployment.placing")]
+        DeploymentPlacing,
+        #[serde(rename = "deployment.waiting")]
+        DeploymentWaiting,
+        #[serde(rename = "deployment.rolling_out")]
+        DeploymentRollingOut,
+        #[serde(rename = "deployment.healthy")]
+        DeploymentHealthy,
+        #[serde(rename = "deployment.failed")]
+        DeploymentFailed,
+        #[serde(rename = "deployment.cancelled")]
+        DeploymentCancelled,
+        #[serde(rename = "deployment.superseded")]
+        DeploymentSuperseded,
+        #[serde(rename = "instance.placed")]
+        InstancePlaced,
+        #[serde(rename = "instance.failover")]
+        InstanceFailover,
+        #[serde(rename = "instance.replacement")]
+        InstanceReplacement,
+        #[serde(rename = "instance.waiting")]
+        InstanceWaiting,
+        #[serde(rename = "instance.started")]
+        InstanceStarted,
+        #[serde(rename = "instance.healthy")]
+        InstanceHealthy,
+        #[serde(rename = "instance.unhealthy")]
+        InstanceUnhealthy,
+        #[serde(rename = "instance.failed")]
+        InstanceFailed,
+        #[serde(rename = "instance.draining")]
+        InstanceDraining,
+        #[serde(rename = "instance.removing")]
+        InstanceRemoving,
+        #[serde(rename = "instance.removed")]
+        InstanceRemoved,
+    }
+    impl ::std::fmt::Display for DeploymentEventKind {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::DeploymentQueued => f.write_str("deployment.queued"),
+                Self::DeploymentPlacing => f.write_str("deployment.placing"),
+                Self::DeploymentWaiting => f.write_str("deployment.waiting"),
+                Self::DeploymentRollingOut => f.write_str("deployment.rolling_out"),
+                Self::DeploymentHealthy => f.write_str("deployment.healthy"),
+                Self::DeploymentFailed => f.write_str("deployment.failed"),
+                Self::DeploymentCancelled => f.write_str("deployment.cancelled"),
+                Self::DeploymentSuperseded => f.write_str("deployment.superseded"),
+                Self::InstancePlaced => f.write_str("instance.placed"),
+                Self::InstanceFailover => f.write_str("instance.failover"),
+                Self::InstanceReplacement => f.write_str("instance.replacement"),
+                Self::InstanceWaiting => f.write_str("instance.waiting"),
+                Self::InstanceStarted => f.write_str("instance.started"),
+                Self::InstanceHealthy => f.write_str("instance.healthy"),
+                Self::InstanceUnhealthy => f.write_str("instance.unhealthy"),
+                Self::InstanceFailed => f.write_str("instance.failed"),
+                Self::InstanceDraining => f.write_str("instance.draining"),
+                Self::InstanceRemoving => f.write_str("instance.removing"),
+                Self::InstanceRemoved => f.write_str("instance.removed"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for DeploymentEventKind {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "deployment.queued" => Ok(Self::DeploymentQueued),
+                "deployment.placing" => Ok(Self::DeploymentPlacing),
+                "deployment.waiting" => Ok(Self::DeploymentWaiting),
+                "deployment.rolling_out" => Ok(Self::DeploymentRollingOut),
+                "deployment.healthy" => Ok(Self::DeploymentHealthy),
+                "deployment.failed" => Ok(Self::DeploymentFailed),
+                "deployment.cancelled" => Ok(Self::DeploymentCancelled),
+                "deployment.superseded" => Ok(Self::DeploymentSuperseded),
+                "instance.placed" => Ok(Self::InstancePlaced),
+                "instance.failover" => Ok(Self::InstanceFailover),
+                "instance.replacement" => Ok(Self::InstanceReplacement),
+                "instance.waiting" => Ok(Self::InstanceWaiting),
+                "instance.started" => Ok(Self::InstanceStarted),
+                "instance.healthy" => Ok(Self::InstanceHealthy),
+                "instance.unhealthy" => Ok(Self::InstanceUnhealthy),
+                "instance.failed" => Ok(Self::InstanceFailed),
+                "instance.draining" => Ok(Self::InstanceDraining),
+                "instance.removing" => Ok(Self::InstanceRemoving),
+                "instance.removed" => Ok(Self::InstanceRemoved),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DeploymentEventKind {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DeploymentEventKind {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///One event of a deployment.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct DeploymentEventView {
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub details: ::serde_json::Value,
-        /**E.g. `deployment.queued`, `instance.placed`, `instance.healthy`, `instance.failover`,
-`deployment.healthy`, `deployment.failed`.*/
-        pub kind: ::std::string::String,
+        ///Stored as its name; the stream's `event` field.
+        pub kind: DeploymentEventKind,
         pub message: ::std::string::String,
         ///1, 2, ... in the deployment; the `id` of the event in a stream (`Last-Event-ID`).
         pub seq: i64,
     }
     impl DeploymentEventView {
         pub fn builder() -> builder::DeploymentEventView {
+            Default::default()
+        }
+    }
+    ///What a deployment made from a push records of it.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct DeploymentPush {
+        pub branch: ::std::string::String,
+        ///The commit pushed.
+        pub commit: ::std::string::String,
+        ///The delivery (`GET …/git-installations/{id}/deliveries`).
+        pub delivery_id: ::uuid::Uuid,
+        ///The first line of its message.
+        pub message: ::std::string::String,
+        pub pushed_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///`owner/name`.
+        pub repository: ::std::string::String,
+    }
+    impl DeploymentPush {
+        pub fn builder() -> builder::DeploymentPush {
             Default::default()
         }
     }
@@ -902,6 +1286,20 @@ the concurrency and the per-provider rates.*/
             value.parse()
         }
     }
+    ///An event of a deployment's stream (Server-Sent Events): `event` is its kind, `data` the event as JSON
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct DeploymentStreamEvent {
+        ///The event's payload, as JSON
+        pub data: ::std::string::String,
+        pub event: DeploymentEventKind,
+        ///The event's `seq`: send the last one seen as `Last-Event-ID` to resume
+        pub id: ::std::string::String,
+    }
+    impl DeploymentStreamEvent {
+        pub fn builder() -> builder::DeploymentStreamEvent {
+            Default::default()
+        }
+    }
     ///A deployment.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct DeploymentView {
@@ -920,6 +1318,9 @@ the concurrency and the per-provider rates.*/
         ///1, 2, ... per service.
         pub number: i64,
         pub project_id: ::uuid::Uuid,
+        ///The push it was made from (a git installation's delivery), if one.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub push: ::std::option::Option<DeploymentPush>,
         ///Why it is in its state, when that needs saying.
         pub reason: ::std::string::String,
         ///The deployment whose spec this one deploys again.
@@ -956,12 +1357,84 @@ the concurrency and the per-provider rates.*/
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
     pub struct DomainCreate {
-        pub hostname: ::std::string::String,
+        /**A DNS name (RFC 1123) such as `app.example.com`, in any case (it is stored lowercase):
+two labels or more of 1 to 63 letters, digits or `-` (not at either end), the last
+starting with a letter; no wildcard, no IP address, no trailing dot.*/
+        pub hostname: DomainCreateHostname,
         pub service_id: ::uuid::Uuid,
     }
     impl DomainCreate {
         pub fn builder() -> builder::DomainCreate {
             Default::default()
+        }
+    }
+    /**A DNS name (RFC 1123) such as `app.example.com`, in any case (it is stored lowercase):
+two labels or more of 1 to 63 letters, digits or `-` (not at either end), the last
+starting with a letter; no wildcard, no IP address, no trailing dot.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct DomainCreateHostname(::std::string::String);
+    impl ::std::ops::Deref for DomainCreateHostname {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<DomainCreateHostname> for ::std::string::String {
+        fn from(value: DomainCreateHostname) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for DomainCreateHostname {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 253usize {
+                return Err("longer than 253 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            {
+                ::regress::Regex::new(
+                        "^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$",
+                    )
+                    .unwrap()
+            });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$\""
+                        .into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DomainCreateHostname {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DomainCreateHostname {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for DomainCreateHostname {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
         }
     }
     ///`DomainCreateIdempotencyKey`
@@ -1169,6 +1642,64 @@ the concurrency and the per-provider rates.*/
             Default::default()
         }
     }
+    ///`EdgeDeleteEdgeId`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct EdgeDeleteEdgeId(::std::string::String);
+    impl ::std::ops::Deref for EdgeDeleteEdgeId {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<EdgeDeleteEdgeId> for ::std::string::String {
+        fn from(value: EdgeDeleteEdgeId) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for EdgeDeleteEdgeId {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$\"".into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for EdgeDeleteEdgeId {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for EdgeDeleteEdgeId {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for EdgeDeleteEdgeId {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
     ///A snapshot an edge refused, and why.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
@@ -1301,6 +1832,64 @@ the concurrency and the per-provider rates.*/
         }
     }
     impl<'de> ::serde::Deserialize<'de> for EdgeStatusReportAgentVersion {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///`EdgeStatusReportEdgeId`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct EdgeStatusReportEdgeId(::std::string::String);
+    impl ::std::ops::Deref for EdgeStatusReportEdgeId {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<EdgeStatusReportEdgeId> for ::std::string::String {
+        fn from(value: EdgeStatusReportEdgeId) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for EdgeStatusReportEdgeId {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$\"".into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for EdgeStatusReportEdgeId {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for EdgeStatusReportEdgeId {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for EdgeStatusReportEdgeId {
         fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
         where
             D: ::serde::Deserializer<'de>,
@@ -1597,6 +2186,10 @@ enum, so that clients match on codes the compiler knows.
         Forbidden,
         #[serde(rename = "hostname_taken")]
         HostnameTaken,
+        #[serde(rename = "identity_not_linked")]
+        IdentityNotLinked,
+        #[serde(rename = "identity_taken")]
+        IdentityTaken,
         #[serde(rename = "idempotency_in_progress")]
         IdempotencyInProgress,
         #[serde(rename = "idempotency_key_reused")]
@@ -1621,6 +2214,8 @@ enum, so that clients match on codes the compiler knows.
         InvalidQuery,
         #[serde(rename = "invalid_request")]
         InvalidRequest,
+        #[serde(rename = "invalid_signature")]
+        InvalidSignature,
         #[serde(rename = "invalid_spec")]
         InvalidSpec,
         #[serde(rename = "last_owner")]
@@ -1687,6 +2282,12 @@ enum, so that clients match on codes the compiler knows.
         RoutingTableNotReady,
         #[serde(rename = "session_required")]
         SessionRequired,
+        #[serde(rename = "sign_in_failed")]
+        SignInFailed,
+        #[serde(rename = "sign_in_unavailable")]
+        SignInUnavailable,
+        #[serde(rename = "stale_delivery")]
+        StaleDelivery,
         #[serde(rename = "timeout")]
         Timeout,
         #[serde(rename = "too_many_attempts")]
@@ -1721,6 +2322,8 @@ enum, so that clients match on codes the compiler knows.
                 Self::EvacuationRunning => f.write_str("evacuation_running"),
                 Self::Forbidden => f.write_str("forbidden"),
                 Self::HostnameTaken => f.write_str("hostname_taken"),
+                Self::IdentityNotLinked => f.write_str("identity_not_linked"),
+                Self::IdentityTaken => f.write_str("identity_taken"),
                 Self::IdempotencyInProgress => f.write_str("idempotency_in_progress"),
                 Self::IdempotencyKeyReused => f.write_str("idempotency_key_reused"),
                 Self::InstanceNotFound => f.write_str("instance_not_found"),
@@ -1733,6 +2336,7 @@ enum, so that clients match on codes the compiler knows.
                 Self::InvalidPath => f.write_str("invalid_path"),
                 Self::InvalidQuery => f.write_str("invalid_query"),
                 Self::InvalidRequest => f.write_str("invalid_request"),
+                Self::InvalidSignature => f.write_str("invalid_signature"),
                 Self::InvalidSpec => f.write_str("invalid_spec"),
                 Self::LastOwner => f.write_str("last_owner"),
                 Self::MalformedJson => f.write_str("malformed_json"),
@@ -1768,6 +2372,9 @@ enum, so that clients match on codes the compiler knows.
                 Self::RoutingKeyActive => f.write_str("routing_key_active"),
                 Self::RoutingTableNotReady => f.write_str("routing_table_not_ready"),
                 Self::SessionRequired => f.write_str("session_required"),
+                Self::SignInFailed => f.write_str("sign_in_failed"),
+                Self::SignInUnavailable => f.write_str("sign_in_unavailable"),
+                Self::StaleDelivery => f.write_str("stale_delivery"),
                 Self::Timeout => f.write_str("timeout"),
                 Self::TooManyAttempts => f.write_str("too_many_attempts"),
                 Self::Unauthenticated => f.write_str("unauthenticated"),
@@ -1802,6 +2409,8 @@ enum, so that clients match on codes the compiler knows.
                 "evacuation_running" => Ok(Self::EvacuationRunning),
                 "forbidden" => Ok(Self::Forbidden),
                 "hostname_taken" => Ok(Self::HostnameTaken),
+                "identity_not_linked" => Ok(Self::IdentityNotLinked),
+                "identity_taken" => Ok(Self::IdentityTaken),
                 "idempotency_in_progress" => Ok(Self::IdempotencyInProgress),
                 "idempotency_key_reused" => Ok(Self::IdempotencyKeyReused),
                 "instance_not_found" => Ok(Self::InstanceNotFound),
@@ -1814,6 +2423,7 @@ enum, so that clients match on codes the compiler knows.
                 "invalid_path" => Ok(Self::InvalidPath),
                 "invalid_query" => Ok(Self::InvalidQuery),
                 "invalid_request" => Ok(Self::InvalidRequest),
+                "invalid_signature" => Ok(Self::InvalidSignature),
                 "invalid_spec" => Ok(Self::InvalidSpec),
                 "last_owner" => Ok(Self::LastOwner),
                 "malformed_json" => Ok(Self::MalformedJson),
@@ -1847,6 +2457,9 @@ enum, so that clients match on codes the compiler knows.
                 "routing_key_active" => Ok(Self::RoutingKeyActive),
                 "routing_table_not_ready" => Ok(Self::RoutingTableNotReady),
                 "session_required" => Ok(Self::SessionRequired),
+                "sign_in_failed" => Ok(Self::SignInFailed),
+                "sign_in_unavailable" => Ok(Self::SignInUnavailable),
+                "stale_delivery" => Ok(Self::StaleDelivery),
                 "timeout" => Ok(Self::Timeout),
                 "too_many_attempts" => Ok(Self::TooManyAttempts),
                 "unauthenticated" => Ok(Self::Unauthenticated),
@@ -2027,6 +2640,424 @@ enum, so that clients match on codes the compiler knows.
             Default::default()
         }
     }
+    ///Which forge an installation is at.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum Forge {
+        #[serde(rename = "github")]
+        Github,
+    }
+    impl ::std::fmt::Display for Forge {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Github => f.write_str("github"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for Forge {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "github" => Ok(Self::Github),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for Forge {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for Forge {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///Where a delivery is.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum GitDeliveryState {
+        #[serde(rename = "queued")]
+        Queued,
+        #[serde(rename = "deployed")]
+        Deployed,
+        #[serde(rename = "ignored")]
+        Ignored,
+        #[serde(rename = "failed")]
+        Failed,
+    }
+    impl ::std::fmt::Display for GitDeliveryState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Queued => f.write_str("queued"),
+                Self::Deployed => f.write_str("deployed"),
+                Self::Ignored => f.write_str("ignored"),
+                Self::Failed => f.write_str("failed"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for GitDeliveryState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "queued" => Ok(Self::Queued),
+                "deployed" => Ok(Self::Deployed),
+                "ignored" => Ok(Self::Ignored),
+                "failed" => Ok(Self::Failed),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for GitDeliveryState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for GitDeliveryState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///A delivery an installation received.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GitDeliveryView {
+        pub branch: ::std::string::String,
+        pub commit: ::std::string::String,
+        ///The deployments it made.
+        pub deployment_ids: ::std::vec::Vec<::uuid::Uuid>,
+        ///The forge's id of it (`X-GitHub-Delivery`).
+        pub forge_delivery_id: ::std::string::String,
+        pub id: ::uuid::Uuid,
+        pub installation_id: ::uuid::Uuid,
+        ///The first line of the head commit's message (at most 200 characters).
+        pub message: ::std::string::String,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub processed_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        pub pushed_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub pusher: ::std::string::String,
+        pub reason: ::std::string::String,
+        pub received_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub repository: ::std::string::String,
+        pub state: GitDeliveryState,
+    }
+    impl GitDeliveryView {
+        pub fn builder() -> builder::GitDeliveryView {
+            Default::default()
+        }
+    }
+    ///A new installation.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+    #[serde(deny_unknown_fields)]
+    pub struct GitInstallationCreate {
+        /**Which pushes deploy which service (at most 100; none: deliveries are recorded and
+deploy nothing).*/
+        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+        pub bindings: ::std::vec::Vec<PushBinding>,
+        ///Where to report commit statuses; absent: none are sent.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub commit_statuses: ::std::option::Option<CommitStatusesInput>,
+    }
+    impl GitInstallationCreate {
+        pub fn builder() -> builder::GitInstallationCreate {
+            Default::default()
+        }
+    }
+    ///`GitInstallationCreateIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct GitInstallationCreateIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for GitInstallationCreateIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<GitInstallationCreateIdempotencyKey>
+    for ::std::string::String {
+        fn from(value: GitInstallationCreateIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for GitInstallationCreateIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for GitInstallationCreateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for GitInstallationCreateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for GitInstallationCreateIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**A git installation with its secret, shown once: paste it into the forge's webhook
+settings.*/
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GitInstallationCreated {
+        pub bindings: ::std::vec::Vec<PushBinding>,
+        ///Where the deployments' commit statuses go; absent: none are sent.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub commit_statuses: ::std::option::Option<CommitStatusesView>,
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub forge: Forge,
+        /**Where the forge must post deliveries (this server's origin before it), as the
+webhook's payload URL; content type `application/json` or
+`application/x-www-form-urlencoded`.*/
+        pub hook_path: ::std::string::String,
+        pub id: ::uuid::Uuid,
+        ///Until when the secret before the last rotation is still accepted.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub previous_secret_until: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        pub project_id: ::uuid::Uuid,
+        ///The webhook secret. It cannot be shown again (rotate it to get a new one).
+        pub secret: ::std::string::String,
+        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+    }
+    impl GitInstallationCreated {
+        pub fn builder() -> builder::GitInstallationCreated {
+            Default::default()
+        }
+    }
+    ///`GitInstallationSecretRotateIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct GitInstallationSecretRotateIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for GitInstallationSecretRotateIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<GitInstallationSecretRotateIdempotencyKey>
+    for ::std::string::String {
+        fn from(value: GitInstallationSecretRotateIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for GitInstallationSecretRotateIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for GitInstallationSecretRotateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for GitInstallationSecretRotateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for GitInstallationSecretRotateIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///Changes to an installation; a field left out keeps its value.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+    #[serde(deny_unknown_fields)]
+    pub struct GitInstallationUpdate {
+        ///The bindings, replaced as a whole (at most 100).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub bindings: ::std::option::Option<::std::vec::Vec<PushBinding>>,
+        ///Where to report commit statuses (its token replaced too); `null`: no more statuses.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub commit_statuses: ::std::option::Option<CommitStatusesInput>,
+    }
+    impl GitInstallationUpdate {
+        pub fn builder() -> builder::GitInstallationUpdate {
+            Default::default()
+        }
+    }
+    ///A git installation, without its secret.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GitInstallationView {
+        pub bindings: ::std::vec::Vec<PushBinding>,
+        ///Where the deployments' commit statuses go; absent: none are sent.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub commit_statuses: ::std::option::Option<CommitStatusesView>,
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub forge: Forge,
+        /**Where the forge must post deliveries (this server's origin before it), as the
+webhook's payload URL; content type `application/json` or
+`application/x-www-form-urlencoded`.*/
+        pub hook_path: ::std::string::String,
+        pub id: ::uuid::Uuid,
+        ///Until when the secret before the last rotation is still accepted.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub previous_secret_until: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        pub project_id: ::uuid::Uuid,
+        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+    }
+    impl GitInstallationView {
+        pub fn builder() -> builder::GitInstallationView {
+            Default::default()
+        }
+    }
+    ///`GithubCommit`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GithubCommit {
+        pub message: ::std::string::String,
+    }
+    impl GithubCommit {
+        pub fn builder() -> builder::GithubCommit {
+            Default::default()
+        }
+    }
+    ///The part of GitHub's `push` event that intake reads (the forge sends much more).
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GithubPushEvent {
+        ///The commit the ref points to after the push (40 or 64 hexadecimal digits).
+        pub after: ::std::string::String,
+        ///Whether the push deleted the ref.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub deleted: ::std::option::Option<bool>,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub head_commit: ::std::option::Option<GithubCommit>,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub pusher: ::std::option::Option<GithubPusher>,
+        ///`refs/heads/<branch>` (other refs deploy nothing).
+        #[serde(rename = "ref")]
+        pub ref_: ::std::string::String,
+        pub repository: GithubRepository,
+    }
+    impl GithubPushEvent {
+        pub fn builder() -> builder::GithubPushEvent {
+            Default::default()
+        }
+    }
+    ///GitHub's form of a delivery (its default content type).
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GithubPushForm {
+        ///The event's JSON ([`GithubPushEvent`]).
+        pub payload: ::std::string::String,
+    }
+    impl GithubPushForm {
+        pub fn builder() -> builder::GithubPushForm {
+            Default::default()
+        }
+    }
+    ///`GithubPusher`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GithubPusher {
+        pub name: ::std::string::String,
+    }
+    impl GithubPusher {
+        pub fn builder() -> builder::GithubPusher {
+            Default::default()
+        }
+    }
+    ///`GithubRepository`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct GithubRepository {
+        ///`owner/name`.
+        pub full_name: ::std::string::String,
+        /**When the push happened, in seconds since the epoch (as GitHub sends it in `push`
+events).*/
+        pub pushed_at: i64,
+    }
+    impl GithubRepository {
+        pub fn builder() -> builder::GithubRepository {
+            Default::default()
+        }
+    }
     ///The state of the server.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct Health {
@@ -2126,6 +3157,221 @@ default 120).*/
                 })
         }
     }
+    ///What became of a delivery.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum HookOutcome {
+        #[serde(rename = "queued")]
+        Queued,
+        #[serde(rename = "duplicate")]
+        Duplicate,
+        #[serde(rename = "ignored")]
+        Ignored,
+        #[serde(rename = "pong")]
+        Pong,
+    }
+    impl ::std::fmt::Display for HookOutcome {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Queued => f.write_str("queued"),
+                Self::Duplicate => f.write_str("duplicate"),
+                Self::Ignored => f.write_str("ignored"),
+                Self::Pong => f.write_str("pong"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for HookOutcome {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "queued" => Ok(Self::Queued),
+                "duplicate" => Ok(Self::Duplicate),
+                "ignored" => Ok(Self::Ignored),
+                "pong" => Ok(Self::Pong),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for HookOutcome {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for HookOutcome {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///The answer to a delivery.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct HookReceipt {
+        ///The stored delivery (for `queued`, `duplicate` and stored `ignored`).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub delivery_id: ::std::option::Option<::uuid::Uuid>,
+        pub detail: ::std::string::String,
+        pub outcome: HookOutcome,
+    }
+    impl HookReceipt {
+        pub fn builder() -> builder::HookReceipt {
+            Default::default()
+        }
+    }
+    ///`IdentityLinkFinishIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct IdentityLinkFinishIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for IdentityLinkFinishIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<IdentityLinkFinishIdempotencyKey>
+    for ::std::string::String {
+        fn from(value: IdentityLinkFinishIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for IdentityLinkFinishIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for IdentityLinkFinishIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for IdentityLinkFinishIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for IdentityLinkFinishIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///`IdentityLinkStartIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct IdentityLinkStartIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for IdentityLinkStartIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<IdentityLinkStartIdempotencyKey>
+    for ::std::string::String {
+        fn from(value: IdentityLinkStartIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for IdentityLinkStartIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for IdentityLinkStartIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for IdentityLinkStartIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for IdentityLinkStartIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///An outside account linked to the caller.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct IdentityView {
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub id: ::uuid::Uuid,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_used_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        ///Its login or email at the provider.
+        pub login: ::std::string::String,
+        pub provider: ::std::string::String,
+        ///The provider's id of the account.
+        pub subject: ::std::string::String,
+    }
+    impl IdentityView {
+        pub fn builder() -> builder::IdentityView {
+            Default::default()
+        }
+    }
     ///An instance to create. Provisioning is idempotent on `instance_key`.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
@@ -2140,8 +3386,9 @@ default 120).*/
             ::std::string::String,
             ::std::string::String,
         >,
-        ///Lowercase letters, digits and `-`, at most 63; chosen by the caller.
-        pub instance_key: ::std::string::String,
+        /**Chosen by the caller: 1 to 63 lowercase letters, digits or `-`, starting with a letter
+and not ending with `-`.*/
+        pub instance_key: InstanceCreateInstanceKey,
         #[serde(
             default,
             skip_serializing_if = ":: std :: collections :: HashMap::is_empty"
@@ -2151,7 +3398,7 @@ default 120).*/
             ::std::string::String,
         >,
         ///The port the workload listens on.
-        pub port: i32,
+        pub port: ::std::num::NonZeroU32,
         ///One of the provider's regions.
         pub region: InstanceCreateRegion,
     }
@@ -2206,6 +3453,65 @@ default 120).*/
         }
     }
     impl<'de> ::serde::Deserialize<'de> for InstanceCreateArtifact {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**Chosen by the caller: 1 to 63 lowercase letters, digits or `-`, starting with a letter
+and not ending with `-`.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct InstanceCreateInstanceKey(::std::string::String);
+    impl ::std::ops::Deref for InstanceCreateInstanceKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<InstanceCreateInstanceKey> for ::std::string::String {
+        fn from(value: InstanceCreateInstanceKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for InstanceCreateInstanceKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$\"".into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for InstanceCreateInstanceKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for InstanceCreateInstanceKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for InstanceCreateInstanceKey {
         fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
         where
             D: ::serde::Deserializer<'de>,
@@ -2280,15 +3586,12 @@ default 120).*/
         ///Where the workload answers (`host:port`), once known.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub address: ::std::option::Option<::std::string::String>,
-        /**What the provider's own checks of the workload say, where it checks workloads near
-them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.*/
-        pub health: ::std::string::String,
+        pub health: ProviderInstanceHealth,
         pub instance_key: ::std::string::String,
         ///The provider's own id for it.
         pub provider_id: ::std::string::String,
         pub region: ::std::string::String,
-        ///`pending`, `running`, `stopping`, `stopped` or `failed`.
-        pub state: ::std::string::String,
+        pub state: ProviderInstanceState,
     }
     impl InstanceView {
         pub fn builder() -> builder::InstanceView {
@@ -2400,6 +3703,61 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
     impl LeaderView {
         pub fn builder() -> builder::LeaderView {
             Default::default()
+        }
+    }
+    ///The order of a list that can be read either way (by id, so by creation time).
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum ListOrder {
+        #[serde(rename = "asc")]
+        Asc,
+        #[serde(rename = "desc")]
+        Desc,
+    }
+    impl ::std::fmt::Display for ListOrder {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Asc => f.write_str("asc"),
+                Self::Desc => f.write_str("desc"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for ListOrder {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "asc" => Ok(Self::Asc),
+                "desc" => Ok(Self::Desc),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ListOrder {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ListOrder {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
         }
     }
     ///Credentials of a password login.
@@ -2691,7 +4049,7 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageAuditEventView {
-        pub items: ::std::vec::Vec<PageAuditEventViewItemsItem>,
+        pub items: ::std::vec::Vec<AuditEventView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2701,35 +4059,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///One recorded mutation.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageAuditEventViewItemsItem {
-        ///`resource.verb`, e.g. `project.create`.
-        pub action: ::std::string::String,
-        ///The API token used, if any.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub actor_token_id: ::std::option::Option<::uuid::Uuid>,
-        ///The user who made the change.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub actor_user_id: ::std::option::Option<::uuid::Uuid>,
-        pub details: ::serde_json::Value,
-        pub id: ::uuid::Uuid,
-        pub occurred_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub project_id: ::std::option::Option<::uuid::Uuid>,
-        pub request_id: ::std::string::String,
-        pub resource_id: ::std::string::String,
-        pub resource_type: ::std::string::String,
-    }
-    impl PageAuditEventViewItemsItem {
-        pub fn builder() -> builder::PageAuditEventViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageDeployedInstanceView {
-        pub items: ::std::vec::Vec<PageDeployedInstanceViewItemsItem>,
+        pub items: ::std::vec::Vec<DeployedInstanceView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2739,40 +4072,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///An instance of a deployment.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageDeployedInstanceViewItemsItem {
-        ///`host:port` where the workload answers, once known.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub address: ::std::option::Option<::std::string::String>,
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub deployment_id: ::uuid::Uuid,
-        ///`unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload.
-        pub health: DeployedInstanceHealth,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub health_checked_at: ::std::option::Option<
-            ::chrono::DateTime<::chrono::offset::Utc>,
-        >,
-        pub instance_key: ::std::string::String,
-        pub provider: ::std::string::String,
-        pub region: ::std::string::String,
-        ///The key of the instance this one took over from (failover, evacuation).
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub replaces: ::std::option::Option<::std::string::String>,
-        /**`pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
-`failed`.*/
-        pub state: DeployedInstanceState,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
-    }
-    impl PageDeployedInstanceViewItemsItem {
-        pub fn builder() -> builder::PageDeployedInstanceViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageDeploymentView {
-        pub items: ::std::vec::Vec<PageDeploymentViewItemsItem>,
+        pub items: ::std::vec::Vec<DeploymentView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2782,45 +4085,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///A deployment.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageDeploymentViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub finished_at: ::std::option::Option<
-            ::chrono::DateTime<::chrono::offset::Utc>,
-        >,
-        ///When all its instances were first healthy.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub healthy_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-        pub id: ::uuid::Uuid,
-        ///Its instances (in a list of deployments: absent).
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub instances: ::std::option::Option<::std::vec::Vec<DeployedInstanceView>>,
-        ///1, 2, ... per service.
-        pub number: i64,
-        pub project_id: ::uuid::Uuid,
-        ///Why it is in its state, when that needs saying.
-        pub reason: ::std::string::String,
-        ///The deployment whose spec this one deploys again.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub rollback_of: ::std::option::Option<::uuid::Uuid>,
-        pub service_id: ::uuid::Uuid,
-        ///The spec deployed (secret values withheld).
-        pub spec: ServiceSpecView,
-        ///`queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`.
-        pub state: DeploymentState,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
-    }
-    impl PageDeploymentViewItemsItem {
-        pub fn builder() -> builder::PageDeploymentViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageDomainView {
-        pub items: ::std::vec::Vec<PageDomainViewItemsItem>,
+        pub items: ::std::vec::Vec<DomainView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2830,35 +4098,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///`PageDomainViewItemsItem`
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageDomainViewItemsItem {
-        ///What to publish to verify the domain; only while it is pending.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub challenge: ::std::option::Option<DomainChallenge>,
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        ///Lowercase, without a trailing dot.
-        pub hostname: ::std::string::String,
-        pub id: ::uuid::Uuid,
-        pub project_id: ::uuid::Uuid,
-        pub service_id: ::uuid::Uuid,
-        pub status: DomainStatus,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        ///When the project proved control of the hostname.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub verified_at: ::std::option::Option<
-            ::chrono::DateTime<::chrono::offset::Utc>,
-        >,
-    }
-    impl PageDomainViewItemsItem {
-        pub fn builder() -> builder::PageDomainViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageEdgeView {
-        pub items: ::std::vec::Vec<PageEdgeViewItemsItem>,
+        pub items: ::std::vec::Vec<EdgeView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2868,31 +4111,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///An edge as the fleet view shows it.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageEdgeViewItemsItem {
-        pub agent_version: ::std::string::String,
-        pub first_seen_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub id: ::std::string::String,
-        ///Revisions behind the latest routing table.
-        pub lag: i64,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub last_refusal: ::std::option::Option<EdgeRefusal>,
-        ///The edge's last report.
-        pub reported_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub revision: i64,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub snapshot_age_seconds: ::std::option::Option<f64>,
-    }
-    impl PageEdgeViewItemsItem {
-        pub fn builder() -> builder::PageEdgeViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageEnvironmentView {
-        pub items: ::std::vec::Vec<PageEnvironmentViewItemsItem>,
+        pub items: ::std::vec::Vec<EnvironmentView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2902,25 +4124,36 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///`PageEnvironmentViewItemsItem`
+    ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageEnvironmentViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub id: ::uuid::Uuid,
-        ///Unique in the project: lowercase letters, digits and `-`.
-        pub name: ::std::string::String,
-        pub project_id: ::uuid::Uuid,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+    pub struct PageGitDeliveryView {
+        pub items: ::std::vec::Vec<GitDeliveryView>,
+        ///Pass as `cursor` to get the next page; absent on the last page.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub next_cursor: ::std::option::Option<::std::string::String>,
     }
-    impl PageEnvironmentViewItemsItem {
-        pub fn builder() -> builder::PageEnvironmentViewItemsItem {
+    impl PageGitDeliveryView {
+        pub fn builder() -> builder::PageGitDeliveryView {
+            Default::default()
+        }
+    }
+    ///One page of a list.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct PageGitInstallationView {
+        pub items: ::std::vec::Vec<GitInstallationView>,
+        ///Pass as `cursor` to get the next page; absent on the last page.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub next_cursor: ::std::option::Option<::std::string::String>,
+    }
+    impl PageGitInstallationView {
+        pub fn builder() -> builder::PageGitInstallationView {
             Default::default()
         }
     }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageInstanceView {
-        pub items: ::std::vec::Vec<PageInstanceViewItemsItem>,
+        pub items: ::std::vec::Vec<InstanceView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2930,31 +4163,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///An instance as the provider reports it.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageInstanceViewItemsItem {
-        ///Where the workload answers (`host:port`), once known.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub address: ::std::option::Option<::std::string::String>,
-        /**What the provider's own checks of the workload say, where it checks workloads near
-them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.*/
-        pub health: ::std::string::String,
-        pub instance_key: ::std::string::String,
-        ///The provider's own id for it.
-        pub provider_id: ::std::string::String,
-        pub region: ::std::string::String,
-        ///`pending`, `running`, `stopping`, `stopped` or `failed`.
-        pub state: ::std::string::String,
-    }
-    impl PageInstanceViewItemsItem {
-        pub fn builder() -> builder::PageInstanceViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageInvitationView {
-        pub items: ::std::vec::Vec<PageInvitationViewItemsItem>,
+        pub items: ::std::vec::Vec<InvitationView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2964,29 +4176,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///An invitation to a project.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageInvitationViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub email: ::std::string::String,
-        ///After this, the invitation can no longer be accepted.
-        pub expires_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub id: ::uuid::Uuid,
-        pub project_id: ::uuid::Uuid,
-        ///The project's name, so that the invited user knows what they would join.
-        pub project_name: ::std::string::String,
-        ///The role the invited user gets on accepting.
-        pub role: ProjectRole,
-    }
-    impl PageInvitationViewItemsItem {
-        pub fn builder() -> builder::PageInvitationViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageMemberView {
-        pub items: ::std::vec::Vec<PageMemberViewItemsItem>,
+        pub items: ::std::vec::Vec<MemberView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -2996,25 +4189,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///A user's membership in a project.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageMemberViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub email: ::std::string::String,
-        pub name: ::std::string::String,
-        pub role: ProjectRole,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub user_id: ::uuid::Uuid,
-    }
-    impl PageMemberViewItemsItem {
-        pub fn builder() -> builder::PageMemberViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PagePluginBinaryView {
-        pub items: ::std::vec::Vec<PagePluginBinaryViewItemsItem>,
+        pub items: ::std::vec::Vec<PluginBinaryView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3024,33 +4202,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///A stored plugin binary.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PagePluginBinaryViewItemsItem {
-        ///The configuration values and secrets it declares (none for 0.2.0 plugins).
-        pub config: ::std::vec::Vec<ConfigKeyView>,
-        ///The `bulkhead:provider` contract version it was built for.
-        pub contract_version: ::std::string::String,
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        ///Hex SHA-256 of the component: its identity.
-        pub digest: ::std::string::String,
-        ///The plugin's own name and version (from its `info`).
-        pub name: ::std::string::String,
-        pub size: i64,
-        ///The administrator who uploaded it; absent for bundled plugins.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub uploaded_by: ::std::option::Option<::uuid::Uuid>,
-        pub version: ::std::string::String,
-    }
-    impl PagePluginBinaryViewItemsItem {
-        pub fn builder() -> builder::PagePluginBinaryViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageProjectView {
-        pub items: ::std::vec::Vec<PageProjectViewItemsItem>,
+        pub items: ::std::vec::Vec<ProjectView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3060,24 +4215,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///A project: the unit of ownership of environments, services and domains.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageProjectViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub description: ::std::string::String,
-        pub id: ::uuid::Uuid,
-        pub name: ::std::string::String,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
-    }
-    impl PageProjectViewItemsItem {
-        pub fn builder() -> builder::PageProjectViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageProviderActivationView {
-        pub items: ::std::vec::Vec<PageProviderActivationViewItemsItem>,
+        pub items: ::std::vec::Vec<ProviderActivationView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3087,26 +4228,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///One switch of a provider's plugin.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageProviderActivationViewItemsItem {
-        ///`activate`, `rollback` or `bundled`.
-        pub action: ::std::string::String,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub actor_user_id: ::std::option::Option<::uuid::Uuid>,
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub digest: ::std::string::String,
-        pub id: ::uuid::Uuid,
-    }
-    impl PageProviderActivationViewItemsItem {
-        pub fn builder() -> builder::PageProviderActivationViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageProviderEventView {
-        pub items: ::std::vec::Vec<PageProviderEventViewItemsItem>,
+        pub items: ::std::vec::Vec<ProviderEventView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3116,27 +4241,10 @@ them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it do
             Default::default()
         }
     }
-    ///A change of a provider's health, or an activation refused by its health check.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageProviderEventViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub from: ProviderHealth,
-        pub id: ::uuid::Uuid,
-        /**`health` (a change of health) or `activation_refused` (a new version failed its health
-check; `from` and `to` are then the unchanged health).*/
-        pub kind: ::std::string::String,
-        pub reason: ::std::string::String,
-        pub to: ProviderHealth,
-    }
-    impl PageProviderEventViewItemsItem {
-        pub fn builder() -> builder::PageProviderEventViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageProviderView {
-        pub items: ::std::vec::Vec<PageProviderViewItemsItem>,
+        pub items: ::std::vec::Vec<ProviderView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3146,80 +4254,10 @@ check; `from` and `to` are then the unchanged health).*/
             Default::default()
         }
     }
-    /**A provider as the API shows it. Everyone with the `read` scope sees its name, state and
-health; the rest (settings, plugin, health reasons with the cloud's error text, call
-counts) is for administrators only.*/
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageProviderViewItemsItem {
-        ///`host:port` patterns the plugin may send HTTP requests to, as configured.
-        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-        pub allowlist: ::std::vec::Vec<::std::string::String>,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub calls: ::std::option::Option<ProviderCallsView>,
-        #[serde(
-            default,
-            skip_serializing_if = ":: std :: collections :: HashMap::is_empty"
-        )]
-        pub config: ::std::collections::HashMap<
-            ::std::string::String,
-            ::std::string::String,
-        >,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub created_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-        ///No new instances; existing ones are kept.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub drained: ::std::option::Option<bool>,
-        /**What the plugin runs with: `allowlist` and the `host:port` of every `http(s)://` URL in
-`config` (its endpoints).*/
-        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-        pub effective_allowlist: ::std::vec::Vec<::std::string::String>,
-        ///The limits its calls run with.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub effective_limits: ::std::option::Option<ProviderLimits>,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub enabled: ::std::option::Option<bool>,
-        ///What its circuit breaker last decided; absent while it has no plugin.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub health: ::std::option::Option<ProviderHealth>,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub health_changed_at: ::std::option::Option<
-            ::chrono::DateTime<::chrono::offset::Utc>,
-        >,
-        ///Why its health is what it is (the plugin's or the cloud's words).
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub health_reason: ::std::option::Option<::std::string::String>,
-        ///Overrides set on this provider.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub limits: ::std::option::Option<ProviderLimits>,
-        pub name: ::std::string::String,
-        ///The active plugin; absent until one is activated.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub plugin: ::std::option::Option<ProviderPluginView>,
-        /**What a rollback returns to: the version below the current one in the activation
-history (absent when there is none).*/
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub previous_digest: ::std::option::Option<::std::string::String>,
-        ///Names of the secrets set; their values are never returned.
-        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-        pub secret_names: ::std::vec::Vec<::std::string::String>,
-        ///Whether the plugin is loaded and taking calls on this server.
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub serving: ::std::option::Option<bool>,
-        /**`healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
-calls), or the operator's `drained` or `disabled`.*/
-        pub state: ProviderState,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub updated_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-    }
-    impl PageProviderViewItemsItem {
-        pub fn builder() -> builder::PageProviderViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageServiceView {
-        pub items: ::std::vec::Vec<PageServiceViewItemsItem>,
+        pub items: ::std::vec::Vec<ServiceView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3229,36 +4267,10 @@ calls), or the operator's `drained` or `disabled`.*/
             Default::default()
         }
     }
-    ///`PageServiceViewItemsItem`
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageServiceViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub environment_id: ::uuid::Uuid,
-        ///How the control plane checks its instances.
-        pub health_check: HealthCheckSpec,
-        pub id: ::uuid::Uuid,
-        pub name: ::std::string::String,
-        ///Where its instances may run.
-        pub placement: PlacementPolicy,
-        ///The port the workload listens on.
-        pub port: i32,
-        pub project_id: ::uuid::Uuid,
-        ///Regions to run in, in order of preference.
-        pub regions: ::std::vec::Vec<::std::string::String>,
-        pub replicas: i32,
-        pub source: ServiceSource,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub variables: ::std::vec::Vec<VariableView>,
-    }
-    impl PageServiceViewItemsItem {
-        pub fn builder() -> builder::PageServiceViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageTermsAcceptanceView {
-        pub items: ::std::vec::Vec<PageTermsAcceptanceViewItemsItem>,
+        pub items: ::std::vec::Vec<TermsAcceptanceView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3268,23 +4280,10 @@ calls), or the operator's `drained` or `disabled`.*/
             Default::default()
         }
     }
-    ///A user's acceptance of a version of the terms.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageTermsAcceptanceViewItemsItem {
-        pub accepted_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        pub id: ::uuid::Uuid,
-        pub terms_version_id: ::uuid::Uuid,
-        pub version: ::std::string::String,
-    }
-    impl PageTermsAcceptanceViewItemsItem {
-        pub fn builder() -> builder::PageTermsAcceptanceViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageTermsView {
-        pub items: ::std::vec::Vec<PageTermsViewItemsItem>,
+        pub items: ::std::vec::Vec<TermsView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3294,27 +4293,10 @@ calls), or the operator's `drained` or `disabled`.*/
             Default::default()
         }
     }
-    ///`PageTermsViewItemsItem`
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageTermsViewItemsItem {
-        pub id: ::uuid::Uuid,
-        pub published_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        ///What changed, for people.
-        pub summary: ::std::string::String,
-        ///Where the full text is.
-        pub url: ::std::string::String,
-        ///The publisher's name for this version, e.g. `2026-11`.
-        pub version: ::std::string::String,
-    }
-    impl PageTermsViewItemsItem {
-        pub fn builder() -> builder::PageTermsViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageTokenView {
-        pub items: ::std::vec::Vec<PageTokenViewItemsItem>,
+        pub items: ::std::vec::Vec<TokenView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3324,33 +4306,10 @@ calls), or the operator's `drained` or `disabled`.*/
             Default::default()
         }
     }
-    ///An API token, without its secret value.
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageTokenViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub expires_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-        pub id: ::uuid::Uuid,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub last_used_at: ::std::option::Option<
-            ::chrono::DateTime<::chrono::offset::Utc>,
-        >,
-        pub name: ::std::string::String,
-        ///The first characters of the token, to recognise it.
-        pub prefix: ::std::string::String,
-        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub revoked_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-        pub scopes: ::std::vec::Vec<Scope>,
-    }
-    impl PageTokenViewItemsItem {
-        pub fn builder() -> builder::PageTokenViewItemsItem {
-            Default::default()
-        }
-    }
     ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct PageUserView {
-        pub items: ::std::vec::Vec<PageUserViewItemsItem>,
+        pub items: ::std::vec::Vec<UserView>,
         ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub next_cursor: ::std::option::Option<::std::string::String>,
@@ -3360,27 +4319,29 @@ calls), or the operator's `drained` or `disabled`.*/
             Default::default()
         }
     }
-    ///A user account. Passwords are never shown.
+    ///One page of a list.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    pub struct PageUserViewItemsItem {
-        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
-        ///A disabled user cannot authenticate.
-        pub disabled: bool,
-        pub email: ::std::string::String,
-        ///Whether a password is set (log in with `/v1/auth/login`).
-        pub has_password: bool,
-        pub id: ::uuid::Uuid,
-        ///Bulkhead administrator (sees and manages everything).
-        pub is_admin: bool,
+    pub struct PageWebhookEndpointView {
+        pub items: ::std::vec::Vec<WebhookEndpointView>,
+        ///Pass as `cursor` to get the next page; absent on the last page.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub last_login_at: ::std::option::Option<
-            ::chrono::DateTime<::chrono::offset::Utc>,
-        >,
-        pub name: ::std::string::String,
-        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub next_cursor: ::std::option::Option<::std::string::String>,
     }
-    impl PageUserViewItemsItem {
-        pub fn builder() -> builder::PageUserViewItemsItem {
+    impl PageWebhookEndpointView {
+        pub fn builder() -> builder::PageWebhookEndpointView {
+            Default::default()
+        }
+    }
+    ///One page of a list.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct PageWebhookMessageView {
+        pub items: ::std::vec::Vec<WebhookMessageView>,
+        ///Pass as `cursor` to get the next page; absent on the last page.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub next_cursor: ::std::option::Option<::std::string::String>,
+    }
+    impl PageWebhookMessageView {
+        pub fn builder() -> builder::PageWebhookMessageView {
             Default::default()
         }
     }
@@ -3423,6 +4384,62 @@ default); otherwise put them all on the eligible provider of the best priority.*
     impl PluginBinaryView {
         pub fn builder() -> builder::PluginBinaryView {
             Default::default()
+        }
+    }
+    ///`PluginBinaryViewDigest`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct PluginBinaryViewDigest(::std::string::String);
+    impl ::std::ops::Deref for PluginBinaryViewDigest {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<PluginBinaryViewDigest> for ::std::string::String {
+        fn from(value: PluginBinaryViewDigest) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for PluginBinaryViewDigest {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[0-9a-fA-F]{64}$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[0-9a-fA-F]{64}$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for PluginBinaryViewDigest {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for PluginBinaryViewDigest {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for PluginBinaryViewDigest {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
         }
     }
     ///The body of every error response (RFC 9457 problem details).
@@ -3727,11 +4744,68 @@ default); otherwise put them all on the eligible provider of the best priority.*
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
     pub struct ProviderActivate {
-        pub digest: ::std::string::String,
+        ///The hex SHA-256 of an uploaded binary.
+        pub digest: ProviderActivateDigest,
     }
     impl ProviderActivate {
         pub fn builder() -> builder::ProviderActivate {
             Default::default()
+        }
+    }
+    ///The hex SHA-256 of an uploaded binary.
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ProviderActivateDigest(::std::string::String);
+    impl ::std::ops::Deref for ProviderActivateDigest {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ProviderActivateDigest> for ::std::string::String {
+        fn from(value: ProviderActivateDigest) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ProviderActivateDigest {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[0-9a-fA-F]{64}$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[0-9a-fA-F]{64}$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ProviderActivateDigest {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ProviderActivateDigest {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ProviderActivateDigest {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
         }
     }
     ///`ProviderActivateIdempotencyKey`
@@ -3795,8 +4869,7 @@ default); otherwise put them all on the eligible provider of the best priority.*
     ///One switch of a provider's plugin.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ProviderActivationView {
-        ///`activate`, `rollback` or `bundled`.
-        pub action: ::std::string::String,
+        pub action: ActivationAction,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub actor_user_id: ::std::option::Option<::uuid::Uuid>,
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
@@ -4026,15 +5099,69 @@ history (absent when there is none).*/
             Default::default()
         }
     }
+    ///What a provider's event records.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum ProviderEventKind {
+        #[serde(rename = "health")]
+        Health,
+        #[serde(rename = "activation_refused")]
+        ActivationRefused,
+    }
+    impl ::std::fmt::Display for ProviderEventKind {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Health => f.write_str("health"),
+                Self::ActivationRefused => f.write_str("activation_refused"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for ProviderEventKind {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "health" => Ok(Self::Health),
+                "activation_refused" => Ok(Self::ActivationRefused),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ProviderEventKind {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ProviderEventKind {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///A change of a provider's health, or an activation refused by its health check.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ProviderEventView {
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub from: ProviderHealth,
         pub id: ::uuid::Uuid,
-        /**`health` (a change of health) or `activation_refused` (a new version failed its health
-check; `from` and `to` are then the unchanged health).*/
-        pub kind: ::std::string::String,
+        ///With `activation_refused`, `from` and `to` are the unchanged health.
+        pub kind: ProviderEventKind,
         pub reason: ::std::string::String,
         pub to: ProviderHealth,
     }
@@ -4161,6 +5288,257 @@ check; `from` and `to` are then the unchanged health).*/
                 })
         }
     }
+    ///`ProviderInstanceDeleteInstanceKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ProviderInstanceDeleteInstanceKey(::std::string::String);
+    impl ::std::ops::Deref for ProviderInstanceDeleteInstanceKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ProviderInstanceDeleteInstanceKey>
+    for ::std::string::String {
+        fn from(value: ProviderInstanceDeleteInstanceKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ProviderInstanceDeleteInstanceKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$\"".into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ProviderInstanceDeleteInstanceKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for ProviderInstanceDeleteInstanceKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ProviderInstanceDeleteInstanceKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**What a provider's own checks of a workload say: `unchecked` where it does not check
+workloads near them (only a host agent does).*/
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum ProviderInstanceHealth {
+        #[serde(rename = "unchecked")]
+        Unchecked,
+        #[serde(rename = "pending")]
+        Pending,
+        #[serde(rename = "healthy")]
+        Healthy,
+        #[serde(rename = "unhealthy")]
+        Unhealthy,
+    }
+    impl ::std::fmt::Display for ProviderInstanceHealth {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Unchecked => f.write_str("unchecked"),
+                Self::Pending => f.write_str("pending"),
+                Self::Healthy => f.write_str("healthy"),
+                Self::Unhealthy => f.write_str("unhealthy"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for ProviderInstanceHealth {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "unchecked" => Ok(Self::Unchecked),
+                "pending" => Ok(Self::Pending),
+                "healthy" => Ok(Self::Healthy),
+                "unhealthy" => Ok(Self::Unhealthy),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ProviderInstanceHealth {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ProviderInstanceHealth {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///An instance's state, as its provider reports it.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum ProviderInstanceState {
+        #[serde(rename = "pending")]
+        Pending,
+        #[serde(rename = "running")]
+        Running,
+        #[serde(rename = "stopping")]
+        Stopping,
+        #[serde(rename = "stopped")]
+        Stopped,
+        #[serde(rename = "failed")]
+        Failed,
+    }
+    impl ::std::fmt::Display for ProviderInstanceState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Pending => f.write_str("pending"),
+                Self::Running => f.write_str("running"),
+                Self::Stopping => f.write_str("stopping"),
+                Self::Stopped => f.write_str("stopped"),
+                Self::Failed => f.write_str("failed"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for ProviderInstanceState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "pending" => Ok(Self::Pending),
+                "running" => Ok(Self::Running),
+                "stopping" => Ok(Self::Stopping),
+                "stopped" => Ok(Self::Stopped),
+                "failed" => Ok(Self::Failed),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ProviderInstanceState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ProviderInstanceState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///`ProviderInstanceViewInstanceKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ProviderInstanceViewInstanceKey(::std::string::String);
+    impl ::std::ops::Deref for ProviderInstanceViewInstanceKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ProviderInstanceViewInstanceKey>
+    for ::std::string::String {
+        fn from(value: ProviderInstanceViewInstanceKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ProviderInstanceViewInstanceKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$\"".into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ProviderInstanceViewInstanceKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for ProviderInstanceViewInstanceKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ProviderInstanceViewInstanceKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
     ///Overrides of the default plugin limits; absent fields keep the default.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
     #[serde(deny_unknown_fields)]
@@ -4173,14 +5551,14 @@ check; `from` and `to` are then the unchanged health).*/
         pub health_deadline_ms: ::std::option::Option<i32>,
         ///Largest HTTP response body a call may read, 1 KiB to 64 MiB (default 4 MiB).
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub http_response_kib: ::std::option::Option<i32>,
+        pub http_response_kib: ::std::option::Option<::std::num::NonZeroU32>,
         /**Calls that may run at once, 1 to 32 (default 16): at most a provider's share of the
 host's capacity, so that one busy provider cannot take the others' room.*/
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub max_concurrent_calls: ::std::option::Option<i32>,
         ///Linear-memory cap of a call, 1 to 256 MiB (default 64).
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub memory_mib: ::std::option::Option<i32>,
+        pub memory_mib: ::std::option::Option<::std::num::NonZeroU32>,
     }
     impl ProviderLimits {
         pub fn builder() -> builder::ProviderLimits {
@@ -4549,9 +5927,7 @@ calls), or the operator's `drained` or `disabled`.*/
         pub public_key: ::std::string::String,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub retired_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-        /**`next` (published ahead of use), `active` (signs new snapshots) or `retired` (signed
-earlier ones).*/
-        pub state: ::std::string::String,
+        pub state: RoutingKeyState,
     }
     impl PublishedKey {
         pub fn builder() -> builder::PublishedKey {
@@ -4566,6 +5942,159 @@ earlier ones).*/
     impl PublishedKeys {
         pub fn builder() -> builder::PublishedKeys {
             Default::default()
+        }
+    }
+    ///Pushes to `branch` of `repository` deploy `service_id`.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct PushBinding {
+        /**The branch, without `refs/heads/`: `/`-separated parts of letters, digits and `_+@-`,
+with single dots inside a part.*/
+        pub branch: PushBindingBranch,
+        ///`owner/name` as on GitHub; compared without regard to case.
+        pub repository: PushBindingRepository,
+        ///A service of the project.
+        pub service_id: ::uuid::Uuid,
+    }
+    impl PushBinding {
+        pub fn builder() -> builder::PushBinding {
+            Default::default()
+        }
+    }
+    /**The branch, without `refs/heads/`: `/`-separated parts of letters, digits and `_+@-`,
+with single dots inside a part.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct PushBindingBranch(::std::string::String);
+    impl ::std::ops::Deref for PushBindingBranch {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<PushBindingBranch> for ::std::string::String {
+        fn from(value: PushBindingBranch) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for PushBindingBranch {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            {
+                ::regress::Regex::new(
+                        "^[A-Za-z0-9_+@-]+(\\.[A-Za-z0-9_+@-]+)*(/[A-Za-z0-9_+@-]+(\\.[A-Za-z0-9_+@-]+)*)*$",
+                    )
+                    .unwrap()
+            });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[A-Za-z0-9_+@-]+(\\.[A-Za-z0-9_+@-]+)*(/[A-Za-z0-9_+@-]+(\\.[A-Za-z0-9_+@-]+)*)*$\""
+                        .into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for PushBindingBranch {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for PushBindingBranch {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for PushBindingBranch {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///`owner/name` as on GitHub; compared without regard to case.
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct PushBindingRepository(::std::string::String);
+    impl ::std::ops::Deref for PushBindingRepository {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<PushBindingRepository> for ::std::string::String {
+        fn from(value: PushBindingRepository) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for PushBindingRepository {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 140usize {
+                return Err("longer than 140 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            {
+                ::regress::Regex::new("^[A-Za-z0-9-]{1,39}/[A-Za-z0-9_.-]{1,100}$")
+                    .unwrap()
+            });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[A-Za-z0-9-]{1,39}/[A-Za-z0-9_.-]{1,100}$\""
+                        .into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for PushBindingRepository {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for PushBindingRepository {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for PushBindingRepository {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
         }
     }
     ///What an operator sees of the reconciler of this server.
@@ -4793,6 +6322,92 @@ domain still belongs to the service); a proxy answers 503 for it.*/
                 })
         }
     }
+    /**A routing key's state (a string in [`PublishedKey`], so that an edge reads a state it does
+not know yet): named for the OpenAPI document.*/
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum RoutingKeyState {
+        #[serde(rename = "next")]
+        Next,
+        #[serde(rename = "active")]
+        Active,
+        #[serde(rename = "retired")]
+        Retired,
+    }
+    impl ::std::fmt::Display for RoutingKeyState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Next => f.write_str("next"),
+                Self::Active => f.write_str("active"),
+                Self::Retired => f.write_str("retired"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for RoutingKeyState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "next" => Ok(Self::Next),
+                "active" => Ok(Self::Active),
+                "retired" => Ok(Self::Retired),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for RoutingKeyState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for RoutingKeyState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///An event of the routing table's stream (Server-Sent Events): the table (`snapshot`, the signed snapshot document, then `end-of-snapshot`), then each new revision's changes (`change`)
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(tag = "event")]
+    pub enum RoutingStreamEvent {
+        #[serde(rename = "snapshot")]
+        Snapshot {
+            ///The event's payload, as JSON
+            data: ::std::string::String,
+            ///The table's revision
+            id: ::std::string::String,
+        },
+        #[serde(rename = "end-of-snapshot")]
+        EndOfSnapshot {
+            ///The event's payload, as JSON
+            data: ::std::string::String,
+            ///The table's revision
+            id: ::std::string::String,
+        },
+        #[serde(rename = "change")]
+        Change {
+            ///The event's payload, as JSON
+            data: ::std::string::String,
+            ///The revision: send the last one seen as `Last-Event-ID` to resume
+            id: ::std::string::String,
+        },
+    }
     ///One revision of the routing table.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct RoutingTable {
@@ -4811,77 +6426,22 @@ not.*/
             Default::default()
         }
     }
-    ///The representation of the table.
-    #[derive(
-        ::serde::Deserialize,
-        ::serde::Serialize,
-        Clone,
-        Copy,
-        Debug,
-        Eq,
-        Hash,
-        Ord,
-        PartialEq,
-        PartialOrd
-    )]
-    pub enum RoutingTableViewFormat {
-        #[serde(rename = "json")]
-        Json,
-        #[serde(rename = "caddy")]
-        Caddy,
-    }
-    impl ::std::fmt::Display for RoutingTableViewFormat {
-        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-            match *self {
-                Self::Json => f.write_str("json"),
-                Self::Caddy => f.write_str("caddy"),
-            }
-        }
-    }
-    impl ::std::str::FromStr for RoutingTableViewFormat {
-        type Err = self::error::ConversionError;
-        fn from_str(
-            value: &str,
-        ) -> ::std::result::Result<Self, self::error::ConversionError> {
-            match value {
-                "json" => Ok(Self::Json),
-                "caddy" => Ok(Self::Caddy),
-                _ => Err("invalid value".into()),
-            }
-        }
-    }
-    impl ::std::convert::TryFrom<&str> for RoutingTableViewFormat {
-        type Error = self::error::ConversionError;
-        fn try_from(
-            value: &str,
-        ) -> ::std::result::Result<Self, self::error::ConversionError> {
-            value.parse()
-        }
-    }
-    impl ::std::convert::TryFrom<::std::string::String> for RoutingTableViewFormat {
-        type Error = self::error::ConversionError;
-        fn try_from(
-            value: ::std::string::String,
-        ) -> ::std::result::Result<Self, self::error::ConversionError> {
-            value.parse()
-        }
-    }
-    ///`RoutingTableViewListen`
+    ///`RoutingTableCaddyListen`
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
-    pub struct RoutingTableViewListen(::std::string::String);
-    impl ::std::ops::Deref for RoutingTableViewListen {
+    pub struct RoutingTableCaddyListen(::std::string::String);
+    impl ::std::ops::Deref for RoutingTableCaddyListen {
         type Target = ::std::string::String;
         fn deref(&self) -> &::std::string::String {
             &self.0
         }
     }
-    impl ::std::convert::From<RoutingTableViewListen> for ::std::string::String {
-        fn from(value: RoutingTableViewListen) -> Self {
+    impl ::std::convert::From<RoutingTableCaddyListen> for ::std::string::String {
+        fn from(value: RoutingTableCaddyListen) -> Self {
             value.0
         }
     }
-    impl ::std::str::FromStr for RoutingTableViewListen {
+    impl ::std::str::FromStr for RoutingTableCaddyListen {
         type Err = self::error::ConversionError;
         fn from_str(
             value: &str,
@@ -4889,10 +6449,23 @@ not.*/
             if value.chars().count() > 255usize {
                 return Err("longer than 255 characters".into());
             }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            {
+                ::regress::Regex::new(
+                        "^[A-Za-z0-9.\\[\\]:-]*:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$",
+                    )
+                    .unwrap()
+            });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^[A-Za-z0-9.\\[\\]:-]*:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$\""
+                        .into(),
+                );
+            }
             Ok(Self(value.to_string()))
         }
     }
-    impl ::std::convert::TryFrom<&str> for RoutingTableViewListen {
+    impl ::std::convert::TryFrom<&str> for RoutingTableCaddyListen {
         type Error = self::error::ConversionError;
         fn try_from(
             value: &str,
@@ -4900,7 +6473,7 @@ not.*/
             value.parse()
         }
     }
-    impl ::std::convert::TryFrom<::std::string::String> for RoutingTableViewListen {
+    impl ::std::convert::TryFrom<::std::string::String> for RoutingTableCaddyListen {
         type Error = self::error::ConversionError;
         fn try_from(
             value: ::std::string::String,
@@ -4908,7 +6481,7 @@ not.*/
             value.parse()
         }
     }
-    impl<'de> ::serde::Deserialize<'de> for RoutingTableViewListen {
+    impl<'de> ::serde::Deserialize<'de> for RoutingTableCaddyListen {
         fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
         where
             D: ::serde::Deserializer<'de>,
@@ -5138,14 +6711,79 @@ not.*/
     }
     ///What a service runs.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-    #[serde(tag = "type")]
+    #[serde(tag = "type", deny_unknown_fields)]
     pub enum ServiceSource {
         ///A packaged artifact, e.g. an OCI image reference.
         #[serde(rename = "artifact")]
-        Artifact { image: ::std::string::String },
+        Artifact {
+            ///Up to 500 characters, not all blank.
+            image: ServiceSourceImage,
+        },
         ///A command line run on the host, as separate arguments.
         #[serde(rename = "command")]
         Command { command: ::std::vec::Vec<::std::string::String> },
+    }
+    ///Up to 500 characters, not all blank.
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ServiceSourceImage(::std::string::String);
+    impl ::std::ops::Deref for ServiceSourceImage {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ServiceSourceImage> for ::std::string::String {
+        fn from(value: ServiceSourceImage) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ServiceSourceImage {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 500usize {
+                return Err("longer than 500 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("\\S").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"\\S\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ServiceSourceImage {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ServiceSourceImage {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ServiceSourceImage {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
     }
     ///A service's spec as shown (secret values withheld).
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -5294,6 +6932,212 @@ whole set.*/
     }
     impl SessionTokens {
         pub fn builder() -> builder::SessionTokens {
+            Default::default()
+        }
+    }
+    ///What the provider sent back to the redirect URI.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct SignInFinish {
+        pub code: SignInFinishCode,
+        pub state: SignInFinishState,
+    }
+    impl SignInFinish {
+        pub fn builder() -> builder::SignInFinish {
+            Default::default()
+        }
+    }
+    ///`SignInFinishCode`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct SignInFinishCode(::std::string::String);
+    impl ::std::ops::Deref for SignInFinishCode {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<SignInFinishCode> for ::std::string::String {
+        fn from(value: SignInFinishCode) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for SignInFinishCode {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 512usize {
+                return Err("longer than 512 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for SignInFinishCode {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for SignInFinishCode {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for SignInFinishCode {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///`SignInFinishState`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct SignInFinishState(::std::string::String);
+    impl ::std::ops::Deref for SignInFinishState {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<SignInFinishState> for ::std::string::String {
+        fn from(value: SignInFinishState) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for SignInFinishState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 512usize {
+                return Err("longer than 512 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for SignInFinishState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for SignInFinishState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for SignInFinishState {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///What kind of identity provider a sign-in provider is.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum SignInProviderKind {
+        #[serde(rename = "github")]
+        Github,
+        #[serde(rename = "oidc")]
+        Oidc,
+    }
+    impl ::std::fmt::Display for SignInProviderKind {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Github => f.write_str("github"),
+                Self::Oidc => f.write_str("oidc"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for SignInProviderKind {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "github" => Ok(Self::Github),
+                "oidc" => Ok(Self::Oidc),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for SignInProviderKind {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for SignInProviderKind {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///A configured identity provider, as listed.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct SignInProviderView {
+        pub kind: SignInProviderKind,
+        pub name: ::std::string::String,
+    }
+    impl SignInProviderView {
+        pub fn builder() -> builder::SignInProviderView {
+            Default::default()
+        }
+    }
+    ///Where to send the browser to sign in (or link an account).
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct SignInStart {
+        ///The provider's page, with the client, the redirect, the state and the PKCE challenge.
+        pub authorize_url: ::std::string::String,
+        pub expires_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///Comes back with the code; finish within `expires_at`.
+        pub state: ::std::string::String,
+    }
+    impl SignInStart {
+        pub fn builder() -> builder::SignInStart {
             Default::default()
         }
     }
@@ -6187,6 +8031,534 @@ API token expires no later than that token (and is revoked with it).*/
             Default::default()
         }
     }
+    ///A new endpoint.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct WebhookEndpointCreate {
+        ///The event types to send it; empty or absent: all.
+        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+        pub event_types: ::std::vec::Vec<WebhookEventType>,
+        ///`https://…` (or `http://` to a network the operator allowed); no user or fragment.
+        pub url: WebhookEndpointCreateUrl,
+    }
+    impl WebhookEndpointCreate {
+        pub fn builder() -> builder::WebhookEndpointCreate {
+            Default::default()
+        }
+    }
+    ///`WebhookEndpointCreateIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct WebhookEndpointCreateIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for WebhookEndpointCreateIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<WebhookEndpointCreateIdempotencyKey>
+    for ::std::string::String {
+        fn from(value: WebhookEndpointCreateIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for WebhookEndpointCreateIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for WebhookEndpointCreateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for WebhookEndpointCreateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for WebhookEndpointCreateIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///`https://…` (or `http://` to a network the operator allowed); no user or fragment.
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct WebhookEndpointCreateUrl(::std::string::String);
+    impl ::std::ops::Deref for WebhookEndpointCreateUrl {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<WebhookEndpointCreateUrl> for ::std::string::String {
+        fn from(value: WebhookEndpointCreateUrl) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for WebhookEndpointCreateUrl {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 1000usize {
+                return Err("longer than 1000 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for WebhookEndpointCreateUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for WebhookEndpointCreateUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for WebhookEndpointCreateUrl {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///An endpoint with its signing secret, shown once.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct WebhookEndpointCreated {
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///Empty: all.
+        pub event_types: ::std::vec::Vec<WebhookEventType>,
+        ///Failed attempts in a row.
+        pub failures: i32,
+        pub id: ::uuid::Uuid,
+        ///Until when its breaker holds messages back (after failures in a row).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub open_until: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+        ///Until when messages are also signed with the secret before the last rotation.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub previous_secret_until: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        pub project_id: ::uuid::Uuid,
+        /**The signing secret, `whsec_` and base64 (Standard Webhooks): verify `webhook-signature`
+with it. It cannot be shown again (rotate it to get a new one).*/
+        pub secret: ::std::string::String,
+        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub url: ::std::string::String,
+    }
+    impl WebhookEndpointCreated {
+        pub fn builder() -> builder::WebhookEndpointCreated {
+            Default::default()
+        }
+    }
+    ///`WebhookEndpointSecretRotateIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct WebhookEndpointSecretRotateIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for WebhookEndpointSecretRotateIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<WebhookEndpointSecretRotateIdempotencyKey>
+    for ::std::string::String {
+        fn from(value: WebhookEndpointSecretRotateIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for WebhookEndpointSecretRotateIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for WebhookEndpointSecretRotateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for WebhookEndpointSecretRotateIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for WebhookEndpointSecretRotateIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///Changes to an endpoint; a field left out keeps its value.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+    #[serde(deny_unknown_fields)]
+    pub struct WebhookEndpointUpdate {
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub event_types: ::std::option::Option<::std::vec::Vec<WebhookEventType>>,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub url: ::std::option::Option<WebhookEndpointUpdateUrl>,
+    }
+    impl WebhookEndpointUpdate {
+        pub fn builder() -> builder::WebhookEndpointUpdate {
+            Default::default()
+        }
+    }
+    ///`WebhookEndpointUpdateUrl`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct WebhookEndpointUpdateUrl(::std::string::String);
+    impl ::std::ops::Deref for WebhookEndpointUpdateUrl {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<WebhookEndpointUpdateUrl> for ::std::string::String {
+        fn from(value: WebhookEndpointUpdateUrl) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for WebhookEndpointUpdateUrl {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 1000usize {
+                return Err("longer than 1000 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for WebhookEndpointUpdateUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for WebhookEndpointUpdateUrl {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for WebhookEndpointUpdateUrl {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///An endpoint, without its secret.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct WebhookEndpointView {
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///Empty: all.
+        pub event_types: ::std::vec::Vec<WebhookEventType>,
+        ///Failed attempts in a row.
+        pub failures: i32,
+        pub id: ::uuid::Uuid,
+        ///Until when its breaker holds messages back (after failures in a row).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub open_until: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+        ///Until when messages are also signed with the secret before the last rotation.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub previous_secret_until: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        pub project_id: ::uuid::Uuid,
+        pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        pub url: ::std::string::String,
+    }
+    impl WebhookEndpointView {
+        pub fn builder() -> builder::WebhookEndpointView {
+            Default::default()
+        }
+    }
+    ///The event types an endpoint can receive.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum WebhookEventType {
+        #[serde(rename = "deployment.queued")]
+        DeploymentQueued,
+        #[serde(rename = "deployment.healthy")]
+        DeploymentHealthy,
+        #[serde(rename = "deployment.failed")]
+        DeploymentFailed,
+        #[serde(rename = "deployment.cancelled")]
+        DeploymentCancelled,
+        #[serde(rename = "deployment.superseded")]
+        DeploymentSuperseded,
+    }
+    impl ::std::fmt::Display for WebhookEventType {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::DeploymentQueued => f.write_str("deployment.queued"),
+                Self::DeploymentHealthy => f.write_str("deployment.healthy"),
+                Self::DeploymentFailed => f.write_str("deployment.failed"),
+                Self::DeploymentCancelled => f.write_str("deployment.cancelled"),
+                Self::DeploymentSuperseded => f.write_str("deployment.superseded"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for WebhookEventType {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "deployment.queued" => Ok(Self::DeploymentQueued),
+                "deployment.healthy" => Ok(Self::DeploymentHealthy),
+                "deployment.failed" => Ok(Self::DeploymentFailed),
+                "deployment.cancelled" => Ok(Self::DeploymentCancelled),
+                "deployment.superseded" => Ok(Self::DeploymentSuperseded),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for WebhookEventType {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for WebhookEventType {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///`WebhookMessageReplayIdempotencyKey`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct WebhookMessageReplayIdempotencyKey(::std::string::String);
+    impl ::std::ops::Deref for WebhookMessageReplayIdempotencyKey {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<WebhookMessageReplayIdempotencyKey>
+    for ::std::string::String {
+        fn from(value: WebhookMessageReplayIdempotencyKey) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for WebhookMessageReplayIdempotencyKey {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 255usize {
+                return Err("longer than 255 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for WebhookMessageReplayIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String>
+    for WebhookMessageReplayIdempotencyKey {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for WebhookMessageReplayIdempotencyKey {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///Where in its delivery a message is.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum WebhookMessageState {
+        #[serde(rename = "pending")]
+        Pending,
+        #[serde(rename = "delivered")]
+        Delivered,
+        #[serde(rename = "failed")]
+        Failed,
+    }
+    impl ::std::fmt::Display for WebhookMessageState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Pending => f.write_str("pending"),
+                Self::Delivered => f.write_str("delivered"),
+                Self::Failed => f.write_str("failed"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for WebhookMessageState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "pending" => Ok(Self::Pending),
+                "delivered" => Ok(Self::Delivered),
+                "failed" => Ok(Self::Failed),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for WebhookMessageState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for WebhookMessageState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///A message owed to an endpoint, and its delivery.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct WebhookMessageView {
+        pub attempts: i32,
+        pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub delivered_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        pub event_type: WebhookEventType,
+        pub id: ::uuid::Uuid,
+        pub last_error: ::std::string::String,
+        ///The HTTP status of the last attempt, if it got one.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_status: ::std::option::Option<i32>,
+        pub next_attempt_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///The body sent (JSON).
+        pub payload: ::serde_json::Value,
+        pub state: WebhookMessageState,
+        ///Its `webhook-id` (the same on every attempt and replay).
+        pub webhook_id: ::std::string::String,
+    }
+    impl WebhookMessageView {
+        pub fn builder() -> builder::WebhookMessageView {
+            Default::default()
+        }
+    }
     ///A kind of background work with one leader at a time.
     #[derive(
         ::serde::Deserialize,
@@ -6563,6 +8935,345 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct CaddyApps {
+            http: ::std::result::Result<super::CaddyHttpApp, ::std::string::String>,
+        }
+        impl ::std::default::Default for CaddyApps {
+            fn default() -> Self {
+                Self {
+                    http: Err("no value supplied for http".to_string()),
+                }
+            }
+        }
+        impl CaddyApps {
+            pub fn http<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CaddyHttpApp>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.http = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for http: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CaddyApps> for super::CaddyApps {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CaddyApps,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { http: value.http? })
+            }
+        }
+        impl ::std::convert::From<super::CaddyApps> for CaddyApps {
+            fn from(value: super::CaddyApps) -> Self {
+                Self { http: Ok(value.http) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CaddyConfig {
+            apps: ::std::result::Result<super::CaddyApps, ::std::string::String>,
+        }
+        impl ::std::default::Default for CaddyConfig {
+            fn default() -> Self {
+                Self {
+                    apps: Err("no value supplied for apps".to_string()),
+                }
+            }
+        }
+        impl CaddyConfig {
+            pub fn apps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CaddyApps>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.apps = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for apps: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CaddyConfig> for super::CaddyConfig {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CaddyConfig,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { apps: value.apps? })
+            }
+        }
+        impl ::std::convert::From<super::CaddyConfig> for CaddyConfig {
+            fn from(value: super::CaddyConfig) -> Self {
+                Self { apps: Ok(value.apps) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CaddyHttpApp {
+            servers: ::std::result::Result<super::CaddyServers, ::std::string::String>,
+        }
+        impl ::std::default::Default for CaddyHttpApp {
+            fn default() -> Self {
+                Self {
+                    servers: Err("no value supplied for servers".to_string()),
+                }
+            }
+        }
+        impl CaddyHttpApp {
+            pub fn servers<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CaddyServers>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.servers = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for servers: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CaddyHttpApp> for super::CaddyHttpApp {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CaddyHttpApp,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { servers: value.servers? })
+            }
+        }
+        impl ::std::convert::From<super::CaddyHttpApp> for CaddyHttpApp {
+            fn from(value: super::CaddyHttpApp) -> Self {
+                Self { servers: Ok(value.servers) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CaddyRoute {
+            handle: ::std::result::Result<
+                ::std::vec::Vec<
+                    ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                >,
+                ::std::string::String,
+            >,
+            match_: ::std::result::Result<
+                ::std::option::Option<
+                    ::std::vec::Vec<
+                        ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                    >,
+                >,
+                ::std::string::String,
+            >,
+            terminal: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for CaddyRoute {
+            fn default() -> Self {
+                Self {
+                    handle: Err("no value supplied for handle".to_string()),
+                    match_: Ok(Default::default()),
+                    terminal: Err("no value supplied for terminal".to_string()),
+                }
+            }
+        }
+        impl CaddyRoute {
+            pub fn handle<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::vec::Vec<
+                        ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                    >,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.handle = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for handle: {e}")
+                    });
+                self
+            }
+            pub fn match_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<
+                        ::std::vec::Vec<
+                            ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                        >,
+                    >,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.match_ = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for match_: {e}")
+                    });
+                self
+            }
+            pub fn terminal<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.terminal = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for terminal: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CaddyRoute> for super::CaddyRoute {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CaddyRoute,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    handle: value.handle?,
+                    match_: value.match_?,
+                    terminal: value.terminal?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CaddyRoute> for CaddyRoute {
+            fn from(value: super::CaddyRoute) -> Self {
+                Self {
+                    handle: Ok(value.handle),
+                    match_: Ok(value.match_),
+                    terminal: Ok(value.terminal),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CaddyServer {
+            automatic_https: ::std::result::Result<
+                ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                ::std::string::String,
+            >,
+            listen: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            routes: ::std::result::Result<
+                ::std::vec::Vec<super::CaddyRoute>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for CaddyServer {
+            fn default() -> Self {
+                Self {
+                    automatic_https: Err(
+                        "no value supplied for automatic_https".to_string(),
+                    ),
+                    listen: Err("no value supplied for listen".to_string()),
+                    routes: Err("no value supplied for routes".to_string()),
+                }
+            }
+        }
+        impl CaddyServer {
+            pub fn automatic_https<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.automatic_https = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for automatic_https: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn listen<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.listen = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for listen: {e}")
+                    });
+                self
+            }
+            pub fn routes<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::CaddyRoute>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.routes = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for routes: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CaddyServer> for super::CaddyServer {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CaddyServer,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    automatic_https: value.automatic_https?,
+                    listen: value.listen?,
+                    routes: value.routes?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CaddyServer> for CaddyServer {
+            fn from(value: super::CaddyServer) -> Self {
+                Self {
+                    automatic_https: Ok(value.automatic_https),
+                    listen: Ok(value.listen),
+                    routes: Ok(value.routes),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CaddyServers {
+            bulkhead: ::std::result::Result<super::CaddyServer, ::std::string::String>,
+        }
+        impl ::std::default::Default for CaddyServers {
+            fn default() -> Self {
+                Self {
+                    bulkhead: Err("no value supplied for bulkhead".to_string()),
+                }
+            }
+        }
+        impl CaddyServers {
+            pub fn bulkhead<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CaddyServer>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.bulkhead = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for bulkhead: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CaddyServers> for super::CaddyServers {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CaddyServers,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { bulkhead: value.bulkhead? })
+            }
+        }
+        impl ::std::convert::From<super::CaddyServers> for CaddyServers {
+            fn from(value: super::CaddyServers) -> Self {
+                Self {
+                    bulkhead: Ok(value.bulkhead),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct ClusterStatus {
             leaders: ::std::result::Result<
                 ::std::vec::Vec<super::LeaderView>,
@@ -6639,6 +9350,132 @@ API token expires no later than that token (and is revoked with it).*/
                     leaders: Ok(value.leaders),
                     replica: Ok(value.replica),
                     replicas: Ok(value.replicas),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CommitStatusesInput {
+            api_url: ::std::result::Result<
+                super::CommitStatusesInputApiUrl,
+                ::std::string::String,
+            >,
+            token: ::std::result::Result<
+                super::CommitStatusesInputToken,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for CommitStatusesInput {
+            fn default() -> Self {
+                Self {
+                    api_url: Err("no value supplied for api_url".to_string()),
+                    token: Err("no value supplied for token".to_string()),
+                }
+            }
+        }
+        impl CommitStatusesInput {
+            pub fn api_url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CommitStatusesInputApiUrl>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.api_url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for api_url: {e}")
+                    });
+                self
+            }
+            pub fn token<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CommitStatusesInputToken>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.token = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for token: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CommitStatusesInput>
+        for super::CommitStatusesInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CommitStatusesInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    api_url: value.api_url?,
+                    token: value.token?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CommitStatusesInput> for CommitStatusesInput {
+            fn from(value: super::CommitStatusesInput) -> Self {
+                Self {
+                    api_url: Ok(value.api_url),
+                    token: Ok(value.token),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CommitStatusesView {
+            api_url: ::std::result::Result<::std::string::String, ::std::string::String>,
+            held_for_secs: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for CommitStatusesView {
+            fn default() -> Self {
+                Self {
+                    api_url: Err("no value supplied for api_url".to_string()),
+                    held_for_secs: Ok(Default::default()),
+                }
+            }
+        }
+        impl CommitStatusesView {
+            pub fn api_url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.api_url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for api_url: {e}")
+                    });
+                self
+            }
+            pub fn held_for_secs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.held_for_secs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for held_for_secs: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CommitStatusesView> for super::CommitStatusesView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CommitStatusesView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    api_url: value.api_url?,
+                    held_for_secs: value.held_for_secs?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CommitStatusesView> for CommitStatusesView {
+            fn from(value: super::CommitStatusesView) -> Self {
+                Self {
+                    api_url: Ok(value.api_url),
+                    held_for_secs: Ok(value.held_for_secs),
                 }
             }
         }
@@ -7178,7 +10015,10 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             details: ::std::result::Result<::serde_json::Value, ::std::string::String>,
-            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
+            kind: ::std::result::Result<
+                super::DeploymentEventKind,
+                ::std::string::String,
+            >,
             message: ::std::result::Result<::std::string::String, ::std::string::String>,
             seq: ::std::result::Result<i64, ::std::string::String>,
         }
@@ -7220,7 +10060,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn kind<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DeploymentEventKind>,
                 T::Error: ::std::fmt::Display,
             {
                 self.kind = value
@@ -7282,6 +10122,211 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct DeploymentPush {
+            branch: ::std::result::Result<::std::string::String, ::std::string::String>,
+            commit: ::std::result::Result<::std::string::String, ::std::string::String>,
+            delivery_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            message: ::std::result::Result<::std::string::String, ::std::string::String>,
+            pushed_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            repository: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for DeploymentPush {
+            fn default() -> Self {
+                Self {
+                    branch: Err("no value supplied for branch".to_string()),
+                    commit: Err("no value supplied for commit".to_string()),
+                    delivery_id: Err("no value supplied for delivery_id".to_string()),
+                    message: Err("no value supplied for message".to_string()),
+                    pushed_at: Err("no value supplied for pushed_at".to_string()),
+                    repository: Err("no value supplied for repository".to_string()),
+                }
+            }
+        }
+        impl DeploymentPush {
+            pub fn branch<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.branch = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for branch: {e}")
+                    });
+                self
+            }
+            pub fn commit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commit = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for commit: {e}")
+                    });
+                self
+            }
+            pub fn delivery_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delivery_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for delivery_id: {e}")
+                    });
+                self
+            }
+            pub fn message<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.message = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for message: {e}")
+                    });
+                self
+            }
+            pub fn pushed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pushed_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pushed_at: {e}")
+                    });
+                self
+            }
+            pub fn repository<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.repository = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for repository: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DeploymentPush> for super::DeploymentPush {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DeploymentPush,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    branch: value.branch?,
+                    commit: value.commit?,
+                    delivery_id: value.delivery_id?,
+                    message: value.message?,
+                    pushed_at: value.pushed_at?,
+                    repository: value.repository?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DeploymentPush> for DeploymentPush {
+            fn from(value: super::DeploymentPush) -> Self {
+                Self {
+                    branch: Ok(value.branch),
+                    commit: Ok(value.commit),
+                    delivery_id: Ok(value.delivery_id),
+                    message: Ok(value.message),
+                    pushed_at: Ok(value.pushed_at),
+                    repository: Ok(value.repository),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DeploymentStreamEvent {
+            data: ::std::result::Result<::std::string::String, ::std::string::String>,
+            event: ::std::result::Result<
+                super::DeploymentEventKind,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for DeploymentStreamEvent {
+            fn default() -> Self {
+                Self {
+                    data: Err("no value supplied for data".to_string()),
+                    event: Err("no value supplied for event".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                }
+            }
+        }
+        impl DeploymentStreamEvent {
+            pub fn data<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.data = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for data: {e}")
+                    });
+                self
+            }
+            pub fn event<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::DeploymentEventKind>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DeploymentStreamEvent>
+        for super::DeploymentStreamEvent {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DeploymentStreamEvent,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    data: value.data?,
+                    event: value.event?,
+                    id: value.id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DeploymentStreamEvent>
+        for DeploymentStreamEvent {
+            fn from(value: super::DeploymentStreamEvent) -> Self {
+                Self {
+                    data: Ok(value.data),
+                    event: Ok(value.event),
+                    id: Ok(value.id),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct DeploymentView {
             created_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
@@ -7302,6 +10347,10 @@ API token expires no later than that token (and is revoked with it).*/
             >,
             number: ::std::result::Result<i64, ::std::string::String>,
             project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            push: ::std::result::Result<
+                ::std::option::Option<super::DeploymentPush>,
+                ::std::string::String,
+            >,
             reason: ::std::result::Result<::std::string::String, ::std::string::String>,
             rollback_of: ::std::result::Result<
                 ::std::option::Option<::uuid::Uuid>,
@@ -7325,6 +10374,7 @@ API token expires no later than that token (and is revoked with it).*/
                     instances: Ok(Default::default()),
                     number: Err("no value supplied for number".to_string()),
                     project_id: Err("no value supplied for project_id".to_string()),
+                    push: Ok(Default::default()),
                     reason: Err("no value supplied for reason".to_string()),
                     rollback_of: Ok(Default::default()),
                     service_id: Err("no value supplied for service_id".to_string()),
@@ -7423,6 +10473,18 @@ API token expires no later than that token (and is revoked with it).*/
                     });
                 self
             }
+            pub fn push<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::DeploymentPush>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.push = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for push: {e}")
+                    });
+                self
+            }
             pub fn reason<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<::std::string::String>,
@@ -7509,6 +10571,7 @@ API token expires no later than that token (and is revoked with it).*/
                     instances: value.instances?,
                     number: value.number?,
                     project_id: value.project_id?,
+                    push: value.push?,
                     reason: value.reason?,
                     rollback_of: value.rollback_of?,
                     service_id: value.service_id?,
@@ -7528,6 +10591,7 @@ API token expires no later than that token (and is revoked with it).*/
                     instances: Ok(value.instances),
                     number: Ok(value.number),
                     project_id: Ok(value.project_id),
+                    push: Ok(value.push),
                     reason: Ok(value.reason),
                     rollback_of: Ok(value.rollback_of),
                     service_id: Ok(value.service_id),
@@ -7617,7 +10681,7 @@ API token expires no later than that token (and is revoked with it).*/
         #[derive(Clone, Debug)]
         pub struct DomainCreate {
             hostname: ::std::result::Result<
-                ::std::string::String,
+                super::DomainCreateHostname,
                 ::std::string::String,
             >,
             service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
@@ -7633,7 +10697,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl DomainCreate {
             pub fn hostname<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::DomainCreateHostname>,
                 T::Error: ::std::fmt::Display,
             {
                 self.hostname = value
@@ -8642,6 +11706,1144 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct GitDeliveryView {
+            branch: ::std::result::Result<::std::string::String, ::std::string::String>,
+            commit: ::std::result::Result<::std::string::String, ::std::string::String>,
+            deployment_ids: ::std::result::Result<
+                ::std::vec::Vec<::uuid::Uuid>,
+                ::std::string::String,
+            >,
+            forge_delivery_id: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            installation_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            message: ::std::result::Result<::std::string::String, ::std::string::String>,
+            processed_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            pushed_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            pusher: ::std::result::Result<::std::string::String, ::std::string::String>,
+            reason: ::std::result::Result<::std::string::String, ::std::string::String>,
+            received_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            repository: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            state: ::std::result::Result<super::GitDeliveryState, ::std::string::String>,
+        }
+        impl ::std::default::Default for GitDeliveryView {
+            fn default() -> Self {
+                Self {
+                    branch: Err("no value supplied for branch".to_string()),
+                    commit: Err("no value supplied for commit".to_string()),
+                    deployment_ids: Err(
+                        "no value supplied for deployment_ids".to_string(),
+                    ),
+                    forge_delivery_id: Err(
+                        "no value supplied for forge_delivery_id".to_string(),
+                    ),
+                    id: Err("no value supplied for id".to_string()),
+                    installation_id: Err(
+                        "no value supplied for installation_id".to_string(),
+                    ),
+                    message: Err("no value supplied for message".to_string()),
+                    processed_at: Ok(Default::default()),
+                    pushed_at: Err("no value supplied for pushed_at".to_string()),
+                    pusher: Err("no value supplied for pusher".to_string()),
+                    reason: Err("no value supplied for reason".to_string()),
+                    received_at: Err("no value supplied for received_at".to_string()),
+                    repository: Err("no value supplied for repository".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl GitDeliveryView {
+            pub fn branch<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.branch = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for branch: {e}")
+                    });
+                self
+            }
+            pub fn commit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commit = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for commit: {e}")
+                    });
+                self
+            }
+            pub fn deployment_ids<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::uuid::Uuid>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deployment_ids = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for deployment_ids: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn forge_delivery_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.forge_delivery_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for forge_delivery_id: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn installation_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.installation_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for installation_id: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn message<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.message = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for message: {e}")
+                    });
+                self
+            }
+            pub fn processed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.processed_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for processed_at: {e}")
+                    });
+                self
+            }
+            pub fn pushed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pushed_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pushed_at: {e}")
+                    });
+                self
+            }
+            pub fn pusher<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pusher = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pusher: {e}")
+                    });
+                self
+            }
+            pub fn reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.reason = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for reason: {e}")
+                    });
+                self
+            }
+            pub fn received_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.received_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for received_at: {e}")
+                    });
+                self
+            }
+            pub fn repository<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.repository = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for repository: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::GitDeliveryState>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GitDeliveryView> for super::GitDeliveryView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GitDeliveryView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    branch: value.branch?,
+                    commit: value.commit?,
+                    deployment_ids: value.deployment_ids?,
+                    forge_delivery_id: value.forge_delivery_id?,
+                    id: value.id?,
+                    installation_id: value.installation_id?,
+                    message: value.message?,
+                    processed_at: value.processed_at?,
+                    pushed_at: value.pushed_at?,
+                    pusher: value.pusher?,
+                    reason: value.reason?,
+                    received_at: value.received_at?,
+                    repository: value.repository?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GitDeliveryView> for GitDeliveryView {
+            fn from(value: super::GitDeliveryView) -> Self {
+                Self {
+                    branch: Ok(value.branch),
+                    commit: Ok(value.commit),
+                    deployment_ids: Ok(value.deployment_ids),
+                    forge_delivery_id: Ok(value.forge_delivery_id),
+                    id: Ok(value.id),
+                    installation_id: Ok(value.installation_id),
+                    message: Ok(value.message),
+                    processed_at: Ok(value.processed_at),
+                    pushed_at: Ok(value.pushed_at),
+                    pusher: Ok(value.pusher),
+                    reason: Ok(value.reason),
+                    received_at: Ok(value.received_at),
+                    repository: Ok(value.repository),
+                    state: Ok(value.state),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GitInstallationCreate {
+            bindings: ::std::result::Result<
+                ::std::vec::Vec<super::PushBinding>,
+                ::std::string::String,
+            >,
+            commit_statuses: ::std::result::Result<
+                ::std::option::Option<super::CommitStatusesInput>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GitInstallationCreate {
+            fn default() -> Self {
+                Self {
+                    bindings: Ok(Default::default()),
+                    commit_statuses: Ok(Default::default()),
+                }
+            }
+        }
+        impl GitInstallationCreate {
+            pub fn bindings<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::PushBinding>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.bindings = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for bindings: {e}")
+                    });
+                self
+            }
+            pub fn commit_statuses<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::CommitStatusesInput>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commit_statuses = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for commit_statuses: {e}"
+                        )
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GitInstallationCreate>
+        for super::GitInstallationCreate {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GitInstallationCreate,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    bindings: value.bindings?,
+                    commit_statuses: value.commit_statuses?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GitInstallationCreate>
+        for GitInstallationCreate {
+            fn from(value: super::GitInstallationCreate) -> Self {
+                Self {
+                    bindings: Ok(value.bindings),
+                    commit_statuses: Ok(value.commit_statuses),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GitInstallationCreated {
+            bindings: ::std::result::Result<
+                ::std::vec::Vec<super::PushBinding>,
+                ::std::string::String,
+            >,
+            commit_statuses: ::std::result::Result<
+                ::std::option::Option<super::CommitStatusesView>,
+                ::std::string::String,
+            >,
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            forge: ::std::result::Result<super::Forge, ::std::string::String>,
+            hook_path: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            previous_secret_until: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            secret: ::std::result::Result<::std::string::String, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GitInstallationCreated {
+            fn default() -> Self {
+                Self {
+                    bindings: Err("no value supplied for bindings".to_string()),
+                    commit_statuses: Ok(Default::default()),
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    forge: Err("no value supplied for forge".to_string()),
+                    hook_path: Err("no value supplied for hook_path".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    previous_secret_until: Ok(Default::default()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    secret: Err("no value supplied for secret".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                }
+            }
+        }
+        impl GitInstallationCreated {
+            pub fn bindings<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::PushBinding>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.bindings = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for bindings: {e}")
+                    });
+                self
+            }
+            pub fn commit_statuses<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::CommitStatusesView>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commit_statuses = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for commit_statuses: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn forge<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::Forge>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.forge = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for forge: {e}")
+                    });
+                self
+            }
+            pub fn hook_path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.hook_path = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for hook_path: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn previous_secret_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previous_secret_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for previous_secret_until: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for project_id: {e}")
+                    });
+                self
+            }
+            pub fn secret<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.secret = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for secret: {e}")
+                    });
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for updated_at: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GitInstallationCreated>
+        for super::GitInstallationCreated {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GitInstallationCreated,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    bindings: value.bindings?,
+                    commit_statuses: value.commit_statuses?,
+                    created_at: value.created_at?,
+                    forge: value.forge?,
+                    hook_path: value.hook_path?,
+                    id: value.id?,
+                    previous_secret_until: value.previous_secret_until?,
+                    project_id: value.project_id?,
+                    secret: value.secret?,
+                    updated_at: value.updated_at?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GitInstallationCreated>
+        for GitInstallationCreated {
+            fn from(value: super::GitInstallationCreated) -> Self {
+                Self {
+                    bindings: Ok(value.bindings),
+                    commit_statuses: Ok(value.commit_statuses),
+                    created_at: Ok(value.created_at),
+                    forge: Ok(value.forge),
+                    hook_path: Ok(value.hook_path),
+                    id: Ok(value.id),
+                    previous_secret_until: Ok(value.previous_secret_until),
+                    project_id: Ok(value.project_id),
+                    secret: Ok(value.secret),
+                    updated_at: Ok(value.updated_at),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GitInstallationUpdate {
+            bindings: ::std::result::Result<
+                ::std::option::Option<::std::vec::Vec<super::PushBinding>>,
+                ::std::string::String,
+            >,
+            commit_statuses: ::std::result::Result<
+                ::std::option::Option<super::CommitStatusesInput>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GitInstallationUpdate {
+            fn default() -> Self {
+                Self {
+                    bindings: Ok(Default::default()),
+                    commit_statuses: Ok(Default::default()),
+                }
+            }
+        }
+        impl GitInstallationUpdate {
+            pub fn bindings<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::std::vec::Vec<super::PushBinding>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.bindings = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for bindings: {e}")
+                    });
+                self
+            }
+            pub fn commit_statuses<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::CommitStatusesInput>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commit_statuses = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for commit_statuses: {e}"
+                        )
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GitInstallationUpdate>
+        for super::GitInstallationUpdate {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GitInstallationUpdate,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    bindings: value.bindings?,
+                    commit_statuses: value.commit_statuses?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GitInstallationUpdate>
+        for GitInstallationUpdate {
+            fn from(value: super::GitInstallationUpdate) -> Self {
+                Self {
+                    bindings: Ok(value.bindings),
+                    commit_statuses: Ok(value.commit_statuses),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GitInstallationView {
+            bindings: ::std::result::Result<
+                ::std::vec::Vec<super::PushBinding>,
+                ::std::string::String,
+            >,
+            commit_statuses: ::std::result::Result<
+                ::std::option::Option<super::CommitStatusesView>,
+                ::std::string::String,
+            >,
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            forge: ::std::result::Result<super::Forge, ::std::string::String>,
+            hook_path: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            previous_secret_until: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GitInstallationView {
+            fn default() -> Self {
+                Self {
+                    bindings: Err("no value supplied for bindings".to_string()),
+                    commit_statuses: Ok(Default::default()),
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    forge: Err("no value supplied for forge".to_string()),
+                    hook_path: Err("no value supplied for hook_path".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    previous_secret_until: Ok(Default::default()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                }
+            }
+        }
+        impl GitInstallationView {
+            pub fn bindings<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::PushBinding>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.bindings = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for bindings: {e}")
+                    });
+                self
+            }
+            pub fn commit_statuses<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::CommitStatusesView>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commit_statuses = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for commit_statuses: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn forge<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::Forge>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.forge = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for forge: {e}")
+                    });
+                self
+            }
+            pub fn hook_path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.hook_path = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for hook_path: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn previous_secret_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previous_secret_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for previous_secret_until: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for project_id: {e}")
+                    });
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for updated_at: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GitInstallationView>
+        for super::GitInstallationView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GitInstallationView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    bindings: value.bindings?,
+                    commit_statuses: value.commit_statuses?,
+                    created_at: value.created_at?,
+                    forge: value.forge?,
+                    hook_path: value.hook_path?,
+                    id: value.id?,
+                    previous_secret_until: value.previous_secret_until?,
+                    project_id: value.project_id?,
+                    updated_at: value.updated_at?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GitInstallationView> for GitInstallationView {
+            fn from(value: super::GitInstallationView) -> Self {
+                Self {
+                    bindings: Ok(value.bindings),
+                    commit_statuses: Ok(value.commit_statuses),
+                    created_at: Ok(value.created_at),
+                    forge: Ok(value.forge),
+                    hook_path: Ok(value.hook_path),
+                    id: Ok(value.id),
+                    previous_secret_until: Ok(value.previous_secret_until),
+                    project_id: Ok(value.project_id),
+                    updated_at: Ok(value.updated_at),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GithubCommit {
+            message: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for GithubCommit {
+            fn default() -> Self {
+                Self {
+                    message: Err("no value supplied for message".to_string()),
+                }
+            }
+        }
+        impl GithubCommit {
+            pub fn message<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.message = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for message: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GithubCommit> for super::GithubCommit {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GithubCommit,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { message: value.message? })
+            }
+        }
+        impl ::std::convert::From<super::GithubCommit> for GithubCommit {
+            fn from(value: super::GithubCommit) -> Self {
+                Self { message: Ok(value.message) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GithubPushEvent {
+            after: ::std::result::Result<::std::string::String, ::std::string::String>,
+            deleted: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            head_commit: ::std::result::Result<
+                ::std::option::Option<super::GithubCommit>,
+                ::std::string::String,
+            >,
+            pusher: ::std::result::Result<
+                ::std::option::Option<super::GithubPusher>,
+                ::std::string::String,
+            >,
+            ref_: ::std::result::Result<::std::string::String, ::std::string::String>,
+            repository: ::std::result::Result<
+                super::GithubRepository,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GithubPushEvent {
+            fn default() -> Self {
+                Self {
+                    after: Err("no value supplied for after".to_string()),
+                    deleted: Ok(Default::default()),
+                    head_commit: Ok(Default::default()),
+                    pusher: Ok(Default::default()),
+                    ref_: Err("no value supplied for ref_".to_string()),
+                    repository: Err("no value supplied for repository".to_string()),
+                }
+            }
+        }
+        impl GithubPushEvent {
+            pub fn after<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.after = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for after: {e}")
+                    });
+                self
+            }
+            pub fn deleted<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deleted = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for deleted: {e}")
+                    });
+                self
+            }
+            pub fn head_commit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::GithubCommit>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.head_commit = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for head_commit: {e}")
+                    });
+                self
+            }
+            pub fn pusher<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::GithubPusher>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pusher = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pusher: {e}")
+                    });
+                self
+            }
+            pub fn ref_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ref_ = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for ref_: {e}")
+                    });
+                self
+            }
+            pub fn repository<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::GithubRepository>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.repository = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for repository: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GithubPushEvent> for super::GithubPushEvent {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GithubPushEvent,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    after: value.after?,
+                    deleted: value.deleted?,
+                    head_commit: value.head_commit?,
+                    pusher: value.pusher?,
+                    ref_: value.ref_?,
+                    repository: value.repository?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GithubPushEvent> for GithubPushEvent {
+            fn from(value: super::GithubPushEvent) -> Self {
+                Self {
+                    after: Ok(value.after),
+                    deleted: Ok(value.deleted),
+                    head_commit: Ok(value.head_commit),
+                    pusher: Ok(value.pusher),
+                    ref_: Ok(value.ref_),
+                    repository: Ok(value.repository),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GithubPushForm {
+            payload: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for GithubPushForm {
+            fn default() -> Self {
+                Self {
+                    payload: Err("no value supplied for payload".to_string()),
+                }
+            }
+        }
+        impl GithubPushForm {
+            pub fn payload<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.payload = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for payload: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GithubPushForm> for super::GithubPushForm {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GithubPushForm,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { payload: value.payload? })
+            }
+        }
+        impl ::std::convert::From<super::GithubPushForm> for GithubPushForm {
+            fn from(value: super::GithubPushForm) -> Self {
+                Self { payload: Ok(value.payload) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GithubPusher {
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for GithubPusher {
+            fn default() -> Self {
+                Self {
+                    name: Err("no value supplied for name".to_string()),
+                }
+            }
+        }
+        impl GithubPusher {
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for name: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GithubPusher> for super::GithubPusher {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GithubPusher,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { name: value.name? })
+            }
+        }
+        impl ::std::convert::From<super::GithubPusher> for GithubPusher {
+            fn from(value: super::GithubPusher) -> Self {
+                Self { name: Ok(value.name) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GithubRepository {
+            full_name: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            pushed_at: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for GithubRepository {
+            fn default() -> Self {
+                Self {
+                    full_name: Err("no value supplied for full_name".to_string()),
+                    pushed_at: Err("no value supplied for pushed_at".to_string()),
+                }
+            }
+        }
+        impl GithubRepository {
+            pub fn full_name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.full_name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for full_name: {e}")
+                    });
+                self
+            }
+            pub fn pushed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pushed_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pushed_at: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GithubRepository> for super::GithubRepository {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GithubRepository,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    full_name: value.full_name?,
+                    pushed_at: value.pushed_at?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GithubRepository> for GithubRepository {
+            fn from(value: super::GithubRepository) -> Self {
+                Self {
+                    full_name: Ok(value.full_name),
+                    pushed_at: Ok(value.pushed_at),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct Health {
             status: ::std::result::Result<::std::string::String, ::std::string::String>,
         }
@@ -8834,6 +13036,214 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct HookReceipt {
+            delivery_id: ::std::result::Result<
+                ::std::option::Option<::uuid::Uuid>,
+                ::std::string::String,
+            >,
+            detail: ::std::result::Result<::std::string::String, ::std::string::String>,
+            outcome: ::std::result::Result<super::HookOutcome, ::std::string::String>,
+        }
+        impl ::std::default::Default for HookReceipt {
+            fn default() -> Self {
+                Self {
+                    delivery_id: Ok(Default::default()),
+                    detail: Err("no value supplied for detail".to_string()),
+                    outcome: Err("no value supplied for outcome".to_string()),
+                }
+            }
+        }
+        impl HookReceipt {
+            pub fn delivery_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::uuid::Uuid>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delivery_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for delivery_id: {e}")
+                    });
+                self
+            }
+            pub fn detail<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.detail = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for detail: {e}")
+                    });
+                self
+            }
+            pub fn outcome<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::HookOutcome>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.outcome = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for outcome: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<HookReceipt> for super::HookReceipt {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: HookReceipt,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    delivery_id: value.delivery_id?,
+                    detail: value.detail?,
+                    outcome: value.outcome?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::HookReceipt> for HookReceipt {
+            fn from(value: super::HookReceipt) -> Self {
+                Self {
+                    delivery_id: Ok(value.delivery_id),
+                    detail: Ok(value.detail),
+                    outcome: Ok(value.outcome),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct IdentityView {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            last_used_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            login: ::std::result::Result<::std::string::String, ::std::string::String>,
+            provider: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            subject: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for IdentityView {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    last_used_at: Ok(Default::default()),
+                    login: Err("no value supplied for login".to_string()),
+                    provider: Err("no value supplied for provider".to_string()),
+                    subject: Err("no value supplied for subject".to_string()),
+                }
+            }
+        }
+        impl IdentityView {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn last_used_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_used_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_used_at: {e}")
+                    });
+                self
+            }
+            pub fn login<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.login = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for login: {e}")
+                    });
+                self
+            }
+            pub fn provider<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.provider = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for provider: {e}")
+                    });
+                self
+            }
+            pub fn subject<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.subject = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for subject: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<IdentityView> for super::IdentityView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: IdentityView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    id: value.id?,
+                    last_used_at: value.last_used_at?,
+                    login: value.login?,
+                    provider: value.provider?,
+                    subject: value.subject?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::IdentityView> for IdentityView {
+            fn from(value: super::IdentityView) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    id: Ok(value.id),
+                    last_used_at: Ok(value.last_used_at),
+                    login: Ok(value.login),
+                    provider: Ok(value.provider),
+                    subject: Ok(value.subject),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct InstanceCreate {
             artifact: ::std::result::Result<
                 super::InstanceCreateArtifact,
@@ -8847,7 +13257,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             instance_key: ::std::result::Result<
-                ::std::string::String,
+                super::InstanceCreateInstanceKey,
                 ::std::string::String,
             >,
             labels: ::std::result::Result<
@@ -8857,7 +13267,7 @@ API token expires no later than that token (and is revoked with it).*/
                 >,
                 ::std::string::String,
             >,
-            port: ::std::result::Result<i32, ::std::string::String>,
+            port: ::std::result::Result<::std::num::NonZeroU32, ::std::string::String>,
             region: ::std::result::Result<
                 super::InstanceCreateRegion,
                 ::std::string::String,
@@ -8907,7 +13317,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn instance_key<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::InstanceCreateInstanceKey>,
                 T::Error: ::std::fmt::Display,
             {
                 self.instance_key = value
@@ -8936,7 +13346,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn port<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<i32>,
+                T: ::std::convert::TryInto<::std::num::NonZeroU32>,
                 T::Error: ::std::fmt::Display,
             {
                 self.port = value
@@ -8992,7 +13402,10 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
-            health: ::std::result::Result<::std::string::String, ::std::string::String>,
+            health: ::std::result::Result<
+                super::ProviderInstanceHealth,
+                ::std::string::String,
+            >,
             instance_key: ::std::result::Result<
                 ::std::string::String,
                 ::std::string::String,
@@ -9002,7 +13415,10 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             region: ::std::result::Result<::std::string::String, ::std::string::String>,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<
+                super::ProviderInstanceState,
+                ::std::string::String,
+            >,
         }
         impl ::std::default::Default for InstanceView {
             fn default() -> Self {
@@ -9031,7 +13447,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn health<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ProviderInstanceHealth>,
                 T::Error: ::std::fmt::Display,
             {
                 self.health = value
@@ -9079,7 +13495,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ProviderInstanceState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -9765,7 +14181,7 @@ API token expires no later than that token (and is revoked with it).*/
         #[derive(Clone, Debug)]
         pub struct PageAuditEventView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageAuditEventViewItemsItem>,
+                ::std::vec::Vec<super::AuditEventView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -9784,9 +14200,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageAuditEventView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageAuditEventViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::AuditEventView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -9829,218 +14243,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageAuditEventViewItemsItem {
-            action: ::std::result::Result<::std::string::String, ::std::string::String>,
-            actor_token_id: ::std::result::Result<
-                ::std::option::Option<::uuid::Uuid>,
-                ::std::string::String,
-            >,
-            actor_user_id: ::std::result::Result<
-                ::std::option::Option<::uuid::Uuid>,
-                ::std::string::String,
-            >,
-            details: ::std::result::Result<::serde_json::Value, ::std::string::String>,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            occurred_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            project_id: ::std::result::Result<
-                ::std::option::Option<::uuid::Uuid>,
-                ::std::string::String,
-            >,
-            request_id: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            resource_id: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            resource_type: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageAuditEventViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    action: Err("no value supplied for action".to_string()),
-                    actor_token_id: Ok(Default::default()),
-                    actor_user_id: Ok(Default::default()),
-                    details: Err("no value supplied for details".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    occurred_at: Err("no value supplied for occurred_at".to_string()),
-                    project_id: Ok(Default::default()),
-                    request_id: Err("no value supplied for request_id".to_string()),
-                    resource_id: Err("no value supplied for resource_id".to_string()),
-                    resource_type: Err("no value supplied for resource_type".to_string()),
-                }
-            }
-        }
-        impl PageAuditEventViewItemsItem {
-            pub fn action<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.action = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for action: {e}")
-                    });
-                self
-            }
-            pub fn actor_token_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::uuid::Uuid>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.actor_token_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for actor_token_id: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn actor_user_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::uuid::Uuid>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.actor_user_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for actor_user_id: {e}")
-                    });
-                self
-            }
-            pub fn details<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::serde_json::Value>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.details = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for details: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn occurred_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.occurred_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for occurred_at: {e}")
-                    });
-                self
-            }
-            pub fn project_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::uuid::Uuid>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.project_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for project_id: {e}")
-                    });
-                self
-            }
-            pub fn request_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.request_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for request_id: {e}")
-                    });
-                self
-            }
-            pub fn resource_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.resource_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for resource_id: {e}")
-                    });
-                self
-            }
-            pub fn resource_type<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.resource_type = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for resource_type: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageAuditEventViewItemsItem>
-        for super::PageAuditEventViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageAuditEventViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    action: value.action?,
-                    actor_token_id: value.actor_token_id?,
-                    actor_user_id: value.actor_user_id?,
-                    details: value.details?,
-                    id: value.id?,
-                    occurred_at: value.occurred_at?,
-                    project_id: value.project_id?,
-                    request_id: value.request_id?,
-                    resource_id: value.resource_id?,
-                    resource_type: value.resource_type?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageAuditEventViewItemsItem>
-        for PageAuditEventViewItemsItem {
-            fn from(value: super::PageAuditEventViewItemsItem) -> Self {
-                Self {
-                    action: Ok(value.action),
-                    actor_token_id: Ok(value.actor_token_id),
-                    actor_user_id: Ok(value.actor_user_id),
-                    details: Ok(value.details),
-                    id: Ok(value.id),
-                    occurred_at: Ok(value.occurred_at),
-                    project_id: Ok(value.project_id),
-                    request_id: Ok(value.request_id),
-                    resource_id: Ok(value.resource_id),
-                    resource_type: Ok(value.resource_type),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageDeployedInstanceView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageDeployedInstanceViewItemsItem>,
+                ::std::vec::Vec<super::DeployedInstanceView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -10059,9 +14264,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageDeployedInstanceView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageDeployedInstanceViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::DeployedInstanceView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -10106,246 +14309,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageDeployedInstanceViewItemsItem {
-            address: ::std::result::Result<
-                ::std::option::Option<::std::string::String>,
-                ::std::string::String,
-            >,
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            deployment_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            health: ::std::result::Result<
-                super::DeployedInstanceHealth,
-                ::std::string::String,
-            >,
-            health_checked_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            instance_key: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            provider: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            region: ::std::result::Result<::std::string::String, ::std::string::String>,
-            replaces: ::std::result::Result<
-                ::std::option::Option<::std::string::String>,
-                ::std::string::String,
-            >,
-            state: ::std::result::Result<
-                super::DeployedInstanceState,
-                ::std::string::String,
-            >,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageDeployedInstanceViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    address: Ok(Default::default()),
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    deployment_id: Err(
-                        "no value supplied for deployment_id".to_string(),
-                    ),
-                    health: Err("no value supplied for health".to_string()),
-                    health_checked_at: Ok(Default::default()),
-                    instance_key: Err("no value supplied for instance_key".to_string()),
-                    provider: Err("no value supplied for provider".to_string()),
-                    region: Err("no value supplied for region".to_string()),
-                    replaces: Ok(Default::default()),
-                    state: Err("no value supplied for state".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
-                }
-            }
-        }
-        impl PageDeployedInstanceViewItemsItem {
-            pub fn address<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.address = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for address: {e}")
-                    });
-                self
-            }
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn deployment_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.deployment_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for deployment_id: {e}")
-                    });
-                self
-            }
-            pub fn health<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::DeployedInstanceHealth>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.health = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for health: {e}")
-                    });
-                self
-            }
-            pub fn health_checked_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.health_checked_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for health_checked_at: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn instance_key<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.instance_key = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for instance_key: {e}")
-                    });
-                self
-            }
-            pub fn provider<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.provider = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for provider: {e}")
-                    });
-                self
-            }
-            pub fn region<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.region = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for region: {e}")
-                    });
-                self
-            }
-            pub fn replaces<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.replaces = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for replaces: {e}")
-                    });
-                self
-            }
-            pub fn state<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::DeployedInstanceState>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.state = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for state: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageDeployedInstanceViewItemsItem>
-        for super::PageDeployedInstanceViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageDeployedInstanceViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    address: value.address?,
-                    created_at: value.created_at?,
-                    deployment_id: value.deployment_id?,
-                    health: value.health?,
-                    health_checked_at: value.health_checked_at?,
-                    instance_key: value.instance_key?,
-                    provider: value.provider?,
-                    region: value.region?,
-                    replaces: value.replaces?,
-                    state: value.state?,
-                    updated_at: value.updated_at?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageDeployedInstanceViewItemsItem>
-        for PageDeployedInstanceViewItemsItem {
-            fn from(value: super::PageDeployedInstanceViewItemsItem) -> Self {
-                Self {
-                    address: Ok(value.address),
-                    created_at: Ok(value.created_at),
-                    deployment_id: Ok(value.deployment_id),
-                    health: Ok(value.health),
-                    health_checked_at: Ok(value.health_checked_at),
-                    instance_key: Ok(value.instance_key),
-                    provider: Ok(value.provider),
-                    region: Ok(value.region),
-                    replaces: Ok(value.replaces),
-                    state: Ok(value.state),
-                    updated_at: Ok(value.updated_at),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageDeploymentView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageDeploymentViewItemsItem>,
+                ::std::vec::Vec<super::DeploymentView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -10364,9 +14330,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageDeploymentView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageDeploymentViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::DeploymentView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -10409,267 +14373,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageDeploymentViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            finished_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            healthy_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            instances: ::std::result::Result<
-                ::std::option::Option<::std::vec::Vec<super::DeployedInstanceView>>,
-                ::std::string::String,
-            >,
-            number: ::std::result::Result<i64, ::std::string::String>,
-            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            reason: ::std::result::Result<::std::string::String, ::std::string::String>,
-            rollback_of: ::std::result::Result<
-                ::std::option::Option<::uuid::Uuid>,
-                ::std::string::String,
-            >,
-            service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            spec: ::std::result::Result<super::ServiceSpecView, ::std::string::String>,
-            state: ::std::result::Result<super::DeploymentState, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageDeploymentViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    finished_at: Ok(Default::default()),
-                    healthy_at: Ok(Default::default()),
-                    id: Err("no value supplied for id".to_string()),
-                    instances: Ok(Default::default()),
-                    number: Err("no value supplied for number".to_string()),
-                    project_id: Err("no value supplied for project_id".to_string()),
-                    reason: Err("no value supplied for reason".to_string()),
-                    rollback_of: Ok(Default::default()),
-                    service_id: Err("no value supplied for service_id".to_string()),
-                    spec: Err("no value supplied for spec".to_string()),
-                    state: Err("no value supplied for state".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
-                }
-            }
-        }
-        impl PageDeploymentViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn finished_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.finished_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for finished_at: {e}")
-                    });
-                self
-            }
-            pub fn healthy_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.healthy_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for healthy_at: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn instances<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::std::vec::Vec<super::DeployedInstanceView>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.instances = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for instances: {e}")
-                    });
-                self
-            }
-            pub fn number<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<i64>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.number = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for number: {e}")
-                    });
-                self
-            }
-            pub fn project_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.project_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for project_id: {e}")
-                    });
-                self
-            }
-            pub fn reason<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.reason = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for reason: {e}")
-                    });
-                self
-            }
-            pub fn rollback_of<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::uuid::Uuid>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.rollback_of = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for rollback_of: {e}")
-                    });
-                self
-            }
-            pub fn service_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.service_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for service_id: {e}")
-                    });
-                self
-            }
-            pub fn spec<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::ServiceSpecView>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.spec = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for spec: {e}")
-                    });
-                self
-            }
-            pub fn state<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::DeploymentState>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.state = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for state: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageDeploymentViewItemsItem>
-        for super::PageDeploymentViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageDeploymentViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    created_at: value.created_at?,
-                    finished_at: value.finished_at?,
-                    healthy_at: value.healthy_at?,
-                    id: value.id?,
-                    instances: value.instances?,
-                    number: value.number?,
-                    project_id: value.project_id?,
-                    reason: value.reason?,
-                    rollback_of: value.rollback_of?,
-                    service_id: value.service_id?,
-                    spec: value.spec?,
-                    state: value.state?,
-                    updated_at: value.updated_at?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageDeploymentViewItemsItem>
-        for PageDeploymentViewItemsItem {
-            fn from(value: super::PageDeploymentViewItemsItem) -> Self {
-                Self {
-                    created_at: Ok(value.created_at),
-                    finished_at: Ok(value.finished_at),
-                    healthy_at: Ok(value.healthy_at),
-                    id: Ok(value.id),
-                    instances: Ok(value.instances),
-                    number: Ok(value.number),
-                    project_id: Ok(value.project_id),
-                    reason: Ok(value.reason),
-                    rollback_of: Ok(value.rollback_of),
-                    service_id: Ok(value.service_id),
-                    spec: Ok(value.spec),
-                    state: Ok(value.state),
-                    updated_at: Ok(value.updated_at),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageDomainView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageDomainViewItemsItem>,
+                ::std::vec::Vec<super::DomainView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -10688,9 +14394,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageDomainView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageDomainViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::DomainView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -10733,198 +14437,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageDomainViewItemsItem {
-            challenge: ::std::result::Result<
-                ::std::option::Option<super::DomainChallenge>,
-                ::std::string::String,
-            >,
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            hostname: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            status: ::std::result::Result<super::DomainStatus, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            verified_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageDomainViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    challenge: Ok(Default::default()),
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    hostname: Err("no value supplied for hostname".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    project_id: Err("no value supplied for project_id".to_string()),
-                    service_id: Err("no value supplied for service_id".to_string()),
-                    status: Err("no value supplied for status".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
-                    verified_at: Ok(Default::default()),
-                }
-            }
-        }
-        impl PageDomainViewItemsItem {
-            pub fn challenge<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<super::DomainChallenge>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.challenge = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for challenge: {e}")
-                    });
-                self
-            }
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn hostname<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.hostname = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for hostname: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn project_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.project_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for project_id: {e}")
-                    });
-                self
-            }
-            pub fn service_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.service_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for service_id: {e}")
-                    });
-                self
-            }
-            pub fn status<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::DomainStatus>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.status = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for status: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
-                    });
-                self
-            }
-            pub fn verified_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.verified_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for verified_at: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageDomainViewItemsItem>
-        for super::PageDomainViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageDomainViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    challenge: value.challenge?,
-                    created_at: value.created_at?,
-                    hostname: value.hostname?,
-                    id: value.id?,
-                    project_id: value.project_id?,
-                    service_id: value.service_id?,
-                    status: value.status?,
-                    updated_at: value.updated_at?,
-                    verified_at: value.verified_at?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageDomainViewItemsItem>
-        for PageDomainViewItemsItem {
-            fn from(value: super::PageDomainViewItemsItem) -> Self {
-                Self {
-                    challenge: Ok(value.challenge),
-                    created_at: Ok(value.created_at),
-                    hostname: Ok(value.hostname),
-                    id: Ok(value.id),
-                    project_id: Ok(value.project_id),
-                    service_id: Ok(value.service_id),
-                    status: Ok(value.status),
-                    updated_at: Ok(value.updated_at),
-                    verified_at: Ok(value.verified_at),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageEdgeView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageEdgeViewItemsItem>,
+                ::std::vec::Vec<super::EdgeView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -10943,9 +14458,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageEdgeView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageEdgeViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::EdgeView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -10988,184 +14501,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageEdgeViewItemsItem {
-            agent_version: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            first_seen_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::std::string::String, ::std::string::String>,
-            lag: ::std::result::Result<i64, ::std::string::String>,
-            last_refusal: ::std::result::Result<
-                ::std::option::Option<super::EdgeRefusal>,
-                ::std::string::String,
-            >,
-            reported_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            revision: ::std::result::Result<i64, ::std::string::String>,
-            snapshot_age_seconds: ::std::result::Result<
-                ::std::option::Option<f64>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageEdgeViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    agent_version: Err(
-                        "no value supplied for agent_version".to_string(),
-                    ),
-                    first_seen_at: Err(
-                        "no value supplied for first_seen_at".to_string(),
-                    ),
-                    id: Err("no value supplied for id".to_string()),
-                    lag: Err("no value supplied for lag".to_string()),
-                    last_refusal: Ok(Default::default()),
-                    reported_at: Err("no value supplied for reported_at".to_string()),
-                    revision: Err("no value supplied for revision".to_string()),
-                    snapshot_age_seconds: Ok(Default::default()),
-                }
-            }
-        }
-        impl PageEdgeViewItemsItem {
-            pub fn agent_version<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.agent_version = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for agent_version: {e}")
-                    });
-                self
-            }
-            pub fn first_seen_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.first_seen_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for first_seen_at: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn lag<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<i64>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.lag = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for lag: {e}")
-                    });
-                self
-            }
-            pub fn last_refusal<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<super::EdgeRefusal>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.last_refusal = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for last_refusal: {e}")
-                    });
-                self
-            }
-            pub fn reported_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.reported_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for reported_at: {e}")
-                    });
-                self
-            }
-            pub fn revision<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<i64>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.revision = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for revision: {e}")
-                    });
-                self
-            }
-            pub fn snapshot_age_seconds<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<f64>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.snapshot_age_seconds = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for snapshot_age_seconds: {e}"
-                        )
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageEdgeViewItemsItem>
-        for super::PageEdgeViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageEdgeViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    agent_version: value.agent_version?,
-                    first_seen_at: value.first_seen_at?,
-                    id: value.id?,
-                    lag: value.lag?,
-                    last_refusal: value.last_refusal?,
-                    reported_at: value.reported_at?,
-                    revision: value.revision?,
-                    snapshot_age_seconds: value.snapshot_age_seconds?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageEdgeViewItemsItem>
-        for PageEdgeViewItemsItem {
-            fn from(value: super::PageEdgeViewItemsItem) -> Self {
-                Self {
-                    agent_version: Ok(value.agent_version),
-                    first_seen_at: Ok(value.first_seen_at),
-                    id: Ok(value.id),
-                    lag: Ok(value.lag),
-                    last_refusal: Ok(value.last_refusal),
-                    reported_at: Ok(value.reported_at),
-                    revision: Ok(value.revision),
-                    snapshot_age_seconds: Ok(value.snapshot_age_seconds),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageEnvironmentView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageEnvironmentViewItemsItem>,
+                ::std::vec::Vec<super::EnvironmentView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -11184,9 +14522,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageEnvironmentView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageEnvironmentViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::EnvironmentView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -11230,121 +14566,140 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageEnvironmentViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
+        pub struct PageGitDeliveryView {
+            items: ::std::result::Result<
+                ::std::vec::Vec<super::GitDeliveryView>,
                 ::std::string::String,
             >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
+            next_cursor: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
         }
-        impl ::std::default::Default for PageEnvironmentViewItemsItem {
+        impl ::std::default::Default for PageGitDeliveryView {
             fn default() -> Self {
                 Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    name: Err("no value supplied for name".to_string()),
-                    project_id: Err("no value supplied for project_id".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    items: Err("no value supplied for items".to_string()),
+                    next_cursor: Ok(Default::default()),
                 }
             }
         }
-        impl PageEnvironmentViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
+        impl PageGitDeliveryView {
+            pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::GitDeliveryView>>,
                 T::Error: ::std::fmt::Display,
             {
-                self.created_at = value
+                self.items = value
                     .try_into()
                     .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
+                        format!("error converting supplied value for items: {e}")
                     });
                 self
             }
-            pub fn id<T>(mut self, value: T) -> Self
+            pub fn next_cursor<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
                 T::Error: ::std::fmt::Display,
             {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
+                self.next_cursor = value
                     .try_into()
                     .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn project_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.project_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for project_id: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
+                        format!("error converting supplied value for next_cursor: {e}")
                     });
                 self
             }
         }
-        impl ::std::convert::TryFrom<PageEnvironmentViewItemsItem>
-        for super::PageEnvironmentViewItemsItem {
+        impl ::std::convert::TryFrom<PageGitDeliveryView>
+        for super::PageGitDeliveryView {
             type Error = super::error::ConversionError;
             fn try_from(
-                value: PageEnvironmentViewItemsItem,
+                value: PageGitDeliveryView,
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
-                    created_at: value.created_at?,
-                    id: value.id?,
-                    name: value.name?,
-                    project_id: value.project_id?,
-                    updated_at: value.updated_at?,
+                    items: value.items?,
+                    next_cursor: value.next_cursor?,
                 })
             }
         }
-        impl ::std::convert::From<super::PageEnvironmentViewItemsItem>
-        for PageEnvironmentViewItemsItem {
-            fn from(value: super::PageEnvironmentViewItemsItem) -> Self {
+        impl ::std::convert::From<super::PageGitDeliveryView> for PageGitDeliveryView {
+            fn from(value: super::PageGitDeliveryView) -> Self {
                 Self {
-                    created_at: Ok(value.created_at),
-                    id: Ok(value.id),
-                    name: Ok(value.name),
-                    project_id: Ok(value.project_id),
-                    updated_at: Ok(value.updated_at),
+                    items: Ok(value.items),
+                    next_cursor: Ok(value.next_cursor),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PageGitInstallationView {
+            items: ::std::result::Result<
+                ::std::vec::Vec<super::GitInstallationView>,
+                ::std::string::String,
+            >,
+            next_cursor: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for PageGitInstallationView {
+            fn default() -> Self {
+                Self {
+                    items: Err("no value supplied for items".to_string()),
+                    next_cursor: Ok(Default::default()),
+                }
+            }
+        }
+        impl PageGitInstallationView {
+            pub fn items<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::GitInstallationView>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.items = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for items: {e}")
+                    });
+                self
+            }
+            pub fn next_cursor<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.next_cursor = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for next_cursor: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PageGitInstallationView>
+        for super::PageGitInstallationView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PageGitInstallationView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    items: value.items?,
+                    next_cursor: value.next_cursor?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PageGitInstallationView>
+        for PageGitInstallationView {
+            fn from(value: super::PageGitInstallationView) -> Self {
+                Self {
+                    items: Ok(value.items),
+                    next_cursor: Ok(value.next_cursor),
                 }
             }
         }
         #[derive(Clone, Debug)]
         pub struct PageInstanceView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageInstanceViewItemsItem>,
+                ::std::vec::Vec<super::InstanceView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -11363,9 +14718,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageInstanceView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageInstanceViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::InstanceView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -11408,142 +14761,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageInstanceViewItemsItem {
-            address: ::std::result::Result<
-                ::std::option::Option<::std::string::String>,
-                ::std::string::String,
-            >,
-            health: ::std::result::Result<::std::string::String, ::std::string::String>,
-            instance_key: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            provider_id: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            region: ::std::result::Result<::std::string::String, ::std::string::String>,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
-        }
-        impl ::std::default::Default for PageInstanceViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    address: Ok(Default::default()),
-                    health: Err("no value supplied for health".to_string()),
-                    instance_key: Err("no value supplied for instance_key".to_string()),
-                    provider_id: Err("no value supplied for provider_id".to_string()),
-                    region: Err("no value supplied for region".to_string()),
-                    state: Err("no value supplied for state".to_string()),
-                }
-            }
-        }
-        impl PageInstanceViewItemsItem {
-            pub fn address<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.address = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for address: {e}")
-                    });
-                self
-            }
-            pub fn health<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.health = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for health: {e}")
-                    });
-                self
-            }
-            pub fn instance_key<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.instance_key = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for instance_key: {e}")
-                    });
-                self
-            }
-            pub fn provider_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.provider_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for provider_id: {e}")
-                    });
-                self
-            }
-            pub fn region<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.region = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for region: {e}")
-                    });
-                self
-            }
-            pub fn state<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.state = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for state: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageInstanceViewItemsItem>
-        for super::PageInstanceViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageInstanceViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    address: value.address?,
-                    health: value.health?,
-                    instance_key: value.instance_key?,
-                    provider_id: value.provider_id?,
-                    region: value.region?,
-                    state: value.state?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageInstanceViewItemsItem>
-        for PageInstanceViewItemsItem {
-            fn from(value: super::PageInstanceViewItemsItem) -> Self {
-                Self {
-                    address: Ok(value.address),
-                    health: Ok(value.health),
-                    instance_key: Ok(value.instance_key),
-                    provider_id: Ok(value.provider_id),
-                    region: Ok(value.region),
-                    state: Ok(value.state),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageInvitationView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageInvitationViewItemsItem>,
+                ::std::vec::Vec<super::InvitationView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -11562,9 +14782,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageInvitationView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageInvitationViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::InvitationView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -11607,156 +14825,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageInvitationViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            email: ::std::result::Result<::std::string::String, ::std::string::String>,
-            expires_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            project_name: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            role: ::std::result::Result<super::ProjectRole, ::std::string::String>,
-        }
-        impl ::std::default::Default for PageInvitationViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    email: Err("no value supplied for email".to_string()),
-                    expires_at: Err("no value supplied for expires_at".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    project_id: Err("no value supplied for project_id".to_string()),
-                    project_name: Err("no value supplied for project_name".to_string()),
-                    role: Err("no value supplied for role".to_string()),
-                }
-            }
-        }
-        impl PageInvitationViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn email<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.email = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for email: {e}")
-                    });
-                self
-            }
-            pub fn expires_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.expires_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for expires_at: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn project_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.project_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for project_id: {e}")
-                    });
-                self
-            }
-            pub fn project_name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.project_name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for project_name: {e}")
-                    });
-                self
-            }
-            pub fn role<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::ProjectRole>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.role = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for role: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageInvitationViewItemsItem>
-        for super::PageInvitationViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageInvitationViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    created_at: value.created_at?,
-                    email: value.email?,
-                    expires_at: value.expires_at?,
-                    id: value.id?,
-                    project_id: value.project_id?,
-                    project_name: value.project_name?,
-                    role: value.role?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageInvitationViewItemsItem>
-        for PageInvitationViewItemsItem {
-            fn from(value: super::PageInvitationViewItemsItem) -> Self {
-                Self {
-                    created_at: Ok(value.created_at),
-                    email: Ok(value.email),
-                    expires_at: Ok(value.expires_at),
-                    id: Ok(value.id),
-                    project_id: Ok(value.project_id),
-                    project_name: Ok(value.project_name),
-                    role: Ok(value.role),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageMemberView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageMemberViewItemsItem>,
+                ::std::vec::Vec<super::MemberView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -11775,9 +14846,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageMemberView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageMemberViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::MemberView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -11820,139 +14889,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageMemberViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            email: ::std::result::Result<::std::string::String, ::std::string::String>,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            role: ::std::result::Result<super::ProjectRole, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            user_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-        }
-        impl ::std::default::Default for PageMemberViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    email: Err("no value supplied for email".to_string()),
-                    name: Err("no value supplied for name".to_string()),
-                    role: Err("no value supplied for role".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
-                    user_id: Err("no value supplied for user_id".to_string()),
-                }
-            }
-        }
-        impl PageMemberViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn email<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.email = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for email: {e}")
-                    });
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn role<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::ProjectRole>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.role = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for role: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
-                    });
-                self
-            }
-            pub fn user_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.user_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for user_id: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageMemberViewItemsItem>
-        for super::PageMemberViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageMemberViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    created_at: value.created_at?,
-                    email: value.email?,
-                    name: value.name?,
-                    role: value.role?,
-                    updated_at: value.updated_at?,
-                    user_id: value.user_id?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageMemberViewItemsItem>
-        for PageMemberViewItemsItem {
-            fn from(value: super::PageMemberViewItemsItem) -> Self {
-                Self {
-                    created_at: Ok(value.created_at),
-                    email: Ok(value.email),
-                    name: Ok(value.name),
-                    role: Ok(value.role),
-                    updated_at: Ok(value.updated_at),
-                    user_id: Ok(value.user_id),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PagePluginBinaryView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PagePluginBinaryViewItemsItem>,
+                ::std::vec::Vec<super::PluginBinaryView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -11971,9 +14910,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PagePluginBinaryView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PagePluginBinaryViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::PluginBinaryView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -12017,181 +14954,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PagePluginBinaryViewItemsItem {
-            config: ::std::result::Result<
-                ::std::vec::Vec<super::ConfigKeyView>,
-                ::std::string::String,
-            >,
-            contract_version: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            digest: ::std::result::Result<::std::string::String, ::std::string::String>,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            size: ::std::result::Result<i64, ::std::string::String>,
-            uploaded_by: ::std::result::Result<
-                ::std::option::Option<::uuid::Uuid>,
-                ::std::string::String,
-            >,
-            version: ::std::result::Result<::std::string::String, ::std::string::String>,
-        }
-        impl ::std::default::Default for PagePluginBinaryViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    config: Err("no value supplied for config".to_string()),
-                    contract_version: Err(
-                        "no value supplied for contract_version".to_string(),
-                    ),
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    digest: Err("no value supplied for digest".to_string()),
-                    name: Err("no value supplied for name".to_string()),
-                    size: Err("no value supplied for size".to_string()),
-                    uploaded_by: Ok(Default::default()),
-                    version: Err("no value supplied for version".to_string()),
-                }
-            }
-        }
-        impl PagePluginBinaryViewItemsItem {
-            pub fn config<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::vec::Vec<super::ConfigKeyView>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.config = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for config: {e}")
-                    });
-                self
-            }
-            pub fn contract_version<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.contract_version = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for contract_version: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn digest<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.digest = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for digest: {e}")
-                    });
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn size<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<i64>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.size = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for size: {e}")
-                    });
-                self
-            }
-            pub fn uploaded_by<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::uuid::Uuid>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.uploaded_by = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for uploaded_by: {e}")
-                    });
-                self
-            }
-            pub fn version<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.version = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for version: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PagePluginBinaryViewItemsItem>
-        for super::PagePluginBinaryViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PagePluginBinaryViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    config: value.config?,
-                    contract_version: value.contract_version?,
-                    created_at: value.created_at?,
-                    digest: value.digest?,
-                    name: value.name?,
-                    size: value.size?,
-                    uploaded_by: value.uploaded_by?,
-                    version: value.version?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PagePluginBinaryViewItemsItem>
-        for PagePluginBinaryViewItemsItem {
-            fn from(value: super::PagePluginBinaryViewItemsItem) -> Self {
-                Self {
-                    config: Ok(value.config),
-                    contract_version: Ok(value.contract_version),
-                    created_at: Ok(value.created_at),
-                    digest: Ok(value.digest),
-                    name: Ok(value.name),
-                    size: Ok(value.size),
-                    uploaded_by: Ok(value.uploaded_by),
-                    version: Ok(value.version),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageProjectView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageProjectViewItemsItem>,
+                ::std::vec::Vec<super::ProjectView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -12210,9 +14975,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageProjectView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageProjectViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ProjectView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -12255,124 +15018,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageProjectViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            description: ::std::result::Result<
-                ::std::string::String,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageProjectViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    description: Err("no value supplied for description".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    name: Err("no value supplied for name".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
-                }
-            }
-        }
-        impl PageProjectViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn description<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.description = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for description: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageProjectViewItemsItem>
-        for super::PageProjectViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageProjectViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    created_at: value.created_at?,
-                    description: value.description?,
-                    id: value.id?,
-                    name: value.name?,
-                    updated_at: value.updated_at?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageProjectViewItemsItem>
-        for PageProjectViewItemsItem {
-            fn from(value: super::PageProjectViewItemsItem) -> Self {
-                Self {
-                    created_at: Ok(value.created_at),
-                    description: Ok(value.description),
-                    id: Ok(value.id),
-                    name: Ok(value.name),
-                    updated_at: Ok(value.updated_at),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageProviderActivationView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageProviderActivationViewItemsItem>,
+                ::std::vec::Vec<super::ProviderActivationView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -12392,7 +15040,7 @@ API token expires no later than that token (and is revoked with it).*/
             pub fn items<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageProviderActivationViewItemsItem>,
+                    ::std::vec::Vec<super::ProviderActivationView>,
                 >,
                 T::Error: ::std::fmt::Display,
             {
@@ -12438,121 +15086,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageProviderActivationViewItemsItem {
-            action: ::std::result::Result<::std::string::String, ::std::string::String>,
-            actor_user_id: ::std::result::Result<
-                ::std::option::Option<::uuid::Uuid>,
-                ::std::string::String,
-            >,
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            digest: ::std::result::Result<::std::string::String, ::std::string::String>,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-        }
-        impl ::std::default::Default for PageProviderActivationViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    action: Err("no value supplied for action".to_string()),
-                    actor_user_id: Ok(Default::default()),
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    digest: Err("no value supplied for digest".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                }
-            }
-        }
-        impl PageProviderActivationViewItemsItem {
-            pub fn action<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.action = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for action: {e}")
-                    });
-                self
-            }
-            pub fn actor_user_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::uuid::Uuid>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.actor_user_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for actor_user_id: {e}")
-                    });
-                self
-            }
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn digest<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.digest = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for digest: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageProviderActivationViewItemsItem>
-        for super::PageProviderActivationViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageProviderActivationViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    action: value.action?,
-                    actor_user_id: value.actor_user_id?,
-                    created_at: value.created_at?,
-                    digest: value.digest?,
-                    id: value.id?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageProviderActivationViewItemsItem>
-        for PageProviderActivationViewItemsItem {
-            fn from(value: super::PageProviderActivationViewItemsItem) -> Self {
-                Self {
-                    action: Ok(value.action),
-                    actor_user_id: Ok(value.actor_user_id),
-                    created_at: Ok(value.created_at),
-                    digest: Ok(value.digest),
-                    id: Ok(value.id),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageProviderEventView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageProviderEventViewItemsItem>,
+                ::std::vec::Vec<super::ProviderEventView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -12571,9 +15107,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageProviderEventView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageProviderEventViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ProviderEventView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -12618,132 +15152,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageProviderEventViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            from: ::std::result::Result<super::ProviderHealth, ::std::string::String>,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
-            reason: ::std::result::Result<::std::string::String, ::std::string::String>,
-            to: ::std::result::Result<super::ProviderHealth, ::std::string::String>,
-        }
-        impl ::std::default::Default for PageProviderEventViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    from: Err("no value supplied for from".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    kind: Err("no value supplied for kind".to_string()),
-                    reason: Err("no value supplied for reason".to_string()),
-                    to: Err("no value supplied for to".to_string()),
-                }
-            }
-        }
-        impl PageProviderEventViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn from<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::ProviderHealth>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.from = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for from: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn kind<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.kind = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for kind: {e}")
-                    });
-                self
-            }
-            pub fn reason<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.reason = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for reason: {e}")
-                    });
-                self
-            }
-            pub fn to<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::ProviderHealth>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.to = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for to: {e}"));
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageProviderEventViewItemsItem>
-        for super::PageProviderEventViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageProviderEventViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    created_at: value.created_at?,
-                    from: value.from?,
-                    id: value.id?,
-                    kind: value.kind?,
-                    reason: value.reason?,
-                    to: value.to?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageProviderEventViewItemsItem>
-        for PageProviderEventViewItemsItem {
-            fn from(value: super::PageProviderEventViewItemsItem) -> Self {
-                Self {
-                    created_at: Ok(value.created_at),
-                    from: Ok(value.from),
-                    id: Ok(value.id),
-                    kind: Ok(value.kind),
-                    reason: Ok(value.reason),
-                    to: Ok(value.to),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageProviderView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageProviderViewItemsItem>,
+                ::std::vec::Vec<super::ProviderView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -12762,9 +15173,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageProviderView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageProviderViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ProviderView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -12807,418 +15216,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageProviderViewItemsItem {
-            allowlist: ::std::result::Result<
-                ::std::vec::Vec<::std::string::String>,
-                ::std::string::String,
-            >,
-            calls: ::std::result::Result<
-                ::std::option::Option<super::ProviderCallsView>,
-                ::std::string::String,
-            >,
-            config: ::std::result::Result<
-                ::std::collections::HashMap<
-                    ::std::string::String,
-                    ::std::string::String,
-                >,
-                ::std::string::String,
-            >,
-            created_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            drained: ::std::result::Result<
-                ::std::option::Option<bool>,
-                ::std::string::String,
-            >,
-            effective_allowlist: ::std::result::Result<
-                ::std::vec::Vec<::std::string::String>,
-                ::std::string::String,
-            >,
-            effective_limits: ::std::result::Result<
-                ::std::option::Option<super::ProviderLimits>,
-                ::std::string::String,
-            >,
-            enabled: ::std::result::Result<
-                ::std::option::Option<bool>,
-                ::std::string::String,
-            >,
-            health: ::std::result::Result<
-                ::std::option::Option<super::ProviderHealth>,
-                ::std::string::String,
-            >,
-            health_changed_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            health_reason: ::std::result::Result<
-                ::std::option::Option<::std::string::String>,
-                ::std::string::String,
-            >,
-            limits: ::std::result::Result<
-                ::std::option::Option<super::ProviderLimits>,
-                ::std::string::String,
-            >,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            plugin: ::std::result::Result<
-                ::std::option::Option<super::ProviderPluginView>,
-                ::std::string::String,
-            >,
-            previous_digest: ::std::result::Result<
-                ::std::option::Option<::std::string::String>,
-                ::std::string::String,
-            >,
-            secret_names: ::std::result::Result<
-                ::std::vec::Vec<::std::string::String>,
-                ::std::string::String,
-            >,
-            serving: ::std::result::Result<
-                ::std::option::Option<bool>,
-                ::std::string::String,
-            >,
-            state: ::std::result::Result<super::ProviderState, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageProviderViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    allowlist: Ok(Default::default()),
-                    calls: Ok(Default::default()),
-                    config: Ok(Default::default()),
-                    created_at: Ok(Default::default()),
-                    drained: Ok(Default::default()),
-                    effective_allowlist: Ok(Default::default()),
-                    effective_limits: Ok(Default::default()),
-                    enabled: Ok(Default::default()),
-                    health: Ok(Default::default()),
-                    health_changed_at: Ok(Default::default()),
-                    health_reason: Ok(Default::default()),
-                    limits: Ok(Default::default()),
-                    name: Err("no value supplied for name".to_string()),
-                    plugin: Ok(Default::default()),
-                    previous_digest: Ok(Default::default()),
-                    secret_names: Ok(Default::default()),
-                    serving: Ok(Default::default()),
-                    state: Err("no value supplied for state".to_string()),
-                    updated_at: Ok(Default::default()),
-                }
-            }
-        }
-        impl PageProviderViewItemsItem {
-            pub fn allowlist<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.allowlist = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for allowlist: {e}")
-                    });
-                self
-            }
-            pub fn calls<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<super::ProviderCallsView>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.calls = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for calls: {e}")
-                    });
-                self
-            }
-            pub fn config<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::collections::HashMap<
-                        ::std::string::String,
-                        ::std::string::String,
-                    >,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.config = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for config: {e}")
-                    });
-                self
-            }
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn drained<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<bool>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.drained = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for drained: {e}")
-                    });
-                self
-            }
-            pub fn effective_allowlist<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.effective_allowlist = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for effective_allowlist: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn effective_limits<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<super::ProviderLimits>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.effective_limits = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for effective_limits: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn enabled<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<bool>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.enabled = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for enabled: {e}")
-                    });
-                self
-            }
-            pub fn health<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<super::ProviderHealth>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.health = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for health: {e}")
-                    });
-                self
-            }
-            pub fn health_changed_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.health_changed_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for health_changed_at: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn health_reason<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.health_reason = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for health_reason: {e}")
-                    });
-                self
-            }
-            pub fn limits<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<super::ProviderLimits>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.limits = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for limits: {e}")
-                    });
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn plugin<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<super::ProviderPluginView>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.plugin = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for plugin: {e}")
-                    });
-                self
-            }
-            pub fn previous_digest<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.previous_digest = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for previous_digest: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn secret_names<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.secret_names = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for secret_names: {e}")
-                    });
-                self
-            }
-            pub fn serving<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::option::Option<bool>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.serving = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for serving: {e}")
-                    });
-                self
-            }
-            pub fn state<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::ProviderState>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.state = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for state: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageProviderViewItemsItem>
-        for super::PageProviderViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageProviderViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    allowlist: value.allowlist?,
-                    calls: value.calls?,
-                    config: value.config?,
-                    created_at: value.created_at?,
-                    drained: value.drained?,
-                    effective_allowlist: value.effective_allowlist?,
-                    effective_limits: value.effective_limits?,
-                    enabled: value.enabled?,
-                    health: value.health?,
-                    health_changed_at: value.health_changed_at?,
-                    health_reason: value.health_reason?,
-                    limits: value.limits?,
-                    name: value.name?,
-                    plugin: value.plugin?,
-                    previous_digest: value.previous_digest?,
-                    secret_names: value.secret_names?,
-                    serving: value.serving?,
-                    state: value.state?,
-                    updated_at: value.updated_at?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageProviderViewItemsItem>
-        for PageProviderViewItemsItem {
-            fn from(value: super::PageProviderViewItemsItem) -> Self {
-                Self {
-                    allowlist: Ok(value.allowlist),
-                    calls: Ok(value.calls),
-                    config: Ok(value.config),
-                    created_at: Ok(value.created_at),
-                    drained: Ok(value.drained),
-                    effective_allowlist: Ok(value.effective_allowlist),
-                    effective_limits: Ok(value.effective_limits),
-                    enabled: Ok(value.enabled),
-                    health: Ok(value.health),
-                    health_changed_at: Ok(value.health_changed_at),
-                    health_reason: Ok(value.health_reason),
-                    limits: Ok(value.limits),
-                    name: Ok(value.name),
-                    plugin: Ok(value.plugin),
-                    previous_digest: Ok(value.previous_digest),
-                    secret_names: Ok(value.secret_names),
-                    serving: Ok(value.serving),
-                    state: Ok(value.state),
-                    updated_at: Ok(value.updated_at),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageServiceView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageServiceViewItemsItem>,
+                ::std::vec::Vec<super::ServiceView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -13237,9 +15237,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageServiceView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageServiceViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ServiceView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -13282,265 +15280,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageServiceViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            environment_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            health_check: ::std::result::Result<
-                super::HealthCheckSpec,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            placement: ::std::result::Result<
-                super::PlacementPolicy,
-                ::std::string::String,
-            >,
-            port: ::std::result::Result<i32, ::std::string::String>,
-            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            regions: ::std::result::Result<
-                ::std::vec::Vec<::std::string::String>,
-                ::std::string::String,
-            >,
-            replicas: ::std::result::Result<i32, ::std::string::String>,
-            source: ::std::result::Result<super::ServiceSource, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            variables: ::std::result::Result<
-                ::std::vec::Vec<super::VariableView>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageServiceViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    environment_id: Err(
-                        "no value supplied for environment_id".to_string(),
-                    ),
-                    health_check: Err("no value supplied for health_check".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    name: Err("no value supplied for name".to_string()),
-                    placement: Err("no value supplied for placement".to_string()),
-                    port: Err("no value supplied for port".to_string()),
-                    project_id: Err("no value supplied for project_id".to_string()),
-                    regions: Err("no value supplied for regions".to_string()),
-                    replicas: Err("no value supplied for replicas".to_string()),
-                    source: Err("no value supplied for source".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
-                    variables: Err("no value supplied for variables".to_string()),
-                }
-            }
-        }
-        impl PageServiceViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn environment_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.environment_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for environment_id: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn health_check<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::HealthCheckSpec>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.health_check = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for health_check: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn placement<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::PlacementPolicy>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.placement = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for placement: {e}")
-                    });
-                self
-            }
-            pub fn port<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<i32>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.port = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for port: {e}")
-                    });
-                self
-            }
-            pub fn project_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.project_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for project_id: {e}")
-                    });
-                self
-            }
-            pub fn regions<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.regions = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for regions: {e}")
-                    });
-                self
-            }
-            pub fn replicas<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<i32>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.replicas = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for replicas: {e}")
-                    });
-                self
-            }
-            pub fn source<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<super::ServiceSource>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.source = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for source: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
-                    });
-                self
-            }
-            pub fn variables<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::vec::Vec<super::VariableView>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.variables = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for variables: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageServiceViewItemsItem>
-        for super::PageServiceViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageServiceViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    created_at: value.created_at?,
-                    environment_id: value.environment_id?,
-                    health_check: value.health_check?,
-                    id: value.id?,
-                    name: value.name?,
-                    placement: value.placement?,
-                    port: value.port?,
-                    project_id: value.project_id?,
-                    regions: value.regions?,
-                    replicas: value.replicas?,
-                    source: value.source?,
-                    updated_at: value.updated_at?,
-                    variables: value.variables?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageServiceViewItemsItem>
-        for PageServiceViewItemsItem {
-            fn from(value: super::PageServiceViewItemsItem) -> Self {
-                Self {
-                    created_at: Ok(value.created_at),
-                    environment_id: Ok(value.environment_id),
-                    health_check: Ok(value.health_check),
-                    id: Ok(value.id),
-                    name: Ok(value.name),
-                    placement: Ok(value.placement),
-                    port: Ok(value.port),
-                    project_id: Ok(value.project_id),
-                    regions: Ok(value.regions),
-                    replicas: Ok(value.replicas),
-                    source: Ok(value.source),
-                    updated_at: Ok(value.updated_at),
-                    variables: Ok(value.variables),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageTermsAcceptanceView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageTermsAcceptanceViewItemsItem>,
+                ::std::vec::Vec<super::TermsAcceptanceView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -13559,9 +15301,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageTermsAcceptanceView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageTermsAcceptanceViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TermsAcceptanceView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -13606,106 +15346,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageTermsAcceptanceViewItemsItem {
-            accepted_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            terms_version_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            version: ::std::result::Result<::std::string::String, ::std::string::String>,
-        }
-        impl ::std::default::Default for PageTermsAcceptanceViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    accepted_at: Err("no value supplied for accepted_at".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    terms_version_id: Err(
-                        "no value supplied for terms_version_id".to_string(),
-                    ),
-                    version: Err("no value supplied for version".to_string()),
-                }
-            }
-        }
-        impl PageTermsAcceptanceViewItemsItem {
-            pub fn accepted_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.accepted_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for accepted_at: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn terms_version_id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.terms_version_id = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!(
-                            "error converting supplied value for terms_version_id: {e}"
-                        )
-                    });
-                self
-            }
-            pub fn version<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.version = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for version: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageTermsAcceptanceViewItemsItem>
-        for super::PageTermsAcceptanceViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageTermsAcceptanceViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    accepted_at: value.accepted_at?,
-                    id: value.id?,
-                    terms_version_id: value.terms_version_id?,
-                    version: value.version?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageTermsAcceptanceViewItemsItem>
-        for PageTermsAcceptanceViewItemsItem {
-            fn from(value: super::PageTermsAcceptanceViewItemsItem) -> Self {
-                Self {
-                    accepted_at: Ok(value.accepted_at),
-                    id: Ok(value.id),
-                    terms_version_id: Ok(value.terms_version_id),
-                    version: Ok(value.version),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageTermsView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageTermsViewItemsItem>,
+                ::std::vec::Vec<super::TermsView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -13724,9 +15367,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageTermsView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageTermsViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TermsView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -13769,118 +15410,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageTermsViewItemsItem {
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            published_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            summary: ::std::result::Result<::std::string::String, ::std::string::String>,
-            url: ::std::result::Result<::std::string::String, ::std::string::String>,
-            version: ::std::result::Result<::std::string::String, ::std::string::String>,
-        }
-        impl ::std::default::Default for PageTermsViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    id: Err("no value supplied for id".to_string()),
-                    published_at: Err("no value supplied for published_at".to_string()),
-                    summary: Err("no value supplied for summary".to_string()),
-                    url: Err("no value supplied for url".to_string()),
-                    version: Err("no value supplied for version".to_string()),
-                }
-            }
-        }
-        impl PageTermsViewItemsItem {
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn published_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.published_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for published_at: {e}")
-                    });
-                self
-            }
-            pub fn summary<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.summary = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for summary: {e}")
-                    });
-                self
-            }
-            pub fn url<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.url = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for url: {e}")
-                    });
-                self
-            }
-            pub fn version<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.version = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for version: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageTermsViewItemsItem>
-        for super::PageTermsViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageTermsViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    id: value.id?,
-                    published_at: value.published_at?,
-                    summary: value.summary?,
-                    url: value.url?,
-                    version: value.version?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageTermsViewItemsItem>
-        for PageTermsViewItemsItem {
-            fn from(value: super::PageTermsViewItemsItem) -> Self {
-                Self {
-                    id: Ok(value.id),
-                    published_at: Ok(value.published_at),
-                    summary: Ok(value.summary),
-                    url: Ok(value.url),
-                    version: Ok(value.version),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageTokenView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageTokenViewItemsItem>,
+                ::std::vec::Vec<super::TokenView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -13899,9 +15431,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageTokenView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageTokenViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TokenView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -13944,184 +15474,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageTokenViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
-                ::std::string::String,
-            >,
-            expires_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            last_used_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            prefix: ::std::result::Result<::std::string::String, ::std::string::String>,
-            revoked_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            scopes: ::std::result::Result<
-                ::std::vec::Vec<super::Scope>,
-                ::std::string::String,
-            >,
-        }
-        impl ::std::default::Default for PageTokenViewItemsItem {
-            fn default() -> Self {
-                Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    expires_at: Ok(Default::default()),
-                    id: Err("no value supplied for id".to_string()),
-                    last_used_at: Ok(Default::default()),
-                    name: Err("no value supplied for name".to_string()),
-                    prefix: Err("no value supplied for prefix".to_string()),
-                    revoked_at: Ok(Default::default()),
-                    scopes: Err("no value supplied for scopes".to_string()),
-                }
-            }
-        }
-        impl PageTokenViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.created_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
-                    });
-                self
-            }
-            pub fn expires_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.expires_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for expires_at: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn last_used_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.last_used_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for last_used_at: {e}")
-                    });
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn prefix<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.prefix = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for prefix: {e}")
-                    });
-                self
-            }
-            pub fn revoked_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.revoked_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for revoked_at: {e}")
-                    });
-                self
-            }
-            pub fn scopes<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::vec::Vec<super::Scope>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.scopes = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for scopes: {e}")
-                    });
-                self
-            }
-        }
-        impl ::std::convert::TryFrom<PageTokenViewItemsItem>
-        for super::PageTokenViewItemsItem {
-            type Error = super::error::ConversionError;
-            fn try_from(
-                value: PageTokenViewItemsItem,
-            ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self {
-                    created_at: value.created_at?,
-                    expires_at: value.expires_at?,
-                    id: value.id?,
-                    last_used_at: value.last_used_at?,
-                    name: value.name?,
-                    prefix: value.prefix?,
-                    revoked_at: value.revoked_at?,
-                    scopes: value.scopes?,
-                })
-            }
-        }
-        impl ::std::convert::From<super::PageTokenViewItemsItem>
-        for PageTokenViewItemsItem {
-            fn from(value: super::PageTokenViewItemsItem) -> Self {
-                Self {
-                    created_at: Ok(value.created_at),
-                    expires_at: Ok(value.expires_at),
-                    id: Ok(value.id),
-                    last_used_at: Ok(value.last_used_at),
-                    name: Ok(value.name),
-                    prefix: Ok(value.prefix),
-                    revoked_at: Ok(value.revoked_at),
-                    scopes: Ok(value.scopes),
-                }
-            }
-        }
-        #[derive(Clone, Debug)]
         pub struct PageUserView {
             items: ::std::result::Result<
-                ::std::vec::Vec<super::PageUserViewItemsItem>,
+                ::std::vec::Vec<super::UserView>,
                 ::std::string::String,
             >,
             next_cursor: ::std::result::Result<
@@ -14140,9 +15495,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl PageUserView {
             pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<
-                    ::std::vec::Vec<super::PageUserViewItemsItem>,
-                >,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::UserView>>,
                 T::Error: ::std::fmt::Display,
             {
                 self.items = value
@@ -14185,183 +15538,134 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
-        pub struct PageUserViewItemsItem {
-            created_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
+        pub struct PageWebhookEndpointView {
+            items: ::std::result::Result<
+                ::std::vec::Vec<super::WebhookEndpointView>,
                 ::std::string::String,
             >,
-            disabled: ::std::result::Result<bool, ::std::string::String>,
-            email: ::std::result::Result<::std::string::String, ::std::string::String>,
-            has_password: ::std::result::Result<bool, ::std::string::String>,
-            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            is_admin: ::std::result::Result<bool, ::std::string::String>,
-            last_login_at: ::std::result::Result<
-                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                ::std::string::String,
-            >,
-            name: ::std::result::Result<::std::string::String, ::std::string::String>,
-            updated_at: ::std::result::Result<
-                ::chrono::DateTime<::chrono::offset::Utc>,
+            next_cursor: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
         }
-        impl ::std::default::Default for PageUserViewItemsItem {
+        impl ::std::default::Default for PageWebhookEndpointView {
             fn default() -> Self {
                 Self {
-                    created_at: Err("no value supplied for created_at".to_string()),
-                    disabled: Err("no value supplied for disabled".to_string()),
-                    email: Err("no value supplied for email".to_string()),
-                    has_password: Err("no value supplied for has_password".to_string()),
-                    id: Err("no value supplied for id".to_string()),
-                    is_admin: Err("no value supplied for is_admin".to_string()),
-                    last_login_at: Ok(Default::default()),
-                    name: Err("no value supplied for name".to_string()),
-                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    items: Err("no value supplied for items".to_string()),
+                    next_cursor: Ok(Default::default()),
                 }
             }
         }
-        impl PageUserViewItemsItem {
-            pub fn created_at<T>(mut self, value: T) -> Self
+        impl PageWebhookEndpointView {
+            pub fn items<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T: ::std::convert::TryInto<::std::vec::Vec<super::WebhookEndpointView>>,
                 T::Error: ::std::fmt::Display,
             {
-                self.created_at = value
+                self.items = value
                     .try_into()
                     .map_err(|e| {
-                        format!("error converting supplied value for created_at: {e}")
+                        format!("error converting supplied value for items: {e}")
                     });
                 self
             }
-            pub fn disabled<T>(mut self, value: T) -> Self
+            pub fn next_cursor<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<bool>,
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
                 T::Error: ::std::fmt::Display,
             {
-                self.disabled = value
+                self.next_cursor = value
                     .try_into()
                     .map_err(|e| {
-                        format!("error converting supplied value for disabled: {e}")
-                    });
-                self
-            }
-            pub fn email<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.email = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for email: {e}")
-                    });
-                self
-            }
-            pub fn has_password<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<bool>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.has_password = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for has_password: {e}")
-                    });
-                self
-            }
-            pub fn id<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::uuid::Uuid>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.id = value
-                    .try_into()
-                    .map_err(|e| format!("error converting supplied value for id: {e}"));
-                self
-            }
-            pub fn is_admin<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<bool>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.is_admin = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for is_admin: {e}")
-                    });
-                self
-            }
-            pub fn last_login_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<
-                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-                >,
-                T::Error: ::std::fmt::Display,
-            {
-                self.last_login_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for last_login_at: {e}")
-                    });
-                self
-            }
-            pub fn name<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::std::string::String>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.name = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for name: {e}")
-                    });
-                self
-            }
-            pub fn updated_at<T>(mut self, value: T) -> Self
-            where
-                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
-                T::Error: ::std::fmt::Display,
-            {
-                self.updated_at = value
-                    .try_into()
-                    .map_err(|e| {
-                        format!("error converting supplied value for updated_at: {e}")
+                        format!("error converting supplied value for next_cursor: {e}")
                     });
                 self
             }
         }
-        impl ::std::convert::TryFrom<PageUserViewItemsItem>
-        for super::PageUserViewItemsItem {
+        impl ::std::convert::TryFrom<PageWebhookEndpointView>
+        for super::PageWebhookEndpointView {
             type Error = super::error::ConversionError;
             fn try_from(
-                value: PageUserViewItemsItem,
+                value: PageWebhookEndpointView,
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
-                    created_at: value.created_at?,
-                    disabled: value.disabled?,
-                    email: value.email?,
-                    has_password: value.has_password?,
-                    id: value.id?,
-                    is_admin: value.is_admin?,
-                    last_login_at: value.last_login_at?,
-                    name: value.name?,
-                    updated_at: value.updated_at?,
+                    items: value.items?,
+                    next_cursor: value.next_cursor?,
                 })
             }
         }
-        impl ::std::convert::From<super::PageUserViewItemsItem>
-        for PageUserViewItemsItem {
-            fn from(value: super::PageUserViewItemsItem) -> Self {
+        impl ::std::convert::From<super::PageWebhookEndpointView>
+        for PageWebhookEndpointView {
+            fn from(value: super::PageWebhookEndpointView) -> Self {
                 Self {
-                    created_at: Ok(value.created_at),
-                    disabled: Ok(value.disabled),
-                    email: Ok(value.email),
-                    has_password: Ok(value.has_password),
-                    id: Ok(value.id),
-                    is_admin: Ok(value.is_admin),
-                    last_login_at: Ok(value.last_login_at),
-                    name: Ok(value.name),
-                    updated_at: Ok(value.updated_at),
+                    items: Ok(value.items),
+                    next_cursor: Ok(value.next_cursor),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PageWebhookMessageView {
+            items: ::std::result::Result<
+                ::std::vec::Vec<super::WebhookMessageView>,
+                ::std::string::String,
+            >,
+            next_cursor: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for PageWebhookMessageView {
+            fn default() -> Self {
+                Self {
+                    items: Err("no value supplied for items".to_string()),
+                    next_cursor: Ok(Default::default()),
+                }
+            }
+        }
+        impl PageWebhookMessageView {
+            pub fn items<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::WebhookMessageView>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.items = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for items: {e}")
+                    });
+                self
+            }
+            pub fn next_cursor<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.next_cursor = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for next_cursor: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PageWebhookMessageView>
+        for super::PageWebhookMessageView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PageWebhookMessageView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    items: value.items?,
+                    next_cursor: value.next_cursor?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PageWebhookMessageView>
+        for PageWebhookMessageView {
+            fn from(value: super::PageWebhookMessageView) -> Self {
+                Self {
+                    items: Ok(value.items),
+                    next_cursor: Ok(value.next_cursor),
                 }
             }
         }
@@ -14966,7 +16270,10 @@ API token expires no later than that token (and is revoked with it).*/
         }
         #[derive(Clone, Debug)]
         pub struct ProviderActivate {
-            digest: ::std::result::Result<::std::string::String, ::std::string::String>,
+            digest: ::std::result::Result<
+                super::ProviderActivateDigest,
+                ::std::string::String,
+            >,
         }
         impl ::std::default::Default for ProviderActivate {
             fn default() -> Self {
@@ -14978,7 +16285,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl ProviderActivate {
             pub fn digest<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ProviderActivateDigest>,
                 T::Error: ::std::fmt::Display,
             {
                 self.digest = value
@@ -15004,7 +16311,10 @@ API token expires no later than that token (and is revoked with it).*/
         }
         #[derive(Clone, Debug)]
         pub struct ProviderActivationView {
-            action: ::std::result::Result<::std::string::String, ::std::string::String>,
+            action: ::std::result::Result<
+                super::ActivationAction,
+                ::std::string::String,
+            >,
             actor_user_id: ::std::result::Result<
                 ::std::option::Option<::uuid::Uuid>,
                 ::std::string::String,
@@ -15030,7 +16340,7 @@ API token expires no later than that token (and is revoked with it).*/
         impl ProviderActivationView {
             pub fn action<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ActivationAction>,
                 T::Error: ::std::fmt::Display,
             {
                 self.action = value
@@ -15734,7 +17044,7 @@ API token expires no later than that token (and is revoked with it).*/
             >,
             from: ::std::result::Result<super::ProviderHealth, ::std::string::String>,
             id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
-            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
+            kind: ::std::result::Result<super::ProviderEventKind, ::std::string::String>,
             reason: ::std::result::Result<::std::string::String, ::std::string::String>,
             to: ::std::result::Result<super::ProviderHealth, ::std::string::String>,
         }
@@ -15787,7 +17097,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn kind<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::ProviderEventKind>,
                 T::Error: ::std::fmt::Display,
             {
                 self.kind = value
@@ -15858,7 +17168,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             http_response_kib: ::std::result::Result<
-                ::std::option::Option<i32>,
+                ::std::option::Option<::std::num::NonZeroU32>,
                 ::std::string::String,
             >,
             max_concurrent_calls: ::std::result::Result<
@@ -15866,7 +17176,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::string::String,
             >,
             memory_mib: ::std::result::Result<
-                ::std::option::Option<i32>,
+                ::std::option::Option<::std::num::NonZeroU32>,
                 ::std::string::String,
             >,
         }
@@ -15912,7 +17222,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn http_response_kib<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::std::num::NonZeroU32>,
+                >,
                 T::Error: ::std::fmt::Display,
             {
                 self.http_response_kib = value
@@ -15940,7 +17252,9 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn memory_mib<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::std::num::NonZeroU32>,
+                >,
                 T::Error: ::std::fmt::Display,
             {
                 self.memory_mib = value
@@ -16894,7 +18208,7 @@ API token expires no later than that token (and is revoked with it).*/
                 ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
                 ::std::string::String,
             >,
-            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<super::RoutingKeyState, ::std::string::String>,
         }
         impl ::std::default::Default for PublishedKey {
             fn default() -> Self {
@@ -16973,7 +18287,7 @@ API token expires no later than that token (and is revoked with it).*/
             }
             pub fn state<T>(mut self, value: T) -> Self
             where
-                T: ::std::convert::TryInto<::std::string::String>,
+                T: ::std::convert::TryInto<super::RoutingKeyState>,
                 T::Error: ::std::fmt::Display,
             {
                 self.state = value
@@ -17050,6 +18364,86 @@ API token expires no later than that token (and is revoked with it).*/
         impl ::std::convert::From<super::PublishedKeys> for PublishedKeys {
             fn from(value: super::PublishedKeys) -> Self {
                 Self { keys: Ok(value.keys) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PushBinding {
+            branch: ::std::result::Result<
+                super::PushBindingBranch,
+                ::std::string::String,
+            >,
+            repository: ::std::result::Result<
+                super::PushBindingRepository,
+                ::std::string::String,
+            >,
+            service_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+        }
+        impl ::std::default::Default for PushBinding {
+            fn default() -> Self {
+                Self {
+                    branch: Err("no value supplied for branch".to_string()),
+                    repository: Err("no value supplied for repository".to_string()),
+                    service_id: Err("no value supplied for service_id".to_string()),
+                }
+            }
+        }
+        impl PushBinding {
+            pub fn branch<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::PushBindingBranch>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.branch = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for branch: {e}")
+                    });
+                self
+            }
+            pub fn repository<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::PushBindingRepository>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.repository = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for repository: {e}")
+                    });
+                self
+            }
+            pub fn service_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.service_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for service_id: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PushBinding> for super::PushBinding {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PushBinding,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    branch: value.branch?,
+                    repository: value.repository?,
+                    service_id: value.service_id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PushBinding> for PushBinding {
+            fn from(value: super::PushBinding) -> Self {
+                Self {
+                    branch: Ok(value.branch),
+                    repository: Ok(value.repository),
+                    service_id: Ok(value.service_id),
+                }
             }
         }
         #[derive(Clone, Debug)]
@@ -18650,6 +20044,210 @@ API token expires no later than that token (and is revoked with it).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct SignInFinish {
+            code: ::std::result::Result<super::SignInFinishCode, ::std::string::String>,
+            state: ::std::result::Result<
+                super::SignInFinishState,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for SignInFinish {
+            fn default() -> Self {
+                Self {
+                    code: Err("no value supplied for code".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl SignInFinish {
+            pub fn code<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::SignInFinishCode>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.code = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for code: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::SignInFinishState>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SignInFinish> for super::SignInFinish {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SignInFinish,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    code: value.code?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SignInFinish> for SignInFinish {
+            fn from(value: super::SignInFinish) -> Self {
+                Self {
+                    code: Ok(value.code),
+                    state: Ok(value.state),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SignInProviderView {
+            kind: ::std::result::Result<
+                super::SignInProviderKind,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for SignInProviderView {
+            fn default() -> Self {
+                Self {
+                    kind: Err("no value supplied for kind".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                }
+            }
+        }
+        impl SignInProviderView {
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::SignInProviderKind>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for kind: {e}")
+                    });
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for name: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SignInProviderView> for super::SignInProviderView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SignInProviderView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    kind: value.kind?,
+                    name: value.name?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SignInProviderView> for SignInProviderView {
+            fn from(value: super::SignInProviderView) -> Self {
+                Self {
+                    kind: Ok(value.kind),
+                    name: Ok(value.name),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SignInStart {
+            authorize_url: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            expires_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for SignInStart {
+            fn default() -> Self {
+                Self {
+                    authorize_url: Err(
+                        "no value supplied for authorize_url".to_string(),
+                    ),
+                    expires_at: Err("no value supplied for expires_at".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl SignInStart {
+            pub fn authorize_url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.authorize_url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for authorize_url: {e}")
+                    });
+                self
+            }
+            pub fn expires_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.expires_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for expires_at: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SignInStart> for super::SignInStart {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SignInStart,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    authorize_url: value.authorize_url?,
+                    expires_at: value.expires_at?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SignInStart> for SignInStart {
+            fn from(value: super::SignInStart) -> Self {
+                Self {
+                    authorize_url: Ok(value.authorize_url),
+                    expires_at: Ok(value.expires_at),
+                    state: Ok(value.state),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct SignedSnapshotDoc {
             format: ::std::result::Result<::std::string::String, ::std::string::String>,
             key_id: ::std::result::Result<::std::string::String, ::std::string::String>,
@@ -20239,6 +21837,769 @@ API token expires no later than that token (and is revoked with it).*/
                 }
             }
         }
+        #[derive(Clone, Debug)]
+        pub struct WebhookEndpointCreate {
+            event_types: ::std::result::Result<
+                ::std::vec::Vec<super::WebhookEventType>,
+                ::std::string::String,
+            >,
+            url: ::std::result::Result<
+                super::WebhookEndpointCreateUrl,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for WebhookEndpointCreate {
+            fn default() -> Self {
+                Self {
+                    event_types: Ok(Default::default()),
+                    url: Err("no value supplied for url".to_string()),
+                }
+            }
+        }
+        impl WebhookEndpointCreate {
+            pub fn event_types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::WebhookEventType>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event_types = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event_types: {e}")
+                    });
+                self
+            }
+            pub fn url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::WebhookEndpointCreateUrl>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for url: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<WebhookEndpointCreate>
+        for super::WebhookEndpointCreate {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookEndpointCreate,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    event_types: value.event_types?,
+                    url: value.url?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::WebhookEndpointCreate>
+        for WebhookEndpointCreate {
+            fn from(value: super::WebhookEndpointCreate) -> Self {
+                Self {
+                    event_types: Ok(value.event_types),
+                    url: Ok(value.url),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct WebhookEndpointCreated {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            event_types: ::std::result::Result<
+                ::std::vec::Vec<super::WebhookEventType>,
+                ::std::string::String,
+            >,
+            failures: ::std::result::Result<i32, ::std::string::String>,
+            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            open_until: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            previous_secret_until: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            secret: ::std::result::Result<::std::string::String, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            url: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for WebhookEndpointCreated {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    event_types: Err("no value supplied for event_types".to_string()),
+                    failures: Err("no value supplied for failures".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    open_until: Ok(Default::default()),
+                    previous_secret_until: Ok(Default::default()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    secret: Err("no value supplied for secret".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    url: Err("no value supplied for url".to_string()),
+                }
+            }
+        }
+        impl WebhookEndpointCreated {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn event_types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::WebhookEventType>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event_types = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event_types: {e}")
+                    });
+                self
+            }
+            pub fn failures<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failures = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for failures: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn open_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.open_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for open_until: {e}")
+                    });
+                self
+            }
+            pub fn previous_secret_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previous_secret_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for previous_secret_until: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for project_id: {e}")
+                    });
+                self
+            }
+            pub fn secret<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.secret = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for secret: {e}")
+                    });
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for updated_at: {e}")
+                    });
+                self
+            }
+            pub fn url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for url: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<WebhookEndpointCreated>
+        for super::WebhookEndpointCreated {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookEndpointCreated,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    event_types: value.event_types?,
+                    failures: value.failures?,
+                    id: value.id?,
+                    open_until: value.open_until?,
+                    previous_secret_until: value.previous_secret_until?,
+                    project_id: value.project_id?,
+                    secret: value.secret?,
+                    updated_at: value.updated_at?,
+                    url: value.url?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::WebhookEndpointCreated>
+        for WebhookEndpointCreated {
+            fn from(value: super::WebhookEndpointCreated) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    event_types: Ok(value.event_types),
+                    failures: Ok(value.failures),
+                    id: Ok(value.id),
+                    open_until: Ok(value.open_until),
+                    previous_secret_until: Ok(value.previous_secret_until),
+                    project_id: Ok(value.project_id),
+                    secret: Ok(value.secret),
+                    updated_at: Ok(value.updated_at),
+                    url: Ok(value.url),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct WebhookEndpointUpdate {
+            event_types: ::std::result::Result<
+                ::std::option::Option<::std::vec::Vec<super::WebhookEventType>>,
+                ::std::string::String,
+            >,
+            url: ::std::result::Result<
+                ::std::option::Option<super::WebhookEndpointUpdateUrl>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for WebhookEndpointUpdate {
+            fn default() -> Self {
+                Self {
+                    event_types: Ok(Default::default()),
+                    url: Ok(Default::default()),
+                }
+            }
+        }
+        impl WebhookEndpointUpdate {
+            pub fn event_types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::std::vec::Vec<super::WebhookEventType>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event_types = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event_types: {e}")
+                    });
+                self
+            }
+            pub fn url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::WebhookEndpointUpdateUrl>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for url: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<WebhookEndpointUpdate>
+        for super::WebhookEndpointUpdate {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookEndpointUpdate,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    event_types: value.event_types?,
+                    url: value.url?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::WebhookEndpointUpdate>
+        for WebhookEndpointUpdate {
+            fn from(value: super::WebhookEndpointUpdate) -> Self {
+                Self {
+                    event_types: Ok(value.event_types),
+                    url: Ok(value.url),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct WebhookEndpointView {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            event_types: ::std::result::Result<
+                ::std::vec::Vec<super::WebhookEventType>,
+                ::std::string::String,
+            >,
+            failures: ::std::result::Result<i32, ::std::string::String>,
+            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            open_until: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            previous_secret_until: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            project_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            url: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for WebhookEndpointView {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    event_types: Err("no value supplied for event_types".to_string()),
+                    failures: Err("no value supplied for failures".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    open_until: Ok(Default::default()),
+                    previous_secret_until: Ok(Default::default()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    url: Err("no value supplied for url".to_string()),
+                }
+            }
+        }
+        impl WebhookEndpointView {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn event_types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::WebhookEventType>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event_types = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event_types: {e}")
+                    });
+                self
+            }
+            pub fn failures<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failures = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for failures: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn open_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.open_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for open_until: {e}")
+                    });
+                self
+            }
+            pub fn previous_secret_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previous_secret_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for previous_secret_until: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for project_id: {e}")
+                    });
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for updated_at: {e}")
+                    });
+                self
+            }
+            pub fn url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.url = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for url: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<WebhookEndpointView>
+        for super::WebhookEndpointView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookEndpointView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    event_types: value.event_types?,
+                    failures: value.failures?,
+                    id: value.id?,
+                    open_until: value.open_until?,
+                    previous_secret_until: value.previous_secret_until?,
+                    project_id: value.project_id?,
+                    updated_at: value.updated_at?,
+                    url: value.url?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::WebhookEndpointView> for WebhookEndpointView {
+            fn from(value: super::WebhookEndpointView) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    event_types: Ok(value.event_types),
+                    failures: Ok(value.failures),
+                    id: Ok(value.id),
+                    open_until: Ok(value.open_until),
+                    previous_secret_until: Ok(value.previous_secret_until),
+                    project_id: Ok(value.project_id),
+                    updated_at: Ok(value.updated_at),
+                    url: Ok(value.url),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct WebhookMessageView {
+            attempts: ::std::result::Result<i32, ::std::string::String>,
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            delivered_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            event_type: ::std::result::Result<
+                super::WebhookEventType,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            last_error: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            last_status: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            next_attempt_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            payload: ::std::result::Result<::serde_json::Value, ::std::string::String>,
+            state: ::std::result::Result<
+                super::WebhookMessageState,
+                ::std::string::String,
+            >,
+            webhook_id: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for WebhookMessageView {
+            fn default() -> Self {
+                Self {
+                    attempts: Err("no value supplied for attempts".to_string()),
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    delivered_at: Ok(Default::default()),
+                    event_type: Err("no value supplied for event_type".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    last_error: Err("no value supplied for last_error".to_string()),
+                    last_status: Ok(Default::default()),
+                    next_attempt_at: Err(
+                        "no value supplied for next_attempt_at".to_string(),
+                    ),
+                    payload: Err("no value supplied for payload".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                    webhook_id: Err("no value supplied for webhook_id".to_string()),
+                }
+            }
+        }
+        impl WebhookMessageView {
+            pub fn attempts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.attempts = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for attempts: {e}")
+                    });
+                self
+            }
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn delivered_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delivered_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for delivered_at: {e}")
+                    });
+                self
+            }
+            pub fn event_type<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::WebhookEventType>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event_type = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event_type: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn last_error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_error = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_error: {e}")
+                    });
+                self
+            }
+            pub fn last_status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_status = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_status: {e}")
+                    });
+                self
+            }
+            pub fn next_attempt_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.next_attempt_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for next_attempt_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn payload<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::serde_json::Value>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.payload = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for payload: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::WebhookMessageState>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+            pub fn webhook_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.webhook_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for webhook_id: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<WebhookMessageView> for super::WebhookMessageView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WebhookMessageView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    attempts: value.attempts?,
+                    created_at: value.created_at?,
+                    delivered_at: value.delivered_at?,
+                    event_type: value.event_type?,
+                    id: value.id?,
+                    last_error: value.last_error?,
+                    last_status: value.last_status?,
+                    next_attempt_at: value.next_attempt_at?,
+                    payload: value.payload?,
+                    state: value.state?,
+                    webhook_id: value.webhook_id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::WebhookMessageView> for WebhookMessageView {
+            fn from(value: super::WebhookMessageView) -> Self {
+                Self {
+                    attempts: Ok(value.attempts),
+                    created_at: Ok(value.created_at),
+                    delivered_at: Ok(value.delivered_at),
+                    event_type: Ok(value.event_type),
+                    id: Ok(value.id),
+                    last_error: Ok(value.last_error),
+                    last_status: Ok(value.last_status),
+                    next_attempt_at: Ok(value.next_attempt_at),
+                    payload: Ok(value.payload),
+                    state: Ok(value.state),
+                    webhook_id: Ok(value.webhook_id),
+                }
+            }
+        }
     }
     /// Error types.
     pub mod error {
@@ -20431,6 +22792,53 @@ let response = client.session_logout()
     pub fn session_logout(&self) -> builder::SessionLogout<'_> {
         builder::SessionLogout::new(self)
     }
+    /**The outside identity providers one may sign in with (as the operator configured them)
+
+Sends a `GET` request to `/v1/auth/providers`
+
+```ignore
+let response = client.sign_in_provider_list()
+    .send()
+    .await;
+```*/
+    pub fn sign_in_provider_list(&self) -> builder::SignInProviderList<'_> {
+        builder::SignInProviderList::new(self)
+    }
+    /**Finish signing in with an outside provider: the code is exchanged (with the PKCE
+verifier) and the linked user gets a session. The state works once, for ten minutes
+
+Sends a `POST` request to `/v1/auth/providers/{provider}/finish`
+
+Arguments:
+- `provider`: The provider's name
+- `body`
+```ignore
+let response = client.sign_in_finish()
+    .provider(provider)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn sign_in_finish(&self) -> builder::SignInFinish<'_> {
+        builder::SignInFinish::new(self)
+    }
+    /**Start signing in with an outside provider: send the browser to `authorize_url`; the
+provider sends it back to the configured redirect URI with `code` and `state`. Limited per
+client address like password logins
+
+Sends a `POST` request to `/v1/auth/providers/{provider}/start`
+
+Arguments:
+- `provider`: The provider's name
+```ignore
+let response = client.sign_in_start()
+    .provider(provider)
+    .send()
+    .await;
+```*/
+    pub fn sign_in_start(&self) -> builder::SignInStart<'_> {
+        builder::SignInStart::new(self)
+    }
     /**Exchange a refresh token for new tokens. Each refresh token works once; reusing one revokes
 the whole session
 
@@ -20594,7 +23002,7 @@ report as an edge id owns it: another gets 403 `edge_owned`)
 Sends a `POST` request to `/v1/edges/{edge_id}/status`
 
 Arguments:
-- `edge_id`: The edge's id: 1 to 63 lowercase letters, digits or '-'
+- `edge_id`: The edge's id: 1 to 63 lowercase letters, digits or '-', starting with a letter and not ending with '-'
 - `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
 - `body`
 ```ignore
@@ -20607,6 +23015,33 @@ let response = client.edge_status_report()
 ```*/
     pub fn edge_status_report(&self) -> builder::EdgeStatusReport<'_> {
         builder::EdgeStatusReport::new(self)
+    }
+    /**Receive a delivery of GitHub's webhook (the forge calls this, signing the body with the
+installation's secret; no credential). A `push` to a branch is stored and answered at once
+(202 `queued`), then deploys the services the installation binds to that repository and
+branch, exactly once; the same delivery or body again is 200 `duplicate`. `ping` is 200
+`pong`; other events are 200 `ignored`. At most 1 MiB
+
+Sends a `POST` request to `/v1/hooks/github`
+
+Arguments:
+- `installation`: The installation's id (its `hook_path` says so).
+- `x_git_hub_delivery`: The forge's id of the delivery (at most 100 characters); a second delivery with it is a duplicate
+- `x_git_hub_event`: `push`, `ping`, or another event (ignored)
+- `x_hub_signature_256`: `sha256=` and the hex HMAC-SHA256 of the raw body with the installation's secret
+- `body`: The event's JSON, or a form whose `payload` field holds it (GitHub's default content type)
+```ignore
+let response = client.github_hook_receive()
+    .installation(installation)
+    .x_git_hub_delivery(x_git_hub_delivery)
+    .x_git_hub_event(x_git_hub_event)
+    .x_hub_signature_256(x_hub_signature_256)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn github_hook_receive(&self) -> builder::GithubHookReceive<'_> {
+        builder::GithubHookReceive::new(self)
     }
     /**The caller's own account
 
@@ -20639,6 +23074,70 @@ let response = client.me_update()
 ```*/
     pub fn me_update(&self) -> builder::MeUpdate<'_> {
         builder::MeUpdate::new(self)
+    }
+    /**The outside accounts the caller linked
+
+Sends a `GET` request to `/v1/me/identities`
+
+```ignore
+let response = client.identity_list()
+    .send()
+    .await;
+```*/
+    pub fn identity_list(&self) -> builder::IdentityList<'_> {
+        builder::IdentityList::new(self)
+    }
+    /**Unlink one of the caller's outside accounts (a session, not an API token)
+
+Sends a `DELETE` request to `/v1/me/identities/{identity_id}`
+
+Arguments:
+- `identity_id`: Identity id
+```ignore
+let response = client.identity_unlink()
+    .identity_id(identity_id)
+    .send()
+    .await;
+```*/
+    pub fn identity_unlink(&self) -> builder::IdentityUnlink<'_> {
+        builder::IdentityUnlink::new(self)
+    }
+    /**Finish linking: from now on the account signs the caller in
+
+Sends a `POST` request to `/v1/me/identities/{provider}/finish`
+
+Arguments:
+- `provider`: The provider's name
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+- `body`
+```ignore
+let response = client.identity_link_finish()
+    .provider(provider)
+    .idempotency_key(idempotency_key)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn identity_link_finish(&self) -> builder::IdentityLinkFinish<'_> {
+        builder::IdentityLinkFinish::new(self)
+    }
+    /**Start linking an account at an outside provider to the caller (a session, not an API
+token): as a sign-in, then finish at `…/finish`
+
+Sends a `POST` request to `/v1/me/identities/{provider}/start`
+
+Arguments:
+- `provider`: The provider's name
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+```ignore
+let response = client.identity_link_start()
+    .provider(provider)
+    .idempotency_key(idempotency_key)
+    .send()
+    .await;
+```*/
+    pub fn identity_link_start(&self) -> builder::IdentityLinkStart<'_> {
+        builder::IdentityLinkStart::new(self)
     }
     /**The caller's pending invitations
 
@@ -21098,6 +23597,155 @@ let response = client.environment_update()
     pub fn environment_update(&self) -> builder::EnvironmentUpdate<'_> {
         builder::EnvironmentUpdate::new(self)
     }
+    /**List a project's git installations
+
+Sends a `GET` request to `/v1/projects/{project_id}/git-installations`
+
+Arguments:
+- `project_id`: Project id
+- `cursor`: `next_cursor` of the previous page.
+- `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
+```ignore
+let response = client.git_installation_list()
+    .project_id(project_id)
+    .cursor(cursor)
+    .limit(limit)
+    .if_none_match(if_none_match)
+    .send()
+    .await;
+```*/
+    pub fn git_installation_list(&self) -> builder::GitInstallationList<'_> {
+        builder::GitInstallationList::new(self)
+    }
+    /**Install a push webhook (admins and owners). The answer holds its secret, once: set it,
+and `hook_path` on this server's origin, in the repository's webhook settings
+
+Sends a `POST` request to `/v1/projects/{project_id}/git-installations`
+
+Arguments:
+- `project_id`: Project id
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+- `body`
+```ignore
+let response = client.git_installation_create()
+    .project_id(project_id)
+    .idempotency_key(idempotency_key)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn git_installation_create(&self) -> builder::GitInstallationCreate<'_> {
+        builder::GitInstallationCreate::new(self)
+    }
+    /**Get a git installation (never its secret)
+
+Sends a `GET` request to `/v1/projects/{project_id}/git-installations/{installation_id}`
+
+Arguments:
+- `project_id`: Project id
+- `installation_id`: Installation id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
+```ignore
+let response = client.git_installation_view()
+    .project_id(project_id)
+    .installation_id(installation_id)
+    .if_none_match(if_none_match)
+    .send()
+    .await;
+```*/
+    pub fn git_installation_view(&self) -> builder::GitInstallationView<'_> {
+        builder::GitInstallationView::new(self)
+    }
+    /**Delete a git installation and its deliveries (admins and owners); the deployments made
+from them stay. Deliveries to it are refused from then on
+
+Sends a `DELETE` request to `/v1/projects/{project_id}/git-installations/{installation_id}`
+
+Arguments:
+- `project_id`: Project id
+- `installation_id`: Installation id
+- `if_match`: The ETag the change is based on: 412 when the resource changed since
+```ignore
+let response = client.git_installation_delete()
+    .project_id(project_id)
+    .installation_id(installation_id)
+    .if_match(if_match)
+    .send()
+    .await;
+```*/
+    pub fn git_installation_delete(&self) -> builder::GitInstallationDelete<'_> {
+        builder::GitInstallationDelete::new(self)
+    }
+    /**Replace the bindings of a git installation (admins and owners)
+
+Sends a `PATCH` request to `/v1/projects/{project_id}/git-installations/{installation_id}`
+
+Arguments:
+- `project_id`: Project id
+- `installation_id`: Installation id
+- `if_match`: The ETag the change is based on: 412 when the resource changed since
+- `body`
+```ignore
+let response = client.git_installation_update()
+    .project_id(project_id)
+    .installation_id(installation_id)
+    .if_match(if_match)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn git_installation_update(&self) -> builder::GitInstallationUpdate<'_> {
+        builder::GitInstallationUpdate::new(self)
+    }
+    /**List the deliveries a git installation received (kept for 7 days), in the order received
+
+Sends a `GET` request to `/v1/projects/{project_id}/git-installations/{installation_id}/deliveries`
+
+Arguments:
+- `project_id`: Project id
+- `installation_id`: Installation id
+- `cursor`: `next_cursor` of the previous page.
+- `limit`: Items per page, 1 to 200 (default 50).
+- `order`: `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+order it was given in.
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
+```ignore
+let response = client.git_delivery_list()
+    .project_id(project_id)
+    .installation_id(installation_id)
+    .cursor(cursor)
+    .limit(limit)
+    .order(order)
+    .if_none_match(if_none_match)
+    .send()
+    .await;
+```*/
+    pub fn git_delivery_list(&self) -> builder::GitDeliveryList<'_> {
+        builder::GitDeliveryList::new(self)
+    }
+    /**Give a git installation a new secret (admins and owners), shown in this answer only; the
+previous one is still accepted for an hour, while the forge's settings are updated
+
+Sends a `POST` request to `/v1/projects/{project_id}/git-installations/{installation_id}/secret`
+
+Arguments:
+- `project_id`: Project id
+- `installation_id`: Installation id
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+```ignore
+let response = client.git_installation_secret_rotate()
+    .project_id(project_id)
+    .installation_id(installation_id)
+    .idempotency_key(idempotency_key)
+    .send()
+    .await;
+```*/
+    pub fn git_installation_secret_rotate(
+        &self,
+    ) -> builder::GitInstallationSecretRotate<'_> {
+        builder::GitInstallationSecretRotate::new(self)
+    }
     /**A project's pending invitations (admins)
 
 Sends a `GET` request to `/v1/projects/{project_id}/invitations`
@@ -21336,7 +23984,7 @@ let response = client.service_update()
     pub fn service_update(&self) -> builder::ServiceUpdate<'_> {
         builder::ServiceUpdate::new(self)
     }
-    /**A service's deployments, oldest first
+    /**A service's deployments, oldest first (`order=desc`: newest first)
 
 Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}/deployments`
 
@@ -21345,6 +23993,8 @@ Arguments:
 - `service_id`: Service id
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `order`: `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+order it was given in.
 - `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.deployment_list()
@@ -21352,6 +24002,7 @@ let response = client.deployment_list()
     .service_id(service_id)
     .cursor(cursor)
     .limit(limit)
+    .order(order)
     .if_none_match(if_none_match)
     .send()
     .await;
@@ -21500,6 +24151,177 @@ let response = client.service_instance_list()
     pub fn service_instance_list(&self) -> builder::ServiceInstanceList<'_> {
         builder::ServiceInstanceList::new(self)
     }
+    /**List a project's webhook endpoints
+
+Sends a `GET` request to `/v1/projects/{project_id}/webhooks`
+
+Arguments:
+- `project_id`: Project id
+- `cursor`: `next_cursor` of the previous page.
+- `limit`: Items per page, 1 to 200 (default 50).
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
+```ignore
+let response = client.webhook_endpoint_list()
+    .project_id(project_id)
+    .cursor(cursor)
+    .limit(limit)
+    .if_none_match(if_none_match)
+    .send()
+    .await;
+```*/
+    pub fn webhook_endpoint_list(&self) -> builder::WebhookEndpointList<'_> {
+        builder::WebhookEndpointList::new(self)
+    }
+    /**Register a webhook endpoint (admins and owners). The answer holds its signing secret,
+once
+
+Sends a `POST` request to `/v1/projects/{project_id}/webhooks`
+
+Arguments:
+- `project_id`: Project id
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+- `body`
+```ignore
+let response = client.webhook_endpoint_create()
+    .project_id(project_id)
+    .idempotency_key(idempotency_key)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn webhook_endpoint_create(&self) -> builder::WebhookEndpointCreate<'_> {
+        builder::WebhookEndpointCreate::new(self)
+    }
+    /**Get a webhook endpoint (never its secret)
+
+Sends a `GET` request to `/v1/projects/{project_id}/webhooks/{webhook_id}`
+
+Arguments:
+- `project_id`: Project id
+- `webhook_id`: Endpoint id
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
+```ignore
+let response = client.webhook_endpoint_view()
+    .project_id(project_id)
+    .webhook_id(webhook_id)
+    .if_none_match(if_none_match)
+    .send()
+    .await;
+```*/
+    pub fn webhook_endpoint_view(&self) -> builder::WebhookEndpointView<'_> {
+        builder::WebhookEndpointView::new(self)
+    }
+    /**Delete a webhook endpoint and its messages (admins and owners)
+
+Sends a `DELETE` request to `/v1/projects/{project_id}/webhooks/{webhook_id}`
+
+Arguments:
+- `project_id`: Project id
+- `webhook_id`: Endpoint id
+- `if_match`: The ETag the change is based on: 412 when the resource changed since
+```ignore
+let response = client.webhook_endpoint_delete()
+    .project_id(project_id)
+    .webhook_id(webhook_id)
+    .if_match(if_match)
+    .send()
+    .await;
+```*/
+    pub fn webhook_endpoint_delete(&self) -> builder::WebhookEndpointDelete<'_> {
+        builder::WebhookEndpointDelete::new(self)
+    }
+    /**Change a webhook endpoint's URL or event types (admins and owners); a new URL closes its
+breaker
+
+Sends a `PATCH` request to `/v1/projects/{project_id}/webhooks/{webhook_id}`
+
+Arguments:
+- `project_id`: Project id
+- `webhook_id`: Endpoint id
+- `if_match`: The ETag the change is based on: 412 when the resource changed since
+- `body`
+```ignore
+let response = client.webhook_endpoint_update()
+    .project_id(project_id)
+    .webhook_id(webhook_id)
+    .if_match(if_match)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn webhook_endpoint_update(&self) -> builder::WebhookEndpointUpdate<'_> {
+        builder::WebhookEndpointUpdate::new(self)
+    }
+    /**List the messages of a webhook endpoint and what became of each (the delivery log)
+
+Sends a `GET` request to `/v1/projects/{project_id}/webhooks/{webhook_id}/messages`
+
+Arguments:
+- `project_id`: Project id
+- `webhook_id`: Endpoint id
+- `cursor`: `next_cursor` of the previous page.
+- `limit`: Items per page, 1 to 200 (default 50).
+- `order`: `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+order it was given in.
+- `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
+```ignore
+let response = client.webhook_message_list()
+    .project_id(project_id)
+    .webhook_id(webhook_id)
+    .cursor(cursor)
+    .limit(limit)
+    .order(order)
+    .if_none_match(if_none_match)
+    .send()
+    .await;
+```*/
+    pub fn webhook_message_list(&self) -> builder::WebhookMessageList<'_> {
+        builder::WebhookMessageList::new(self)
+    }
+    /**Send a message again now (admins and owners): the same `webhook-id`, a fresh timestamp
+and signature, the retry schedule from its start
+
+Sends a `POST` request to `/v1/projects/{project_id}/webhooks/{webhook_id}/messages/{message_id}/replay`
+
+Arguments:
+- `project_id`: Project id
+- `webhook_id`: Endpoint id
+- `message_id`: Message id
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+```ignore
+let response = client.webhook_message_replay()
+    .project_id(project_id)
+    .webhook_id(webhook_id)
+    .message_id(message_id)
+    .idempotency_key(idempotency_key)
+    .send()
+    .await;
+```*/
+    pub fn webhook_message_replay(&self) -> builder::WebhookMessageReplay<'_> {
+        builder::WebhookMessageReplay::new(self)
+    }
+    /**Give a webhook endpoint a new signing secret (admins and owners), shown in this answer
+only; for 24 hours messages carry a signature with the previous one too
+
+Sends a `POST` request to `/v1/projects/{project_id}/webhooks/{webhook_id}/secret`
+
+Arguments:
+- `project_id`: Project id
+- `webhook_id`: Endpoint id
+- `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
+```ignore
+let response = client.webhook_endpoint_secret_rotate()
+    .project_id(project_id)
+    .webhook_id(webhook_id)
+    .idempotency_key(idempotency_key)
+    .send()
+    .await;
+```*/
+    pub fn webhook_endpoint_secret_rotate(
+        &self,
+    ) -> builder::WebhookEndpointSecretRotate<'_> {
+        builder::WebhookEndpointSecretRotate::new(self)
+    }
     /**List providers
 
 Everyone sees each provider's name, state and health; administrators also see its
@@ -21600,7 +24422,8 @@ let response = client.provider_activate()
     pub fn provider_activate(&self) -> builder::ProviderActivate<'_> {
         builder::ProviderActivate::new(self)
     }
-    /**The versions a provider was switched to, oldest first (administrators)
+    /**The versions a provider was switched to, oldest first (`order=desc`: newest first;
+administrators)
 
 Sends a `GET` request to `/v1/providers/{name}/activations`
 
@@ -21608,12 +24431,15 @@ Arguments:
 - `name`: Provider name
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `order`: `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+order it was given in.
 - `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.provider_activation_list()
     .name(name)
     .cursor(cursor)
     .limit(limit)
+    .order(order)
     .if_none_match(if_none_match)
     .send()
     .await;
@@ -21671,7 +24497,7 @@ let response = client.evacuation_cancel()
     pub fn evacuation_cancel(&self) -> builder::EvacuationCancel<'_> {
         builder::EvacuationCancel::new(self)
     }
-    /**A provider's events, oldest first (administrators)
+    /**A provider's events, oldest first (`order=desc`: newest first; administrators)
 
 Changes of its health (`kind` `health`) and activations refused by the new version's
 health check (`activation_refused`).
@@ -21682,12 +24508,15 @@ Arguments:
 - `name`: Provider name
 - `cursor`: `next_cursor` of the previous page.
 - `limit`: Items per page, 1 to 200 (default 50).
+- `order`: `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+order it was given in.
 - `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.provider_event_list()
     .name(name)
     .cursor(cursor)
     .limit(limit)
+    .order(order)
     .if_none_match(if_none_match)
     .send()
     .await;
@@ -21803,28 +24632,38 @@ let response = client.provider_rollback()
     pub fn provider_rollback(&self) -> builder::ProviderRollback<'_> {
         builder::ProviderRollback::new(self)
     }
-    /**The routing table (`routing:read`). As JSON, the signed snapshot: `{format, key_id,
-signature, table}`, the Ed25519 signature (base64) covering the exact bytes of `table` as
-they appear; its strong `ETag` answers `If-None-Match` with 304; gzip when accepted. With
-`format=caddy`, a Caddy configuration that serves it
+    /**The routing table (`routing:read`): the signed snapshot `{format, key_id, signature,
+table}`, the Ed25519 signature (base64) covering the exact bytes of `table` as they appear;
+its strong `ETag` answers `If-None-Match` with 304; gzip when accepted
 
 Sends a `GET` request to `/v1/routing-table`
 
 Arguments:
-- `format`: `json` (default): the signed snapshot; `caddy`: a Caddy configuration.
-- `listen`: With `format=caddy`: the address Caddy serves the routes on (`host:port` or `:port`;
-default `:80`).
 - `if_none_match`: A tag of an earlier answer: 304, without a body, while the answer would be the same
 ```ignore
 let response = client.routing_table_view()
-    .format(format)
-    .listen(listen)
     .if_none_match(if_none_match)
     .send()
     .await;
 ```*/
     pub fn routing_table_view(&self) -> builder::RoutingTableView<'_> {
         builder::RoutingTableView::new(self)
+    }
+    /**The routing table as a Caddy configuration that serves it (`routing:read`), for a Caddy
+that is not run by the edge agent: `caddy run --config` it, or `POST` it to Caddy's `/load`
+
+Sends a `GET` request to `/v1/routing-table/caddy`
+
+Arguments:
+- `listen`: The address Caddy serves the routes on: `host:port` or `:port` (default `:80`).
+```ignore
+let response = client.routing_table_caddy()
+    .listen(listen)
+    .send()
+    .await;
+```*/
+    pub fn routing_table_caddy(&self) -> builder::RoutingTableCaddy<'_> {
+        builder::RoutingTableCaddy::new(self)
     }
     /**The changes after revision `since`, oldest first (`routing:read`); 410
 `routing_history_gone` when they are no longer kept: fetch the whole table then
@@ -22342,7 +25181,7 @@ pub mod builder {
         actor_user_id: Result<Option<::uuid::Uuid>, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
-        order: Result<Option<types::AuditEventListOrder>, String>,
+        order: Result<Option<types::ListOrder>, String>,
         project_id: Result<Option<::uuid::Uuid>, String>,
         resource_type: Result<Option<types::AuditEventListResourceType>, String>,
         if_none_match: Result<Option<::std::string::String>, String>,
@@ -22414,14 +25253,12 @@ pub mod builder {
         }
         pub fn order<V>(mut self, value: V) -> Self
         where
-            V: std::convert::TryInto<types::AuditEventListOrder>,
+            V: std::convert::TryInto<types::ListOrder>,
         {
             self.order = value
                 .try_into()
                 .map(Some)
-                .map_err(|_| {
-                    "conversion to `AuditEventListOrder` for order failed".to_string()
-                });
+                .map_err(|_| "conversion to `ListOrder` for order failed".to_string());
             self
         }
         pub fn project_id<V>(mut self, value: V) -> Self
@@ -22842,6 +25679,391 @@ pub mod builder {
                     )
                 }
                 422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::sign_in_provider_list`]
+
+[`Client::sign_in_provider_list`]: super::Client::sign_in_provider_list*/
+    #[derive(Debug, Clone)]
+    pub struct SignInProviderList<'a> {
+        client: &'a super::Client,
+    }
+    impl<'a> SignInProviderList<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self { client: client }
+        }
+        ///Sends a `GET` request to `/v1/auth/providers`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<::std::vec::Vec<types::SignInProviderView>>,
+            Error<types::Problem>,
+        > {
+            let Self { client } = self;
+            let url = format!("{}/v1/auth/providers", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "sign_in_provider_list",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::sign_in_finish`]
+
+[`Client::sign_in_finish`]: super::Client::sign_in_finish*/
+    #[derive(Debug, Clone)]
+    pub struct SignInFinish<'a> {
+        client: &'a super::Client,
+        provider: Result<::std::string::String, String>,
+        body: Result<types::builder::SignInFinish, String>,
+    }
+    impl<'a> SignInFinish<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                provider: Err("provider was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn provider<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.provider = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for provider failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::SignInFinish>,
+            <V as std::convert::TryInto<types::SignInFinish>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `SignInFinish` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::SignInFinish,
+            ) -> types::builder::SignInFinish,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/v1/auth/providers/{provider}/finish`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::SessionTokens>, Error<types::Problem>> {
+            let Self { client, provider, body } = self;
+            let provider = provider.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::SignInFinish::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/auth/providers/{}/finish", client.baseurl, encode_path(& provider
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "sign_in_finish",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::sign_in_start`]
+
+[`Client::sign_in_start`]: super::Client::sign_in_start*/
+    #[derive(Debug, Clone)]
+    pub struct SignInStart<'a> {
+        client: &'a super::Client,
+        provider: Result<::std::string::String, String>,
+    }
+    impl<'a> SignInStart<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                provider: Err("provider was not initialized".to_string()),
+            }
+        }
+        pub fn provider<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.provider = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for provider failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/v1/auth/providers/{provider}/start`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::SignInStart>, Error<types::Problem>> {
+            let Self { client, provider } = self;
+            let provider = provider.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/auth/providers/{}/start", client.baseurl, encode_path(& provider
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "sign_in_start",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                429u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -24155,7 +27377,7 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct EdgeDelete<'a> {
         client: &'a super::Client,
-        edge_id: Result<::std::string::String, String>,
+        edge_id: Result<types::EdgeDeleteEdgeId, String>,
     }
     impl<'a> EdgeDelete<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -24166,13 +27388,12 @@ pub mod builder {
         }
         pub fn edge_id<V>(mut self, value: V) -> Self
         where
-            V: std::convert::TryInto<::std::string::String>,
+            V: std::convert::TryInto<types::EdgeDeleteEdgeId>,
         {
             self.edge_id = value
                 .try_into()
                 .map_err(|_| {
-                    "conversion to `:: std :: string :: String` for edge_id failed"
-                        .to_string()
+                    "conversion to `EdgeDeleteEdgeId` for edge_id failed".to_string()
                 });
             self
         }
@@ -24283,7 +27504,7 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct EdgeStatusReport<'a> {
         client: &'a super::Client,
-        edge_id: Result<::std::string::String, String>,
+        edge_id: Result<types::EdgeStatusReportEdgeId, String>,
         idempotency_key: Result<Option<types::EdgeStatusReportIdempotencyKey>, String>,
         body: Result<types::builder::EdgeStatusReport, String>,
     }
@@ -24298,12 +27519,12 @@ pub mod builder {
         }
         pub fn edge_id<V>(mut self, value: V) -> Self
         where
-            V: std::convert::TryInto<::std::string::String>,
+            V: std::convert::TryInto<types::EdgeStatusReportEdgeId>,
         {
             self.edge_id = value
                 .try_into()
                 .map_err(|_| {
-                    "conversion to `:: std :: string :: String` for edge_id failed"
+                    "conversion to `EdgeStatusReportEdgeId` for edge_id failed"
                         .to_string()
                 });
             self
@@ -24414,6 +27635,234 @@ pub mod builder {
                     )
                 }
                 404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::github_hook_receive`]
+
+[`Client::github_hook_receive`]: super::Client::github_hook_receive*/
+    #[derive(Debug, Clone)]
+    pub struct GithubHookReceive<'a> {
+        client: &'a super::Client,
+        installation: Result<::uuid::Uuid, String>,
+        x_git_hub_delivery: Result<::std::string::String, String>,
+        x_git_hub_event: Result<::std::string::String, String>,
+        x_hub_signature_256: Result<::std::string::String, String>,
+        body: Result<types::builder::GithubPushEvent, String>,
+    }
+    impl<'a> GithubHookReceive<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                installation: Err("installation was not initialized".to_string()),
+                x_git_hub_delivery: Err(
+                    "x_git_hub_delivery was not initialized".to_string(),
+                ),
+                x_git_hub_event: Err("x_git_hub_event was not initialized".to_string()),
+                x_hub_signature_256: Err(
+                    "x_hub_signature_256 was not initialized".to_string(),
+                ),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn installation<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.installation = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for installation failed".to_string()
+                });
+            self
+        }
+        pub fn x_git_hub_delivery<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.x_git_hub_delivery = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for x_git_hub_delivery failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn x_git_hub_event<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.x_git_hub_event = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for x_git_hub_event failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn x_hub_signature_256<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.x_hub_signature_256 = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for x_hub_signature_256 failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::GithubPushEvent>,
+            <V as std::convert::TryInto<
+                types::GithubPushEvent,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `GithubPushEvent` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::GithubPushEvent,
+            ) -> types::builder::GithubPushEvent,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/v1/hooks/github`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::HookReceipt>, Error<types::Problem>> {
+            let Self {
+                client,
+                installation,
+                x_git_hub_delivery,
+                x_git_hub_event,
+                x_hub_signature_256,
+                body,
+            } = self;
+            let installation = installation.map_err(Error::InvalidRequest)?;
+            let x_git_hub_delivery = x_git_hub_delivery.map_err(Error::InvalidRequest)?;
+            let x_git_hub_event = x_git_hub_event.map_err(Error::InvalidRequest)?;
+            let x_hub_signature_256 = x_hub_signature_256
+                .map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::GithubPushEvent::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!("{}/v1/hooks/github", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(4usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            header_map
+                .append("X-GitHub-Delivery", x_git_hub_delivery.to_string().try_into()?);
+            header_map.append("X-GitHub-Event", x_git_hub_event.to_string().try_into()?);
+            header_map
+                .append(
+                    "X-Hub-Signature-256",
+                    x_hub_signature_256.to_string().try_into()?,
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .query(
+                    &progenitor_client::QueryParam::new("installation", &installation),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "github_hook_receive",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                202u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -24723,6 +28172,592 @@ pub mod builder {
                     )
                 }
                 412u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::identity_list`]
+
+[`Client::identity_list`]: super::Client::identity_list*/
+    #[derive(Debug, Clone)]
+    pub struct IdentityList<'a> {
+        client: &'a super::Client,
+    }
+    impl<'a> IdentityList<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self { client: client }
+        }
+        ///Sends a `GET` request to `/v1/me/identities`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<::std::vec::Vec<types::IdentityView>>,
+            Error<types::Problem>,
+        > {
+            let Self { client } = self;
+            let url = format!("{}/v1/me/identities", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "identity_list",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::identity_unlink`]
+
+[`Client::identity_unlink`]: super::Client::identity_unlink*/
+    #[derive(Debug, Clone)]
+    pub struct IdentityUnlink<'a> {
+        client: &'a super::Client,
+        identity_id: Result<::uuid::Uuid, String>,
+    }
+    impl<'a> IdentityUnlink<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                identity_id: Err("identity_id was not initialized".to_string()),
+            }
+        }
+        pub fn identity_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.identity_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for identity_id failed".to_string()
+                });
+            self
+        }
+        ///Sends a `DELETE` request to `/v1/me/identities/{identity_id}`
+        pub async fn send(self) -> Result<ResponseValue<()>, Error<types::Problem>> {
+            let Self { client, identity_id } = self;
+            let identity_id = identity_id.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/me/identities/{}", client.baseurl, encode_path(& identity_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .delete(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "identity_unlink",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                204u16 => Ok(ResponseValue::empty(response)),
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::identity_link_finish`]
+
+[`Client::identity_link_finish`]: super::Client::identity_link_finish*/
+    #[derive(Debug, Clone)]
+    pub struct IdentityLinkFinish<'a> {
+        client: &'a super::Client,
+        provider: Result<::std::string::String, String>,
+        idempotency_key: Result<Option<types::IdentityLinkFinishIdempotencyKey>, String>,
+        body: Result<types::builder::SignInFinish, String>,
+    }
+    impl<'a> IdentityLinkFinish<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                provider: Err("provider was not initialized".to_string()),
+                idempotency_key: Ok(None),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn provider<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.provider = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for provider failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::IdentityLinkFinishIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `IdentityLinkFinishIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::SignInFinish>,
+            <V as std::convert::TryInto<types::SignInFinish>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `SignInFinish` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::SignInFinish,
+            ) -> types::builder::SignInFinish,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/v1/me/identities/{provider}/finish`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::IdentityView>, Error<types::Problem>> {
+            let Self { client, provider, idempotency_key, body } = self;
+            let provider = provider.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::SignInFinish::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/me/identities/{}/finish", client.baseurl, encode_path(& provider
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "identity_link_finish",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                201u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::identity_link_start`]
+
+[`Client::identity_link_start`]: super::Client::identity_link_start*/
+    #[derive(Debug, Clone)]
+    pub struct IdentityLinkStart<'a> {
+        client: &'a super::Client,
+        provider: Result<::std::string::String, String>,
+        idempotency_key: Result<Option<types::IdentityLinkStartIdempotencyKey>, String>,
+    }
+    impl<'a> IdentityLinkStart<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                provider: Err("provider was not initialized".to_string()),
+                idempotency_key: Ok(None),
+            }
+        }
+        pub fn provider<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.provider = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for provider failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::IdentityLinkStartIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `IdentityLinkStartIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/v1/me/identities/{provider}/start`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::SignInStart>, Error<types::Problem>> {
+            let Self { client, provider, idempotency_key } = self;
+            let provider = provider.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/me/identities/{}/start", client.baseurl, encode_path(& provider
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "identity_link_start",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -25947,7 +29982,7 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct PluginBinaryView<'a> {
         client: &'a super::Client,
-        digest: Result<::std::string::String, String>,
+        digest: Result<types::PluginBinaryViewDigest, String>,
     }
     impl<'a> PluginBinaryView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -25958,12 +29993,12 @@ pub mod builder {
         }
         pub fn digest<V>(mut self, value: V) -> Self
         where
-            V: std::convert::TryInto<::std::string::String>,
+            V: std::convert::TryInto<types::PluginBinaryViewDigest>,
         {
             self.digest = value
                 .try_into()
                 .map_err(|_| {
-                    "conversion to `:: std :: string :: String` for digest failed"
+                    "conversion to `PluginBinaryViewDigest` for digest failed"
                         .to_string()
                 });
             self
@@ -28886,6 +32921,1332 @@ pub mod builder {
             }
         }
     }
+    /**Builder for [`Client::git_installation_list`]
+
+[`Client::git_installation_list`]: super::Client::git_installation_list*/
+    #[derive(Debug, Clone)]
+    pub struct GitInstallationList<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        cursor: Result<Option<::std::string::String>, String>,
+        limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> GitInstallationList<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                cursor: Ok(None),
+                limit: Ok(None),
+                if_none_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn cursor<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.cursor = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for cursor failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU64>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU64` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/git-installations`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::PageGitInstallationView>,
+            Error<types::Problem>,
+        > {
+            let Self { client, project_id, cursor, limit, if_none_match } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let cursor = cursor.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/git-installations", client.baseurl, encode_path(&
+                project_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("cursor", &cursor))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "git_installation_list",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::git_installation_create`]
+
+[`Client::git_installation_create`]: super::Client::git_installation_create*/
+    #[derive(Debug, Clone)]
+    pub struct GitInstallationCreate<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        idempotency_key: Result<
+            Option<types::GitInstallationCreateIdempotencyKey>,
+            String,
+        >,
+        body: Result<types::builder::GitInstallationCreate, String>,
+    }
+    impl<'a> GitInstallationCreate<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                idempotency_key: Ok(None),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::GitInstallationCreateIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `GitInstallationCreateIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::GitInstallationCreate>,
+            <V as std::convert::TryInto<
+                types::GitInstallationCreate,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!(
+                        "conversion to `GitInstallationCreate` for body failed: {}", s
+                    )
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::GitInstallationCreate,
+            ) -> types::builder::GitInstallationCreate,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/v1/projects/{project_id}/git-installations`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::GitInstallationCreated>,
+            Error<types::Problem>,
+        > {
+            let Self { client, project_id, idempotency_key, body } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::GitInstallationCreate::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/git-installations", client.baseurl, encode_path(&
+                project_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "git_installation_create",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                201u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::git_installation_view`]
+
+[`Client::git_installation_view`]: super::Client::git_installation_view*/
+    #[derive(Debug, Clone)]
+    pub struct GitInstallationView<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        installation_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> GitInstallationView<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                installation_id: Err("installation_id was not initialized".to_string()),
+                if_none_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn installation_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.installation_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for installation_id failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/git-installations/{installation_id}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::GitInstallationView>, Error<types::Problem>> {
+            let Self { client, project_id, installation_id, if_none_match } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let installation_id = installation_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/git-installations/{}", client.baseurl, encode_path(&
+                project_id.to_string()), encode_path(& installation_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "git_installation_view",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::git_installation_delete`]
+
+[`Client::git_installation_delete`]: super::Client::git_installation_delete*/
+    #[derive(Debug, Clone)]
+    pub struct GitInstallationDelete<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        installation_id: Result<::uuid::Uuid, String>,
+        if_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> GitInstallationDelete<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                installation_id: Err("installation_id was not initialized".to_string()),
+                if_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn installation_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.installation_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for installation_id failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn if_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `DELETE` request to `/v1/projects/{project_id}/git-installations/{installation_id}`
+        pub async fn send(self) -> Result<ResponseValue<()>, Error<types::Problem>> {
+            let Self { client, project_id, installation_id, if_match } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let installation_id = installation_id.map_err(Error::InvalidRequest)?;
+            let if_match = if_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/git-installations/{}", client.baseurl, encode_path(&
+                project_id.to_string()), encode_path(& installation_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_match {
+                header_map.append("If-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .delete(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "git_installation_delete",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                204u16 => Ok(ResponseValue::empty(response)),
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                412u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::git_installation_update`]
+
+[`Client::git_installation_update`]: super::Client::git_installation_update*/
+    #[derive(Debug, Clone)]
+    pub struct GitInstallationUpdate<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        installation_id: Result<::uuid::Uuid, String>,
+        if_match: Result<Option<::std::string::String>, String>,
+        body: Result<types::builder::GitInstallationUpdate, String>,
+    }
+    impl<'a> GitInstallationUpdate<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                installation_id: Err("installation_id was not initialized".to_string()),
+                if_match: Ok(None),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn installation_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.installation_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for installation_id failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn if_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_match failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::GitInstallationUpdate>,
+            <V as std::convert::TryInto<
+                types::GitInstallationUpdate,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!(
+                        "conversion to `GitInstallationUpdate` for body failed: {}", s
+                    )
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::GitInstallationUpdate,
+            ) -> types::builder::GitInstallationUpdate,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `PATCH` request to `/v1/projects/{project_id}/git-installations/{installation_id}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::GitInstallationView>, Error<types::Problem>> {
+            let Self { client, project_id, installation_id, if_match, body } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let installation_id = installation_id.map_err(Error::InvalidRequest)?;
+            let if_match = if_match.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::GitInstallationUpdate::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/git-installations/{}", client.baseurl, encode_path(&
+                project_id.to_string()), encode_path(& installation_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_match {
+                header_map.append("If-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .patch(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "git_installation_update",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                412u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::git_delivery_list`]
+
+[`Client::git_delivery_list`]: super::Client::git_delivery_list*/
+    #[derive(Debug, Clone)]
+    pub struct GitDeliveryList<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        installation_id: Result<::uuid::Uuid, String>,
+        cursor: Result<Option<::std::string::String>, String>,
+        limit: Result<Option<::std::num::NonZeroU64>, String>,
+        order: Result<Option<types::ListOrder>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> GitDeliveryList<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                installation_id: Err("installation_id was not initialized".to_string()),
+                cursor: Ok(None),
+                limit: Ok(None),
+                order: Ok(None),
+                if_none_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn installation_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.installation_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for installation_id failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn cursor<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.cursor = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for cursor failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU64>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU64` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn order<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListOrder>,
+        {
+            self.order = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `ListOrder` for order failed".to_string());
+            self
+        }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/git-installations/{installation_id}/deliveries`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::PageGitDeliveryView>, Error<types::Problem>> {
+            let Self {
+                client,
+                project_id,
+                installation_id,
+                cursor,
+                limit,
+                order,
+                if_none_match,
+            } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let installation_id = installation_id.map_err(Error::InvalidRequest)?;
+            let cursor = cursor.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let order = order.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/git-installations/{}/deliveries", client.baseurl,
+                encode_path(& project_id.to_string()), encode_path(& installation_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("cursor", &cursor))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("order", &order))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "git_delivery_list",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::git_installation_secret_rotate`]
+
+[`Client::git_installation_secret_rotate`]: super::Client::git_installation_secret_rotate*/
+    #[derive(Debug, Clone)]
+    pub struct GitInstallationSecretRotate<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        installation_id: Result<::uuid::Uuid, String>,
+        idempotency_key: Result<
+            Option<types::GitInstallationSecretRotateIdempotencyKey>,
+            String,
+        >,
+    }
+    impl<'a> GitInstallationSecretRotate<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                installation_id: Err("installation_id was not initialized".to_string()),
+                idempotency_key: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn installation_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.installation_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for installation_id failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::GitInstallationSecretRotateIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `GitInstallationSecretRotateIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/v1/projects/{project_id}/git-installations/{installation_id}/secret`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::GitInstallationCreated>,
+            Error<types::Problem>,
+        > {
+            let Self { client, project_id, installation_id, idempotency_key } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let installation_id = installation_id.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/git-installations/{}/secret", client.baseurl,
+                encode_path(& project_id.to_string()), encode_path(& installation_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "git_installation_secret_rotate",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
     /**Builder for [`Client::invitation_list`]
 
 [`Client::invitation_list`]: super::Client::invitation_list*/
@@ -31031,6 +36392,7 @@ pub mod builder {
         service_id: Result<::uuid::Uuid, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        order: Result<Option<types::ListOrder>, String>,
         if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> DeploymentList<'a> {
@@ -31041,6 +36403,7 @@ pub mod builder {
                 service_id: Err("service_id was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                order: Ok(None),
                 if_none_match: Ok(None),
             }
         }
@@ -31092,6 +36455,16 @@ pub mod builder {
                 });
             self
         }
+        pub fn order<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListOrder>,
+        {
+            self.order = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `ListOrder` for order failed".to_string());
+            self
+        }
         pub fn if_none_match<V>(mut self, value: V) -> Self
         where
             V: std::convert::TryInto<::std::string::String>,
@@ -31109,11 +36482,20 @@ pub mod builder {
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageDeploymentView>, Error<types::Problem>> {
-            let Self { client, project_id, service_id, cursor, limit, if_none_match } = self;
+            let Self {
+                client,
+                project_id,
+                service_id,
+                cursor,
+                limit,
+                order,
+                if_none_match,
+            } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let service_id = service_id.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let order = order.map_err(Error::InvalidRequest)?;
             let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/services/{}/deployments", client.baseurl,
@@ -31141,6 +36523,7 @@ pub mod builder {
                 )
                 .query(&progenitor_client::QueryParam::new("cursor", &cursor))
                 .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("order", &order))
                 .headers(header_map)
                 .build()?;
             let info = OperationInfo {
@@ -32361,6 +37744,1523 @@ pub mod builder {
             }
         }
     }
+    /**Builder for [`Client::webhook_endpoint_list`]
+
+[`Client::webhook_endpoint_list`]: super::Client::webhook_endpoint_list*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookEndpointList<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        cursor: Result<Option<::std::string::String>, String>,
+        limit: Result<Option<::std::num::NonZeroU64>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> WebhookEndpointList<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                cursor: Ok(None),
+                limit: Ok(None),
+                if_none_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn cursor<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.cursor = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for cursor failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU64>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU64` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/webhooks`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::PageWebhookEndpointView>,
+            Error<types::Problem>,
+        > {
+            let Self { client, project_id, cursor, limit, if_none_match } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let cursor = cursor.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks", client.baseurl, encode_path(& project_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("cursor", &cursor))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_endpoint_list",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::webhook_endpoint_create`]
+
+[`Client::webhook_endpoint_create`]: super::Client::webhook_endpoint_create*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookEndpointCreate<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        idempotency_key: Result<
+            Option<types::WebhookEndpointCreateIdempotencyKey>,
+            String,
+        >,
+        body: Result<types::builder::WebhookEndpointCreate, String>,
+    }
+    impl<'a> WebhookEndpointCreate<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                idempotency_key: Ok(None),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::WebhookEndpointCreateIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `WebhookEndpointCreateIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::WebhookEndpointCreate>,
+            <V as std::convert::TryInto<
+                types::WebhookEndpointCreate,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!(
+                        "conversion to `WebhookEndpointCreate` for body failed: {}", s
+                    )
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::WebhookEndpointCreate,
+            ) -> types::builder::WebhookEndpointCreate,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/v1/projects/{project_id}/webhooks`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::WebhookEndpointCreated>,
+            Error<types::Problem>,
+        > {
+            let Self { client, project_id, idempotency_key, body } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::WebhookEndpointCreate::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks", client.baseurl, encode_path(& project_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_endpoint_create",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                201u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::webhook_endpoint_view`]
+
+[`Client::webhook_endpoint_view`]: super::Client::webhook_endpoint_view*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookEndpointView<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        webhook_id: Result<::uuid::Uuid, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> WebhookEndpointView<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                if_none_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for webhook_id failed".to_string()
+                });
+            self
+        }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/webhooks/{webhook_id}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::WebhookEndpointView>, Error<types::Problem>> {
+            let Self { client, project_id, webhook_id, if_none_match } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks/{}", client.baseurl, encode_path(& project_id
+                .to_string()), encode_path(& webhook_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_endpoint_view",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::webhook_endpoint_delete`]
+
+[`Client::webhook_endpoint_delete`]: super::Client::webhook_endpoint_delete*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookEndpointDelete<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        webhook_id: Result<::uuid::Uuid, String>,
+        if_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> WebhookEndpointDelete<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                if_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for webhook_id failed".to_string()
+                });
+            self
+        }
+        pub fn if_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `DELETE` request to `/v1/projects/{project_id}/webhooks/{webhook_id}`
+        pub async fn send(self) -> Result<ResponseValue<()>, Error<types::Problem>> {
+            let Self { client, project_id, webhook_id, if_match } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let if_match = if_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks/{}", client.baseurl, encode_path(& project_id
+                .to_string()), encode_path(& webhook_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_match {
+                header_map.append("If-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .delete(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_endpoint_delete",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                204u16 => Ok(ResponseValue::empty(response)),
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                412u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::webhook_endpoint_update`]
+
+[`Client::webhook_endpoint_update`]: super::Client::webhook_endpoint_update*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookEndpointUpdate<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        webhook_id: Result<::uuid::Uuid, String>,
+        if_match: Result<Option<::std::string::String>, String>,
+        body: Result<types::builder::WebhookEndpointUpdate, String>,
+    }
+    impl<'a> WebhookEndpointUpdate<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                if_match: Ok(None),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for webhook_id failed".to_string()
+                });
+            self
+        }
+        pub fn if_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_match failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::WebhookEndpointUpdate>,
+            <V as std::convert::TryInto<
+                types::WebhookEndpointUpdate,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!(
+                        "conversion to `WebhookEndpointUpdate` for body failed: {}", s
+                    )
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::WebhookEndpointUpdate,
+            ) -> types::builder::WebhookEndpointUpdate,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `PATCH` request to `/v1/projects/{project_id}/webhooks/{webhook_id}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::WebhookEndpointView>, Error<types::Problem>> {
+            let Self { client, project_id, webhook_id, if_match, body } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let if_match = if_match.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::WebhookEndpointUpdate::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks/{}", client.baseurl, encode_path(& project_id
+                .to_string()), encode_path(& webhook_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_match {
+                header_map.append("If-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .patch(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_endpoint_update",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                412u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::webhook_message_list`]
+
+[`Client::webhook_message_list`]: super::Client::webhook_message_list*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookMessageList<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        webhook_id: Result<::uuid::Uuid, String>,
+        cursor: Result<Option<::std::string::String>, String>,
+        limit: Result<Option<::std::num::NonZeroU64>, String>,
+        order: Result<Option<types::ListOrder>, String>,
+        if_none_match: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> WebhookMessageList<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                cursor: Ok(None),
+                limit: Ok(None),
+                order: Ok(None),
+                if_none_match: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for webhook_id failed".to_string()
+                });
+            self
+        }
+        pub fn cursor<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.cursor = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for cursor failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU64>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU64` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn order<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListOrder>,
+        {
+            self.order = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `ListOrder` for order failed".to_string());
+            self
+        }
+        pub fn if_none_match<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.if_none_match = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for if_none_match failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/webhooks/{webhook_id}/messages`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::PageWebhookMessageView>,
+            Error<types::Problem>,
+        > {
+            let Self {
+                client,
+                project_id,
+                webhook_id,
+                cursor,
+                limit,
+                order,
+                if_none_match,
+            } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let cursor = cursor.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let order = order.map_err(Error::InvalidRequest)?;
+            let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks/{}/messages", client.baseurl, encode_path(&
+                project_id.to_string()), encode_path(& webhook_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = if_none_match {
+                header_map.append("If-None-Match", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("cursor", &cursor))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("order", &order))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_message_list",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::webhook_message_replay`]
+
+[`Client::webhook_message_replay`]: super::Client::webhook_message_replay*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookMessageReplay<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        webhook_id: Result<::uuid::Uuid, String>,
+        message_id: Result<::uuid::Uuid, String>,
+        idempotency_key: Result<
+            Option<types::WebhookMessageReplayIdempotencyKey>,
+            String,
+        >,
+    }
+    impl<'a> WebhookMessageReplay<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                message_id: Err("message_id was not initialized".to_string()),
+                idempotency_key: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for webhook_id failed".to_string()
+                });
+            self
+        }
+        pub fn message_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.message_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for message_id failed".to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::WebhookMessageReplayIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `WebhookMessageReplayIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/v1/projects/{project_id}/webhooks/{webhook_id}/messages/{message_id}/replay`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::WebhookMessageView>, Error<types::Problem>> {
+            let Self { client, project_id, webhook_id, message_id, idempotency_key } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let message_id = message_id.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks/{}/messages/{}/replay", client.baseurl,
+                encode_path(& project_id.to_string()), encode_path(& webhook_id
+                .to_string()), encode_path(& message_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_message_replay",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::webhook_endpoint_secret_rotate`]
+
+[`Client::webhook_endpoint_secret_rotate`]: super::Client::webhook_endpoint_secret_rotate*/
+    #[derive(Debug, Clone)]
+    pub struct WebhookEndpointSecretRotate<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        webhook_id: Result<::uuid::Uuid, String>,
+        idempotency_key: Result<
+            Option<types::WebhookEndpointSecretRotateIdempotencyKey>,
+            String,
+        >,
+    }
+    impl<'a> WebhookEndpointSecretRotate<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                webhook_id: Err("webhook_id was not initialized".to_string()),
+                idempotency_key: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn webhook_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.webhook_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for webhook_id failed".to_string()
+                });
+            self
+        }
+        pub fn idempotency_key<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::WebhookEndpointSecretRotateIdempotencyKey>,
+        {
+            self.idempotency_key = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `WebhookEndpointSecretRotateIdempotencyKey` for idempotency_key failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/v1/projects/{project_id}/webhooks/{webhook_id}/secret`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::WebhookEndpointCreated>,
+            Error<types::Problem>,
+        > {
+            let Self { client, project_id, webhook_id, idempotency_key } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let webhook_id = webhook_id.map_err(Error::InvalidRequest)?;
+            let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/webhooks/{}/secret", client.baseurl, encode_path(&
+                project_id.to_string()), encode_path(& webhook_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = idempotency_key {
+                header_map.append("idempotency-key", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "webhook_endpoint_secret_rotate",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
     /**Builder for [`Client::provider_list`]
 
 [`Client::provider_list`]: super::Client::provider_list*/
@@ -33240,6 +40140,7 @@ pub mod builder {
         name: Result<::std::string::String, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        order: Result<Option<types::ListOrder>, String>,
         if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProviderActivationList<'a> {
@@ -33249,6 +40150,7 @@ pub mod builder {
                 name: Err("name was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                order: Ok(None),
                 if_none_match: Ok(None),
             }
         }
@@ -33290,6 +40192,16 @@ pub mod builder {
                 });
             self
         }
+        pub fn order<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListOrder>,
+        {
+            self.order = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `ListOrder` for order failed".to_string());
+            self
+        }
         pub fn if_none_match<V>(mut self, value: V) -> Self
         where
             V: std::convert::TryInto<::std::string::String>,
@@ -33310,10 +40222,11 @@ pub mod builder {
             ResponseValue<types::PageProviderActivationView>,
             Error<types::Problem>,
         > {
-            let Self { client, name, cursor, limit, if_none_match } = self;
+            let Self { client, name, cursor, limit, order, if_none_match } = self;
             let name = name.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let order = order.map_err(Error::InvalidRequest)?;
             let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/providers/{}/activations", client.baseurl, encode_path(& name
@@ -33340,6 +40253,7 @@ pub mod builder {
                 )
                 .query(&progenitor_client::QueryParam::new("cursor", &cursor))
                 .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("order", &order))
                 .headers(header_map)
                 .build()?;
             let info = OperationInfo {
@@ -33839,6 +40753,7 @@ pub mod builder {
         name: Result<::std::string::String, String>,
         cursor: Result<Option<::std::string::String>, String>,
         limit: Result<Option<::std::num::NonZeroU64>, String>,
+        order: Result<Option<types::ListOrder>, String>,
         if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> ProviderEventList<'a> {
@@ -33848,6 +40763,7 @@ pub mod builder {
                 name: Err("name was not initialized".to_string()),
                 cursor: Ok(None),
                 limit: Ok(None),
+                order: Ok(None),
                 if_none_match: Ok(None),
             }
         }
@@ -33889,6 +40805,16 @@ pub mod builder {
                 });
             self
         }
+        pub fn order<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ListOrder>,
+        {
+            self.order = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `ListOrder` for order failed".to_string());
+            self
+        }
         pub fn if_none_match<V>(mut self, value: V) -> Self
         where
             V: std::convert::TryInto<::std::string::String>,
@@ -33906,10 +40832,11 @@ pub mod builder {
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::PageProviderEventView>, Error<types::Problem>> {
-            let Self { client, name, cursor, limit, if_none_match } = self;
+            let Self { client, name, cursor, limit, order, if_none_match } = self;
             let name = name.map_err(Error::InvalidRequest)?;
             let cursor = cursor.map_err(Error::InvalidRequest)?;
             let limit = limit.map_err(Error::InvalidRequest)?;
+            let order = order.map_err(Error::InvalidRequest)?;
             let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/providers/{}/events", client.baseurl, encode_path(& name
@@ -33936,6 +40863,7 @@ pub mod builder {
                 )
                 .query(&progenitor_client::QueryParam::new("cursor", &cursor))
                 .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("order", &order))
                 .headers(header_map)
                 .build()?;
             let info = OperationInfo {
@@ -34391,7 +41319,7 @@ pub mod builder {
     pub struct ProviderInstanceView<'a> {
         client: &'a super::Client,
         name: Result<::std::string::String, String>,
-        instance_key: Result<::std::string::String, String>,
+        instance_key: Result<types::ProviderInstanceViewInstanceKey, String>,
     }
     impl<'a> ProviderInstanceView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -34415,12 +41343,12 @@ pub mod builder {
         }
         pub fn instance_key<V>(mut self, value: V) -> Self
         where
-            V: std::convert::TryInto<::std::string::String>,
+            V: std::convert::TryInto<types::ProviderInstanceViewInstanceKey>,
         {
             self.instance_key = value
                 .try_into()
                 .map_err(|_| {
-                    "conversion to `:: std :: string :: String` for instance_key failed"
+                    "conversion to `ProviderInstanceViewInstanceKey` for instance_key failed"
                         .to_string()
                 });
             self
@@ -34498,6 +41426,13 @@ pub mod builder {
                         ),
                     )
                 }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 422u16 => {
                     Err(
                         Error::ErrorResponse(
@@ -34512,7 +41447,21 @@ pub mod builder {
                         ),
                     )
                 }
+                502u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                504u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -34530,7 +41479,7 @@ pub mod builder {
     pub struct ProviderInstanceDelete<'a> {
         client: &'a super::Client,
         name: Result<::std::string::String, String>,
-        instance_key: Result<::std::string::String, String>,
+        instance_key: Result<types::ProviderInstanceDeleteInstanceKey, String>,
     }
     impl<'a> ProviderInstanceDelete<'a> {
         pub fn new(client: &'a super::Client) -> Self {
@@ -34554,12 +41503,12 @@ pub mod builder {
         }
         pub fn instance_key<V>(mut self, value: V) -> Self
         where
-            V: std::convert::TryInto<::std::string::String>,
+            V: std::convert::TryInto<types::ProviderInstanceDeleteInstanceKey>,
         {
             self.instance_key = value
                 .try_into()
                 .map_err(|_| {
-                    "conversion to `:: std :: string :: String` for instance_key failed"
+                    "conversion to `ProviderInstanceDeleteInstanceKey` for instance_key failed"
                         .to_string()
                 });
             self
@@ -34656,7 +41605,21 @@ pub mod builder {
                         ),
                     )
                 }
+                502u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
                 503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                504u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -35001,44 +41964,14 @@ pub mod builder {
     #[derive(Debug, Clone)]
     pub struct RoutingTableView<'a> {
         client: &'a super::Client,
-        format: Result<Option<types::RoutingTableViewFormat>, String>,
-        listen: Result<Option<types::RoutingTableViewListen>, String>,
         if_none_match: Result<Option<::std::string::String>, String>,
     }
     impl<'a> RoutingTableView<'a> {
         pub fn new(client: &'a super::Client) -> Self {
             Self {
                 client: client,
-                format: Ok(None),
-                listen: Ok(None),
                 if_none_match: Ok(None),
             }
-        }
-        pub fn format<V>(mut self, value: V) -> Self
-        where
-            V: std::convert::TryInto<types::RoutingTableViewFormat>,
-        {
-            self.format = value
-                .try_into()
-                .map(Some)
-                .map_err(|_| {
-                    "conversion to `RoutingTableViewFormat` for format failed"
-                        .to_string()
-                });
-            self
-        }
-        pub fn listen<V>(mut self, value: V) -> Self
-        where
-            V: std::convert::TryInto<types::RoutingTableViewListen>,
-        {
-            self.listen = value
-                .try_into()
-                .map(Some)
-                .map_err(|_| {
-                    "conversion to `RoutingTableViewListen` for listen failed"
-                        .to_string()
-                });
-            self
         }
         pub fn if_none_match<V>(mut self, value: V) -> Self
         where
@@ -35057,9 +41990,7 @@ pub mod builder {
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::SignedSnapshotDoc>, Error<types::Problem>> {
-            let Self { client, format, listen, if_none_match } = self;
-            let format = format.map_err(Error::InvalidRequest)?;
-            let listen = listen.map_err(Error::InvalidRequest)?;
+            let Self { client, if_none_match } = self;
             let if_none_match = if_none_match.map_err(Error::InvalidRequest)?;
             let url = format!("{}/v1/routing-table", client.baseurl,);
             let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
@@ -35081,12 +42012,126 @@ pub mod builder {
                     ::reqwest::header::ACCEPT,
                     ::reqwest::header::HeaderValue::from_static("application/json"),
                 )
-                .query(&progenitor_client::QueryParam::new("format", &format))
-                .query(&progenitor_client::QueryParam::new("listen", &listen))
                 .headers(header_map)
                 .build()?;
             let info = OperationInfo {
                 operation_id: "routing_table_view",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::routing_table_caddy`]
+
+[`Client::routing_table_caddy`]: super::Client::routing_table_caddy*/
+    #[derive(Debug, Clone)]
+    pub struct RoutingTableCaddy<'a> {
+        client: &'a super::Client,
+        listen: Result<Option<types::RoutingTableCaddyListen>, String>,
+    }
+    impl<'a> RoutingTableCaddy<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                listen: Ok(None),
+            }
+        }
+        pub fn listen<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::RoutingTableCaddyListen>,
+        {
+            self.listen = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `RoutingTableCaddyListen` for listen failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/routing-table/caddy`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::CaddyConfig>, Error<types::Problem>> {
+            let Self { client, listen } = self;
+            let listen = listen.map_err(Error::InvalidRequest)?;
+            let url = format!("{}/v1/routing-table/caddy", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("listen", &listen))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "routing_table_caddy",
             };
             client.pre(&mut request, &info).await?;
             let result = client.exec(request, &info).await;

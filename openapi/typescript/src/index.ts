@@ -75,19 +75,13 @@ export type AuditEventView = Schemas["AuditEventView"];
 export type ProviderView = Schemas["ProviderView"];
 export type ProviderHealth = Schemas["ProviderHealth"];
 
-/**
- * The states of a deployment. The document describes them in prose only (`state` is a plain
- * string there), so they are listed here; the check below fails to compile if the document
- * ever makes `state` an enum that lacks one of them.
- */
-export type DeploymentState =
-  | "queued"
-  | "placing"
-  | "rolling_out"
-  | "healthy"
-  | "failed"
-  | "cancelled"
-  | "superseded";
+export type DeploymentState = Schemas["DeploymentState"];
+export type DeploymentEventKind = Schemas["DeploymentEventKind"];
+export type DeploymentStreamEvent = Schemas["DeploymentStreamEvent"];
+export type DeployedInstanceState = Schemas["DeployedInstanceState"];
+export type DeployedInstanceHealth = Schemas["DeployedInstanceHealth"];
+export type ProviderState = Schemas["ProviderState"];
+export type ListOrder = Schemas["ListOrder"];
 /** The states after which a deployment changes no more. */
 export const FINISHED_DEPLOYMENT_STATES: readonly DeploymentState[] = [
   "healthy",
@@ -95,8 +89,6 @@ export const FINISHED_DEPLOYMENT_STATES: readonly DeploymentState[] = [
   "cancelled",
   "superseded",
 ];
-type Assignable<T extends U, U> = T;
-export type _DeploymentStateChecked = Assignable<DeploymentState, DeploymentView["state"]>;
 
 /** The client: `GET`, `POST`, `PATCH`, `DELETE`, … on the paths of the API, fully typed. */
 export type BulkheadClient = Client<paths>;

@@ -113,6 +113,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/auth/providers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The outside identity providers one may sign in with (as the operator configured them). */
+        get: operations["sign_in_provider_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/providers/{provider}/finish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Finish signing in with an outside provider: the code is exchanged (with the PKCE
+         *     verifier) and the linked user gets a session. The state works once, for ten minutes.
+         */
+        post: operations["sign_in_finish"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/providers/{provider}/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start signing in with an outside provider: send the browser to `authorize_url`; the
+         *     provider sends it back to the configured redirect URI with `code` and `state`. Limited per
+         *     client address like password logins.
+         */
+        post: operations["sign_in_start"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/auth/refresh": {
         parameters: {
             query?: never;
@@ -297,6 +355,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/hooks/github": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Receive a delivery of GitHub's webhook (the forge calls this, signing the body with the
+         *     installation's secret; no credential). A `push` to a branch is stored and answered at once
+         *     (202 `queued`), then deploys the services the installation binds to that repository and
+         *     branch, exactly once; the same delivery or body again is 200 `duplicate`. `ping` is 200
+         *     `pong`; other events are 200 `ignored`. At most 1 MiB.
+         */
+        post: operations["github_hook_receive"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/me": {
         parameters: {
             query?: never;
@@ -313,6 +394,77 @@ export interface paths {
         head?: never;
         /** Change the caller's name or password. */
         patch: operations["me_update"];
+        trace?: never;
+    };
+    "/v1/me/identities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The outside accounts the caller linked. */
+        get: operations["identity_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me/identities/{identity_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Unlink one of the caller's outside accounts (a session, not an API token). */
+        delete: operations["identity_unlink"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me/identities/{provider}/finish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Finish linking: from now on the account signs the caller in. */
+        post: operations["identity_link_finish"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me/identities/{provider}/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start linking an account at an outside provider to the caller (a session, not an API
+         *     token): as a sign-in, then finish at `…/finish`.
+         */
+        post: operations["identity_link_start"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/v1/me/invitations": {
@@ -572,6 +724,86 @@ export interface paths {
         patch: operations["environment_update"];
         trace?: never;
     };
+    "/v1/projects/{project_id}/git-installations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a project's git installations. */
+        get: operations["git_installation_list"];
+        put?: never;
+        /**
+         * Install a push webhook (admins and owners). The answer holds its secret, once: set it,
+         *     and `hook_path` on this server's origin, in the repository's webhook settings.
+         */
+        post: operations["git_installation_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project_id}/git-installations/{installation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a git installation (never its secret). */
+        get: operations["git_installation_view"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a git installation and its deliveries (admins and owners); the deployments made
+         *     from them stay. Deliveries to it are refused from then on.
+         */
+        delete: operations["git_installation_delete"];
+        options?: never;
+        head?: never;
+        /** Replace the bindings of a git installation (admins and owners). */
+        patch: operations["git_installation_update"];
+        trace?: never;
+    };
+    "/v1/projects/{project_id}/git-installations/{installation_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the deliveries a git installation received (kept for 7 days), in the order received. */
+        get: operations["git_delivery_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project_id}/git-installations/{installation_id}/secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give a git installation a new secret (admins and owners), shown in this answer only; the
+         *     previous one is still accepted for an hour, while the forge's settings are updated.
+         */
+        post: operations["git_installation_secret_rotate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/projects/{project_id}/invitations": {
         parameters: {
             query?: never;
@@ -691,7 +923,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A service's deployments, oldest first. */
+        /** A service's deployments, oldest first (`order=desc`: newest first). */
         get: operations["deployment_list"];
         put?: never;
         /**
@@ -806,6 +1038,106 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/projects/{project_id}/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a project's webhook endpoints. */
+        get: operations["webhook_endpoint_list"];
+        put?: never;
+        /**
+         * Register a webhook endpoint (admins and owners). The answer holds its signing secret,
+         *     once.
+         */
+        post: operations["webhook_endpoint_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project_id}/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a webhook endpoint (never its secret). */
+        get: operations["webhook_endpoint_view"];
+        put?: never;
+        post?: never;
+        /** Delete a webhook endpoint and its messages (admins and owners). */
+        delete: operations["webhook_endpoint_delete"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a webhook endpoint's URL or event types (admins and owners); a new URL closes its
+         *     breaker.
+         */
+        patch: operations["webhook_endpoint_update"];
+        trace?: never;
+    };
+    "/v1/projects/{project_id}/webhooks/{webhook_id}/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the messages of a webhook endpoint and what became of each (the delivery log). */
+        get: operations["webhook_message_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project_id}/webhooks/{webhook_id}/messages/{message_id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a message again now (admins and owners): the same `webhook-id`, a fresh timestamp
+         *     and signature, the retry schedule from its start.
+         */
+        post: operations["webhook_message_replay"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project_id}/webhooks/{webhook_id}/secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give a webhook endpoint a new signing secret (admins and owners), shown in this answer
+         *     only; for 24 hours messages carry a signature with the previous one too.
+         */
+        post: operations["webhook_endpoint_secret_rotate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/providers": {
         parameters: {
             query?: never;
@@ -881,7 +1213,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The versions a provider was switched to, oldest first (administrators). */
+        /**
+         * The versions a provider was switched to, oldest first (`order=desc`: newest first;
+         *     administrators).
+         */
         get: operations["provider_activation_list"];
         put?: never;
         post?: never;
@@ -925,7 +1260,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A provider's events, oldest first (administrators).
+         * A provider's events, oldest first (`order=desc`: newest first; administrators).
          * @description Changes of its health (`kind` `health`) and activations refused by the new version's
          *     health check (`activation_refused`).
          */
@@ -1026,12 +1361,31 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The routing table (`routing:read`). As JSON, the signed snapshot: `{format, key_id,
-         *     signature, table}`, the Ed25519 signature (base64) covering the exact bytes of `table` as
-         *     they appear; its strong `ETag` answers `If-None-Match` with 304; gzip when accepted. With
-         *     `format=caddy`, a Caddy configuration that serves it.
+         * The routing table (`routing:read`): the signed snapshot `{format, key_id, signature,
+         *     table}`, the Ed25519 signature (base64) covering the exact bytes of `table` as they appear;
+         *     its strong `ETag` answers `If-None-Match` with 304; gzip when accepted.
          */
         get: operations["routing_table_view"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/routing-table/caddy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The routing table as a Caddy configuration that serves it (`routing:read`), for a Caddy
+         *     that is not run by the edge agent: `caddy run --config` it, or `POST` it to Caddy's `/load`.
+         */
+        get: operations["routing_table_caddy"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1266,6 +1620,11 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description How a provider came to run a plugin version.
+         * @enum {string}
+         */
+        ActivationAction: "activate" | "rollback" | "bundled";
         /** @description One recorded mutation. */
         AuditEventView: {
             /** Format: uuid */
@@ -1308,6 +1667,50 @@ export interface components {
              */
             csrf_token: string;
         };
+        /** @description Caddy's apps: only `http`. */
+        CaddyApps: {
+            http: components["schemas"]["CaddyHttpApp"];
+        };
+        /**
+         * @description A Caddy (2.6 and later) JSON configuration that serves the routing table
+         *     (<https://caddyserver.com/docs/json/>): one HTTP server, `bulkhead`, with a route per domain
+         *     (a reverse proxy round-robin over its upstreams, or 503 when it has none) and a last route
+         *     answering 404 for unknown hosts. Load it with `caddy run --config` or `POST /load`.
+         */
+        CaddyConfig: {
+            apps: components["schemas"]["CaddyApps"];
+        };
+        /** @description Caddy's `http` app. */
+        CaddyHttpApp: {
+            servers: components["schemas"]["CaddyServers"];
+        };
+        /** @description A Caddy route (<https://caddyserver.com/docs/json/apps/http/servers/routes/>). */
+        CaddyRoute: {
+            /** @description `[{"host": [domain]}]`; absent on the last route, which matches every request. */
+            match?: Record<string, never>[] | null;
+            /**
+             * @description One handler: `reverse_proxy` (upstreams, load balancing, retries, passive health
+             *     checks) or `static_response` (503 or 404).
+             */
+            handle: Record<string, never>[];
+            terminal: boolean;
+        };
+        /** @description The server of the routes. */
+        CaddyServer: {
+            /** @description The `listen` of the request (default `:80`). */
+            listen: string[];
+            /**
+             * @description `{"@id": "bulkhead-r<revision>", "disable": true}`: Caddy does not manage certificates
+             *     here, and the `@id` tells which revision is loaded (`GET /id/bulkhead-r<revision>`).
+             */
+            automatic_https: Record<string, never>;
+            /** @description One route per domain of the table, in its order, then the route of unknown hosts. */
+            routes: components["schemas"]["CaddyRoute"][];
+        };
+        /** @description The servers of the `http` app: only `bulkhead`. */
+        CaddyServers: {
+            bulkhead: components["schemas"]["CaddyServer"];
+        };
         /** @description The control plane's replicas and leaders. */
         ClusterStatus: {
             /** @description The replica that answered. */
@@ -1316,6 +1719,30 @@ export interface components {
             replicas: components["schemas"]["ReplicaView"][];
             /** @description Each kind of work that has had a leader. */
             leaders: components["schemas"]["LeaderView"][];
+        };
+        /** @description Where an installation reports the commit statuses of the deployments its pushes made. */
+        CommitStatusesInput: {
+            /**
+             * @description The forge's API: `https://api.github.com`, or a GitHub Enterprise Server's
+             *     `https://<host>/api/v3`; `http` only to a loopback address. No user, query or fragment.
+             * @example https://api.github.com
+             */
+            api_url: string;
+            /**
+             * @description A token that may write commit statuses (a fine-grained token or an app's with
+             *     `statuses: write`). Stored sealed and never shown.
+             */
+            token: string;
+        };
+        /** @description Where an installation reports commit statuses (never its token). */
+        CommitStatusesView: {
+            api_url: string;
+            /**
+             * Format: int64
+             * @description Seconds until the forge's rate limit lets this server call it again, while it holds
+             *     the calls back.
+             */
+            held_for_secs?: number | null;
         };
         /** @description A configuration value or secret a plugin declares it reads (contract 0.3.0). */
         ConfigKeyView: {
@@ -1394,6 +1821,12 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /**
+         * @description What an event of a deployment records: a step of the deployment, or of one of its
+         *     instances.
+         * @enum {string}
+         */
+        DeploymentEventKind: "deployment.queued" | "deployment.placing" | "deployment.waiting" | "deployment.rolling_out" | "deployment.healthy" | "deployment.failed" | "deployment.cancelled" | "deployment.superseded" | "instance.placed" | "instance.failover" | "instance.replacement" | "instance.waiting" | "instance.started" | "instance.healthy" | "instance.unhealthy" | "instance.failed" | "instance.draining" | "instance.removing" | "instance.removed";
         /** @description One event of a deployment. */
         DeploymentEventView: {
             /**
@@ -1401,21 +1834,43 @@ export interface components {
              * @description 1, 2, ... in the deployment; the `id` of the event in a stream (`Last-Event-ID`).
              */
             seq: number;
-            /**
-             * @description E.g. `deployment.queued`, `instance.placed`, `instance.healthy`, `instance.failover`,
-             *     `deployment.healthy`, `deployment.failed`.
-             */
-            kind: string;
+            /** @description Stored as its name; the stream's `event` field. */
+            kind: components["schemas"]["DeploymentEventKind"];
             message: string;
             details: unknown;
             /** Format: date-time */
             created_at: string;
+        };
+        /** @description What a deployment made from a push records of it. */
+        DeploymentPush: {
+            /**
+             * Format: uuid
+             * @description The delivery (`GET …/git-installations/{id}/deliveries`).
+             */
+            delivery_id: string;
+            /** @description `owner/name`. */
+            repository: string;
+            branch: string;
+            /** @description The commit pushed. */
+            commit: string;
+            /** @description The first line of its message. */
+            message: string;
+            /** Format: date-time */
+            pushed_at: string;
         };
         /**
          * @description A deployment's state: in progress (`queued`, `placing`, `rolling_out`) or finished.
          * @enum {string}
          */
         DeploymentState: "queued" | "placing" | "rolling_out" | "healthy" | "failed" | "cancelled" | "superseded";
+        /** @description An event of a deployment's stream (Server-Sent Events): `event` is its kind, `data` the event as JSON */
+        DeploymentStreamEvent: {
+            /** @description The event's `seq`: send the last one seen as `Last-Event-ID` to resume */
+            id: string;
+            event: components["schemas"]["DeploymentEventKind"];
+            /** @description The event's payload, as JSON */
+            data: string;
+        };
         /** @description A deployment. */
         DeploymentView: {
             /** Format: uuid */
@@ -1440,6 +1895,7 @@ export interface components {
              * @description The deployment whose spec this one deploys again.
              */
             rollback_of?: string | null;
+            push?: components["schemas"]["DeploymentPush"] | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1474,6 +1930,11 @@ export interface components {
         };
         /** @description A hostname to bind to a service of the project. */
         DomainCreate: {
+            /**
+             * @description A DNS name (RFC 1123) such as `app.example.com`, in any case (it is stored lowercase):
+             *     two labels or more of 1 to 63 letters, digits or `-` (not at either end), the last
+             *     starting with a letter; no wildcard, no IP address, no trailing dot.
+             */
             hostname: string;
             /** Format: uuid */
             service_id: string;
@@ -1577,7 +2038,7 @@ export interface components {
          *     `snake_case`, and a unit test checks that this is the code.)
          * @enum {string}
          */
-        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
+        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "identity_not_linked" | "identity_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_signature" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "sign_in_failed" | "sign_in_unavailable" | "stale_delivery" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
         /**
          * @description The state of an evacuation.
          * @enum {string}
@@ -1618,6 +2079,123 @@ export interface components {
              */
             next_after?: number | null;
         };
+        /**
+         * @description Which forge an installation is at.
+         * @enum {string}
+         */
+        Forge: "github";
+        /**
+         * @description Where a delivery is.
+         * @enum {string}
+         */
+        GitDeliveryState: "queued" | "deployed" | "ignored" | "failed";
+        /** @description A delivery an installation received. */
+        GitDeliveryView: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            installation_id: string;
+            /** @description The forge's id of it (`X-GitHub-Delivery`). */
+            forge_delivery_id: string;
+            repository: string;
+            branch: string;
+            commit: string;
+            /** @description The first line of the head commit's message (at most 200 characters). */
+            message: string;
+            pusher: string;
+            /** Format: date-time */
+            pushed_at: string;
+            /** Format: date-time */
+            received_at: string;
+            state: components["schemas"]["GitDeliveryState"];
+            reason: string;
+            /** @description The deployments it made. */
+            deployment_ids: string[];
+            /** Format: date-time */
+            processed_at?: string | null;
+        };
+        /** @description A new installation. */
+        GitInstallationCreate: {
+            /**
+             * @description Which pushes deploy which service (at most 100; none: deliveries are recorded and
+             *     deploy nothing).
+             */
+            bindings?: components["schemas"]["PushBinding"][];
+            commit_statuses?: components["schemas"]["CommitStatusesInput"] | null;
+        };
+        /**
+         * @description A git installation with its secret, shown once: paste it into the forge's webhook
+         *     settings.
+         */
+        GitInstallationCreated: components["schemas"]["GitInstallationView"] & {
+            /** @description The webhook secret. It cannot be shown again (rotate it to get a new one). */
+            secret: string;
+        };
+        /** @description Changes to an installation; a field left out keeps its value. */
+        GitInstallationUpdate: {
+            /** @description The bindings, replaced as a whole (at most 100). */
+            bindings?: components["schemas"]["PushBinding"][] | null;
+            commit_statuses?: components["schemas"]["CommitStatusesInput"] | null;
+        };
+        /** @description A git installation, without its secret. */
+        GitInstallationView: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            project_id: string;
+            forge: components["schemas"]["Forge"];
+            bindings: components["schemas"]["PushBinding"][];
+            /**
+             * @description Where the forge must post deliveries (this server's origin before it), as the
+             *     webhook's payload URL; content type `application/json` or
+             *     `application/x-www-form-urlencoded`.
+             * @example /v1/hooks/github?installation=0193a5c2-7b1e-7cc0-9a4e-3f1c2b8d9e01
+             */
+            hook_path: string;
+            /**
+             * Format: date-time
+             * @description Until when the secret before the last rotation is still accepted.
+             */
+            previous_secret_until?: string | null;
+            commit_statuses?: components["schemas"]["CommitStatusesView"] | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        GithubCommit: {
+            message: string;
+        };
+        /** @description The part of GitHub's `push` event that intake reads (the forge sends much more). */
+        GithubPushEvent: {
+            /** @description `refs/heads/<branch>` (other refs deploy nothing). */
+            ref: string;
+            /** @description The commit the ref points to after the push (40 or 64 hexadecimal digits). */
+            after: string;
+            /** @description Whether the push deleted the ref. */
+            deleted?: boolean;
+            repository: components["schemas"]["GithubRepository"];
+            head_commit?: components["schemas"]["GithubCommit"] | null;
+            pusher?: components["schemas"]["GithubPusher"] | null;
+        };
+        /** @description GitHub's form of a delivery (its default content type). */
+        GithubPushForm: {
+            /** @description The event's JSON ([`GithubPushEvent`]). */
+            payload: string;
+        };
+        GithubPusher: {
+            name: string;
+        };
+        GithubRepository: {
+            /** @description `owner/name`. */
+            full_name: string;
+            /**
+             * Format: int64
+             * @description When the push happened, in seconds since the epoch (as GitHub sends it in `push`
+             *     events).
+             */
+            pushed_at: number;
+        };
         /** @description The state of the server. */
         Health: {
             /** @description `ok` or `ready`. */
@@ -1654,9 +2232,41 @@ export interface components {
              */
             start_timeout_secs?: number;
         };
+        /**
+         * @description What became of a delivery.
+         * @enum {string}
+         */
+        HookOutcome: "queued" | "duplicate" | "ignored" | "pong";
+        /** @description The answer to a delivery. */
+        HookReceipt: {
+            outcome: components["schemas"]["HookOutcome"];
+            /**
+             * Format: uuid
+             * @description The stored delivery (for `queued`, `duplicate` and stored `ignored`).
+             */
+            delivery_id?: string | null;
+            detail: string;
+        };
+        /** @description An outside account linked to the caller. */
+        IdentityView: {
+            /** Format: uuid */
+            id: string;
+            provider: string;
+            /** @description The provider's id of the account. */
+            subject: string;
+            /** @description Its login or email at the provider. */
+            login: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_used_at?: string | null;
+        };
         /** @description An instance to create. Provisioning is idempotent on `instance_key`. */
         InstanceCreate: {
-            /** @description Lowercase letters, digits and `-`, at most 63; chosen by the caller. */
+            /**
+             * @description Chosen by the caller: 1 to 63 lowercase letters, digits or `-`, starting with a letter
+             *     and not ending with `-`.
+             */
             instance_key: string;
             /** @description One of the provider's regions. */
             region: string;
@@ -1680,15 +2290,10 @@ export interface components {
             /** @description The provider's own id for it. */
             provider_id: string;
             region: string;
-            /** @description `pending`, `running`, `stopping`, `stopped` or `failed`. */
-            state: string;
+            state: components["schemas"]["ProviderInstanceState"];
             /** @description Where the workload answers (`host:port`), once known. */
             address?: string | null;
-            /**
-             * @description What the provider's own checks of the workload say, where it checks workloads near
-             *     them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.
-             */
-            health: string;
+            health: components["schemas"]["ProviderInstanceHealth"];
         };
         /** @description Invites an email to the project with a role. */
         InvitationCreate: {
@@ -1731,6 +2336,11 @@ export interface components {
             /** @description Whether the lease is current (a lapsed one waits for the next replica to take it). */
             current: boolean;
         };
+        /**
+         * @description The order of a list that can be read either way (by id, so by creation time).
+         * @enum {string}
+         */
+        ListOrder: "asc" | "desc";
         /** @description Credentials of a password login. */
         LoginRequest: {
             email: string;
@@ -1769,462 +2379,139 @@ export interface components {
         };
         /** @description One page of a list. */
         Page_AuditEventView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** Format: date-time */
-                occurred_at: string;
-                /**
-                 * Format: uuid
-                 * @description The user who made the change.
-                 */
-                actor_user_id?: string | null;
-                /**
-                 * Format: uuid
-                 * @description The API token used, if any.
-                 */
-                actor_token_id?: string | null;
-                /** @description `resource.verb`, e.g. `project.create`. */
-                action: string;
-                resource_type: string;
-                resource_id: string;
-                /** Format: uuid */
-                project_id?: string | null;
-                request_id: string;
-                details: unknown;
-            }[];
+            items: components["schemas"]["AuditEventView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_DeployedInstanceView: {
-            items: {
-                instance_key: string;
-                /** Format: uuid */
-                deployment_id: string;
-                provider: string;
-                region: string;
-                /** @description `host:port` where the workload answers, once known. */
-                address?: string | null;
-                /**
-                 * @description `pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
-                 *     `failed`.
-                 */
-                state: components["schemas"]["DeployedInstanceState"];
-                /** @description `unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload. */
-                health: components["schemas"]["DeployedInstanceHealth"];
-                /** Format: date-time */
-                health_checked_at?: string | null;
-                /** @description The key of the instance this one took over from (failover, evacuation). */
-                replaces?: string | null;
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-            }[];
+            items: components["schemas"]["DeployedInstanceView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_DeploymentView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** Format: uuid */
-                project_id: string;
-                /** Format: uuid */
-                service_id: string;
-                /**
-                 * Format: int64
-                 * @description 1, 2, ... per service.
-                 */
-                number: number;
-                /** @description `queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`. */
-                state: components["schemas"]["DeploymentState"];
-                /** @description Why it is in its state, when that needs saying. */
-                reason: string;
-                /** @description The spec deployed (secret values withheld). */
-                spec: components["schemas"]["ServiceSpecView"];
-                /**
-                 * Format: uuid
-                 * @description The deployment whose spec this one deploys again.
-                 */
-                rollback_of?: string | null;
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-                /**
-                 * Format: date-time
-                 * @description When all its instances were first healthy.
-                 */
-                healthy_at?: string | null;
-                /** Format: date-time */
-                finished_at?: string | null;
-                /** @description Its instances (in a list of deployments: absent). */
-                instances?: components["schemas"]["DeployedInstanceView"][] | null;
-            }[];
+            items: components["schemas"]["DeploymentView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_DomainView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** Format: uuid */
-                project_id: string;
-                /** Format: uuid */
-                service_id: string;
-                /** @description Lowercase, without a trailing dot. */
-                hostname: string;
-                status: components["schemas"]["DomainStatus"];
-                /**
-                 * Format: date-time
-                 * @description When the project proved control of the hostname.
-                 */
-                verified_at?: string | null;
-                challenge?: components["schemas"]["DomainChallenge"] | null;
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-            }[];
+            items: components["schemas"]["DomainView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_EdgeView: {
-            items: {
-                id: string;
-                /** Format: int64 */
-                revision: number;
-                /**
-                 * Format: int64
-                 * @description Revisions behind the latest routing table.
-                 */
-                lag: number;
-                /** Format: double */
-                snapshot_age_seconds?: number | null;
-                last_refusal?: components["schemas"]["EdgeRefusal"] | null;
-                agent_version: string;
-                /** Format: date-time */
-                first_seen_at: string;
-                /**
-                 * Format: date-time
-                 * @description The edge's last report.
-                 */
-                reported_at: string;
-            }[];
+            items: components["schemas"]["EdgeView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_EnvironmentView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** Format: uuid */
-                project_id: string;
-                /** @description Unique in the project: lowercase letters, digits and `-`. */
-                name: string;
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-            }[];
+            items: components["schemas"]["EnvironmentView"][];
+            /** @description Pass as `cursor` to get the next page; absent on the last page. */
+            next_cursor?: string | null;
+        };
+        /** @description One page of a list. */
+        Page_GitDeliveryView: {
+            items: components["schemas"]["GitDeliveryView"][];
+            /** @description Pass as `cursor` to get the next page; absent on the last page. */
+            next_cursor?: string | null;
+        };
+        /** @description One page of a list. */
+        Page_GitInstallationView: {
+            items: components["schemas"]["GitInstallationView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_InstanceView: {
-            items: {
-                instance_key: string;
-                /** @description The provider's own id for it. */
-                provider_id: string;
-                region: string;
-                /** @description `pending`, `running`, `stopping`, `stopped` or `failed`. */
-                state: string;
-                /** @description Where the workload answers (`host:port`), once known. */
-                address?: string | null;
-                /**
-                 * @description What the provider's own checks of the workload say, where it checks workloads near
-                 *     them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.
-                 */
-                health: string;
-            }[];
+            items: components["schemas"]["InstanceView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_InvitationView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** Format: uuid */
-                project_id: string;
-                /** @description The project's name, so that the invited user knows what they would join. */
-                project_name: string;
-                email: string;
-                /** @description The role the invited user gets on accepting. */
-                role: components["schemas"]["ProjectRole"];
-                /** Format: date-time */
-                created_at: string;
-                /**
-                 * Format: date-time
-                 * @description After this, the invitation can no longer be accepted.
-                 */
-                expires_at: string;
-            }[];
+            items: components["schemas"]["InvitationView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_MemberView: {
-            items: {
-                /** Format: uuid */
-                user_id: string;
-                email: string;
-                name: string;
-                role: components["schemas"]["ProjectRole"];
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-            }[];
+            items: components["schemas"]["MemberView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_PluginBinaryView: {
-            items: {
-                /** @description Hex SHA-256 of the component: its identity. */
-                digest: string;
-                /** @description The plugin's own name and version (from its `info`). */
-                name: string;
-                version: string;
-                /** @description The `bulkhead:provider` contract version it was built for. */
-                contract_version: string;
-                /** Format: int64 */
-                size: number;
-                /** @description The configuration values and secrets it declares (none for 0.2.0 plugins). */
-                config: components["schemas"]["ConfigKeyView"][];
-                /**
-                 * Format: uuid
-                 * @description The administrator who uploaded it; absent for bundled plugins.
-                 */
-                uploaded_by?: string | null;
-                /** Format: date-time */
-                created_at: string;
-            }[];
+            items: components["schemas"]["PluginBinaryView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_ProjectView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                name: string;
-                description: string;
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-            }[];
+            items: components["schemas"]["ProjectView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_ProviderActivationView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                digest: string;
-                /** @description `activate`, `rollback` or `bundled`. */
-                action: string;
-                /** Format: uuid */
-                actor_user_id?: string | null;
-                /** Format: date-time */
-                created_at: string;
-            }[];
+            items: components["schemas"]["ProviderActivationView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_ProviderEventView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /**
-                 * @description `health` (a change of health) or `activation_refused` (a new version failed its health
-                 *     check; `from` and `to` are then the unchanged health).
-                 */
-                kind: string;
-                from: components["schemas"]["ProviderHealth"];
-                to: components["schemas"]["ProviderHealth"];
-                reason: string;
-                /** Format: date-time */
-                created_at: string;
-            }[];
+            items: components["schemas"]["ProviderEventView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_ProviderView: {
-            items: {
-                /** @description Why its health is what it is (the plugin's or the cloud's words). */
-                health_reason?: string;
-                /** Format: date-time */
-                health_changed_at?: string | null;
-                enabled?: boolean;
-                /** @description No new instances; existing ones are kept. */
-                drained?: boolean;
-                plugin?: components["schemas"]["ProviderPluginView"] | null;
-                /** @description Whether the plugin is loaded and taking calls on this server. */
-                serving?: boolean;
-                /**
-                 * @description What a rollback returns to: the version below the current one in the activation
-                 *     history (absent when there is none).
-                 */
-                previous_digest?: string | null;
-                config?: {
-                    [key: string]: string;
-                };
-                /** @description Names of the secrets set; their values are never returned. */
-                secret_names?: string[];
-                /** @description `host:port` patterns the plugin may send HTTP requests to, as configured. */
-                allowlist?: string[];
-                /**
-                 * @description What the plugin runs with: `allowlist` and the `host:port` of every `http(s)://` URL in
-                 *     `config` (its endpoints).
-                 */
-                effective_allowlist?: string[];
-                /** @description Overrides set on this provider. */
-                limits?: components["schemas"]["ProviderLimits"];
-                /** @description The limits its calls run with. */
-                effective_limits?: components["schemas"]["ProviderLimits"];
-                calls?: components["schemas"]["ProviderCallsView"];
-                /** Format: date-time */
-                created_at?: string;
-                /** Format: date-time */
-                updated_at?: string;
-                name: string;
-                /**
-                 * @description `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
-                 *     calls), or the operator's `drained` or `disabled`.
-                 */
-                state: components["schemas"]["ProviderState"];
-                health?: components["schemas"]["ProviderHealth"] | null;
-            }[];
+            items: components["schemas"]["ProviderView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_ServiceView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** Format: uuid */
-                project_id: string;
-                /** Format: uuid */
-                environment_id: string;
-                name: string;
-                source: components["schemas"]["ServiceSource"];
-                /**
-                 * Format: int32
-                 * @description The port the workload listens on.
-                 */
-                port: number;
-                /** Format: int32 */
-                replicas: number;
-                /** @description Regions to run in, in order of preference. */
-                regions: string[];
-                variables: components["schemas"]["VariableView"][];
-                /** @description Where its instances may run. */
-                placement: components["schemas"]["PlacementPolicy"];
-                /** @description How the control plane checks its instances. */
-                health_check: components["schemas"]["HealthCheckSpec"];
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-            }[];
+            items: components["schemas"]["ServiceView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_TermsAcceptanceView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** Format: uuid */
-                terms_version_id: string;
-                version: string;
-                /** Format: date-time */
-                accepted_at: string;
-            }[];
+            items: components["schemas"]["TermsAcceptanceView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_TermsView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                /** @description The publisher's name for this version, e.g. `2026-11`. */
-                version: string;
-                /** @description Where the full text is. */
-                url: string;
-                /** @description What changed, for people. */
-                summary: string;
-                /** Format: date-time */
-                published_at: string;
-            }[];
+            items: components["schemas"]["TermsView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_TokenView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                name: string;
-                /** @description The first characters of the token, to recognise it. */
-                prefix: string;
-                scopes: components["schemas"]["Scope"][];
-                /** Format: date-time */
-                expires_at?: string | null;
-                /** Format: date-time */
-                revoked_at?: string | null;
-                /** Format: date-time */
-                last_used_at?: string | null;
-                /** Format: date-time */
-                created_at: string;
-            }[];
+            items: components["schemas"]["TokenView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
         /** @description One page of a list. */
         Page_UserView: {
-            items: {
-                /** Format: uuid */
-                id: string;
-                email: string;
-                name: string;
-                /** @description Bulkhead administrator (sees and manages everything). */
-                is_admin: boolean;
-                /** @description A disabled user cannot authenticate. */
-                disabled: boolean;
-                /** @description Whether a password is set (log in with `/v1/auth/login`). */
-                has_password: boolean;
-                /** Format: date-time */
-                created_at: string;
-                /** Format: date-time */
-                updated_at: string;
-                /** Format: date-time */
-                last_login_at?: string | null;
-            }[];
+            items: components["schemas"]["UserView"][];
+            /** @description Pass as `cursor` to get the next page; absent on the last page. */
+            next_cursor?: string | null;
+        };
+        /** @description One page of a list. */
+        Page_WebhookEndpointView: {
+            items: components["schemas"]["WebhookEndpointView"][];
+            /** @description Pass as `cursor` to get the next page; absent on the last page. */
+            next_cursor?: string | null;
+        };
+        /** @description One page of a list. */
+        Page_WebhookMessageView: {
+            items: components["schemas"]["WebhookMessageView"][];
             /** @description Pass as `cursor` to get the next page; absent on the last page. */
             next_cursor?: string | null;
         };
@@ -2306,6 +2593,7 @@ export interface components {
         };
         /** @description The stored binary to switch a provider to. */
         ProviderActivate: {
+            /** @description The hex SHA-256 of an uploaded binary. */
             digest: string;
         };
         /** @description One switch of a provider's plugin. */
@@ -2313,8 +2601,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             digest: string;
-            /** @description `activate`, `rollback` or `bundled`. */
-            action: string;
+            action: components["schemas"]["ActivationAction"];
             /** Format: uuid */
             actor_user_id?: string | null;
             /** Format: date-time */
@@ -2393,15 +2680,17 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /**
+         * @description What a provider's event records.
+         * @enum {string}
+         */
+        ProviderEventKind: "health" | "activation_refused";
         /** @description A change of a provider's health, or an activation refused by its health check. */
         ProviderEventView: {
             /** Format: uuid */
             id: string;
-            /**
-             * @description `health` (a change of health) or `activation_refused` (a new version failed its health
-             *     check; `from` and `to` are then the unchanged health).
-             */
-            kind: string;
+            /** @description With `activation_refused`, `from` and `to` are the unchanged health. */
+            kind: components["schemas"]["ProviderEventKind"];
             from: components["schemas"]["ProviderHealth"];
             to: components["schemas"]["ProviderHealth"];
             reason: string;
@@ -2413,6 +2702,17 @@ export interface components {
          * @enum {string}
          */
         ProviderHealth: "healthy" | "degraded" | "unavailable";
+        /**
+         * @description What a provider's own checks of a workload say: `unchecked` where it does not check
+         *     workloads near them (only a host agent does).
+         * @enum {string}
+         */
+        ProviderInstanceHealth: "unchecked" | "pending" | "healthy" | "unhealthy";
+        /**
+         * @description An instance's state, as its provider reports it.
+         * @enum {string}
+         */
+        ProviderInstanceState: "pending" | "running" | "stopping" | "stopped" | "failed";
         /** @description Overrides of the default plugin limits; absent fields keep the default. */
         ProviderLimits: {
             /**
@@ -2564,11 +2864,7 @@ export interface components {
             id: string;
             /** @description The 32-byte Ed25519 public key, base64. */
             public_key: string;
-            /**
-             * @description `next` (published ahead of use), `active` (signs new snapshots) or `retired` (signed
-             *     earlier ones).
-             */
-            state: string;
+            state: components["schemas"]["RoutingKeyState"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -2579,6 +2875,25 @@ export interface components {
         /** @description The keys document: `GET /v1/routing-table/keys`, and what an edge is told to trust. */
         PublishedKeys: {
             keys: components["schemas"]["PublishedKey"][];
+        };
+        /** @description Pushes to `branch` of `repository` deploy `service_id`. */
+        PushBinding: {
+            /**
+             * @description `owner/name` as on GitHub; compared without regard to case.
+             * @example acme/storefront
+             */
+            repository: string;
+            /**
+             * @description The branch, without `refs/heads/`: `/`-separated parts of letters, digits and `_+@-`,
+             *     with single dots inside a part.
+             * @example main
+             */
+            branch: string;
+            /**
+             * Format: uuid
+             * @description A service of the project.
+             */
+            service_id: string;
         };
         /** @description What an operator sees of the reconciler of this server. */
         ReconcilerStatus: {
@@ -2668,6 +2983,35 @@ export interface components {
             /** @description Whether more revisions follow the last one listed (ask again with its revision). */
             more: boolean;
         };
+        /**
+         * @description A routing key's state (a string in [`PublishedKey`], so that an edge reads a state it does
+         *     not know yet): named for the OpenAPI document.
+         * @enum {string}
+         */
+        RoutingKeyState: "next" | "active" | "retired";
+        /** @description An event of the routing table's stream (Server-Sent Events): the table (`snapshot`, the signed snapshot document, then `end-of-snapshot`), then each new revision's changes (`change`) */
+        RoutingStreamEvent: {
+            /** @description The table's revision */
+            id: string;
+            /** @enum {string} */
+            event: "snapshot";
+            /** @description The event's payload, as JSON */
+            data: string;
+        } | {
+            /** @description The table's revision */
+            id: string;
+            /** @enum {string} */
+            event: "end-of-snapshot";
+            /** @description The event's payload, as JSON */
+            data: string;
+        } | {
+            /** @description The revision: send the last one seen as `Last-Event-ID` to resume */
+            id: string;
+            /** @enum {string} */
+            event: "change";
+            /** @description The event's payload, as JSON */
+            data: string;
+        };
         /** @description One revision of the routing table. */
         RoutingTable: {
             /**
@@ -2712,6 +3056,7 @@ export interface components {
         };
         /** @description What a service runs. */
         ServiceSource: {
+            /** @description Up to 500 characters, not all blank. */
             image: string;
             /** @enum {string} */
             type: "artifact";
@@ -2789,6 +3134,30 @@ export interface components {
             expires_in: number;
             /** @description Exchange at `/v1/auth/refresh` for new tokens; usable once. */
             refresh_token: string;
+        };
+        /** @description What the provider sent back to the redirect URI. */
+        SignInFinish: {
+            code: string;
+            state: string;
+        };
+        /**
+         * @description What kind of identity provider a sign-in provider is.
+         * @enum {string}
+         */
+        SignInProviderKind: "github" | "oidc";
+        /** @description A configured identity provider, as listed. */
+        SignInProviderView: {
+            name: string;
+            kind: components["schemas"]["SignInProviderKind"];
+        };
+        /** @description Where to send the browser to sign in (or link an account). */
+        SignInStart: {
+            /** @description The provider's page, with the client, the redirect, the state and the PKCE challenge. */
+            authorize_url: string;
+            /** @description Comes back with the code; finish within `expires_at`. */
+            state: string;
+            /** Format: date-time */
+            expires_at: string;
         };
         /**
          * @description The signed snapshot document as the OpenAPI document describes it (readers must verify
@@ -2956,6 +3325,94 @@ export interface components {
             secret: boolean;
             /** @description The value; absent for secrets. */
             value?: string | null;
+        };
+        /** @description A new endpoint. */
+        WebhookEndpointCreate: {
+            /**
+             * @description `https://…` (or `http://` to a network the operator allowed); no user or fragment.
+             * @example https://hooks.example.com/bulkhead
+             */
+            url: string;
+            /** @description The event types to send it; empty or absent: all. */
+            event_types?: components["schemas"]["WebhookEventType"][];
+        };
+        /** @description An endpoint with its signing secret, shown once. */
+        WebhookEndpointCreated: components["schemas"]["WebhookEndpointView"] & {
+            /**
+             * @description The signing secret, `whsec_` and base64 (Standard Webhooks): verify `webhook-signature`
+             *     with it. It cannot be shown again (rotate it to get a new one).
+             * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+             */
+            secret: string;
+        };
+        /** @description Changes to an endpoint; a field left out keeps its value. */
+        WebhookEndpointUpdate: {
+            url?: string | null;
+            event_types?: components["schemas"]["WebhookEventType"][] | null;
+        };
+        /** @description An endpoint, without its secret. */
+        WebhookEndpointView: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            project_id: string;
+            url: string;
+            /** @description Empty: all. */
+            event_types: components["schemas"]["WebhookEventType"][];
+            /**
+             * Format: date-time
+             * @description Until when its breaker holds messages back (after failures in a row).
+             */
+            open_until?: string | null;
+            /**
+             * Format: int32
+             * @description Failed attempts in a row.
+             */
+            failures: number;
+            /**
+             * Format: date-time
+             * @description Until when messages are also signed with the secret before the last rotation.
+             */
+            previous_secret_until?: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /**
+         * @description The event types an endpoint can receive.
+         * @enum {string}
+         */
+        WebhookEventType: "deployment.queued" | "deployment.healthy" | "deployment.failed" | "deployment.cancelled" | "deployment.superseded";
+        /**
+         * @description Where in its delivery a message is.
+         * @enum {string}
+         */
+        WebhookMessageState: "pending" | "delivered" | "failed";
+        /** @description A message owed to an endpoint, and its delivery. */
+        WebhookMessageView: {
+            /** Format: uuid */
+            id: string;
+            /** @description Its `webhook-id` (the same on every attempt and replay). */
+            webhook_id: string;
+            event_type: components["schemas"]["WebhookEventType"];
+            state: components["schemas"]["WebhookMessageState"];
+            /** Format: int32 */
+            attempts: number;
+            /** Format: date-time */
+            next_attempt_at: string;
+            /**
+             * Format: int32
+             * @description The HTTP status of the last attempt, if it got one.
+             */
+            last_status?: number | null;
+            last_error: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            delivered_at?: string | null;
+            /** @description The body sent (JSON). */
+            payload: unknown;
         };
         /**
          * @description A kind of background work with one leader at a time.
@@ -3136,7 +3593,7 @@ export interface operations {
                  * @description `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
                  *     order it was given in.
                  */
-                order?: "asc" | "desc";
+                order?: components["schemas"]["ListOrder"];
                 /** @description Items per page, 1 to 200 (default 50). */
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */
@@ -3170,7 +3627,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3437,6 +3894,298 @@ export interface operations {
             /** @description The database is unreachable from this replica */
             503: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    sign_in_provider_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInProviderView"][];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    sign_in_finish: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The provider's name */
+                provider: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignInFinish"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description `no-store` */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionTokens"];
+                };
+            };
+            /** @description The state is unknown, expired or used, or the provider refused the code (`sign_in_failed`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No user linked this account (`identity_not_linked`), or theirs is disabled */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider is down or limiting us, or another sign-in is finding out whether it answers again (`sign_in_unavailable`; see Retry-After). A sign-in refused before reaching the provider may send the same code and state again after the wait; one the provider refused answers 400 `sign_in_failed` then, and starts again */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    sign_in_start: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The provider's name */
+                provider: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInStart"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many sign-ins from this address (see Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider is down or limiting us (`sign_in_unavailable`; see Retry-After): sign in with a password meanwhile */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4361,7 +5110,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4536,7 +5285,7 @@ export interface operations {
                 "idempotency-key"?: string;
             };
             path: {
-                /** @description The edge's id: 1 to 63 lowercase letters, digits or '-' */
+                /** @description The edge's id: 1 to 63 lowercase letters, digits or '-', starting with a letter and not ending with '-' */
                 edge_id: string;
             };
             cookie?: never;
@@ -4647,6 +5396,132 @@ export interface operations {
                 };
             };
             /** @description The routing table is being built (at start-up) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    github_hook_receive: {
+        parameters: {
+            query: {
+                /** @description The installation's id (its `hook_path` says so). */
+                installation: string;
+            };
+            header: {
+                /** @description `sha256=` and the hex HMAC-SHA256 of the raw body with the installation's secret */
+                "X-Hub-Signature-256": string;
+                /** @description `push`, `ping`, or another event (ignored) */
+                "X-GitHub-Event": string;
+                /** @description The forge's id of the delivery (at most 100 characters); a second delivery with it is a duplicate */
+                "X-GitHub-Delivery": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The event's JSON, or a form whose `payload` field holds it (GitHub's default content type) */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GithubPushEvent"];
+                "application/x-www-form-urlencoded": components["schemas"]["GithubPushForm"];
+            };
+        };
+        responses: {
+            /** @description A duplicate, a ping, or an event that deploys nothing */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HookReceipt"];
+                };
+            };
+            /** @description Stored: it deploys once the pipeline takes it */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HookReceipt"];
+                };
+            };
+            /** @description A header is missing (`invalid_header`), or the body is not a `push` event (`invalid_body`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No installation with this id, or the signature is missing or wrong (`invalid_signature`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Neither JSON nor a form */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The push is more than 72 hours old (`stale_delivery`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4888,6 +5763,449 @@ export interface operations {
             };
         };
     };
+    identity_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdentityView"][];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    identity_unlink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Identity id */
+                identity_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Unlinked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    identity_link_finish: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description The provider's name */
+                provider: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignInFinish"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdentityView"];
+                };
+            };
+            /** @description The state is unknown, expired, used or not the caller's, or the provider refused the code (`sign_in_failed`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The account is linked to a user already (`identity_taken`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider is down or limiting us, or another sign-in is finding out whether it answers again (`sign_in_unavailable`; see Retry-After). A sign-in refused before reaching the provider may send the same code and state again after the wait; one the provider refused answers 400 `sign_in_failed` then, and starts again */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    identity_link_start: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description The provider's name */
+                provider: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInStart"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider is down or limiting us (`sign_in_unavailable`; see Retry-After) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     me_invitation_list: {
         parameters: {
             query?: {
@@ -4924,7 +6242,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5337,7 +6655,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5573,7 +6891,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5904,7 +7222,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6496,7 +7814,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7236,7 +8554,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7807,6 +9125,864 @@ export interface operations {
             };
         };
     };
+    git_installation_list: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 200 (default 50). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_GitInstallationView"];
+                };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    git_installation_create: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GitInstallationCreate"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    ETag?: string;
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GitInstallationCreated"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    git_installation_view: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Installation id */
+                installation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GitInstallationView"];
+                };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    git_installation_delete: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Installation id */
+                installation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match the current ETag */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    git_installation_update: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Installation id */
+                installation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GitInstallationUpdate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GitInstallationView"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match the current ETag */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    git_delivery_list: {
+        parameters: {
+            query?: {
+                /**
+                 * @description `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+                 *     order it was given in.
+                 */
+                order?: components["schemas"]["ListOrder"];
+                /** @description Items per page, 1 to 200 (default 50). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Installation id */
+                installation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_GitDeliveryView"];
+                };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    git_installation_secret_rotate: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Installation id */
+                installation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GitInstallationCreated"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     invitation_list: {
         parameters: {
             query?: {
@@ -7846,7 +10022,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8193,7 +10369,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8672,7 +10848,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9246,6 +11422,11 @@ export interface operations {
     deployment_list: {
         parameters: {
             query?: {
+                /**
+                 * @description `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+                 *     order it was given in.
+                 */
+                order?: components["schemas"]["ListOrder"];
                 /** @description Items per page, 1 to 200 (default 50). */
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */
@@ -9284,7 +11465,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9760,7 +11941,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EventPage"];
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["DeploymentStreamEvent"];
                 };
             };
             /** @description Malformed request */
@@ -10009,6 +12190,359 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    webhook_endpoint_list: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 200 (default 50). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_WebhookEndpointView"];
+                };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    webhook_endpoint_create: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEndpointCreate"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    ETag?: string;
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointCreated"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    webhook_endpoint_view: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Endpoint id */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointView"];
+                };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Malformed request */
             400: {
                 headers: {
@@ -10083,6 +12617,640 @@ export interface operations {
             };
         };
     };
+    webhook_endpoint_delete: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Endpoint id */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match the current ETag */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    webhook_endpoint_update: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag the change is based on: 412 when the resource changed since */
+                "If-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Endpoint id */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEndpointUpdate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointView"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not match the current ETag */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    webhook_message_list: {
+        parameters: {
+            query?: {
+                /**
+                 * @description `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+                 *     order it was given in.
+                 */
+                order?: components["schemas"]["ListOrder"];
+                /** @description Items per page, 1 to 200 (default 50). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: {
+                /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
+                "If-None-Match"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Endpoint id */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    /** @description A weak tag of this page: send it as `If-None-Match` to get 304 while it is unchanged */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_WebhookMessageView"];
+                };
+            };
+            /** @description Not modified: the `If-None-Match` tag is current (no body) */
+            304: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    webhook_message_replay: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Endpoint id */
+                webhook_id: string;
+                /** @description Message id */
+                message_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookMessageView"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    webhook_endpoint_secret_rotate: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Endpoint id */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointCreated"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with existing state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     provider_list: {
         parameters: {
             query?: {
@@ -10119,7 +13287,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -10691,6 +13859,11 @@ export interface operations {
     provider_activation_list: {
         parameters: {
             query?: {
+                /**
+                 * @description `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+                 *     order it was given in.
+                 */
+                order?: components["schemas"]["ListOrder"];
                 /** @description Items per page, 1 to 200 (default 50). */
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */
@@ -10727,7 +13900,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -11128,6 +14301,11 @@ export interface operations {
     provider_event_list: {
         parameters: {
             query?: {
+                /**
+                 * @description `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+                 *     order it was given in.
+                 */
+                order?: components["schemas"]["ListOrder"];
                 /** @description Items per page, 1 to 200 (default 50). */
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */
@@ -11164,7 +14342,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -11589,6 +14767,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Invalid values */
             422: {
                 headers: {
@@ -11607,8 +14794,26 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable from this replica */
+            /** @description The provider refused or failed (unauthorized, account suspended, unexpected answer) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider is unavailable or rate limiting (see Retry-After) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The plugin did not answer in time */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11684,7 +14889,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -11711,8 +14916,26 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unreachable from this replica */
+            /** @description The provider refused or failed (unauthorized, account suspended, unexpected answer) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The provider is unavailable or rate limiting (see Retry-After) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The plugin did not answer in time */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11975,15 +15198,7 @@ export interface operations {
     };
     routing_table_view: {
         parameters: {
-            query?: {
-                /** @description `json` (default): the signed snapshot; `caddy`: a Caddy configuration. */
-                format?: "json" | "caddy";
-                /**
-                 * @description With `format=caddy`: the address Caddy serves the routes on (`host:port` or `:port`;
-                 *     default `:80`).
-                 */
-                listen?: string;
-            };
+            query?: never;
             header?: {
                 /** @description A tag of an earlier answer: 304, without a body, while the answer would be the same */
                 "If-None-Match"?: string;
@@ -11993,7 +15208,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The signed snapshot, or a Caddy configuration */
+            /** @description The signed snapshot */
             200: {
                 headers: {
                     "Bulkhead-Routing-Revision"?: number;
@@ -12012,6 +15227,93 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The routing table is being built (at start-up) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    routing_table_caddy: {
+        parameters: {
+            query?: {
+                /** @description The address Caddy serves the routes on: `host:port` or `:port` (default `:80`). */
+                listen?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The Caddy configuration of the current table */
+            200: {
+                headers: {
+                    "Bulkhead-Routing-Revision"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaddyConfig"];
+                };
             };
             /** @description Malformed request */
             400: {
@@ -12625,7 +15927,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["RoutingStreamEvent"];
                 };
             };
             /** @description Malformed request */
@@ -12812,7 +16114,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -13039,7 +16341,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -13464,7 +16766,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed request */
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
                 headers: {
                     [name: string]: unknown;

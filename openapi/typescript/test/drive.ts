@@ -19,6 +19,7 @@ import {
   FINISHED_DEPLOYMENT_STATES,
   type BulkheadClient,
   type DeployedInstanceView,
+  type DeploymentEventKind,
   type DeploymentEventView,
   type DeploymentState,
   type DeploymentView,
@@ -251,7 +252,8 @@ async function main(): Promise<void> {
 
   const events = await follow(api, made, timeoutSecs * 1000);
   const kinds = new Set(events.map((event) => event.kind));
-  for (const kind of ["deployment.queued", "instance.placed", "instance.started", "instance.healthy"]) {
+  const wanted: DeploymentEventKind[] = ["deployment.queued", "instance.placed", "instance.started", "instance.healthy"];
+  for (const kind of wanted) {
     check(kinds.has(kind), `no ${kind} event among ${[...kinds].join(", ")}`);
   }
 

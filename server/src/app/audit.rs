@@ -119,7 +119,6 @@ pub struct AuditQuery {
     pub actor_user_id: Option<Uuid>,
     /// `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
     /// order it was given in.
-    #[param(inline)]
     pub order: Option<ListOrder>,
     /// Items per page, 1 to 200 (default 50).
     #[param(minimum = 1, maximum = 200)]

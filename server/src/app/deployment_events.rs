@@ -17,16 +17,117 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use super::webhooks::{WebhookEventType, messages_enqueue};
 use crate::entity::{deployment, deployment_event};
 use crate::error::{ApiError, ApiResult, ErrorCode};
+
+/// What an event of a deployment records: a step of the deployment, or of one of its
+/// instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum DeploymentEventKind {
+    #[serde(rename = "deployment.queued")]
+    DeploymentQueued,
+    /// Instances are being placed.
+    #[serde(rename = "deployment.placing")]
+    DeploymentPlacing,
+    /// No provider can take an instance yet (`details.needed`): placing is retried.
+    #[serde(rename = "deployment.waiting")]
+    DeploymentWaiting,
+    #[serde(rename = "deployment.rolling_out")]
+    DeploymentRollingOut,
+    #[serde(rename = "deployment.healthy")]
+    DeploymentHealthy,
+    #[serde(rename = "deployment.failed")]
+    DeploymentFailed,
+    #[serde(rename = "deployment.cancelled")]
+    DeploymentCancelled,
+    /// A newer deployment of the service turned healthy.
+    #[serde(rename = "deployment.superseded")]
+    DeploymentSuperseded,
+    #[serde(rename = "instance.placed")]
+    InstancePlaced,
+    /// A provider refused an instance and the next eligible one took it.
+    #[serde(rename = "instance.failover")]
+    InstanceFailover,
+    /// An instance replaces one that stayed unhealthy or whose provider is evacuated.
+    #[serde(rename = "instance.replacement")]
+    InstanceReplacement,
+    /// An instance waits for a provider that can take it.
+    #[serde(rename = "instance.waiting")]
+    InstanceWaiting,
+    #[serde(rename = "instance.started")]
+    InstanceStarted,
+    #[serde(rename = "instance.healthy")]
+    InstanceHealthy,
+    #[serde(rename = "instance.unhealthy")]
+    InstanceUnhealthy,
+    #[serde(rename = "instance.failed")]
+    InstanceFailed,
+    #[serde(rename = "instance.draining")]
+    InstanceDraining,
+    #[serde(rename = "instance.removing")]
+    InstanceRemoving,
+    #[serde(rename = "instance.removed")]
+    InstanceRemoved,
+}
+
+impl DeploymentEventKind {
+    /// Every kind, in the order of the schema.
+    pub const ALL: [Self; 19] = [
+        Self::DeploymentQueued,
+        Self::DeploymentPlacing,
+        Self::DeploymentWaiting,
+        Self::DeploymentRollingOut,
+        Self::DeploymentHealthy,
+        Self::DeploymentFailed,
+        Self::DeploymentCancelled,
+        Self::DeploymentSuperseded,
+        Self::InstancePlaced,
+        Self::InstanceFailover,
+        Self::InstanceReplacement,
+        Self::InstanceWaiting,
+        Self::InstanceStarted,
+        Self::InstanceHealthy,
+        Self::InstanceUnhealthy,
+        Self::InstanceFailed,
+        Self::InstanceDraining,
+        Self::InstanceRemoving,
+        Self::InstanceRemoved,
+    ];
+
+    /// The name stored and shown (`deployment.queued`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::DeploymentQueued => "deployment.queued",
+            Self::DeploymentPlacing => "deployment.placing",
+            Self::DeploymentWaiting => "deployment.waiting",
+            Self::DeploymentRollingOut => "deployment.rolling_out",
+            Self::DeploymentHealthy => "deployment.healthy",
+            Self::DeploymentFailed => "deployment.failed",
+            Self::DeploymentCancelled => "deployment.cancelled",
+            Self::DeploymentSuperseded => "deployment.superseded",
+            Self::InstancePlaced => "instance.placed",
+            Self::InstanceFailover => "instance.failover",
+            Self::InstanceReplacement => "instance.replacement",
+            Self::InstanceWaiting => "instance.waiting",
+            Self::InstanceStarted => "instance.started",
+            Self::InstanceHealthy => "instance.healthy",
+            Self::InstanceUnhealthy => "instance.unhealthy",
+            Self::InstanceFailed => "instance.failed",
+            Self::InstanceDraining => "instance.draining",
+            Self::InstanceRemoving => "instance.removing",
+            Self::InstanceRemoved => "instance.removed",
+        }
+    }
+}
 
 /// One event of a deployment.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DeploymentEventView {
     /// 1, 2, ... in the deployment; the `id` of the event in a stream (`Last-Event-ID`).
     pub seq: i64,
-    /// E.g. `deployment.queued`, `instance.placed`, `instance.healthy`, `instance.failover`,
-    /// `deployment.healthy`, `deployment.failed`.
+    /// Stored as its name; the stream's `event` field.
+    #[schema(value_type = DeploymentEventKind)]
     pub kind: String,
     pub message: String,
     pub details: serde_json::Value,
@@ -71,7 +172,7 @@ pub struct EventPage {
 pub async fn event_append(
     db: &impl ConnectionTrait,
     deployment_id: Uuid,
-    kind: &str,
+    kind: DeploymentEventKind,
     message: String,
     details: serde_json::Value,
 ) -> ApiResult<i64> {
@@ -83,17 +184,27 @@ pub async fn event_append(
         .filter(deployment::Column::Id.eq(deployment_id))
         .exec(db)
         .await?;
-    let seq = deployment::Entity::find_by_id(deployment_id)
-        .select_only()
-        .column(deployment::Column::EventSeq)
-        .into_tuple::<i64>()
-        .one(db)
-        .await?
-        .ok_or_else(|| ApiError::internal("event of a missing deployment"))?;
+    let seq = if WebhookEventType::is_webhook_event(kind) {
+        // An event that webhooks carry: the messages are owed in this transaction.
+        let found = deployment::Entity::find_by_id(deployment_id)
+            .one(db)
+            .await?
+            .ok_or_else(|| ApiError::internal("event of a missing deployment"))?;
+        messages_enqueue(db, &found, kind, &message).await?;
+        found.event_seq
+    } else {
+        deployment::Entity::find_by_id(deployment_id)
+            .select_only()
+            .column(deployment::Column::EventSeq)
+            .into_tuple::<i64>()
+            .one(db)
+            .await?
+            .ok_or_else(|| ApiError::internal("event of a missing deployment"))?
+    };
     deployment_event::ActiveModel {
         deployment_id: Set(deployment_id),
         seq: Set(seq),
-        kind: Set(kind.to_owned()),
+        kind: Set(kind.as_str().to_owned()),
         message: Set(message),
         details: Set(details),
         created_at: Set(Utc::now()),
@@ -127,6 +238,25 @@ impl EventParams {
                 ErrorCode::InvalidQuery,
                 "`limit` must be between 1 and 200",
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_is_stored_by_its_schema_name() {
+        let schema =
+            serde_json::to_value(<DeploymentEventKind as utoipa::PartialSchema>::schema()).unwrap();
+        let names: Vec<&str> = DeploymentEventKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(schema["enum"], serde_json::json!(names));
+        for kind in DeploymentEventKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
         }
     }
 }

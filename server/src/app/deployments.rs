@@ -20,9 +20,10 @@ use uuid::Uuid;
 
 use super::App;
 use super::audit::AuditEntry;
-use super::deployment_events::event_append;
+use super::deployment_events::{DeploymentEventKind, event_append};
 use super::instances::{self as states, DeployedInstanceView};
-use super::pagination::{Page, PageParams, paginate};
+use super::pagination::{OrderedPageParams, Page, PageParams, paginate, paginate_ordered};
+use super::push_intake::DeploymentPush;
 use super::services::{ServiceSpec, ServiceSpecView, service_find};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{deployment, instance, service};
@@ -58,6 +59,8 @@ pub struct DeploymentView {
     pub spec: ServiceSpecView,
     /// The deployment whose spec this one deploys again.
     pub rollback_of: Option<Uuid>,
+    /// The push it was made from (a git installation's delivery), if one.
+    pub push: Option<DeploymentPush>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// When all its instances were first healthy.
@@ -83,6 +86,11 @@ impl DeploymentView {
             reason: m.reason,
             spec: spec.try_into()?,
             rollback_of: m.rollback_of,
+            push: m
+                .push
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(ApiError::internal)?,
             created_at: m.created_at,
             updated_at: m.updated_at,
             healthy_at: m.healthy_at,
@@ -211,11 +219,17 @@ pub(super) async fn deployment_finish(
         .filter(deployment::Column::Id.eq(deployment.id))
         .exec(db)
         .await?;
+    let kind = match state {
+        FAILED => DeploymentEventKind::DeploymentFailed,
+        CANCELLED => DeploymentEventKind::DeploymentCancelled,
+        SUPERSEDED => DeploymentEventKind::DeploymentSuperseded,
+        other => return Err(ApiError::internal(format!("a deployment ends {other}"))),
+    };
     let removing = deployment_instances_remove(db, deployment.id).await?;
     event_append(
         db,
         deployment.id,
-        &format!("deployment.{state}"),
+        kind,
         if removing > 0 {
             format!("{reason}; removing {removing} instance(s)")
         } else {
@@ -233,7 +247,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         service_id: Uuid,
-        params: PageParams,
+        params: OrderedPageParams,
     ) -> ApiResult<Page<deployment::Model>> {
         self.project_authorize(
             principal,
@@ -245,7 +259,16 @@ impl App {
         service_find(&self.db, project_id, service_id).await?;
         let select =
             deployment::Entity::find().filter(deployment::Column::ServiceId.eq(service_id));
-        paginate(&self.db, select, deployment::Column::Id, |m| m.id, &params).await
+        let (page, order) = params.split();
+        paginate_ordered(
+            &self.db,
+            select,
+            deployment::Column::Id,
+            |m| m.id,
+            &page,
+            order,
+        )
+        .await
     }
 
     /// A deployment the caller may see.
@@ -371,7 +394,15 @@ impl App {
             .await?;
         let found = service_find(&write.txn, project_id, service_id).await?;
         let spec = ServiceSpec::of(&found)?;
-        let created = deployment_insert(&write.txn, ctx, &found, spec, None).await?;
+        let created = deployment_insert(
+            &write.txn,
+            Some(ctx.principal.user_id()),
+            &found,
+            spec,
+            None,
+            None,
+        )
+        .await?;
         write
             .commit(deployment_audit("deployment.create", &created))
             .await?;
@@ -412,7 +443,15 @@ impl App {
             })?;
         let spec: ServiceSpec =
             serde_json::from_value(target.spec.clone()).map_err(ApiError::internal)?;
-        let created = deployment_insert(&write.txn, ctx, &found, spec, Some(&target)).await?;
+        let created = deployment_insert(
+            &write.txn,
+            Some(ctx.principal.user_id()),
+            &found,
+            spec,
+            Some(&target),
+            None,
+        )
+        .await?;
         write
             .commit(deployment_audit("deployment.rollback", &created))
             .await?;
@@ -476,12 +515,13 @@ impl App {
 /// Inserts deployment `number + 1` of `found` with `spec`, superseding the deployments of the
 /// service that have not finished (their new instances are removed; the last healthy
 /// deployment keeps serving until this one is healthy).
-async fn deployment_insert(
+pub(super) async fn deployment_insert(
     db: &impl ConnectionTrait,
-    ctx: &OpContext,
+    created_by: Option<Uuid>,
     found: &service::Model,
     spec: ServiceSpec,
     rollback_of: Option<&deployment::Model>,
+    push: Option<&DeploymentPush>,
 ) -> ApiResult<deployment::Model> {
     let number = deployment::Entity::find()
         .filter(deployment::Column::ServiceId.eq(found.id))
@@ -519,13 +559,18 @@ async fn deployment_insert(
         reason: Set(String::new()),
         rollback_of: Set(rollback_of.map(|d| d.id)),
         cancel_requested: Set(false),
-        created_by: Set(Some(ctx.principal.user_id())),
+        created_by: Set(created_by),
         event_seq: Set(0),
         revision: Set(1),
         created_at: Set(now),
         updated_at: Set(now),
         finished_at: Set(None),
         healthy_at: Set(None),
+        push: Set(push
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(ApiError::internal)?),
+        push_delivery_id: Set(push.map(|p| p.delivery_id)),
     }
     .insert(db)
     .await?;
@@ -534,15 +579,24 @@ async fn deployment_insert(
             "deployment #{number} of {} queued: {replicas} replica(s), rolling back to the spec of #{}",
             found.name, target.number
         ),
-        None => format!(
-            "deployment #{number} of {} queued: {replicas} replica(s)",
-            found.name
-        ),
+        None => match push {
+            Some(push) => format!(
+                "deployment #{number} of {} queued: {replicas} replica(s), for the push of {} to `{}` of {}",
+                found.name,
+                push.commit.chars().take(12).collect::<String>(),
+                push.branch,
+                push.repository
+            ),
+            None => format!(
+                "deployment #{number} of {} queued: {replicas} replica(s)",
+                found.name
+            ),
+        },
     };
     event_append(
         db,
         created.id,
-        "deployment.queued",
+        DeploymentEventKind::DeploymentQueued,
         message,
         serde_json::json!({ "replicas": replicas, "rollback_of": rollback_of.map(|d| d.number) }),
     )

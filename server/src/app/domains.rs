@@ -4,7 +4,10 @@
 //! claim locks nobody out); the first to prove control holds it, and then no other project may
 //! claim it or a name under it. A name under a domain the project verified is verified at once.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
+use regex::Regex;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Set,
 };
@@ -92,6 +95,13 @@ impl From<domain::Model> for DomainView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DomainCreate {
+    /// A DNS name (RFC 1123) such as `app.example.com`, in any case (it is stored lowercase):
+    /// two labels or more of 1 to 63 letters, digits or `-` (not at either end), the last
+    /// starting with a letter; no wildcard, no IP address, no trailing dot.
+    #[schema(
+        max_length = 253,
+        pattern = "^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
+    )]
     pub hostname: String,
     pub service_id: Uuid,
 }
@@ -103,31 +113,20 @@ pub struct DomainUpdate {
     pub service_id: Uuid,
 }
 
-/// Normalises and checks a DNS hostname (RFC 1123): at least two labels of 1 to 63 letters,
-/// digits or `-` (not at either end), 253 characters at most, and a non-numeric last label.
-/// Wildcards are not accepted.
+/// What `DomainCreate.hostname` must match (its schema states the same pattern and length).
+const HOSTNAME_PATTERN: &str =
+    r"^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$";
+const HOSTNAME_MAX: usize = 253;
+
+/// Checks a DNS hostname against [`HOSTNAME_PATTERN`] and returns it lowercase.
 pub fn hostname_validate(hostname: &str) -> ApiResult<String> {
-    let hostname = hostname.trim().trim_end_matches('.').to_ascii_lowercase();
-    let labels: Vec<&str> = hostname.split('.').collect();
-    let label_ok = |label: &&str| {
-        (1..=63).contains(&label.len())
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    };
-    let valid = hostname.len() <= 253
-        && labels.len() >= 2
-        && labels.iter().all(label_ok)
-        && labels
-            .last()
-            .is_some_and(|tld| !tld.chars().all(|c| c.is_ascii_digit()));
-    if valid {
-        Ok(hostname)
+    static PATTERN: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(HOSTNAME_PATTERN).expect("the hostname pattern compiles"));
+    if hostname.len() <= HOSTNAME_MAX && PATTERN.is_match(hostname) {
+        Ok(hostname.to_ascii_lowercase())
     } else {
         Err(ApiError::invalid(
-            "`hostname` must be a DNS name such as `app.example.com` (no wildcards, no IP addresses)",
+            "`hostname` must be a DNS name such as `app.example.com` (no wildcards, no IP addresses, no trailing dot)",
         ))
     }
 }
@@ -432,7 +431,7 @@ fn domain_audit(action: &'static str, domain: &domain::Model) -> AuditEntry {
 
 #[cfg(test)]
 mod tests {
-    use super::{hostname_parents, hostname_validate};
+    use super::{HOSTNAME_MAX, HOSTNAME_PATTERN, hostname_parents, hostname_validate};
 
     #[test]
     fn a_hostname_s_parents_stop_at_two_labels() {
@@ -446,10 +445,24 @@ mod tests {
     #[test]
     fn hostnames_are_normalised_and_checked() {
         assert_eq!(
-            hostname_validate(" App.Example.COM. ").unwrap(),
+            hostname_validate("App.Example.COM").unwrap(),
             "app.example.com"
         );
+        assert!(hostname_validate(&format!("{}.com", "a".repeat(63))).is_ok());
+        let longest = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        assert_eq!(longest.len(), HOSTNAME_MAX);
+        assert!(hostname_validate(&longest).is_ok());
+        assert!(hostname_validate(&format!("{longest}e")).is_err());
         for bad in [
+            " app.example.com",
+            "app.example.com.",
+            "app.example.1com",
             "localhost",
             "-a.example.com",
             "a..example.com",
@@ -461,5 +474,16 @@ mod tests {
             assert!(hostname_validate(bad).is_err(), "{bad} was accepted");
         }
         assert!(hostname_validate(&format!("{}.com", "a".repeat(64))).is_err());
+    }
+
+    #[test]
+    fn the_schema_states_the_pattern_the_server_checks() {
+        let schema =
+            serde_json::to_value(<super::DomainCreate as utoipa::PartialSchema>::schema()).unwrap();
+        assert_eq!(
+            schema["properties"]["hostname"]["pattern"],
+            HOSTNAME_PATTERN
+        );
+        assert_eq!(schema["properties"]["hostname"]["maxLength"], HOSTNAME_MAX);
     }
 }

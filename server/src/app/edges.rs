@@ -172,8 +172,9 @@ impl App {
     /// Forgets edge `id` (administrators): a decommissioned edge, or one whose token changed.
     pub async fn edge_delete(&self, ctx: &OpContext, id: &str) -> ApiResult<()> {
         ctx.principal.require_admin()?;
+        let id = super::slug_validate("id", id)?;
         let txn = crate::db::begin_write(&self.db).await?;
-        let deleted = edge::Entity::delete_by_id(id.to_owned()).exec(&txn).await?;
+        let deleted = edge::Entity::delete_by_id(id.clone()).exec(&txn).await?;
         if deleted.rows_affected == 0 {
             return Err(ApiError::not_found("edge"));
         }
@@ -183,7 +184,7 @@ impl App {
             AuditEntry {
                 action: "edge.delete",
                 resource_type: "edge",
-                resource_id: id.to_owned(),
+                resource_id: id,
                 project_id: None,
                 details: serde_json::json!({}),
             },

@@ -35,7 +35,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use uuid::Uuid;
 
 use super::App;
-use super::deployment_events::event_append;
+use super::deployment_events::{DeploymentEventKind, event_append};
 use super::deployments::{self, deployment_finish};
 use super::health_checks::{HealthCheckSpec, probe};
 use super::health_reports::HealthReport;
@@ -321,7 +321,7 @@ impl App {
         event_append(
             &txn,
             row.deployment_id,
-            "instance.healthy",
+            DeploymentEventKind::InstanceHealthy,
             format!("{} is healthy at {}", row.instance_key, row.address.as_deref().unwrap_or_default()),
             serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "address": row.address }),
         )
@@ -342,7 +342,7 @@ impl App {
             event_append(
                 &txn,
                 old.deployment_id,
-                "instance.draining",
+                DeploymentEventKind::InstanceDraining,
                 message,
                 details,
             )
@@ -384,7 +384,7 @@ impl App {
         event_append(
             &txn,
             row.deployment_id,
-            "instance.failed",
+            DeploymentEventKind::InstanceFailed,
             message.clone(),
             serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "error": "never_healthy" }),
         )
@@ -436,7 +436,11 @@ impl App {
             event_append(
                 &txn,
                 row.deployment_id,
-                &format!("instance.{health}"),
+                if *health == states::HEALTH_HEALTHY {
+                    DeploymentEventKind::InstanceHealthy
+                } else {
+                    DeploymentEventKind::InstanceUnhealthy
+                },
                 format!("{} is {health} ({} check(s) in a row)", row.instance_key, streak.abs()),
                 serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "health": health }),
             )

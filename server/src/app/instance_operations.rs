@@ -21,7 +21,7 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 
 use super::App;
 use super::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
-use super::deployment_events::event_append;
+use super::deployment_events::{DeploymentEventKind, event_append};
 use super::deployments::{self, deployment_finish};
 use super::instances as states;
 use super::leases::Work;
@@ -140,7 +140,7 @@ impl App {
                     event_append(
                         &txn,
                         row.deployment_id,
-                        "instance.started",
+                        DeploymentEventKind::InstanceStarted,
                         format!(
                             "{} started on {} at {}",
                             row.instance_key,
@@ -229,7 +229,7 @@ impl App {
             event_append(
                 txn,
                 row.deployment_id,
-                "instance.failed",
+                DeploymentEventKind::InstanceFailed,
                 format!(
                     "{} refused {} ({}): placing it elsewhere",
                     row.provider, row.instance_key, err.code
@@ -267,7 +267,7 @@ impl App {
             event_append(
                 txn,
                 row.deployment_id,
-                "instance.waiting",
+                DeploymentEventKind::InstanceWaiting,
                 format!(
                     "{} on {}: {error}; trying again in {} s",
                     row.instance_key,
@@ -337,7 +337,7 @@ impl App {
             event_append(
                 txn,
                 row.deployment_id,
-                "instance.removed",
+                DeploymentEventKind::InstanceRemoved,
                 format!("{} removed from {}", row.instance_key, row.provider),
                 serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider }),
             )

@@ -320,3 +320,41 @@ impl App {
         }
     }
 }
+
+impl App {
+    /// Runs `pass` every `every` and whenever a deployment changes, while this replica leads
+    /// the deploys, until `stop`: the loop of the deploy leader's outboxes and queues. A pass
+    /// that fails is logged (as `work`) and tried again at the next turn.
+    pub async fn deploy_leader_loop(
+        &self,
+        mut stop: watch::Receiver<bool>,
+        every: Duration,
+        work: &'static str,
+        pass: impl AsyncFn(&App) -> ApiResult<usize>,
+    ) {
+        let mut wake = self.changes.deployments.subscribe();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    if *stop.borrow() {
+                        return;
+                    }
+                }
+                changed = wake.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tick.tick() => {}
+            }
+            if !self.leases.leads(Work::Deploys) {
+                continue;
+            }
+            if let Err(err) = pass(self).await {
+                tracing::warn!(work, error = %err, "a pass of the deploy leader's work failed; it runs again at the next turn");
+            }
+        }
+    }
+}

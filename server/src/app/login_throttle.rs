@@ -98,6 +98,13 @@ impl LoginThrottle {
         self.refused(refused)
     }
 
+    /// Counts a request that writes without credentials (starting a sign-in with an outside
+    /// provider) against the limit of its address only: there is no account to guess at.
+    pub fn attempt_address(&self, client: IpAddr) -> ApiResult<()> {
+        let refused = self.per_ip.check_key(&client).err();
+        self.refused(refused)
+    }
+
     /// Counts the attempt against the account-wide limit, unless it comes from an address the
     /// account signed in from lately (`known`).
     pub fn attempt_account_wide(&self, email: &str, known: bool) -> ApiResult<()> {

@@ -1,5 +1,6 @@
-//! Housekeeping: expired idempotency records, invitations and sign-in addresses are purged, the login limiter
-//! forgets clients that stopped trying, and plaintext secrets of earlier versions are sealed.
+//! Housekeeping: expired idempotency records, invitations, sign-in addresses, old git
+//! deliveries and expired outside sign-ins are purged, the login limiter forgets clients that
+//! stopped trying, and plaintext secrets of earlier versions are sealed.
 //! The purges run on the replica that leads [`Work::Maintenance`] (each is idempotent, so a
 //! second one at a handover is harmless); the trim is of this replica's memory.
 
@@ -45,12 +46,20 @@ impl App {
             tracing::warn!(error = %err, "sign-in address purge failed");
             0
         });
-        if idempotency + invitations + replicas + addresses > 0 {
+        let deliveries = self.git_deliveries_purge().await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "git delivery purge failed");
+            0
+        }) + self.sign_in_states_purge().await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "sign-in state purge failed");
+            0
+        });
+        if idempotency + invitations + replicas + addresses + deliveries > 0 {
             tracing::info!(
                 idempotency,
                 invitations,
                 replicas,
                 addresses,
+                deliveries,
                 "purged expired records"
             );
         }

@@ -21,6 +21,8 @@ pub mod domains;
 pub mod edges;
 pub mod environments;
 pub mod evacuations;
+pub mod forge_statuses;
+pub mod git_installations;
 pub mod health_checks;
 pub mod health_reports;
 pub mod health_schedule;
@@ -33,6 +35,7 @@ pub mod leases;
 pub mod login_throttle;
 pub mod maintenance;
 pub mod members;
+pub mod outside_sign_in;
 pub mod pagination;
 pub mod placement;
 pub mod plugin_binaries;
@@ -43,6 +46,7 @@ pub mod provider_instances;
 pub mod provider_sync;
 pub mod provider_versions;
 pub mod providers;
+pub mod push_intake;
 pub mod reconciler;
 pub mod replicas;
 pub mod rollouts;
@@ -51,11 +55,14 @@ pub mod routing_keys;
 pub mod services;
 pub mod sessions;
 pub mod sign_in_addresses;
+pub mod sign_in_holds;
 pub mod states;
 pub mod terms;
 pub mod tokens;
 pub mod unhealthy_replacement;
 pub mod users;
+pub mod webhook_delivery;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -98,6 +105,10 @@ pub struct App {
     pub known_addresses: Arc<sign_in_addresses::KnownAddresses>,
     /// Asks DNS for domains' verification records.
     pub challenges: Arc<domain_verification::ChallengeResolver>,
+    /// Calls to forges (commit statuses), within their limits.
+    pub forge: Arc<forge_statuses::ForgeCalls>,
+    /// Calls to outside identity providers, within their limits.
+    pub sign_in: Arc<outside_sign_in::OutsideSignIn>,
 }
 
 /// A strong entity tag for a resource at `revision`.

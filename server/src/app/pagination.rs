@@ -38,6 +38,32 @@ pub enum ListOrder {
     Desc,
 }
 
+/// Query parameters of a list that can be read either way.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct OrderedPageParams {
+    /// `asc` (oldest first, the default) or `desc` (newest first). A cursor continues the
+    /// order it was given in.
+    pub order: Option<ListOrder>,
+    /// Items per page, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<u64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl OrderedPageParams {
+    /// The page wanted, and in which order.
+    pub fn split(self) -> (PageParams, ListOrder) {
+        let page = PageParams {
+            limit: self.limit,
+            cursor: self.cursor,
+        };
+        (page, self.order.unwrap_or_default())
+    }
+}
+
 /// One page of a list.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Page<T> {
@@ -53,6 +79,18 @@ impl<T> Page<T> {
             items: self.items.into_iter().map(f).collect(),
             next_cursor: self.next_cursor,
         }
+    }
+
+    /// [`Self::map`] with a conversion that may fail.
+    pub fn try_map<U>(self, f: impl FnMut(T) -> ApiResult<U>) -> ApiResult<Page<U>> {
+        Ok(Page {
+            items: self
+                .items
+                .into_iter()
+                .map(f)
+                .collect::<ApiResult<Vec<U>>>()?,
+            next_cursor: self.next_cursor,
+        })
     }
 }
 

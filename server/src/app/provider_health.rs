@@ -30,7 +30,7 @@ use uuid::Uuid;
 use super::App;
 use super::audit::{AuditEntry, audit_record_system};
 use super::breaker::{Breaker, BreakerConfig, Change, ProviderHealth, Signal};
-use super::pagination::{Page, PageParams, paginate};
+use super::pagination::{OrderedPageParams, Page, paginate_ordered};
 use crate::authz::Principal;
 use crate::entity::{provider, provider_event};
 use crate::error::{ApiError, ApiResult, ErrorCode};
@@ -194,12 +194,15 @@ pub(super) fn probe_signal(result: &Result<HealthReport, PluginError>) -> Signal
     }
 }
 
+/// A provider event: its health changed.
+pub const EVENT_HEALTH: &str = "health";
+
 /// A change of a provider's health, or an activation refused by its health check.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderEventView {
     pub id: Uuid,
-    /// `health` (a change of health) or `activation_refused` (a new version failed its health
-    /// check; `from` and `to` are then the unchanged health).
+    /// With `activation_refused`, `from` and `to` are the unchanged health.
+    #[schema(value_type = super::states::ProviderEventKind)]
     pub kind: String,
     pub from: ProviderHealth,
     pub to: ProviderHealth,
@@ -262,7 +265,7 @@ impl App {
         provider_event::ActiveModel {
             id: Set(Uuid::now_v7()),
             provider: Set(name.to_owned()),
-            kind: Set("health".into()),
+            kind: Set(EVENT_HEALTH.into()),
             from_health: Set(change.from.as_str().into()),
             to_health: Set(change.to.as_str().into()),
             reason: Set(reason.clone()),
@@ -296,7 +299,7 @@ impl App {
         &self,
         principal: &Principal,
         name: &str,
-        params: PageParams,
+        params: OrderedPageParams,
     ) -> ApiResult<Page<provider_event::Model>> {
         // Health reasons and versions carry the cloud's error text and settings history:
         // administrators only.
@@ -307,12 +310,14 @@ impl App {
             .ok_or_else(|| ApiError::not_found("provider"))?;
         let select =
             provider_event::Entity::find().filter(provider_event::Column::Provider.eq(name));
-        paginate(
+        let (page, order) = params.split();
+        paginate_ordered(
             &self.db,
             select,
             provider_event::Column::Id,
             |m| m.id,
-            &params,
+            &page,
+            order,
         )
         .await
     }

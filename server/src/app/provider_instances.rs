@@ -26,7 +26,9 @@ use crate::plugins::{
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceCreate {
-    /// Lowercase letters, digits and `-`, at most 63; chosen by the caller.
+    /// Chosen by the caller: 1 to 63 lowercase letters, digits or `-`, starting with a letter
+    /// and not ending with `-`.
+    #[schema(pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")]
     pub instance_key: String,
     /// One of the provider's regions.
     #[schema(min_length = 1, max_length = 63)]
@@ -35,11 +37,34 @@ pub struct InstanceCreate {
     #[schema(min_length = 1, max_length = 1024)]
     pub artifact: String,
     /// The port the workload listens on.
+    #[schema(minimum = 1)]
     pub port: u16,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// An instance's state, as its provider reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderInstanceState {
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    Failed,
+}
+
+/// What a provider's own checks of a workload say: `unchecked` where it does not check
+/// workloads near them (only a host agent does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderInstanceHealth {
+    Unchecked,
+    Pending,
+    Healthy,
+    Unhealthy,
 }
 
 /// An instance as the provider reports it.
@@ -49,33 +74,28 @@ pub struct InstanceView {
     /// The provider's own id for it.
     pub provider_id: String,
     pub region: String,
-    /// `pending`, `running`, `stopping`, `stopped` or `failed`.
-    pub state: String,
+    pub state: ProviderInstanceState,
     /// Where the workload answers (`host:port`), once known.
     pub address: Option<String>,
-    /// What the provider's own checks of the workload say, where it checks workloads near
-    /// them (a host agent): `pending`, `healthy` or `unhealthy`; `unchecked` when it does not.
-    pub health: String,
+    pub health: ProviderInstanceHealth,
 }
 
 impl From<Instance> for InstanceView {
     fn from(i: Instance) -> Self {
         Self {
             state: match i.state {
-                InstanceState::Pending => "pending",
-                InstanceState::Running => "running",
-                InstanceState::Stopping => "stopping",
-                InstanceState::Stopped => "stopped",
-                InstanceState::Failed => "failed",
-            }
-            .into(),
+                InstanceState::Pending => ProviderInstanceState::Pending,
+                InstanceState::Running => ProviderInstanceState::Running,
+                InstanceState::Stopping => ProviderInstanceState::Stopping,
+                InstanceState::Stopped => ProviderInstanceState::Stopped,
+                InstanceState::Failed => ProviderInstanceState::Failed,
+            },
             health: match i.health {
-                WorkloadHealth::Unchecked => "unchecked",
-                WorkloadHealth::Pending => "pending",
-                WorkloadHealth::Healthy => "healthy",
-                WorkloadHealth::Unhealthy => "unhealthy",
-            }
-            .into(),
+                WorkloadHealth::Unchecked => ProviderInstanceHealth::Unchecked,
+                WorkloadHealth::Pending => ProviderInstanceHealth::Pending,
+                WorkloadHealth::Healthy => ProviderInstanceHealth::Healthy,
+                WorkloadHealth::Unhealthy => ProviderInstanceHealth::Unhealthy,
+            },
             instance_key: i.instance_key,
             provider_id: i.provider_id,
             region: i.region,

@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 use super::App;
 use super::audit::audit_record;
-use super::pagination::{Page, PageParams, paginate};
+use super::pagination::{OrderedPageParams, Page, paginate_ordered};
 use super::plugin_binaries::{
     Stored, config_keys_of, config_missing_check, digest_validate, plugin_binary_find, plugin_wasm,
 };
@@ -43,15 +43,26 @@ use crate::plugins::{HealthStatus, PluginEnv, PluginError};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderActivate {
+    /// The hex SHA-256 of an uploaded binary.
+    #[schema(pattern = "^[0-9a-fA-F]{64}$")]
     pub digest: String,
 }
+
+/// An activation: the operator switched to a version.
+pub const ACTIVATE: &str = "activate";
+/// A rollback: the version below the current one on the stack.
+pub const ROLLBACK: &str = "rollback";
+/// The bundled plugin, registered at start-up.
+pub const BUNDLED: &str = "bundled";
+/// A provider event: a version failed its health check and was not activated.
+pub const EVENT_ACTIVATION_REFUSED: &str = "activation_refused";
 
 /// One switch of a provider's plugin.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderActivationView {
     pub id: Uuid,
     pub digest: String,
-    /// `activate`, `rollback` or `bundled`.
+    #[schema(value_type = super::states::ActivationAction)]
     pub action: String,
     pub actor_user_id: Option<Uuid>,
     pub created_at: DateTime<Utc>,
@@ -109,7 +120,7 @@ async fn activation_stack(db: &impl ConnectionTrait, provider: &str) -> ApiResul
 
 /// One switch on the stack: a rollback pops the version it left (its target is then on top).
 fn stack_apply(stack: &mut Vec<String>, action: &str, digest: String) {
-    if action == "rollback" {
+    if action == ROLLBACK {
         stack.pop();
         if stack.last() != Some(&digest) {
             stack.push(digest);
@@ -154,7 +165,7 @@ impl App {
     ) -> ApiResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
         let digest = digest_validate(&activate.digest)?;
-        self.provider_switch(ctx, name, Some(digest), "activate")
+        self.provider_switch(ctx, name, Some(digest), ACTIVATE)
             .await
     }
 
@@ -165,7 +176,7 @@ impl App {
         name: &str,
     ) -> ApiResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
-        self.provider_switch(ctx, name, None, "rollback").await
+        self.provider_switch(ctx, name, None, ROLLBACK).await
     }
 
     /// Activation and rollback. A rollback returns to a version that ran before, so it skips
@@ -204,7 +215,7 @@ impl App {
         let wasm = plugin_wasm(&self.db, &target).await?;
         let plugin = self.plugin_load_for(&wasm, &next)?;
         let env = plugin_env(&next, &self.secrets)?;
-        if action == "activate"
+        if action == ACTIVATE
             && let Err(refused) = self.provider_health_gate(&plugin, &env).await
         {
             self.provider_activation_refused_record(ctx, &current, &binary, &refused)
@@ -257,7 +268,7 @@ impl App {
         provider_event::ActiveModel {
             id: Set(Uuid::now_v7()),
             provider: Set(current.name.clone()),
-            kind: Set("activation_refused".into()),
+            kind: Set(EVENT_ACTIVATION_REFUSED.into()),
             from_health: Set(current.health.clone()),
             to_health: Set(current.health.clone()),
             reason: Set(reason.clone()),
@@ -312,7 +323,7 @@ impl App {
         .await?;
         let details =
             serde_json::json!({ "digest": target, "previous_digest": fresh.plugin_digest });
-        let audit_action = if action == "rollback" {
+        let audit_action = if action == ROLLBACK {
             "provider.rollback"
         } else {
             "provider.activate"
@@ -364,7 +375,7 @@ impl App {
         &self,
         principal: &Principal,
         name: &str,
-        params: PageParams,
+        params: OrderedPageParams,
     ) -> ApiResult<Page<provider_activation::Model>> {
         // Health reasons and versions carry the cloud's error text and settings history:
         // administrators only.
@@ -372,12 +383,14 @@ impl App {
         provider_find(&self.db, name).await?;
         let select = provider_activation::Entity::find()
             .filter(provider_activation::Column::Provider.eq(name));
-        paginate(
+        let (page, order) = params.split();
+        paginate_ordered(
             &self.db,
             select,
             provider_activation::Column::Id,
             |m| m.id,
-            &params,
+            &page,
+            order,
         )
         .await
     }
@@ -463,7 +476,7 @@ impl App {
                 }
                 .insert(&txn)
                 .await?;
-                activation_record(&txn, bundled.provider, &binary.digest, "bundled", None).await?;
+                activation_record(&txn, bundled.provider, &binary.digest, BUNDLED, None).await?;
                 tracing::info!(provider = bundled.provider, digest = %binary.digest, "registered the bundled plugin");
             }
             txn.commit().await?;
@@ -495,26 +508,26 @@ impl App {
 
 #[cfg(test)]
 mod tests {
-    use super::{rollback_target, stack_apply};
+    use super::{ACTIVATE, BUNDLED, ROLLBACK, rollback_target, stack_apply};
 
     #[test]
     fn rollback_walks_back_through_the_history_and_never_toggles() {
         let mut stack = Vec::new();
-        for (action, digest) in [("bundled", "a"), ("activate", "b"), ("activate", "c")] {
+        for (action, digest) in [(BUNDLED, "a"), (ACTIVATE, "b"), (ACTIVATE, "c")] {
             stack_apply(&mut stack, action, digest.into());
         }
         assert_eq!(rollback_target(&stack).map(String::as_str), Some("b"));
-        stack_apply(&mut stack, "rollback", "b".into());
+        stack_apply(&mut stack, ROLLBACK, "b".into());
         assert_eq!(stack, ["a", "b"]);
         assert_eq!(rollback_target(&stack).map(String::as_str), Some("a"));
-        stack_apply(&mut stack, "rollback", "a".into());
+        stack_apply(&mut stack, ROLLBACK, "a".into());
         assert_eq!(
             rollback_target(&stack),
             None,
             "nothing before the first version"
         );
         // Forward again is an activation.
-        stack_apply(&mut stack, "activate", "c".into());
+        stack_apply(&mut stack, ACTIVATE, "c".into());
         assert_eq!(stack, ["a", "c"]);
         assert_eq!(rollback_target(&stack).map(String::as_str), Some("a"));
     }

@@ -37,12 +37,15 @@ use crate::secrets::SecretBox;
 pub struct ProviderLimits {
     /// Linear-memory cap of a call, 1 to 256 MiB (default 64).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 256)]
     pub memory_mib: Option<u32>,
     /// Deadline of `info` and `health`, 10 ms to 60 s (default 2 s).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 10, maximum = 60000)]
     pub health_deadline_ms: Option<u32>,
     /// Deadline of the other calls, 10 ms to 300 s (default 10 s).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 10, maximum = 300000)]
     pub call_deadline_ms: Option<u32>,
     /// Calls that may run at once, 1 to 32 (default 16): at most a provider's share of the
     /// host's capacity, so that one busy provider cannot take the others' room.
@@ -50,6 +53,7 @@ pub struct ProviderLimits {
     pub max_concurrent_calls: Option<u32>,
     /// Largest HTTP response body a call may read, 1 KiB to 64 MiB (default 4 MiB).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 65536)]
     pub http_response_kib: Option<u32>,
 }
 

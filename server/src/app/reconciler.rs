@@ -42,7 +42,7 @@ use uuid::Uuid;
 use super::App;
 use super::backpressure::{Throttle, Wait};
 use super::deploy_queue;
-use super::deployment_events::event_append;
+use super::deployment_events::{DeploymentEventKind, event_append};
 use super::deployments::{self, deployment_finish};
 use super::instances::{self as states, instance_key_new};
 use super::leases::Work;
@@ -495,7 +495,7 @@ impl App {
                         event_append(
                             &txn,
                             found.id,
-                            "deployment.waiting",
+                            DeploymentEventKind::DeploymentWaiting,
                             format!("waiting to place {needed} instance(s): {why}"),
                             serde_json::json!({ "needed": needed }),
                         )
@@ -513,12 +513,15 @@ impl App {
                 event_append(
                     &txn,
                     found.id,
-                    &format!("deployment.{state}"),
-                    match state.as_str() {
-                        deployments::ROLLING_OUT => {
-                            format!("rolling out {} instance(s)", spec.replicas)
-                        }
-                        _ => "placing instances".into(),
+                    if state == deployments::ROLLING_OUT {
+                        DeploymentEventKind::DeploymentRollingOut
+                    } else {
+                        DeploymentEventKind::DeploymentPlacing
+                    },
+                    if state == deployments::ROLLING_OUT {
+                        format!("rolling out {} instance(s)", spec.replicas)
+                    } else {
+                        "placing instances".into()
                     },
                     serde_json::json!({ "state": state }),
                 )
@@ -579,7 +582,7 @@ impl App {
                 event_append(
                     &txn,
                     row.deployment_id,
-                    "instance.removing",
+                    DeploymentEventKind::InstanceRemoving,
                     format!("removing {} from {}", row.instance_key, row.provider),
                     serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider }),
                 )
@@ -792,14 +795,14 @@ pub(super) async fn instance_insert(
     .await?;
     let (kind, message) = match takeover {
         Some((old, Takeover::Failover)) => (
-            "instance.failover",
+            DeploymentEventKind::InstanceFailover,
             format!(
                 "{} failed over from {} ({}) to {} in {}",
                 row.instance_key, old.provider, old.last_error, slot.provider, slot.region
             ),
         ),
         Some((old, Takeover::Unhealthy)) => (
-            "instance.replacement",
+            DeploymentEventKind::InstanceReplacement,
             format!(
                 "{} replaces {} on {} (unhealthy since {}) on {} in {}",
                 row.instance_key,
@@ -812,14 +815,14 @@ pub(super) async fn instance_insert(
             ),
         ),
         Some((old, Takeover::Evacuation)) => (
-            "instance.replacement",
+            DeploymentEventKind::InstanceReplacement,
             format!(
                 "{} replaces {} (evacuating {}) on {} in {}",
                 row.instance_key, old.instance_key, old.provider, slot.provider, slot.region
             ),
         ),
         None => (
-            "instance.placed",
+            DeploymentEventKind::InstancePlaced,
             format!(
                 "{} placed on {} in {}",
                 row.instance_key, slot.provider, slot.region
@@ -870,7 +873,7 @@ pub(super) async fn replacement_place(
             event_append(
                 db,
                 owner.id,
-                "instance.waiting",
+                DeploymentEventKind::InstanceWaiting,
                 format!("{waiting}: {why}"),
                 serde_json::json!({ "instance_key": old.instance_key, "provider": old.provider }),
             )

@@ -17,7 +17,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelec
 use uuid::Uuid;
 
 use super::App;
-use super::deployment_events::event_append;
+use super::deployment_events::{DeploymentEventKind, event_append};
 use super::deployments;
 use super::instances as states;
 use super::leases::Work;
@@ -79,7 +79,7 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> ApiResul
     event_append(
         txn,
         found.id,
-        "deployment.healthy",
+        DeploymentEventKind::DeploymentHealthy,
         format!(
             "deployment #{} is healthy: {} instance(s) serving",
             found.number, spec.replicas
@@ -123,7 +123,7 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> ApiResul
         event_append(
             txn,
             old.id,
-            "deployment.superseded",
+            DeploymentEventKind::DeploymentSuperseded,
             format!(
                 "replaced by deployment #{}: draining {draining} instance(s)",
                 found.number

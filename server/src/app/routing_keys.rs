@@ -24,6 +24,13 @@ use crate::entity::routing_key;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use bulkhead_routing::{PublishedKey, PublishedKeys, key_id_of};
 
+/// A key published ahead of use (edges trust it before it signs).
+pub const NEXT: &str = "next";
+/// The key that signs new snapshots.
+pub const ACTIVE: &str = "active";
+/// A key that signed earlier snapshots.
+pub const RETIRED: &str = "retired";
+
 /// The active key, opened.
 pub struct RoutingSigner {
     pub id: String,
@@ -74,7 +81,7 @@ impl App {
             id: Set(id),
             state: Set(state.to_owned()),
             created_at: Set(now),
-            activated_at: Set((state == "active").then_some(now)),
+            activated_at: Set((state == ACTIVE).then_some(now)),
             retired_at: Set(None),
         }
         .insert(db)
@@ -84,14 +91,14 @@ impl App {
     /// The key that signs: the active one (made on first start), opened once per server.
     pub(super) async fn routing_signer(&self) -> ApiResult<Arc<RoutingSigner>> {
         let active = routing_key::Entity::find()
-            .filter(routing_key::Column::State.eq("active"))
+            .filter(routing_key::Column::State.eq(ACTIVE))
             .order_by_desc(routing_key::Column::ActivatedAt)
             .one(&self.db)
             .await?;
         let active = match active {
             Some(active) => active,
             // Two replicas starting together may both make one; the later activation signs.
-            None => self.routing_key_insert(&self.db, "active").await?,
+            None => self.routing_key_insert(&self.db, ACTIVE).await?,
         };
         if let Some(signer) = self.routing.signer.lock().expect("not poisoned").as_ref()
             && signer.id == active.id
@@ -131,7 +138,7 @@ impl App {
     pub async fn routing_key_create(&self, ctx: &OpContext) -> ApiResult<PublishedKey> {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
-        let key = self.routing_key_insert(&txn, "next").await?;
+        let key = self.routing_key_insert(&txn, NEXT).await?;
         audit_record(
             &txn,
             ctx,
@@ -152,14 +159,14 @@ impl App {
             .ok_or_else(|| ApiError::not_found("routing key"))?;
         let now = Utc::now();
         routing_key::Entity::update_many()
-            .col_expr(routing_key::Column::State, "retired".into())
+            .col_expr(routing_key::Column::State, RETIRED.into())
             .col_expr(routing_key::Column::RetiredAt, Some(now).into())
-            .filter(routing_key::Column::State.eq("active"))
+            .filter(routing_key::Column::State.eq(ACTIVE))
             .filter(routing_key::Column::Id.ne(id))
             .exec(&txn)
             .await?;
         let mut active: routing_key::ActiveModel = key.into();
-        active.state = Set("active".into());
+        active.state = Set(ACTIVE.into());
         active.activated_at = Set(Some(now));
         active.retired_at = Set(None);
         let key = active.update(&txn).await?;
@@ -187,7 +194,7 @@ impl App {
             .one(&txn)
             .await?
             .ok_or_else(|| ApiError::not_found("routing key"))?;
-        if key.state == "active" {
+        if key.state == ACTIVE {
             return Err(ApiError::conflict(
                 ErrorCode::RoutingKeyActive,
                 "this key signs the routing table: activate another one first",

@@ -33,9 +33,16 @@ pub const MAX_VARIABLE_VALUE_BYTES: usize = 32 * 1024;
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ServiceSource {
     /// A packaged artifact, e.g. an OCI image reference.
-    Artifact { image: String },
+    Artifact {
+        /// Up to 500 characters, not all blank.
+        #[schema(min_length = 1, max_length = 500, pattern = "\\S")]
+        image: String,
+    },
     /// A command line run on the host, as separate arguments.
-    Command { command: Vec<String> },
+    Command {
+        #[schema(min_items = 1, max_items = 100)]
+        command: Vec<String>,
+    },
 }
 
 /// An environment variable as stored.
@@ -267,7 +274,9 @@ fn health_check_json(check: &HealthCheckSpec) -> ApiResult<serde_json::Value> {
 
 fn source_validate(source: ServiceSource) -> ApiResult<serde_json::Value> {
     match &source {
-        ServiceSource::Artifact { image } if image.trim().is_empty() || image.len() > 500 => {
+        ServiceSource::Artifact { image }
+            if image.trim().is_empty() || image.chars().count() > 500 =>
+        {
             return Err(ApiError::invalid(
                 "`source.image` must be 1 to 500 characters",
             ));

@@ -99,6 +99,19 @@ impl App {
             Some(user) if valid && !user.disabled => user,
             _ => return Err(bad_credentials()),
         };
+        self.session_open(user, client, request_id, "password")
+            .await
+    }
+
+    /// Opens a session for `user`, signed in by `method` (`password`, or an identity
+    /// provider's name) from `client`.
+    pub(super) async fn session_open(
+        &self,
+        user: user::Model,
+        client: IpAddr,
+        request_id: &str,
+        method: &str,
+    ) -> ApiResult<SessionTokens> {
         let txn = crate::db::begin_write(&self.db).await?;
         let mut active: user::ActiveModel = user.clone().into();
         active.last_login_at = Set(Some(Utc::now()));
@@ -122,7 +135,7 @@ impl App {
                 resource_type: "user",
                 resource_id: user.id.to_string(),
                 project_id: None,
-                details: serde_json::json!({}),
+                details: serde_json::json!({ "method": method }),
             },
         )
         .await?;

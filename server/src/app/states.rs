@@ -66,12 +66,37 @@ pub enum ProviderState {
     Disabled,
 }
 
+/// What a provider's event records.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderEventKind {
+    /// Its health changed.
+    Health,
+    /// A new version failed its health check and was not activated.
+    ActivationRefused,
+}
+
+/// How a provider came to run a plugin version.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationAction {
+    /// An operator activated it.
+    Activate,
+    /// An operator rolled back to it.
+    Rollback,
+    /// The bundled plugin, registered at start-up.
+    Bundled,
+}
+
 #[cfg(test)]
 mod tests {
     use utoipa::PartialSchema;
 
     use super::*;
-    use crate::app::{breaker::ProviderHealth, deployments, evacuations, instances, providers};
+    use crate::app::{
+        breaker::ProviderHealth, deployments, evacuations, instances, provider_health,
+        provider_versions, providers, routing_keys,
+    };
 
     /// The values of a string enum's schema, in order.
     fn values<T: PartialSchema>() -> Vec<String> {
@@ -116,5 +141,21 @@ mod tests {
         let mut provider: Vec<String> = values::<ProviderHealth>();
         provider.extend(names(&providers::STATES_NOT_SERVING));
         assert_eq!(values::<ProviderState>(), provider);
+        let event = [
+            provider_health::EVENT_HEALTH,
+            provider_versions::EVENT_ACTIVATION_REFUSED,
+        ];
+        assert_eq!(values::<ProviderEventKind>(), names(&event));
+        use provider_versions::{ACTIVATE, BUNDLED, ROLLBACK};
+        assert_eq!(
+            values::<ActivationAction>(),
+            names(&[ACTIVATE, ROLLBACK, BUNDLED])
+        );
+        let key = [
+            routing_keys::NEXT,
+            routing_keys::ACTIVE,
+            routing_keys::RETIRED,
+        ];
+        assert_eq!(values::<bulkhead_routing::RoutingKeyState>(), names(&key));
     }
 }

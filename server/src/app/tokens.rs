@@ -51,6 +51,7 @@ pub struct TokenCreate {
     #[schema(min_length = 1, max_length = 200)]
     pub name: String,
     /// At least one; a token cannot have a scope that the credential creating it lacks.
+    #[schema(min_items = 1)]
     pub scopes: Vec<Scope>,
     /// When the token stops working (in the future); never if absent. A token created with an
     /// API token expires no later than that token (and is revoked with it).

@@ -18,7 +18,7 @@ use crate::app::App;
 use crate::app::deployment_events::{DeploymentEventView, EventPage, EventParams};
 use crate::app::deployments::DeploymentView;
 use crate::app::instances::DeployedInstanceView;
-use crate::app::pagination::{Page, PageParams};
+use crate::app::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{DeployScope, Principal, Scoped};
 use crate::error::ApiResult;
 
@@ -32,15 +32,15 @@ pub fn router() -> OpenApiRouter<App> {
         .routes(routes!(service_instance_list))
 }
 
-/// A service's deployments, oldest first.
+/// A service's deployments, oldest first (`order=desc`: newest first).
 #[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/deployments", tag = "deployments",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"), PageParams),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"), OrderedPageParams),
     responses((status = 200, body = Page<DeploymentView>)))]
 async fn deployment_list(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
-    ApiQuery(params): ApiQuery<PageParams>,
+    ApiQuery(params): ApiQuery<OrderedPageParams>,
 ) -> ApiResult<Page<DeploymentView>> {
     let page = app
         .deployment_list(&principal, project_id, service_id, params)
@@ -149,10 +149,10 @@ async fn deployment_rollback(
 #[utoipa::path(get, path = "/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}/events", tag = "deployments",
     params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"),
         ("deployment_id" = Uuid, Path, description = "Deployment id"), EventParams,
-        ("Last-Event-ID" = Option<i64>, Header, description = "Streams: resume after this event")),
+        ("Last-Event-ID" = Option<i64>, Header, minimum = 0, description = "Streams: resume after this event")),
     responses((status = 200, description = "Events", content(
         (EventPage = "application/json"),
-        (String = "text/event-stream"),
+        (super::answer_schemas::DeploymentStreamEvent = "text/event-stream"),
     ))))]
 async fn deployment_event_list(
     State(app): State<App>,

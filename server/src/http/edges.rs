@@ -36,7 +36,7 @@ async fn edge_list(
 /// Report the revision this edge serves (an API token with `routing:read`; the first token to
 /// report as an edge id owns it: another gets 403 `edge_owned`).
 #[utoipa::path(post, path = "/v1/edges/{edge_id}/status", tag = "routing",
-    params(("edge_id" = String, Path, description = "The edge's id: 1 to 63 lowercase letters, digits or '-'")),
+    params(("edge_id" = String, Path, description = "The edge's id: 1 to 63 lowercase letters, digits or '-', starting with a letter and not ending with '-'", pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")),
     request_body = EdgeStatusReport,
     responses((status = 200, body = EdgeView),
         (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json")))]
@@ -53,7 +53,7 @@ async fn edge_status_report(
 
 /// Forget an edge (administrators).
 #[utoipa::path(delete, path = "/v1/edges/{edge_id}", tag = "routing",
-    params(("edge_id" = String, Path, description = "The edge's id")),
+    params(("edge_id" = String, Path, description = "The edge's id", pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")),
     responses((status = 204, description = "Forgotten")))]
 async fn edge_delete(
     State(app): State<App>,

@@ -14,26 +14,28 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use super::git::HOOK_MAX_BYTES;
 use super::plugins::UPLOAD_PATH;
 use crate::app::App;
+use crate::app::git_installations::HOOK_PATH;
 use crate::app::idempotency::{IdempotencyStart, StoredResponse};
 use crate::app::plugin_binaries::PLUGIN_MAX_BYTES;
 use crate::authz::{Principal, authz_trail_keep};
 use crate::error::{ApiError, ErrorCode, PROBLEM_JSON};
 
-/// Limits request bodies to `limit` bytes, or [`PLUGIN_MAX_BYTES`] for plugin uploads. A
-/// declared length over the limit is refused before anything is read; a body that runs past
-/// it stops there, and its extractor answers 413.
+/// Limits request bodies to `limit` bytes, [`PLUGIN_MAX_BYTES`] for plugin uploads and
+/// [`HOOK_MAX_BYTES`] for git deliveries. A declared length over the limit is refused before
+/// anything is read; a body that runs past it stops there, and its extractor answers 413.
 ///
 /// Any answer given before the body was read to its end (this 413, a 401 or 403 refused
 /// before an upload is read, a 415) leaves the rest of it unread, so the connection cannot
 /// carry another request: `Connection: close` says so, or a client reusing the connection
 /// would write its next request into a closed socket.
 pub async fn body_limit(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let limit = if request.method() == Method::POST && request.uri().path() == UPLOAD_PATH {
-        PLUGIN_MAX_BYTES
-    } else {
-        limit
+    let limit = match (request.method(), request.uri().path()) {
+        (&Method::POST, UPLOAD_PATH) => PLUGIN_MAX_BYTES,
+        (&Method::POST, HOOK_PATH) => HOOK_MAX_BYTES,
+        _ => limit,
     };
     let declared = request
         .headers()

@@ -4,16 +4,20 @@
 //! Handlers are thin: extract, call one [`App`] method, shape the response. Every error goes
 //! through [`crate::error::ApiError`].
 
+mod answer_schemas;
 mod audit;
 mod auth;
 pub mod client_addr;
 mod dashboard;
 mod deploy_pipeline;
 mod deployments;
+mod document;
 mod domains;
 mod edges;
 mod environments;
 pub mod extract;
+mod git;
+mod identities;
 mod invitations;
 mod lean;
 mod members;
@@ -31,6 +35,7 @@ mod status;
 mod terms;
 mod tokens;
 mod users;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -49,9 +54,8 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, OpenApi as OpenApiDoc, PathItem, RefOr, ResponseBuilder};
-use utoipa::{Modify, OpenApi};
+use utoipa::OpenApi;
+use utoipa::openapi::OpenApi as OpenApiDoc;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
 
@@ -62,7 +66,7 @@ use crate::error::Problem;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service, the audit log and the providers with their plugins.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; the updates and deletes that document `If-Match` honour it (412 when it no longer matches). Creates accept `Idempotency-Key`."),
-    components(schemas(Problem)),
+    components(schemas(Problem, crate::app::pagination::ListOrder)),
     tags(
         (name = "auth", description = "Log in, refresh and log out"),
         (name = "users", description = "The caller's account and user administration"),
@@ -70,6 +74,8 @@ use crate::error::Problem;
         (name = "projects"), (name = "members"), (name = "environments"), (name = "services"),
         (name = "deployments", description = "Deployments of services, their instances and events, and the deploy pipeline"),
         (name = "domains"),
+        (name = "git", description = "Git installations: pushes to a repository's branch deploy a service"),
+        (name = "webhooks", description = "Outbound webhooks of a project's deployment events (Standard Webhooks)"),
         (name = "routing", description = "The signed routing table edge proxies route by, its keys, and the edges' reports"),
         (name = "terms", description = "Terms of service"),
         (name = "audit", description = "The audit log"),
@@ -79,290 +85,11 @@ use crate::error::Problem;
 )]
 struct ApiDoc;
 
-/// Adds the bearer security scheme and the error responses shared by every operation, so
-/// that each handler documents only what is particular to it. Applied once all routes are
-/// merged (a `modifiers(...)` attribute would run before the routes are added).
-struct Conventions;
-
-impl Modify for Conventions {
-    fn modify(&self, doc: &mut OpenApiDoc) {
-        if let Some(components) = doc.components.as_mut() {
-            components.add_security_scheme(
-                "bearer",
-                SecurityScheme::Http(
-                    HttpBuilder::new()
-                        .scheme(HttpAuthScheme::Bearer)
-                        .description(Some(
-                            "A JWT access token from /v1/auth/login, or an API token",
-                        ))
-                        .build(),
-                ),
-            );
-        }
-        for (path, item) in doc.paths.paths.iter_mut() {
-            operations_annotate(path, item);
-        }
-    }
-}
-
-fn operations_annotate(path: &str, item: &mut PathItem) {
-    let operations = [
-        (Method::GET, item.get.as_mut()),
-        (Method::POST, item.post.as_mut()),
-        (Method::PUT, item.put.as_mut()),
-        (Method::PATCH, item.patch.as_mut()),
-        (Method::DELETE, item.delete.as_mut()),
-    ];
-    for (method, operation) in operations {
-        let Some(operation) = operation else { continue };
-        let public = operation.security.as_ref().is_some_and(|reqs| {
-            reqs.iter()
-                .all(|req| *req == SecurityRequirement::default())
-        });
-        let mut errors: Vec<(u16, &str)> =
-            vec![(400, "Malformed request"), (500, "Internal error")];
-        if public {
-            operation.security = None;
-        } else {
-            operation.security = Some(vec![SecurityRequirement::new(
-                "bearer",
-                Vec::<String>::new(),
-            )]);
-            errors.extend([
-                (401, "Missing or invalid credential"),
-                (403, "Role or token scope insufficient"),
-            ]);
-        }
-        if path.contains('{') || !public {
-            errors.push((404, "Not found, or not visible to the caller"));
-        }
-        if method == Method::DELETE {
-            errors.push((409, "Conflict with existing state"));
-        }
-        if matches!(method, Method::POST | Method::PATCH | Method::PUT) {
-            errors.extend([
-                (409, "Conflict with existing state"),
-                (413, "Body too large"),
-                (415, "Not JSON"),
-                (422, "Invalid values"),
-            ]);
-        }
-        // A handler that honours `If-Match` declares it; its description is the same everywhere.
-        if header_parameter_declared(operation, "If-Match") {
-            errors.push((412, "If-Match does not match the current ETag"));
-            header_parameter_ensure(
-                operation,
-                "If-Match",
-                "The ETag the change is based on: 412 when the resource changed since",
-                None,
-            );
-        }
-        if method == Method::POST && !public && path != plugins::UPLOAD_PATH {
-            header_parameter_ensure(
-                operation,
-                middleware::IDEMPOTENCY_KEY.as_str(),
-                "Makes a retry safe: the same key and body replay the stored response (with \
-                 `Idempotent-Replayed: true`), the same key with another body is 422, the same \
-                 key while the first request runs is 409",
-                Some(255),
-            );
-        }
-        header_parameters_not_null(operation);
-        if method == Method::GET {
-            conditional_get_document(operation);
-        }
-        if path.contains('{') {
-            // Path values are validated too (names, keys).
-            errors.push((422, "Invalid values"));
-        }
-        errors.push((408, "Request timed out"));
-        if !matches!(path, "/healthz" | "/metrics") {
-            // Whatever reads the database: this replica cannot reach it (see `Retry-After`;
-            // another replica may answer).
-            errors.push((503, "The database is unreachable from this replica"));
-        }
-        // Every response has a description (OpenAPI requires one): the status's reason phrase
-        // where the operation gives none.
-        for (status, response) in operation.responses.responses.iter_mut() {
-            if let RefOr::T(response) = response {
-                problem_content_type_fix(response);
-            }
-            if let RefOr::T(response) = response
-                && response.description.is_empty()
-            {
-                response.description = status
-                    .parse::<u16>()
-                    .ok()
-                    .and_then(|code| http::StatusCode::from_u16(code).ok())
-                    .and_then(|code| code.canonical_reason())
-                    .unwrap_or("Response")
-                    .to_owned();
-            }
-        }
-        for (status, description) in errors {
-            let status = status.to_string();
-            operation
-                .responses
-                .responses
-                .entry(status)
-                .or_insert_with(|| {
-                    RefOr::T(
-                        ResponseBuilder::new()
-                            .description(description)
-                            .content(
-                                "application/problem+json",
-                                ContentBuilder::new()
-                                    .schema(Some(RefOr::Ref(
-                                        utoipa::openapi::Ref::from_schema_name("Problem"),
-                                    )))
-                                    .build(),
-                            )
-                            .build(),
-                    )
-                });
-        }
-    }
-}
-
-/// What [`middleware::conditional_get`] does, in the document: a page of a list carries a weak
-/// `ETag` (see `Page`'s response), and every GET whose answer has an `ETag` takes
-/// `If-None-Match` and may answer 304.
-fn conditional_get_document(operation: &mut utoipa::openapi::path::Operation) {
-    use utoipa::openapi::header::HeaderBuilder;
-    use utoipa::openapi::schema::{ObjectBuilder, Type};
-    let Some(RefOr::T(ok)) = operation.responses.responses.get_mut("200") else {
-        return;
-    };
-    let is_page = ok.content.get("application/json").is_some_and(|content| {
-        matches!(content, RefOr::T(content)
-            if matches!(&content.schema, Some(RefOr::Ref(r)) if r.ref_location.starts_with("#/components/schemas/Page_")))
-    });
-    if is_page && !ok.headers.contains_key("ETag") {
-        ok.headers.insert(
-            "ETag".to_owned(),
-            RefOr::T(
-                HeaderBuilder::new()
-                    .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
-                    .description(Some(
-                        "A weak tag of this page: send it as `If-None-Match` to get 304 while \
-                         it is unchanged",
-                    ))
-                    .build(),
-            ),
-        );
-    }
-    if !ok.headers.contains_key("ETag") {
-        return;
-    }
-    header_parameter_ensure(
-        operation,
-        "If-None-Match",
-        "A tag of an earlier answer: 304, without a body, while the answer would be the same",
-        None,
-    );
-    operation
-        .responses
-        .responses
-        .entry("304".to_owned())
-        .or_insert_with(|| {
-            RefOr::T(
-                ResponseBuilder::new()
-                    .description("Not modified: the `If-None-Match` tag is current (no body)")
-                    .header(
-                        "ETag",
-                        HeaderBuilder::new()
-                            .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
-                            .build(),
-                    )
-                    .build(),
-            )
-        });
-}
-
-/// A problem is answered as `application/problem+json` (see `ApiError`'s response): a handler
-/// that documents a `Problem` body as plain JSON is corrected here, in one place.
-fn problem_content_type_fix(response: &mut utoipa::openapi::Response) {
-    let problem = RefOr::Ref(utoipa::openapi::Ref::from_schema_name("Problem"));
-    let is_problem = response.content.get("application/json").is_some_and(
-        |content| matches!(content, RefOr::T(content) if content.schema.as_ref() == Some(&problem)),
-    );
-    if is_problem && let Some(content) = response.content.shift_remove("application/json") {
-        response
-            .content
-            .insert("application/problem+json".to_owned(), content);
-    }
-}
-
-/// A header is present or absent, never `null`: an optional header parameter declared as
-/// `Option<T>` is documented as `T` (it is `required: false` already).
-fn header_parameters_not_null(operation: &mut utoipa::openapi::path::Operation) {
-    use utoipa::openapi::path::ParameterIn;
-    use utoipa::openapi::schema::{Schema, SchemaType, Type};
-    for parameter in operation.parameters.iter_mut().flatten() {
-        let RefOr::T(parameter) = parameter else {
-            continue;
-        };
-        if parameter.parameter_in != ParameterIn::Header {
-            continue;
-        }
-        if let Some(RefOr::T(Schema::Object(schema))) = parameter.schema.as_mut()
-            && let SchemaType::Array(types) = &schema.schema_type
-            && let [only] = types
-                .iter()
-                .filter(|t| **t != Type::Null)
-                .collect::<Vec<_>>()
-                .as_slice()
-        {
-            schema.schema_type = SchemaType::Type((*only).clone());
-        }
-    }
-}
-
-/// Whether `operation` declares the header parameter `name`.
-fn header_parameter_declared(operation: &utoipa::openapi::path::Operation, name: &str) -> bool {
-    operation
-        .parameters
-        .iter()
-        .flatten()
-        .any(|p| is_header_parameter(p, name))
-}
-
-fn is_header_parameter(parameter: &RefOr<utoipa::openapi::path::Parameter>, name: &str) -> bool {
-    use utoipa::openapi::path::ParameterIn;
-    matches!(parameter, RefOr::T(p) if p.name.eq_ignore_ascii_case(name) && p.parameter_in == ParameterIn::Header)
-}
-
-/// Adds an optional string header parameter `name` to `operation`, or describes the one it
-/// declares.
-fn header_parameter_ensure(
-    operation: &mut utoipa::openapi::path::Operation,
-    name: &str,
-    description: &str,
-    max_length: Option<usize>,
-) {
-    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
-    use utoipa::openapi::schema::{ObjectBuilder, Type};
-    let parameters = operation.parameters.get_or_insert_with(Vec::new);
-    parameters.retain(|p| !is_header_parameter(p, name));
-    let mut schema = ObjectBuilder::new().schema_type(Type::String);
-    if let Some(max) = max_length {
-        schema = schema.min_length(Some(1)).max_length(Some(max));
-    }
-    parameters.push(RefOr::T(
-        ParameterBuilder::new()
-            .name(name)
-            .parameter_in(ParameterIn::Header)
-            .required(utoipa::openapi::Required::False)
-            .description(Some(description))
-            .schema(Some(schema))
-            .build(),
-    ));
-}
-
 fn api_router() -> OpenApiRouter<App> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(auth::router())
         .merge(session_cookie::router())
+        .merge(identities::router())
         .merge(users::router())
         .merge(tokens::router())
         .merge(projects::router())
@@ -373,6 +100,8 @@ fn api_router() -> OpenApiRouter<App> {
         .merge(deployments::router())
         .merge(deploy_pipeline::router())
         .merge(domains::router())
+        .merge(git::router())
+        .merge(webhooks::router())
         .merge(routing::router())
         .merge(edges::router())
         .merge(terms::router())
@@ -397,80 +126,8 @@ pub fn openapi_document_v30() -> Result<serde_json::Value, openapi_v30::Downgrad
 
 fn api_router_split() -> (Router<App>, OpenApiDoc) {
     let (routes, mut doc) = api_router().split_for_parts();
-    Conventions.modify(&mut doc);
-    flattened_options_expand(&mut doc);
+    document::conventions_apply(&mut doc);
     (routes, doc)
-}
-
-/// A struct flattened into another as an `Option` (`#[serde(flatten)] details:
-/// Option<ProviderDetails>`) has its fields present or absent together. utoipa describes it as
-/// `allOf: [oneOf: [$ref, null], {…}]`, which says the fields are always there (the object is
-/// not null, so it must match the `$ref`): an answer without them does not match its own schema,
-/// and generated clients fail to decode it. Each such `allOf` becomes one object whose
-/// flattened fields are optional.
-fn flattened_options_expand(doc: &mut OpenApiDoc) {
-    let Some(components) = doc.components.as_mut() else {
-        return;
-    };
-    let known = components.schemas.clone();
-    for schema in components.schemas.values_mut() {
-        flattened_option_rewrite(schema, &known);
-    }
-}
-
-fn flattened_option_rewrite(
-    schema: &mut RefOr<utoipa::openapi::schema::Schema>,
-    known: &std::collections::BTreeMap<String, RefOr<utoipa::openapi::schema::Schema>>,
-) {
-    use utoipa::openapi::schema::{ArrayItems, Object, Schema, SchemaType, Type};
-    let flattened_ref = |member: &RefOr<Schema>| match member {
-        RefOr::T(Schema::OneOf(one_of)) => match one_of.items.as_slice() {
-            [RefOr::Ref(reference), RefOr::T(Schema::Object(null))]
-                if null.schema_type == SchemaType::Type(Type::Null) =>
-            {
-                Some(reference.ref_location.clone())
-            }
-            _ => None,
-        },
-        _ => None,
-    };
-    if let RefOr::T(Schema::AllOf(all_of)) = schema {
-        let flattened: Vec<String> = all_of.items.iter().filter_map(flattened_ref).collect();
-        let objects: Vec<&Object> = all_of
-            .items
-            .iter()
-            .filter_map(|m| match m {
-                RefOr::T(Schema::Object(o)) => Some(o),
-                _ => None,
-            })
-            .collect();
-        if flattened.len() == 1 && objects.len() + 1 == all_of.items.len() {
-            let name = flattened[0].trim_start_matches("#/components/schemas/");
-            if let Some(RefOr::T(Schema::Object(details))) = known.get(name) {
-                let mut merged = Object::with_type(Type::Object);
-                merged.description = all_of.description.clone();
-                merged.properties = details.properties.clone();
-                for object in objects {
-                    merged.properties.extend(object.properties.clone());
-                    merged.required.extend(object.required.iter().cloned());
-                }
-                *schema = RefOr::T(Schema::Object(merged));
-            }
-        }
-    }
-    match schema {
-        RefOr::T(Schema::Object(object)) => {
-            for property in object.properties.values_mut() {
-                flattened_option_rewrite(property, known);
-            }
-        }
-        RefOr::T(Schema::Array(array)) => {
-            if let ArrayItems::RefOrSchema(items) = &mut array.items {
-                flattened_option_rewrite(items, known);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// The complete HTTP application: API routes, the reference page and all middleware.

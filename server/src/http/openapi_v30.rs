@@ -7,7 +7,8 @@
 //!   `nullable` (3.0 ignores a `$ref`'s siblings, so they move beside the `allOf`);
 //! - a `$ref` with siblings (a description) → a one-item `allOf` with those siblings;
 //! - a request body of raw bytes (a media type without a schema) → a `binary` string schema;
-//! - keywords 3.0 has no place for (`propertyNames`, `examples`, `license.identifier`) → the
+//! - keywords 3.0 has no place for (`propertyNames`, `examples`, `contentMediaType`,
+//!   `contentSchema`, `license.identifier`) → the
 //!   same value under an `x-` extension, which generators ignore and readers can still see.
 //!
 //! Any other 3.1 construct (e.g. `const`, numeric `exclusiveMinimum`, a `oneOf` of an inline
@@ -59,7 +60,12 @@ const SCHEMA_KEYWORDS_30: &[&str] = &[
 ];
 
 /// 3.1 keywords with no 3.0 equivalent, kept under `x-<keyword>`.
-const KEPT_AS_EXTENSIONS: &[&str] = &["propertyNames", "examples"];
+const KEPT_AS_EXTENSIONS: &[&str] = &[
+    "propertyNames",
+    "examples",
+    "contentMediaType",
+    "contentSchema",
+];
 
 /// The version written into the converted document.
 pub const OPENAPI_30_VERSION: &str = "3.0.3";

@@ -112,7 +112,7 @@ async fn body_read(body: Body) -> ApiResult<axum::body::Bytes> {
 
 /// Get a stored plugin binary's description (administrators).
 #[utoipa::path(get, path = "/v1/plugins/{digest}", tag = "providers",
-    params(("digest" = String, Path, description = "Hex SHA-256 of the binary")),
+    params(("digest" = String, Path, description = "Hex SHA-256 of the binary", pattern = "^[0-9a-fA-F]{64}$")),
     responses((status = 200, body = PluginBinaryView)))]
 async fn plugin_binary_view(
     State(app): State<App>,

@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::pagination::{Page, PageParams};
+use crate::app::pagination::{OrderedPageParams, Page, PageParams};
 use crate::app::provider_health::ProviderEventView;
 use crate::app::provider_instances::{InstanceCreate, InstanceView};
 use crate::app::provider_versions::{ProviderActivate, ProviderActivationView, ProviderProbeView};
@@ -126,15 +126,16 @@ async fn provider_rollback(
     Ok(tagged(revision, view))
 }
 
-/// The versions a provider was switched to, oldest first (administrators).
+/// The versions a provider was switched to, oldest first (`order=desc`: newest first;
+/// administrators).
 #[utoipa::path(get, path = "/v1/providers/{name}/activations", tag = "providers",
-    params(("name" = String, Path, description = "Provider name"), PageParams),
+    params(("name" = String, Path, description = "Provider name"), OrderedPageParams),
     responses((status = 200, body = Page<ProviderActivationView>)))]
 async fn provider_activation_list(
     State(app): State<App>,
     principal: Principal,
     ApiPath(name): ApiPath<String>,
-    ApiQuery(params): ApiQuery<PageParams>,
+    ApiQuery(params): ApiQuery<OrderedPageParams>,
 ) -> ApiResult<Page<ProviderActivationView>> {
     Ok(app
         .provider_activation_list(&principal, &name, params)
@@ -154,18 +155,18 @@ async fn provider_probe(
     Ok(Json(app.provider_probe(&ctx.principal, &name).await?))
 }
 
-/// A provider's events, oldest first (administrators).
+/// A provider's events, oldest first (`order=desc`: newest first; administrators).
 ///
 /// Changes of its health (`kind` `health`) and activations refused by the new version's
 /// health check (`activation_refused`).
 #[utoipa::path(get, path = "/v1/providers/{name}/events", tag = "providers",
-    params(("name" = String, Path, description = "Provider name"), PageParams),
+    params(("name" = String, Path, description = "Provider name"), OrderedPageParams),
     responses((status = 200, body = Page<ProviderEventView>)))]
 async fn provider_event_list(
     State(app): State<App>,
     principal: Principal,
     ApiPath(name): ApiPath<String>,
-    ApiQuery(params): ApiQuery<PageParams>,
+    ApiQuery(params): ApiQuery<OrderedPageParams>,
 ) -> ApiResult<Page<ProviderEventView>> {
     Ok(app
         .provider_event_list(&principal, &name, params)
@@ -219,8 +220,12 @@ async fn provider_instance_create(
 
 /// Describe an instance through the provider's plugin (administrators).
 #[utoipa::path(get, path = "/v1/providers/{name}/instances/{instance_key}", tag = "providers",
-    params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key")),
-    responses((status = 200, body = InstanceView)))]
+    params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key", pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")),
+    responses((status = 200, body = InstanceView),
+        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::error::Problem),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem)))]
 async fn provider_instance_view(
     State(app): State<App>,
     principal: Principal,
@@ -234,8 +239,12 @@ async fn provider_instance_view(
 /// Deprovision an instance through the provider's plugin (administrators); deleting a
 /// deleted instance succeeds.
 #[utoipa::path(delete, path = "/v1/providers/{name}/instances/{instance_key}", tag = "providers",
-    params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key")),
-    responses((status = 204, description = "Deleted")))]
+    params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key", pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")),
+    responses((status = 204, description = "Deleted"),
+        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::error::Problem),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem)))]
 async fn provider_instance_delete(
     State(app): State<App>,
     ctx: OpContext,

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -32,6 +32,7 @@ pub const TABLE_CACHE_HEADERS: [(header::HeaderName, HeaderValue); 2] = [
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(routing_table_view))
+        .routes(routes!(routing_table_caddy))
         .routes(routes!(routing_table_changes))
         .routes(routes!(routing_table_watch))
         .routes(routes!(routing_key_list, routing_key_create))
@@ -39,30 +40,20 @@ pub fn router() -> OpenApiRouter<App> {
         .routes(routes!(routing_key_delete))
 }
 
-/// The representation of the table.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TableFormat {
-    /// The signed snapshot document.
-    #[default]
-    Json,
-    /// A Caddy JSON configuration that serves the table.
-    Caddy,
-}
+/// The table takes no query parameter (one is refused rather than ignored).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableParams {}
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct TableParams {
-    /// `json` (default): the signed snapshot; `caddy`: a Caddy configuration.
-    // Inline: the enum is not among the document's components, so a reference to it would
-    // dangle (code generators and validators refuse the document).
-    #[serde(default)]
-    #[param(inline)]
-    pub format: TableFormat,
-    /// With `format=caddy`: the address Caddy serves the routes on (`host:port` or `:port`;
-    /// default `:80`).
-    #[param(max_length = 255)]
+pub struct CaddyParams {
+    /// The address Caddy serves the routes on: `host:port` or `:port` (default `:80`).
+    #[param(
+        max_length = 255,
+        pattern = "^[A-Za-z0-9.\\[\\]:-]*:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"
+    )]
     pub listen: Option<String>,
 }
 
@@ -78,16 +69,14 @@ pub struct ChangesParams {
     pub limit: Option<u64>,
 }
 
-/// The routing table (`routing:read`). As JSON, the signed snapshot: `{format, key_id,
-/// signature, table}`, the Ed25519 signature (base64) covering the exact bytes of `table` as
-/// they appear; its strong `ETag` answers `If-None-Match` with 304; gzip when accepted. With
-/// `format=caddy`, a Caddy configuration that serves it.
-#[utoipa::path(get, path = "/v1/routing-table", tag = "routing", params(TableParams,
+/// The routing table (`routing:read`): the signed snapshot `{format, key_id, signature,
+/// table}`, the Ed25519 signature (base64) covering the exact bytes of `table` as they appear;
+/// its strong `ETag` answers `If-None-Match` with 304; gzip when accepted.
+#[utoipa::path(get, path = "/v1/routing-table", tag = "routing", params(
         ("If-None-Match" = Option<String>, Header, description = "304 when it matches the current ETag")),
     responses(
-        (status = 200, description = "The signed snapshot, or a Caddy configuration", content(
-            (bulkhead_routing::SignedSnapshotDoc = "application/json"),
-        ), headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
+        (status = 200, description = "The signed snapshot", body = bulkhead_routing::SignedSnapshotDoc,
+            headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
         (status = 304, description = "Not modified: `If-None-Match` names the current snapshot",
             headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
         (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
@@ -96,29 +85,34 @@ async fn routing_table_view(
     State(app): State<App>,
     _caller: RoutingReader,
     headers: HeaderMap,
-    ApiQuery(params): ApiQuery<TableParams>,
+    ApiQuery(TableParams {}): ApiQuery<TableParams>,
 ) -> ApiResult<Response> {
-    match params.format {
-        TableFormat::Json if params.listen.is_some() => Err(ApiError::bad_request(
-            ErrorCode::InvalidQuery,
-            "`listen` goes with `format=caddy`",
-        )),
-        TableFormat::Json => {
-            let prepared = app.routing_snapshot().await?;
-            Ok(snapshot_response(&prepared, accepts_gzip(&headers)))
-        }
-        TableFormat::Caddy => {
-            let current = app.routing_current()?;
-            let listen = listen_validate(params.listen.as_deref().unwrap_or(":80"))?;
-            let options = CaddyOptions {
-                listen: vec![listen],
-                admin: None,
-            };
-            let mut response = Json(caddy_config(&current.table(), &options)).into_response();
-            revision_header(&mut response, current.revision);
-            Ok(response)
-        }
-    }
+    let prepared = app.routing_snapshot().await?;
+    Ok(snapshot_response(&prepared, accepts_gzip(&headers)))
+}
+
+/// The routing table as a Caddy configuration that serves it (`routing:read`), for a Caddy
+/// that is not run by the edge agent: `caddy run --config` it, or `POST` it to Caddy's `/load`.
+#[utoipa::path(get, path = "/v1/routing-table/caddy", tag = "routing", params(CaddyParams),
+    responses(
+        (status = 200, description = "The Caddy configuration of the current table", body = super::answer_schemas::CaddyConfig,
+            headers(("Bulkhead-Routing-Revision" = i64))),
+        (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
+    ))]
+async fn routing_table_caddy(
+    State(app): State<App>,
+    _caller: RoutingReader,
+    ApiQuery(params): ApiQuery<CaddyParams>,
+) -> ApiResult<Response> {
+    let current = app.routing_current()?;
+    let listen = listen_validate(params.listen.as_deref().unwrap_or(":80"))?;
+    let options = CaddyOptions {
+        listen: vec![listen],
+        admin: None,
+    };
+    let mut response = Json(caddy_config(&current.table(), &options)).into_response();
+    revision_header(&mut response, current.revision);
+    Ok(response)
 }
 
 fn snapshot_response(prepared: &Prepared, gzip: bool) -> Response {
@@ -217,9 +211,9 @@ async fn routing_table_changes(
 /// longer kept. The stream ends within a second once the caller's credential no longer gives
 /// access (revoked, expired, its user no longer an administrator).
 #[utoipa::path(get, path = "/v1/routing-table/watch", tag = "routing",
-    params(("Last-Event-ID" = Option<i64>, Header, description = "Resume after this revision")),
+    params(("Last-Event-ID" = Option<i64>, Header, minimum = 0, description = "Resume after this revision")),
     responses(
-        (status = 200, description = "Events", content((String = "text/event-stream"))),
+        (status = 200, description = "Events", content((super::answer_schemas::RoutingStreamEvent = "text/event-stream"))),
         (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 async fn routing_table_watch(

@@ -40,7 +40,7 @@ use wasmtime::{
 
 pub use contract::SUPPORTED_CONTRACT_VERSIONS;
 use contract::{AdapterPre, Answer, Call, v0_2, v0_3, v0_4};
-pub use outbound::{Allowlist, HostPattern, endpoint_patterns};
+pub use outbound::{Allowlist, HostPattern, address_restricted, endpoint_patterns};
 pub use provider_cache::ProviderCache;
 pub use sandbox::PluginState;
 

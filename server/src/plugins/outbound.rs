@@ -243,7 +243,7 @@ pub fn endpoint_patterns(config: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 /// Why an address is not reachable by name alone, or `None` for a public address.
-fn address_restricted(ip: IpAddr) -> Option<&'static str> {
+pub fn address_restricted(ip: IpAddr) -> Option<&'static str> {
     let ip = match ip {
         IpAddr::V6(v6) => ipv4_embedded(v6).map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
