@@ -366,16 +366,17 @@ async fn pushes_deploy_once_and_forgeries_are_refused(backend: Backend) {
         (400, &json!("invalid_body")),
         "{problem}"
     );
-    let (status, problem) = deliver(
-        &s.http,
-        &s.base,
-        &installation,
-        &[("x-github-event", "push"), ("x-github-delivery", "d-big")],
-        "application/json",
-        vec![b' '; 2 * 1024 * 1024],
-    )
-    .await;
-    assert_eq!((status, &problem["code"]), (413, &json!("body_too_large")));
+    // A body over the limit is refused from its declared length, before any of it is read.
+    let oversized = s
+        .head_only_answer(&format!(
+            "POST /v1/hooks/github?installation={installation} HTTP/1.1\r\nhost: bulkhead\r\nx-github-event: push\r\nx-github-delivery: d-big\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            2 * 1024 * 1024
+        ))
+        .await;
+    assert!(
+        oversized.starts_with("HTTP/1.1 413") && oversized.contains("\"body_too_large\""),
+        "{oversized}"
+    );
 
     // A rotated secret: the new one signs, and the old one still does for a while.
     let rotated = s

@@ -463,6 +463,33 @@ impl TestServer {
         }
     }
 
+    /// The raw answer to a request of which only `head` is sent: its request line and headers,
+    /// declaring a body that never follows. For the limits the server enforces before it reads
+    /// a body: a client that sends a body the server refuses races the server's close, whose
+    /// reset can discard the answer before the client reads it.
+    pub async fn head_only_answer(&self, head: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.base.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let read_whole = async {
+            let mut chunk = [0u8; 4096];
+            loop {
+                let read = stream.read(&mut chunk).await.unwrap_or(0);
+                answer.extend_from_slice(&chunk[..read]);
+                if read == 0 || answer_complete(&answer) {
+                    break;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), read_whole)
+            .await
+            .expect("the server answers without waiting for the body");
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
     pub async fn call(
         &self,
         method: Method,
@@ -654,6 +681,20 @@ pub async fn platform(s: &TestServer) -> (bulkhead::dev::DevPlatform, tempfile::
 }
 
 /// Polls `check` every 100 ms until it holds; fails saying `what` after 60 s.
+/// Whether `answer` holds a whole HTTP/1.1 answer: its head and the `content-length` bytes after.
+fn answer_complete(answer: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(answer);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    let length = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())?
+    });
+    length.is_some_and(|length| body.len() >= length)
+}
+
 pub async fn eventually<F: AsyncFn() -> bool>(what: &str, check: F) {
     let started = std::time::Instant::now();
     while !check().await {
