@@ -5,7 +5,7 @@
 //! restart honours them; the status shows the reconciler of the answering server.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveModelTrait, EntityTrait, Set};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -65,13 +65,19 @@ fn control_default() -> deploy_control::Model {
     }
 }
 
+/// The stored controls as `db` sees them: in a transaction, a pause committed before it
+/// began is seen.
+pub async fn deploy_control_read(db: &impl ConnectionTrait) -> ApiResult<deploy_control::Model> {
+    Ok(deploy_control::Entity::find_by_id(CONTROL_ID)
+        .one(db)
+        .await?
+        .unwrap_or_else(control_default))
+}
+
 impl App {
     /// The stored controls (the defaults until an operator changes them).
     pub async fn deploy_control(&self) -> ApiResult<deploy_control::Model> {
-        Ok(deploy_control::Entity::find_by_id(CONTROL_ID)
-            .one(&self.db)
-            .await?
-            .unwrap_or_else(control_default))
+        deploy_control_read(&self.db).await
     }
 
     pub async fn deploy_pipeline_view(

@@ -37,6 +37,7 @@ use uuid::Uuid;
 
 use super::App;
 use super::audit::{AuditEntry, audit_record_system};
+use super::deploy_pipeline::deploy_control_read;
 use super::deployments::deployment_insert;
 use super::forge_statuses::status_owed;
 use super::git_installations::{PushBinding, branch_valid, repository_valid};
@@ -473,8 +474,10 @@ impl App {
                 .await?;
             let read = head.len();
             for delivery in head {
-                if self.push_deploy_tries(delivery).await? {
-                    processed += 1;
+                match self.push_deploy_tries(delivery).await? {
+                    Claim::Processed => processed += 1,
+                    Claim::TakenElsewhere => {}
+                    Claim::Paused => return Ok(processed),
                 }
             }
             if read < BATCH as usize {
@@ -488,7 +491,7 @@ impl App {
     /// [`Self::push_deploy`], tried [`TRIES`] times (a deadlock, a busy database) before the
     /// delivery is marked `failed`; an unreachable database ends the pass instead, leaving
     /// the delivery queued.
-    async fn push_deploy_tries(&self, delivery: git_delivery::Model) -> ApiResult<bool> {
+    async fn push_deploy_tries(&self, delivery: git_delivery::Model) -> ApiResult<Claim> {
         let mut tries = 0;
         loop {
             tries += 1;
@@ -502,15 +505,17 @@ impl App {
                 Err(err) => {
                     tracing::error!(delivery = %delivery.id, error = %err, "push intake: the delivery failed");
                     self.push_fail(delivery.id, &err).await?;
-                    return Ok(true);
+                    return Ok(Claim::Processed);
                 }
             }
         }
     }
 
-    /// Makes the deployments of one delivery, in one transaction with its claim; `false` when
-    /// another replica took it first.
-    async fn push_deploy(&self, delivery: git_delivery::Model) -> ApiResult<bool> {
+    /// Makes the deployments of one delivery, in one transaction with its claim, unless
+    /// another replica took it first or the pipeline is paused. The pause is read in the
+    /// claim's transaction: a delivery received after a pause was answered is never deployed
+    /// by a pass that began before it.
+    async fn push_deploy(&self, delivery: git_delivery::Model) -> ApiResult<Claim> {
         let txn = crate::db::begin_write(&self.db).await?;
         let now = Utc::now();
         let claimed = git_delivery::Entity::update_many()
@@ -522,7 +527,11 @@ impl App {
             .await?
             .rows_affected;
         if claimed == 0 {
-            return Ok(false);
+            return Ok(Claim::TakenElsewhere);
+        }
+        if deploy_control_read(&txn).await?.paused {
+            txn.rollback().await?;
+            return Ok(Claim::Paused);
         }
         // Writes in a project queue on its row, as the API's do (deployment numbers).
         project::Entity::find_by_id(delivery.project_id)
@@ -623,7 +632,7 @@ impl App {
             self.changes.routes_changed(services);
             self.deployments_changed();
         }
-        Ok(true)
+        Ok(Claim::Processed)
     }
 
     /// Marks a delivery whose deployments could not be made `failed`, so that it does not
@@ -661,6 +670,16 @@ impl App {
             .count(&self.db)
             .await?)
     }
+}
+
+/// What became of a delivery a pass tried to claim.
+enum Claim {
+    /// Its deployments were made (or it was marked `failed` or `ignored`).
+    Processed,
+    /// Another replica claimed it first.
+    TakenElsewhere,
+    /// The pipeline is paused: it stays queued, and the pass ends.
+    Paused,
 }
 
 fn outcome_label(outcome: HookOutcome) -> &'static str {
