@@ -45,9 +45,9 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub trusted_proxies: Option<Vec<String>>,
-    /// Private, loopback or link-local networks (CIDRs or addresses, comma-separated) that
-    /// outbound webhooks may still be sent to; by default none: an endpoint on such an address,
-    /// or whose name resolves to one, is refused.
+    /// Private, loopback or link-local networks (CIDRs or addresses, comma-separated) that a
+    /// project's outbound calls (webhooks, commit statuses to its forge) may still reach; by
+    /// default none: a URL on such an address, or whose name resolves to one, is refused.
     #[arg(
         long = "webhook-allowed-networks",
         env = "BULKHEAD_WEBHOOK_ALLOWED_NETWORKS",
@@ -181,7 +181,8 @@ pub struct Settings {
     pub tls: Option<ServerTls>,
     /// The proxies whose forwarding header is believed.
     pub trusted_proxies: Vec<IpNet>,
-    /// Restricted networks outbound webhooks may reach all the same (an operator's choice).
+    /// Restricted networks a project's outbound calls (webhooks, commit statuses) may reach
+    /// all the same (an operator's choice).
     pub webhook_allowed_networks: Vec<IpNet>,
     /// The header they write the client's address in.
     pub client_address_header: ClientAddressHeader,

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use crate::app::App;
 use crate::app::bootstrap::Bootstrap;
 use crate::app::domain_verification::ChallengeResolver;
+use crate::app::forge_statuses::ForgeCalls;
 use crate::app::leases::Leases;
 use crate::app::login_throttle::LoginThrottle;
 use crate::app::provider_health::HealthBoard;
@@ -126,7 +127,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         deployment_watch: Arc::default(),
         known_addresses: Arc::default(),
         challenges: Arc::new(ChallengeResolver::new(settings.dns_resolver)?),
-        forge: Arc::default(),
+        forge: Arc::new(ForgeCalls::new(&settings.webhook_allowed_networks)?),
         sign_in: Arc::default(),
         settings: Arc::new(settings),
     };

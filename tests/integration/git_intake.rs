@@ -4,7 +4,8 @@
 //! fresh id, a stale push), the forge's other events and content types, bodies too large,
 //! roles and other tenants; exactly once across a SIGKILL of the real binary with
 //! deliveries queued and being drained; and commit statuses sent back to the forge simulator
-//! within its primary and secondary rate limits, retried after its 5xx.
+//! within its primary and secondary rate limits, retried after its 5xx, and never to an
+//! address a project's outbound calls may not reach.
 
 use std::time::{Duration, Instant};
 
@@ -679,7 +680,8 @@ async fn pushes_survive_a_sigkill_and_deploy_exactly_once(backend: Backend) {
 /// status reaches a forge that allows 5 calls per 2 s window, and says what became of its
 /// deployment, without one call over the limit. Then a secondary limit (429,
 /// `Retry-After: 2`) is answered once and honoured, and a failing forge (502) is retried
-/// until it recovers.
+/// until it recovers. The forge's address is one a project's outbound calls may reach, when
+/// saved and at each call.
 async fn commit_statuses_stay_within_the_forges_limits(backend: Backend) {
     use bulkhead_simulators::RunningSimulator;
     use bulkhead_simulators::faults::FaultState;
@@ -698,14 +700,23 @@ async fn commit_statuses_stay_within_the_forges_limits(backend: Backend) {
         .unwrap();
     let shop = s.project_with_service("statuses").await;
     let installations = format!("/v1/projects/{}/git-installations", shop.id);
-    // The API address is checked: https, or http to loopback only.
-    s.post(
-        &installations,
-        &shop.owner,
-        json!({ "commit_statuses": { "api_url": "http://forge.example.com", "token": "t" } }),
-    )
-    .await
-    .assert_problem(422, "invalid_request");
+    // The API address is checked as a project's outbound calls are: https to a public
+    // address; a private or metadata address (or plain http) only where the operator allowed
+    // its network, as the test server allows loopback.
+    for api_url in [
+        "http://forge.example.com",
+        "https://169.254.169.254/latest",
+        "https://10.0.0.1/api/v3",
+        "https://[fd00::1]/api/v3",
+    ] {
+        s.post(
+            &installations,
+            &shop.owner,
+            json!({ "commit_statuses": { "api_url": api_url, "token": "t" } }),
+        )
+        .await
+        .assert_problem(422, "invalid_request");
+    }
     let bindings: Vec<Value> = (0..12)
         .map(|n| json!({ "repository": "acme/shop", "branch": format!("b{n}"), "service_id": shop.service }))
         .collect();
@@ -824,5 +835,71 @@ async fn commit_statuses_stay_within_the_forges_limits(backend: Backend) {
         settled(&forge, 12).await
     })
     .await;
+
+    // The address is checked at every call too. Once the operator allows loopback no more,
+    // neither the saved address (127.0.0.1) nor a name that resolves to loopback is called.
+    let s = s
+        .restart_with(|settings| settings.webhook_allowed_networks.clear())
+        .await;
+    let port = reqwest::Url::parse(&simulator.url())
+        .unwrap()
+        .port()
+        .unwrap();
+    let named = s
+        .post(
+            &installations,
+            &shop.owner,
+            json!({
+                "bindings": [{ "repository": "acme/shop", "branch": "named", "service_id": shop.service }],
+                "commit_statuses": { "api_url": format!("https://localhost:{port}"), "token": "forge-token-1" },
+            }),
+        )
+        .await;
+    let named = named.assert_status(201).clone();
+    let body = push_event("acme/shop", "refs/heads/b0", &commit(120), now());
+    let (status, _) = push(&s, &installation, &secret, "st-literal", body).await;
+    assert_eq!(status, 202);
+    let body = push_event("acme/shop", "refs/heads/named", &commit(121), now());
+    let (status, _) = push(
+        &s,
+        named["id"].as_str().unwrap(),
+        named["secret"].as_str().unwrap(),
+        "st-named",
+        body,
+    )
+    .await;
+    assert_eq!(status, 202);
+    let refused = async |sha: String| {
+        use bulkhead::entity::forge_status;
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+        forge_status::Entity::find()
+            .filter(forge_status::Column::CommitSha.eq(sha))
+            .one(&s.app().db)
+            .await
+            .unwrap()
+            .filter(|row| row.done)
+            .map(|row| row.last_error)
+    };
+    eventually("both statuses are refused", async || {
+        refused(commit(120)).await.is_some() && refused(commit(121)).await.is_some()
+    })
+    .await;
+    let literal = refused(commit(120)).await.unwrap();
+    assert!(literal.contains("loopback"), "{literal}");
+    let named = refused(commit(121)).await.unwrap();
+    assert!(
+        named.contains("`localhost` resolves to") && named.contains("loopback"),
+        "{named}"
+    );
+    assert_eq!(
+        latest(&forge, &commit(120)),
+        None,
+        "the forge was not called"
+    );
+    assert_eq!(
+        latest(&forge, &commit(121)),
+        None,
+        "the forge was not called"
+    );
     simulator.shutdown().await.unwrap();
 }

@@ -64,9 +64,13 @@ impl Forge {
         self.running.url()
     }
 
-    /// The control plane's config file: the forge as an identity provider.
+    /// The control plane's config file: the forge as an identity provider, and its loopback
+    /// address one that a project's commit statuses may reach.
     pub fn control_plane_config(&self) -> String {
-        sign_in_crowd::control_plane_config(&self.url())
+        format!(
+            "webhook_allowed_networks = [\"127.0.0.0/8\"]\n{}",
+            sign_in_crowd::control_plane_config(&self.url())
+        )
     }
 
     /// When the control plane is back: the forge limits Bulkhead for [`FORGE_LIMITED`] while

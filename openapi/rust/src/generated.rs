@@ -330,7 +330,10 @@ here, and the `@id` tells which revision is loaded (`GET /id/bulkhead-r<revision
     #[serde(deny_unknown_fields)]
     pub struct CommitStatusesInput {
         /**The forge's API: `https://api.github.com`, or a GitHub Enterprise Server's
-`https://<host>/api/v3`; `http` only to a loopback address. No user, query or fragment.*/
+`https://<host>/api/v3`. It must not reach a private, loopback or link-local address
+(named, or resolved to at each call) unless the operator allowed its network
+(`--webhook-allowed-networks`); `http` only to such an allowed address. No user, query
+or fragment.*/
         pub api_url: CommitStatusesInputApiUrl,
         /**A token that may write commit statuses (a fine-grained token or an app's with
 `statuses: write`). Stored sealed and never shown.*/
@@ -342,7 +345,10 @@ here, and the `@id` tells which revision is loaded (`GET /id/bulkhead-r<revision
         }
     }
     /**The forge's API: `https://api.github.com`, or a GitHub Enterprise Server's
-`https://<host>/api/v3`; `http` only to a loopback address. No user, query or fragment.*/
+`https://<host>/api/v3`. It must not reach a private, loopback or link-local address
+(named, or resolved to at each call) unless the operator allowed its network
+(`--webhook-allowed-networks`); `http` only to such an allowed address. No user, query
+or fragment.*/
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
     pub struct CommitStatusesInputApiUrl(::std::string::String);

@@ -1724,7 +1724,10 @@ export interface components {
         CommitStatusesInput: {
             /**
              * @description The forge's API: `https://api.github.com`, or a GitHub Enterprise Server's
-             *     `https://<host>/api/v3`; `http` only to a loopback address. No user, query or fragment.
+             *     `https://<host>/api/v3`. It must not reach a private, loopback or link-local address
+             *     (named, or resolved to at each call) unless the operator allowed its network
+             *     (`--webhook-allowed-networks`); `http` only to such an allowed address. No user, query
+             *     or fragment.
              * @example https://api.github.com
              */
             api_url: string;

@@ -16,12 +16,16 @@
 //!   keyed by installation): at most [`CALLS_PER_SEC`] calls a second, and retries of failed
 //!   calls (5xx, timeouts) at most a fifth of first attempts, each after capped exponential
 //!   backoff with full jitter.
+//! - **Only where a project's outbound calls may go** ([`super::outbound_addresses`]): a
+//!   forge's API address is public, or in a network the operator allowed, when it is saved
+//!   and at every call, whatever its name resolves to.
 //! - Visible: `forge_calls_total{outcome}`, `forge_statuses_pending`, and in an installation's
 //!   view (`commit_statuses.held_for_secs`).
 
 use std::time::Duration;
 
 use chrono::Utc;
+use ipnet::IpNet;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
     QueryOrder, QuerySelect, Set,
@@ -32,6 +36,7 @@ use uuid::Uuid;
 use super::App;
 use super::backpressure::{BACKOFF_BASE, BACKOFF_CAP, Throttle, Wait, backoff_delay};
 use super::deployments as states;
+use super::outbound_addresses::{CheckedResolver, address_refusal, url_check};
 use crate::entity::{deployment, forge_status, git_installation};
 use crate::error::{ApiError, ApiResult};
 
@@ -56,19 +61,23 @@ pub const CONTEXT: &str = "bulkhead/deploy";
 pub struct ForgeCalls {
     http: reqwest::Client,
     throttle: Throttle,
+    /// The restricted networks the operator let a project's outbound calls reach.
+    allowed: Vec<IpNet>,
 }
 
-impl Default for ForgeCalls {
-    fn default() -> Self {
-        Self {
-            http: bulkhead_common::tls::http_client_builder(None)
-                .expect("an HTTP client")
+impl ForgeCalls {
+    /// A client that reaches only public addresses and the `allowed` networks, whatever a
+    /// forge's name resolves to ([`CheckedResolver`]).
+    pub fn new(allowed: &[IpNet]) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: bulkhead_common::tls::http_client_builder(None)?
+                .dns_resolver(CheckedResolver::new(allowed))
                 .timeout(CALL_TIMEOUT)
                 .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("an HTTP client"),
+                .build()?,
             throttle: Throttle::new(CONCURRENCY, CALLS_PER_SEC),
-        }
+            allowed: allowed.to_vec(),
+        })
     }
 }
 
@@ -310,6 +319,11 @@ impl App {
             Ok(token) => token,
             Err(err) => return Sent::Refused(format!("the token does not open: {err:#}")),
         };
+        // Checked again at each call: the operator may have narrowed the allowed networks
+        // since it was saved (a name is checked as it resolves, by the client).
+        if let Err(err) = url_check(&self.forge.allowed, "commit_statuses.api_url", api, 500) {
+            return Sent::Refused(err.detail);
+        }
         let url = format!("{api}/repos/{}/statuses/{}", row.repository, row.commit_sha);
         let answer = self
             .forge
@@ -327,7 +341,12 @@ impl App {
             .await;
         let response = match answer {
             Ok(response) => response,
-            Err(err) => return Sent::Transient(format!("the forge did not answer: {err}")),
+            Err(err) => {
+                return match address_refusal(&err) {
+                    Some(refused) => Sent::Refused(refused.to_string()),
+                    None => Sent::Transient(format!("the forge did not answer: {err}")),
+                };
+            }
         };
         let status = response.status().as_u16();
         let headers = response.headers().clone();

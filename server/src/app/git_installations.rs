@@ -11,6 +11,7 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
+use ipnet::IpNet;
 use regex::Regex;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter, Set,
@@ -21,6 +22,7 @@ use uuid::Uuid;
 
 use super::App;
 use super::audit::AuditEntry;
+use super::outbound_addresses;
 use super::pagination::{Page, PageParams, paginate};
 use super::project_write::{RevisionBump, Revisioned};
 use crate::auth::opaque_token_generate;
@@ -80,7 +82,10 @@ pub struct PushBinding {
 #[serde(deny_unknown_fields)]
 pub struct CommitStatusesInput {
     /// The forge's API: `https://api.github.com`, or a GitHub Enterprise Server's
-    /// `https://<host>/api/v3`; `http` only to a loopback address. No user, query or fragment.
+    /// `https://<host>/api/v3`. It must not reach a private, loopback or link-local address
+    /// (named, or resolved to at each call) unless the operator allowed its network
+    /// (`--webhook-allowed-networks`); `http` only to such an allowed address. No user, query
+    /// or fragment.
     #[schema(min_length = 1, max_length = 500, example = "https://api.github.com")]
     pub api_url: String,
     /// A token that may write commit statuses (a fine-grained token or an app's with
@@ -188,30 +193,15 @@ pub(super) fn status_token_purpose(id: Uuid) -> String {
     format!("git-installation-status-token:{id}")
 }
 
-/// Checks a forge's API address: `https`, or `http` to loopback; no user, query or
-/// fragment. Returns it without a trailing `/`.
-fn api_url_check(text: &str) -> ApiResult<String> {
-    let refuse = |why: &str| ApiError::invalid(format!("`commit_statuses.api_url` {why}"));
-    if text.len() > 500 {
-        return Err(refuse("is longer than 500 characters"));
-    }
-    let url = reqwest::Url::parse(text).map_err(|err| refuse(&format!("is not a URL: {err}")))?;
-    let loopback = match url.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => return Err(refuse("has no host")),
-    };
-    match url.scheme() {
-        "https" => {}
-        "http" if loopback => {}
-        _ => return Err(refuse("must be `https` (or `http` to a loopback address)")),
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(refuse("must not hold a user or password"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(refuse("must not have a query or fragment"));
+/// Checks a forge's API address as a project's outbound calls are checked
+/// ([`outbound_addresses::url_check`]), and that it has no query. Returns it without a
+/// trailing `/`.
+fn api_url_check(allowed: &[IpNet], text: &str) -> ApiResult<String> {
+    let url = outbound_addresses::url_check(allowed, "commit_statuses.api_url", text, 500)?;
+    if url.query().is_some() {
+        return Err(ApiError::invalid(
+            "`commit_statuses.api_url` must not have a query",
+        ));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
@@ -347,7 +337,7 @@ impl App {
         id: Uuid,
         input: CommitStatusesInput,
     ) -> ApiResult<(String, String)> {
-        let url = api_url_check(&input.api_url)?;
+        let url = api_url_check(&self.settings.webhook_allowed_networks, &input.api_url)?;
         if input.token.is_empty()
             || input.token.len() > 500
             || !input.token.bytes().all(|b| b.is_ascii_graphic())
@@ -572,25 +562,30 @@ mod tests {
     }
 
     #[test]
-    fn forge_addresses_are_https_or_loopback() {
+    fn forge_addresses_are_public_https_or_allowed() {
+        let none: &[IpNet] = &[];
+        let loopback: &[IpNet] = &["127.0.0.0/8".parse().unwrap()];
         assert_eq!(
-            api_url_check("https://api.github.com/").unwrap(),
+            api_url_check(none, "https://api.github.com/").unwrap(),
             "https://api.github.com"
         );
         assert_eq!(
-            api_url_check("https://ghe.example.com/api/v3").unwrap(),
+            api_url_check(none, "https://ghe.example.com/api/v3").unwrap(),
             "https://ghe.example.com/api/v3"
         );
-        assert!(api_url_check("http://127.0.0.1:8080").is_ok());
+        assert!(api_url_check(loopback, "http://127.0.0.1:8080").is_ok());
         for bad in [
+            "http://127.0.0.1:8080",
+            "https://127.0.0.1:8080",
+            "https://169.254.169.254/latest",
             "http://api.github.com",
-            "http://10.0.0.1",
+            "https://10.0.0.1",
             "ftp://x.example.com",
             "https://user:pw@api.github.com",
             "https://api.github.com?x=1",
             "not a url",
         ] {
-            assert!(api_url_check(bad).is_err(), "{bad}");
+            assert!(api_url_check(none, bad).is_err(), "{bad}");
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod leases;
 pub mod login_throttle;
 pub mod maintenance;
 pub mod members;
+pub mod outbound_addresses;
 pub mod outside_sign_in;
 pub mod pagination;
 pub mod placement;

@@ -9,15 +9,15 @@
 //! - **A breaker per endpoint**: [`BREAKER_THRESHOLD`] failed attempts in a row open it for
 //!   [`BREAKER_OPEN`]; meanwhile its messages wait (no attempt is spent), then one attempt
 //!   goes (half-open) and either closes it or opens it again.
-//! - **Outbound address checks before each attempt**: the name is resolved here and every
-//!   address must be public or in `--webhook-allowed-networks`; the request then goes to the
-//!   addresses checked (no second lookup to rebind), with no redirects followed.
+//! - **Outbound address checks before each attempt** ([`super::outbound_addresses`]): the
+//!   name is resolved here and every address must be public or in
+//!   `--webhook-allowed-networks`; the request then goes to the addresses checked (no second
+//!   lookup to rebind), with no redirects followed.
 //!
 //! The loop ([`App::webhook_deliveries_run`]) runs on the deploy leader; endpoints are served
 //! concurrently, each one's messages in order.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use base64::Engine;
@@ -33,7 +33,8 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::App;
-use super::webhooks::{DELIVERED, FAILED, PENDING, address_allowed, secret_purpose, webhook_id};
+use super::outbound_addresses::{CheckedResolver, address_refusal};
+use super::webhooks::{DELIVERED, FAILED, PENDING, secret_purpose, webhook_id};
 use crate::entity::{webhook_endpoint, webhook_message};
 use crate::error::ApiResult;
 
@@ -232,17 +233,20 @@ impl App {
             Ok(url) => url,
             Err(err) => return Attempt::Refused(format!("the URL does not parse: {err}")),
         };
-        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        let Some(host) = url.host_str() else {
             return Attempt::Refused("the URL has no host".into());
         };
         let host = host
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
-        let addresses: Vec<SocketAddr> = match tokio::net::lookup_host((host.as_str(), port)).await
-        {
-            Ok(found) => found.collect(),
+        let resolver = CheckedResolver::new(&self.settings.webhook_allowed_networks);
+        let addresses = match resolver.resolve_checked(&host).await {
+            Ok(addresses) => addresses,
             Err(err) => {
+                if let Some(refused) = address_refusal(err.as_ref()) {
+                    return Attempt::Refused(refused.to_string());
+                }
                 return Attempt::Failed {
                     status: None,
                     error: format!("`{host}` does not resolve: {err}"),
@@ -250,16 +254,6 @@ impl App {
                 };
             }
         };
-        if let Some(refused) = addresses
-            .iter()
-            .find(|addr| !address_allowed(&self.settings, addr.ip()))
-        {
-            return Attempt::Refused(format!(
-                "`{host}` resolves to {}, a {} address webhooks may not reach",
-                refused.ip(),
-                crate::plugins::address_restricted(refused.ip()).unwrap_or("restricted")
-            ));
-        }
         let signatures = match self.webhook_signatures(endpoint, message) {
             Ok(signatures) => signatures,
             Err(err) => return Attempt::Refused(format!("the secret does not open: {err:#}")),

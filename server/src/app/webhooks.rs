@@ -9,8 +9,6 @@
 //! again, as it resolves, before each attempt. Admins (and owners) of the project manage
 //! endpoints with a `write` token; members and viewers read them and their messages.
 
-use std::net::IpAddr;
-
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -23,6 +21,7 @@ use uuid::Uuid;
 use super::App;
 use super::audit::AuditEntry;
 use super::deployment_events::DeploymentEventKind;
+use super::outbound_addresses;
 use super::pagination::{OrderedPageParams, Page, PageParams, paginate, paginate_ordered};
 use super::project_write::{RevisionBump, Revisioned};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
@@ -235,52 +234,10 @@ fn secret_generate() -> String {
     )
 }
 
-/// Whether the operator allowed `ip` although it is private, loopback or link-local.
-pub(super) fn address_allowed(settings: &crate::config::Settings, ip: IpAddr) -> bool {
-    crate::plugins::address_restricted(ip).is_none()
-        || settings
-            .webhook_allowed_networks
-            .iter()
-            .any(|net| net.contains(&ip))
-}
-
 /// Checks an endpoint's URL as far as it can without resolving its name.
 fn url_check(settings: &crate::config::Settings, text: &str) -> ApiResult<String> {
-    let refuse = |why: String| ApiError::invalid(format!("`url` {why}"));
-    if text.is_empty() || text.len() > 1000 {
-        return Err(refuse("must be 1 to 1000 characters".into()));
-    }
-    let url = url::Url::parse(text).map_err(|err| refuse(format!("is not a URL: {err}")))?;
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(refuse("must not hold a user or password".into()));
-    }
-    if url.fragment().is_some() {
-        return Err(refuse("must not have a fragment".into()));
-    }
-    let ip = match url.host() {
-        Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
-        Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
-        Some(url::Host::Domain(_)) => None,
-        None => return Err(refuse("has no host".into())),
-    };
-    if let Some(ip) = ip
-        && !address_allowed(settings, ip)
-    {
-        return Err(refuse(format!(
-            "names a {} address, which webhooks may not reach",
-            crate::plugins::address_restricted(ip).unwrap_or("restricted")
-        )));
-    }
-    match url.scheme() {
-        "https" => {}
-        "http" if ip.is_some_and(|ip| crate::plugins::address_restricted(ip).is_some()) => {}
-        _ => {
-            return Err(refuse(
-                "must be `https` (`http` only to an address the operator allowed)".into(),
-            ));
-        }
-    }
-    Ok(url.to_string())
+    outbound_addresses::url_check(&settings.webhook_allowed_networks, "url", text, 1000)
+        .map(String::from)
 }
 
 fn event_types_value(types: Vec<WebhookEventType>) -> ApiResult<serde_json::Value> {
