@@ -80,6 +80,9 @@ pub struct ForgeStats {
     pub oauth_limited_first: u64,
     /// OAuth calls made while the wait of such an answer had not passed.
     pub oauth_during_hold: u64,
+    /// The most OAuth calls the forge was answering at once.
+    #[serde(default)]
+    pub oauth_in_flight_max: u64,
 }
 
 struct Window {
@@ -139,6 +142,8 @@ struct OAuth {
     hold: Option<Hold>,
     /// The first 429 since these endpoints last answered (a limit under way).
     limited_since: Option<Instant>,
+    /// Calls being answered now.
+    in_flight: u64,
 }
 
 struct ForgeState {
@@ -172,6 +177,7 @@ impl ForgeSimulator {
                     calls: 0,
                     hold: None,
                     limited_since: None,
+                    in_flight: 0,
                 },
                 token: token.to_owned(),
                 limit: ForgeLimit::default(),
@@ -381,10 +387,33 @@ async fn oauth_authorize(
     (StatusCode::FOUND, [("location", location)]).into_response()
 }
 
+/// An OAuth call being answered (its fault's latency), counted in
+/// [`ForgeStats::oauth_in_flight_max`] until dropped, also when the caller gives up.
+struct OAuthAnswering<'a>(&'a ForgeSimulator);
+
+impl<'a> OAuthAnswering<'a> {
+    fn new(forge: &'a ForgeSimulator) -> Self {
+        let mut state = forge.state.lock().expect("not poisoned");
+        state.oauth.in_flight += 1;
+        state.stats.oauth_in_flight_max =
+            state.stats.oauth_in_flight_max.max(state.oauth.in_flight);
+        Self(forge)
+    }
+}
+
+impl Drop for OAuthAnswering<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().expect("not poisoned").oauth.in_flight -= 1;
+    }
+}
+
 /// A fault answer of the OAuth endpoints, if one is set. Their secondary limit is the OAuth
 /// app's own, apart from the commit statuses' installation.
 async fn oauth_fault(forge: &ForgeSimulator) -> Option<Response> {
-    let faults = forge.faults.apply().await;
+    let faults = {
+        let _answering = OAuthAnswering::new(forge);
+        forge.faults.apply().await
+    };
     let mut state = forge.state.lock().expect("not poisoned");
     let now = Instant::now();
     state.oauth.calls += 1;

@@ -1,7 +1,8 @@
 //! Signing in with an outside identity provider (GitHub's OAuth, played by the forge
 //! simulator, with PKCE): linking an account from a session, signing in with it, a state
-//! used once, an account linked to one user only, API tokens refused; and a provider that
-//! rate-limits or fails: new sign-ins get 503 with `Retry-After` without reaching it while it
+//! used once, an account linked to one user only, API tokens refused; a slow provider called
+//! at most `IN_FLIGHT_MAX` at a time by a crowd; and a provider that rate-limits or fails:
+//! new sign-ins get 503 with `Retry-After` without reaching it while it
 //! is held, sessions made before keep refreshing, and sign-ins work again once it answers.
 
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use bulkhead::app::outside_sign_in::IN_FLIGHT_MAX;
 use bulkhead::config::{SignInProvider, SignInProviderKind};
 use bulkhead_simulators::RunningSimulator;
 use bulkhead_simulators::faults::FaultState;
@@ -65,6 +67,8 @@ async fn accounts_link_and_sign_in_while_the_provider_allows(backend: Backend) {
         .unwrap();
     let base = simulator.url();
     let s = TestServer::start_on(backend, database_url, dir, |settings| {
+        // This test starts more sign-ins from one address than a minute allows by default.
+        settings.login_limits.per_ip_per_minute = 1000;
         settings.sign_in_providers = vec![SignInProvider {
             name: "github".into(),
             kind: SignInProviderKind::Github,
@@ -187,6 +191,29 @@ async fn accounts_link_and_sign_in_while_the_provider_allows(backend: Backend) {
         .assert_problem(400, "sign_in_failed");
     let identities = s.get("/v1/me/identities", &alice).await;
     assert!(identities.assert_status(200)[0]["last_used_at"].is_string());
+
+    // A slow provider and a crowd finishing at once: this server calls it a few at a time,
+    // and every sign-in finishes.
+    let mut pairs = Vec::new();
+    for _ in 0..8 {
+        let started = start().await;
+        pairs.push(authorize(started.assert_status(200), "octo").await);
+    }
+    forge.faults.set(FaultState {
+        latency_ms: 200,
+        ..Default::default()
+    });
+    let crowd =
+        futures::future::join_all(pairs.iter().map(|(code, state)| finish(code, state))).await;
+    for session in &crowd {
+        session.assert_status(200);
+    }
+    let most = forge.stats().oauth_in_flight_max;
+    assert!(
+        (2..=IN_FLIGHT_MAX as u64).contains(&most),
+        "{most} calls at once"
+    );
+    forge.faults.set(FaultState::default());
 
     // The provider limits us (429, Retry-After: 2): 503 with Retry-After, and until the wait
     // is over no sign-in reaches it; the sessions made before keep refreshing.

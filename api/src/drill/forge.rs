@@ -116,14 +116,15 @@ impl Forge {
         // Sign-ins already on their way when the forge first answered 429 are not counted.
         let oauth_after_first = stats.oauth_limited - stats.oauth_limited_first;
         timeline.note(format!(
-            "{} commit statuses reached the forge: {} over its limit, {} limited (429), {} while it asked to wait; sign-ins: {} limited ({} of them on their way at its first 429), {} while it asked to wait",
+            "{} commit statuses reached the forge: {} over its limit, {} limited (429), {} while it asked to wait; sign-ins: {} limited ({} of them on their way at its first 429), {} while it asked to wait, at most {} at once",
             stats.statuses.len(),
             stats.over_limit,
             stats.secondary_limited,
             stats.during_hold,
             stats.oauth_limited,
             stats.oauth_limited_first,
-            stats.oauth_during_hold
+            stats.oauth_during_hold,
+            stats.oauth_in_flight_max
         ));
         Check::new(
             "forge_limits_honoured",
@@ -156,6 +157,7 @@ impl Forge {
                 "oauth_limited": stats.oauth_limited,
                 "oauth_limited_first": stats.oauth_limited_first,
                 "oauth_during_hold": stats.oauth_during_hold,
+                "oauth_in_flight_max": stats.oauth_in_flight_max,
             }),
         )
     }

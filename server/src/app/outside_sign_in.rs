@@ -11,7 +11,9 @@
 //! - **Linking** ([`App::identity_link_finish`]): a signed-in user (a session, not an API
 //!   token) runs the same flow to link an account; an account links to one user only.
 //! - **Polite when the provider is not**: calls to a provider go through a token bucket
-//!   ([`super::backpressure::Throttle`], [`CALLS_PER_SEC`] a second); a 429, a 5xx, a timeout
+//!   ([`super::backpressure::Throttle`], [`CALLS_PER_SEC`] a second), at most
+//!   [`IN_FLIGHT_MAX`] at once from a replica (so a crowd finishing at once reaches it a few at
+//!   a time, and a limit answer stops the rest before they are sent); a 429, a 5xx, a timeout
 //!   or a limit answer holds the provider for its `Retry-After` (else [`HOLD_DEFAULT`]), and
 //!   while it is held new sign-ins are answered at once with 503 `sign_in_unavailable` and
 //!   `Retry-After`, without calling it: a crowd retrying cannot turn into a storm at the
@@ -19,6 +21,8 @@
 //!   finds out whether the provider answers again ([`super::sign_in_holds`]), so that a crowd
 //!   that waited it out together does not reach a provider still limiting us all at once.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
@@ -26,6 +30,7 @@ use chrono::Utc;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -40,6 +45,11 @@ use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
 
 /// Calls a second to one provider at most (token exchanges and account reads).
 pub const CALLS_PER_SEC: u32 = 20;
+/// Calls to one provider in flight at once from a replica, at most.
+pub const IN_FLIGHT_MAX: usize = 4;
+/// How long a call waits for its turn before the sign-in is answered 503 (the provider is
+/// slow, and others are ahead).
+const TURN_WAIT: Duration = Duration::from_secs(5);
 /// How long a provider that failed without `Retry-After` is held.
 const HOLD_DEFAULT: Duration = Duration::from_secs(10);
 /// The longest hold taken from a provider's `Retry-After`.
@@ -52,6 +62,28 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct OutsideSignIn {
     http: reqwest::Client,
     pub(super) throttle: Throttle,
+    /// Each provider's turns: [`IN_FLIGHT_MAX`] permits.
+    turns: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl OutsideSignIn {
+    /// A turn to call `provider`, waited for up to [`TURN_WAIT`]; it ends when dropped.
+    async fn turn(&self, provider: &str) -> ApiResult<OwnedSemaphorePermit> {
+        let turns = self
+            .turns
+            .lock()
+            .expect("not poisoned")
+            .entry(provider.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(IN_FLIGHT_MAX)))
+            .clone();
+        match tokio::time::timeout(TURN_WAIT, turns.acquire_owned()).await {
+            Ok(Ok(turn)) => Ok(turn),
+            _ => {
+                metrics::counter!("sign_in_provider_calls_total", "outcome" => "busy").increment(1);
+                Err(unavailable(provider, Duration::from_secs(1)))
+            }
+        }
+    }
 }
 
 impl Default for OutsideSignIn {
@@ -64,6 +96,7 @@ impl Default for OutsideSignIn {
                 .build()
                 .expect("an HTTP client"),
             throttle: Throttle::new(64, CALLS_PER_SEC),
+            turns: Mutex::default(),
         }
     }
 }
@@ -261,15 +294,17 @@ impl App {
         Ok((verifier, found.link_user_id))
     }
 
-    /// One call to a provider, within its rate and outside any wait a replica recorded; an
-    /// answer that means "wait" holds it for every replica, an answer to a probe ends its
-    /// recovery.
+    /// One call to a provider, in its turn, within its rate and outside any wait a replica
+    /// recorded; an answer that means "wait" holds it for every replica, an answer to a probe
+    /// ends its recovery. The turn comes first, so that calls that waited for one see a hold
+    /// the calls ahead of them met.
     async fn sign_in_call(
         &self,
         name: &str,
         request: reqwest::RequestBuilder,
         admission: &mut Admission,
     ) -> ApiResult<reqwest::Response> {
+        let _turn = self.sign_in.turn(name).await?;
         match self.sign_in.throttle.admit(name, false) {
             Ok(()) => {}
             Err(Wait::ProviderHold(until)) => {
