@@ -25,9 +25,8 @@ use std::time::{Duration, Instant};
 
 use bulkhead::dev::{DevPlatform, GCP_ZONE};
 use bulkhead::plugins::InstanceSpec;
-use common::{Api, insert_and_get, median, percentile, token_exchange};
+use common::{Api, insert_and_get, median, percentile, postgres_database, token_exchange};
 use futures::StreamExt;
-use sea_orm::{ConnectionTrait, Database};
 use serde_json::json;
 
 const RUNS: usize = 50;
@@ -83,21 +82,6 @@ async fn latency(
         percentile(samples, 99.0)
     );
     server.shutdown().await.unwrap();
-}
-
-/// A fresh PostgreSQL database for the benchmark, if a server is configured.
-async fn postgres_database() -> Option<String> {
-    let admin_url = std::env::var("BULKHEAD_TEST_POSTGRES_URL").ok()?;
-    let name = format!("bulkhead_bench_{}", uuid::Uuid::new_v4().simple());
-    let admin = Database::connect(&admin_url).await.unwrap();
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    admin.close().await.unwrap();
-    let mut url = reqwest::Url::parse(&admin_url).unwrap();
-    url.set_path(&name);
-    Some(url.to_string())
 }
 
 async fn drain(platform: &DevPlatform, dir: &std::path::Path, backlog: usize) {

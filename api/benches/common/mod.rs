@@ -10,6 +10,7 @@ use std::time::Duration;
 use bulkhead::config::{ServeArgs, Settings};
 use bulkhead::dev::{DevPlatform, GCP_PROJECT, GCP_ZONE};
 use bulkhead::server::RunningServer;
+use sea_orm::{ConnectionTrait, Database};
 use serde_json::{Value, json};
 
 pub const TOKEN: &str = "benchmark-admin-token-0001";
@@ -46,6 +47,21 @@ pub async fn server_start(
     let server = bulkhead::server::start(settings).await.unwrap();
     platform.providers_configure(&server.app).await.unwrap();
     server
+}
+
+/// A fresh PostgreSQL database for a benchmark, if `BULKHEAD_TEST_POSTGRES_URL` names a server.
+pub async fn postgres_database() -> Option<String> {
+    let admin_url = std::env::var("BULKHEAD_TEST_POSTGRES_URL").ok()?;
+    let name = format!("bulkhead_bench_{}", uuid::Uuid::new_v4().simple());
+    let admin = Database::connect(&admin_url).await.unwrap();
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+    let mut url = reqwest::Url::parse(&admin_url).unwrap();
+    url.set_path(&name);
+    Some(url.to_string())
 }
 
 pub fn median(mut samples: Vec<Duration>) -> Duration {
