@@ -158,7 +158,8 @@ async fn drain(platform: &DevPlatform, dir: &std::path::Path, backlog: usize) {
                 labels: Vec::new(),
                 // What the pipeline passes (the service's check; gcp ignores it).
                 health_check: Some(
-                    bulkhead::app::health_checks::HealthCheckSpec::default().to_contract(),
+                    bulkhead::app::projects::services::spec::HealthCheckSpec::default()
+                        .to_contract(),
                 ),
             };
             let active = active.clone();

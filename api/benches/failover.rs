@@ -12,7 +12,7 @@ mod common;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use bulkhead::app::leases::{LEASE_TTL, RENEW_EVERY};
+use bulkhead::app::cluster::leases::{LEASE_TTL, RENEW_EVERY};
 use common::{median, percentile};
 use sea_orm::{ConnectionTrait, Database};
 use serde_json::Value;

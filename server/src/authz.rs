@@ -11,7 +11,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::entity::user;
+use sea_orm::sea_query::LockType;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, JoinType, QueryFilter, QuerySelect, QueryTrait,
+    RelationTrait,
+};
+
+use crate::entity::{project, project_member, user};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// What an API token may be used for.
@@ -266,4 +272,79 @@ pub async fn authz_trail_keep<T>(work: impl Future<Output = T>) -> (T, Vec<Authz
     let output = AUTHZ_TRAIL.scope(trail.clone(), work).await;
     let checks = std::mem::take(&mut *trail.lock().expect("not poisoned"));
     (output, checks)
+}
+
+/// Whether `principal` may act on project `project_id` with `role` and `scope`, inside a
+/// transaction (without the cache of [`crate::app::App::project_authorize`]). For writes the
+/// project row is locked until the transaction ends (`FOR UPDATE OF projects` on PostgreSQL),
+/// so that checks and writes on one project are serialized.
+pub async fn project_authorize_in(
+    db: &impl ConnectionTrait,
+    principal: &Principal,
+    project_id: Uuid,
+    role: ProjectRole,
+    scope: Scope,
+) -> ApiResult<project::Model> {
+    AuthzCheck::Project {
+        project_id,
+        role,
+        scope,
+    }
+    .record();
+    // A write locks the project's row against other writes in the project, as `FOR NO KEY
+    // UPDATE`: unlike `FOR UPDATE`, it lets other transactions insert rows that reference the
+    // project (the reconciler's instances, whose foreign key takes a `KEY SHARE` lock). With
+    // `FOR UPDATE`, a rollback superseding a deployment the reconciler was placing deadlocked
+    // on PostgreSQL: each waited for a row the other held.
+    let lock = scope != Scope::Read;
+    if principal.is_admin() {
+        let mut select = project::Entity::find_by_id(project_id);
+        if lock {
+            select = select.lock(LockType::NoKeyUpdate);
+        }
+        let project = select.one(db).await?;
+        return access_decide(principal, project, None, role, scope);
+    }
+    // The membership and its project in one query: this runs on every project-scoped request.
+    let mut select = project_member::Entity::find()
+        .filter(project_member::Column::ProjectId.eq(project_id))
+        .filter(project_member::Column::UserId.eq(principal.user_id()))
+        .join(JoinType::InnerJoin, project_member::Relation::Project.def())
+        .select_also(project::Entity);
+    if lock {
+        QueryTrait::query(&mut select).lock_with_tables(LockType::NoKeyUpdate, [project::Entity]);
+    }
+    match select.one(db).await? {
+        Some((membership, project)) => {
+            let member_role = ProjectRole::parse(&membership.role)?;
+            access_decide(principal, project, Some(member_role), role, scope)
+        }
+        None => access_decide(principal, None, None, role, scope),
+    }
+}
+
+/// The rule: an administrator (with the `admin` scope) acts as an owner of every project; a
+/// non-member may not learn that the project exists (404); a member below `role`, or a
+/// credential without `scope`, gets 403.
+pub fn access_decide(
+    principal: &Principal,
+    project: Option<project::Model>,
+    member_role: Option<ProjectRole>,
+    role: ProjectRole,
+    scope: Scope,
+) -> ApiResult<project::Model> {
+    let project = project.ok_or_else(|| ApiError::not_found("project"))?;
+    if principal.is_admin() {
+        principal.require_scope(scope)?;
+        return Ok(project);
+    }
+    let member_role = member_role.ok_or_else(|| ApiError::not_found("project"))?;
+    principal.require_scope(scope)?;
+    if member_role < role {
+        return Err(ApiError::forbidden(format!(
+            "this requires the `{}` role in the project",
+            role.as_str()
+        )));
+    }
+    Ok(project)
 }

@@ -17,7 +17,7 @@ use crate::plugins::bundled::BundledPlugins;
 use ipnet::IpNet;
 use secrecy::SecretString;
 
-use crate::app::login_throttle::LoginLimits;
+use crate::app::identity::sign_in::throttle::LoginLimits;
 use serde::Deserialize;
 
 /// Flags (and their environment variables) of `bulkhead serve`.
@@ -239,7 +239,7 @@ pub struct DeploySettings {
     /// pass after this.
     pub claim_ttl: Duration,
     /// How long a running instance of a healthy deployment stays unhealthy before it gets a
-    /// replacement (see `app::unhealthy_replacement`).
+    /// replacement (see `app::deploys::replacement`).
     pub unhealthy_replace_after: Duration,
 }
 

@@ -11,13 +11,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::app::App;
-use crate::app::bootstrap::Bootstrap;
-use crate::app::domain_verification::ChallengeResolver;
-use crate::app::forge_statuses::ForgeCalls;
-use crate::app::leases::Leases;
-use crate::app::login_throttle::LoginThrottle;
-use crate::app::provider_health::HealthBoard;
-use crate::app::reconciler::Reconciler;
+use crate::app::cluster::leases::Leases;
+use crate::app::deploys::reconciler::Reconciler;
+use crate::app::git::statuses::ForgeCalls;
+use crate::app::identity::bootstrap::Bootstrap;
+use crate::app::identity::sign_in::throttle::LoginThrottle;
+use crate::app::projects::domain_verification::ChallengeResolver;
+use crate::app::providers::health::HealthBoard;
 use crate::auth::JwtKeys;
 use crate::config::Settings;
 use crate::plugins::PluginHost;
@@ -186,7 +186,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     // publishes it; the others serve the latest published).
     // A lease can lapse between its renewal and the publication (a loaded machine): then
     // another replica leads routing and publishes, and this one serves what is published.
-    let routing_ready = if app.leases.leads(crate::app::leases::Work::Routing) {
+    let routing_ready = if app.leases.leads(crate::app::cluster::leases::Work::Routing) {
         match app.routing_refresh().await {
             Err(err) if err.code == crate::error::ErrorCode::NotReady => {
                 tracing::info!(detail = %err.detail, "routing table: not published at start");

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bulkhead::app::leases::Work;
+use bulkhead::app::cluster::leases::Work;
 use serde_json::json;
 
 use crate::replica_changes::within;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bulkhead::app::leases::Work;
+use bulkhead::app::cluster::leases::Work;
 use bulkhead_simulators::faults::FaultState;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -405,7 +405,7 @@ async fn cut_off_and_recovered(backend: Backend) {
         })
         .await;
         assert!(
-            stopped <= bulkhead::app::leases::LEASE_TTL,
+            stopped <= bulkhead::app::cluster::leases::LEASE_TTL,
             "{work:?} acted on {stopped:?} after the cut"
         );
     }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use bulkhead::app::leases::{LEASE_TTL, RENEW_EVERY, Work};
+use bulkhead::app::cluster::leases::{LEASE_TTL, RENEW_EVERY, Work};
 use bulkhead::dev::DevPlatform;
 use sea_orm::{ConnectionTrait, Database, TransactionTrait};
 use serde_json::Value;

@@ -1062,7 +1062,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
     assert_eq!(cluster.replicas[0].id, cluster.replica);
     assert_eq!(
         cluster.leaders.len(),
-        bulkhead::app::leases::Work::ALL.len()
+        bulkhead::app::cluster::leases::Work::ALL.len()
     );
     assert!(
         cluster

@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use bulkhead::app::outside_sign_in::IN_FLIGHT_MAX;
+use bulkhead::app::identity::sign_in::outside::IN_FLIGHT_MAX;
 use bulkhead::config::{SignInProvider, SignInProviderKind};
 use bulkhead_simulators::RunningSimulator;
 use bulkhead_simulators::faults::FaultState;

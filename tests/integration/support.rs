@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use bulkhead::app::login_throttle::LoginLimits;
+use bulkhead::app::identity::sign_in::throttle::LoginLimits;
 use bulkhead::config::{DeploySettings, LogFormat, Settings};
 use bulkhead::server::RunningServer;
 use reqwest::Method;

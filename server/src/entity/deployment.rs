@@ -29,7 +29,7 @@ pub struct Model {
     pub finished_at: Option<DateTimeUtc>,
     /// When all its instances first were healthy (a rollback goes back to such a deployment).
     pub healthy_at: Option<DateTimeUtc>,
-    /// The push it was made from (`app::push_intake::DeploymentPush`), if one.
+    /// The push it was made from (`app::deploys::deployments::DeploymentPush`), if one.
     pub push: Option<Json>,
     /// The delivery (`git_deliveries.id`) it was made from: unique with the service.
     pub push_delivery_id: Option<Uuid>,

@@ -20,7 +20,7 @@ pub struct Model {
     /// The provider's own id of it.
     pub provider_id: Option<String>,
     /// `pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
-    /// `failed` (see `app::instances`). Routes go to `running` instances whose `health` is
+    /// `failed` (see `app::deploys::instances`). Routes go to `running` instances whose `health` is
     /// `healthy`.
     pub state: String,
     /// `unknown`, `healthy` or `unhealthy`: from the control plane's own checks of the
@@ -41,7 +41,7 @@ pub struct Model {
     pub claimed_by: Option<String>,
     pub claimed_until: Option<DateTimeUtc>,
     /// Its turn among the instances waiting for a provider operation (see
-    /// `app::deploy_queue`): lower goes first.
+    /// `app::deploys::queue`): lower goes first.
     pub dispatch_order: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

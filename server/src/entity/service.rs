@@ -15,7 +15,7 @@ pub struct Model {
     pub replicas: i32,
     pub regions: Json,
     pub variables: Json,
-    /// Where its instances may run (`app::placement`); none: the default policy.
+    /// Where its instances may run (`app::deploys::placement`); none: the default policy.
     pub placement: Option<Json>,
     /// How the control plane checks its workload; none: the default check.
     pub health_check: Option<Json>,

@@ -1,5 +1,5 @@
 //! The `sign_in_provider_holds` table: identity providers that asked to wait and have not
-//! answered since (see `app::sign_in_holds`).
+//! answered since (see `app::identity::sign_in::holds`).
 
 use sea_orm::entity::prelude::*;
 

@@ -16,7 +16,7 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::app::deployment_events::{DeploymentEventKind, DeploymentEventView};
+use crate::app::deploys::events::{DeploymentEventKind, DeploymentEventView};
 use crate::app::routing::RevisionChanges;
 use bulkhead_routing::SignedSnapshotDoc;
 

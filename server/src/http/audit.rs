@@ -6,8 +6,8 @@ use utoipa_axum::routes;
 
 use super::extract::ApiQuery;
 use crate::app::App;
-use crate::app::audit::{AuditEventView, AuditQuery};
-use crate::app::pagination::Page;
+use crate::app::shared::audit::{AuditEventView, AuditQuery};
+use crate::app::shared::pagination::Page;
 use crate::authz::Principal;
 use crate::error::ApiResult;
 

@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use super::client_addr::ClientAddr;
 use super::extract::ApiJson;
 use crate::app::App;
-use crate::app::sessions::{LoginRequest, RefreshRequest, SessionTokens};
+use crate::app::identity::sessions::{LoginRequest, RefreshRequest, SessionTokens};
 use crate::error::ApiResult;
 
 pub fn router() -> OpenApiRouter<App> {

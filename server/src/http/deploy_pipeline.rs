@@ -10,8 +10,8 @@ use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiPath};
 use crate::app::App;
-use crate::app::deploy_pipeline::{DeployPause, DeployPipelineUpdate, DeployPipelineView};
-use crate::app::evacuations::EvacuationView;
+use crate::app::deploys::evacuations::EvacuationView;
+use crate::app::deploys::pipeline::{DeployPause, DeployPipelineUpdate, DeployPipelineView};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

@@ -15,10 +15,10 @@ use super::sse::{
 };
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::deployment_events::{DeploymentEventView, EventPage, EventParams};
-use crate::app::deployments::DeploymentView;
-use crate::app::instances::DeployedInstanceView;
-use crate::app::pagination::{OrderedPageParams, Page, PageParams};
+use crate::app::deploys::deployments::DeploymentView;
+use crate::app::deploys::events::{DeploymentEventView, EventPage, EventParams};
+use crate::app::deploys::instances::DeployedInstanceView;
+use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{DeployScope, Principal, Scoped};
 use crate::error::ApiResult;
 

@@ -10,8 +10,8 @@ use uuid::Uuid;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::domains::{DomainCreate, DomainUpdate, DomainView};
-use crate::app::pagination::{Page, PageParams};
+use crate::app::projects::domains::{DomainCreate, DomainUpdate, DomainView};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::{ApiResult, Problem};
 

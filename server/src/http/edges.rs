@@ -9,8 +9,8 @@ use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, RoutingReader};
 use crate::app::App;
-use crate::app::edges::{EdgeStatusReport, EdgeView};
-use crate::app::pagination::{Page, PageParams};
+use crate::app::routing::edges::{EdgeStatusReport, EdgeView};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::OpContext;
 use crate::error::ApiResult;
 

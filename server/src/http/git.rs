@@ -16,13 +16,13 @@ use uuid::Uuid;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::git_installations::{
+use crate::app::git::installations::{
     GitInstallationCreate, GitInstallationCreated, GitInstallationUpdate, GitInstallationView,
 };
-use crate::app::pagination::{OrderedPageParams, Page, PageParams};
-use crate::app::push_intake::{
+use crate::app::git::intake::{
     GitDeliveryView, GithubPushEvent, GithubPushForm, HookDelivery, HookOutcome, HookReceipt,
 };
+use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::{ApiError, ApiResult, ErrorCode, Problem};
 

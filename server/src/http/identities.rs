@@ -14,8 +14,10 @@ use super::auth::client_ip;
 use super::client_addr::ClientAddr;
 use super::extract::{ApiJson, ApiPath};
 use crate::app::App;
-use crate::app::outside_sign_in::{IdentityView, SignInFinish, SignInProviderView, SignInStart};
-use crate::app::sessions::SessionTokens;
+use crate::app::identity::sessions::SessionTokens;
+use crate::app::identity::sign_in::outside::{
+    IdentityView, SignInFinish, SignInProviderView, SignInStart,
+};
 use crate::authz::{OpContext, Principal};
 use crate::error::{ApiResult, Problem};
 

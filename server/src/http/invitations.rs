@@ -11,9 +11,9 @@ use uuid::Uuid;
 use super::created;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::app::App;
-use crate::app::invitations::{InvitationCreate, InvitationView};
-use crate::app::members::MemberView;
-use crate::app::pagination::{Page, PageParams};
+use crate::app::projects::invitations::{InvitationCreate, InvitationView};
+use crate::app::projects::members::MemberView;
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

@@ -11,8 +11,8 @@ use uuid::Uuid;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::tagged;
 use crate::app::App;
-use crate::app::members::{MemberUpdate, MemberView};
-use crate::app::pagination::{Page, PageParams};
+use crate::app::projects::members::{MemberUpdate, MemberView};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

@@ -17,9 +17,9 @@ use sha2::{Digest, Sha256};
 use super::git::HOOK_MAX_BYTES;
 use super::plugins::UPLOAD_PATH;
 use crate::app::App;
-use crate::app::git_installations::HOOK_PATH;
-use crate::app::idempotency::{IdempotencyStart, StoredResponse};
-use crate::app::plugin_binaries::PLUGIN_MAX_BYTES;
+use crate::app::git::installations::HOOK_PATH;
+use crate::app::providers::plugin_binaries::PLUGIN_MAX_BYTES;
+use crate::app::shared::idempotency::{IdempotencyStart, StoredResponse};
 use crate::authz::{Principal, authz_trail_keep};
 use crate::error::{ApiError, ErrorCode, PROBLEM_JSON};
 
@@ -372,7 +372,7 @@ pub fn if_none_match_names(if_none_match: &str, etag: &str) -> bool {
 /// Answers a GET whose `If-None-Match` matches the response's `ETag` with 304.
 ///
 /// It never reads a response body: a resource's handler sets its strong `ETag`, a list's comes
-/// from [`crate::app::pagination::Page`]'s `IntoResponse` (which has the serialized bytes), and a response without one
+/// from [`crate::app::shared::pagination::Page`]'s `IntoResponse` (which has the serialized bytes), and a response without one
 /// (such as an event stream) passes through untouched, as it is produced.
 pub async fn conditional_get(request: Request, next: Next) -> Response {
     if request.method() != Method::GET {

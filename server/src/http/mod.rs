@@ -59,14 +59,15 @@ use utoipa::openapi::OpenApi as OpenApiDoc;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::app::pagination::Page;
-use crate::app::{App, etag_for};
+use crate::app::App;
+use crate::app::shared::pagination::Page;
+use crate::app::shared::validate::etag_for;
 use crate::error::Problem;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Bulkhead control-plane API", description = "The REST API behind the hosting platform's dashboard: projects, environments, services, domains, users, API tokens, terms of service, the audit log and the providers with their plugins.\n\nErrors are `application/problem+json` with a stable `code`. Lists use cursor pagination (`limit`, `cursor` → `next_cursor`). Reads return an `ETag`; the updates and deletes that document `If-Match` honour it (412 when it no longer matches). Creates accept `Idempotency-Key`."),
-    components(schemas(Problem, crate::app::pagination::ListOrder)),
+    components(schemas(Problem, crate::app::shared::pagination::ListOrder)),
     tags(
         (name = "auth", description = "Log in, refresh and log out"),
         (name = "users", description = "The caller's account and user administration"),

@@ -10,8 +10,8 @@ use utoipa_axum::routes;
 
 use super::extract::{ApiPath, ApiQuery};
 use crate::app::App;
-use crate::app::pagination::{Page, PageParams};
-use crate::app::plugin_binaries::{PluginBinaryView, Stored};
+use crate::app::providers::plugin_binaries::{PluginBinaryView, Stored};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 

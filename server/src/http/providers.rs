@@ -12,11 +12,13 @@ use utoipa_axum::routes;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::pagination::{OrderedPageParams, Page, PageParams};
-use crate::app::provider_health::ProviderEventView;
-use crate::app::provider_instances::{InstanceCreate, InstanceView};
-use crate::app::provider_versions::{ProviderActivate, ProviderActivationView, ProviderProbeView};
+use crate::app::providers::health::ProviderEventView;
+use crate::app::providers::instances::{InstanceCreate, InstanceView};
+use crate::app::providers::versions::{
+    ProviderActivate, ProviderActivationView, ProviderProbeView,
+};
 use crate::app::providers::{ProviderCreate, ProviderUpdate, ProviderView};
+use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

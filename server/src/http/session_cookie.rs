@@ -26,7 +26,7 @@ use utoipa_axum::routes;
 use super::client_addr::ClientAddr;
 use super::extract::ApiJson;
 use crate::app::App;
-use crate::app::sessions::{LoginRequest, RefreshRequest, SessionTokens};
+use crate::app::identity::sessions::{LoginRequest, RefreshRequest, SessionTokens};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// The path the refresh cookie is scoped to (the endpoints of this module).

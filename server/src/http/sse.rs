@@ -13,7 +13,7 @@
 //! To add a streaming route, give [`event_stream`] a `fetch` that reads the events after a
 //! cursor (oldest first, at most a page), a [`watch`] receiver that is bumped whenever there
 //! may be more to read — also for writes of other replicas: the stream reads only when it
-//! moves (see `app::deployment_watch`) — and the route's [`StreamAccess`]. The request timeout does not cut a stream (it bounds only the
+//! moves (see `app::deploys::watch`) — and the route's [`StreamAccess`]. The request timeout does not cut a stream (it bounds only the
 //! response head), and no middleware buffers a body, so nothing else is needed.
 
 use std::collections::VecDeque;

@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::app::App;
-use crate::app::replicas::ClusterStatus;
+use crate::app::cluster::replicas::ClusterStatus;
 use crate::authz::Principal;
 use crate::error::ApiResult;
 

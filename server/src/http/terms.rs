@@ -9,8 +9,8 @@ use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiQuery};
 use crate::app::App;
-use crate::app::pagination::{Page, PageParams};
-use crate::app::terms::{TermsPublish, TermsView};
+use crate::app::identity::terms::{TermsPublish, TermsView};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

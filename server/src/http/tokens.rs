@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::app::App;
-use crate::app::pagination::{Page, PageParams};
-use crate::app::tokens::{TokenCreate, TokenCreated, TokenView};
+use crate::app::identity::tokens::{TokenCreate, TokenCreated, TokenView};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

@@ -11,9 +11,9 @@ use uuid::Uuid;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::pagination::{Page, PageParams};
-use crate::app::terms::{TermsAccept, TermsAcceptanceView, TermsStatus};
-use crate::app::users::{MeUpdate, UserCreate, UserUpdate, UserView};
+use crate::app::identity::terms::{TermsAccept, TermsAcceptanceView, TermsStatus};
+use crate::app::identity::users::{MeUpdate, UserCreate, UserUpdate, UserView};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::ApiResult;
 

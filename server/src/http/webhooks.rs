@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::pagination::{OrderedPageParams, Page, PageParams};
+use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::app::webhooks::{
     WebhookEndpointCreate, WebhookEndpointCreated, WebhookEndpointUpdate, WebhookEndpointView,
     WebhookMessageView,

@@ -9,7 +9,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use uuid::Uuid;
 
 use super::RoutesIndex;
-use crate::app::instances as states;
+use crate::app::deploys::instances as states;
 use crate::entity::{domain, instance};
 use crate::error::ApiResult;
 use bulkhead_routing::{Route, RouteChange, Upstream};

@@ -14,7 +14,7 @@ use super::{
     Current, Prepared, RevisionChanges, RoutesIndex, change_json, latest_revision, revision_changes,
 };
 use crate::app::App;
-use crate::app::routing_keys::RoutingSigner;
+use crate::app::routing::keys::RoutingSigner;
 use crate::entity::{route, routing_revision};
 use crate::error::{ApiError, ApiResult};
 

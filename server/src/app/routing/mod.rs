@@ -4,7 +4,7 @@
 //! revision. Its costs follow what changed, not what exists:
 //!
 //! - **Publishing** ([`publish`], the routing leader only): a change of routes names the
-//!   services it concerns ([`super::changes::Changes::routes_changed`]); the leader reads the
+//!   services it concerns ([`crate::app::cluster::changes::Changes::routes_changed`]); the leader reads the
 //!   domains and healthy instances of those services alone, compares them with the routes it
 //!   holds in memory ([`RoutesIndex`]) and, when they differ, stores revision + 1 with its
 //!   changes, and writes the routes it changed (the table `routes` holds each domain's current
@@ -24,11 +24,13 @@
 //!   replica (the change feed tells it whose); every replica follows as soon as it is told of a
 //!   revision, and every [`REFRESH_EVERY`].
 //!
-//! Keys: see [`super::routing_keys`]; edges' reports: [`super::edges`].
+//! Keys: see [`crate::app::routing::keys`]; edges' reports: [`crate::app::routing::edges`].
 
 mod build;
+pub mod edges;
 mod follow;
 mod index;
+pub mod keys;
 mod publish;
 
 use std::collections::VecDeque;
@@ -43,8 +45,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 use utoipa::ToSchema;
 
-use super::App;
-use super::changes::RoutesScope;
+use crate::app::App;
+use crate::app::cluster::changes::RoutesScope;
 use crate::entity::routing_revision;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use bulkhead_routing::{RouteChange, RoutingTable};
@@ -153,7 +155,7 @@ pub struct RoutingState {
     /// One publication, and one catching up, at a time on this server.
     publishing: tokio::sync::Mutex<()>,
     /// The active signing key, opened.
-    pub(super) signer: std::sync::Mutex<Option<Arc<super::routing_keys::RoutingSigner>>>,
+    pub(super) signer: std::sync::Mutex<Option<Arc<crate::app::routing::keys::RoutingSigner>>>,
     /// 304s this server answered before the general middleware (`crate::http::lean`); also
     /// counted in `/metrics`, whose registry is the process's.
     pub not_modified_lean: std::sync::atomic::AtomicU64,
@@ -239,7 +241,9 @@ impl App {
         let mut rebuilt_at = tokio::time::Instant::now();
         let mut leading = false;
         loop {
-            let leads = self.leases.leads(super::leases::Work::Routing);
+            let leads = self
+                .leases
+                .leads(crate::app::cluster::leases::Work::Routing);
             // What changed since the last look; a replica that does not lead drops it (on
             // becoming the leader it compares everything).
             let dirty = self.changes.routes_dirty.take();

@@ -1,0 +1,400 @@
+//! One provider operation on one claimed instance, and what its outcome does:
+//!
+//! - **provision** (idempotent on the stored key): success → `starting` at the address the
+//!   provider gave; a refusal (unauthorized, forbidden, misconfigured, account suspended, quota,
+//!   unavailable, timeout, disabled, drained, no plugin) → `failed`, removed at the provider in case it exists there, and a
+//!   replacement placed elsewhere by the next pass (a failover, recorded as an event);
+//!   `rate-limited` → nothing goes to that provider before its retry-after; an invalid spec
+//!   fails the deployment; other errors are retried with backoff, then treated as a refusal.
+//! - **deprovision** (idempotent): success or "not found" → `removed`; otherwise retried with
+//!   capped backoff for as long as it takes (an evacuation records the keys it could not
+//!   remove yet).
+//!
+//! The operation's error text from the cloud goes to the provider's events and the logs, for
+//! administrators; the deployment's events carry the error kind only.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+
+use crate::app::App;
+use crate::app::cluster::leases::Work;
+use crate::app::deploys::deployments::{self, deployment_finish};
+use crate::app::deploys::events::{DeploymentEventKind, event_append};
+use crate::app::deploys::instances as states;
+use crate::app::deploys::reconciler::{claim_cleared, instance_transition, operation_record};
+use crate::app::projects::services::spec::ServiceSpec;
+use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
+use crate::entity::{deployment, evacuation, instance};
+use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::plugins::InstanceSpec;
+
+/// Transient errors of one provision before it counts as a refusal.
+const PROVISION_ATTEMPTS: i32 = 5;
+
+/// Error codes of a provider that will not take this instance now: fail over.
+const REFUSALS: [ErrorCode; 10] = [
+    ErrorCode::ProviderUnauthorized,
+    ErrorCode::ProviderForbidden,
+    ErrorCode::ProviderMisconfigured,
+    ErrorCode::ProviderAccountSuspended,
+    ErrorCode::ProviderQuotaExceeded,
+    ErrorCode::ProviderUnavailable,
+    ErrorCode::ProviderTimeout,
+    ErrorCode::ProviderDisabled,
+    ErrorCode::ProviderDrained,
+    ErrorCode::ProviderNotServing,
+];
+
+fn next_attempt(attempts: i32) -> DateTime<Utc> {
+    let delay = backoff_delay(
+        attempts.max(0) as u32,
+        BACKOFF_BASE,
+        BACKOFF_CAP,
+        &mut rand::rng(),
+    );
+    Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default()
+}
+
+impl App {
+    /// Runs the operation `row` (claimed by this runner) needs.
+    pub(crate) async fn instance_operation(&self, row: instance::Model) {
+        let outcome = match row.state.as_str() {
+            states::PENDING | states::PROVISIONING => self.instance_provision(row.clone()).await,
+            states::REMOVING | states::FAILED => self.instance_deprovision(row.clone()).await,
+            _ => Ok(()),
+        };
+        if let Err(err) = outcome {
+            self.reconciler.error_record(format!(
+                "instance {} on {}: {}",
+                row.instance_key, row.provider, err.code
+            ));
+            // Leave it to a later pass.
+            let _ = instance::Entity::update_many()
+                .col_expr(
+                    instance::Column::ClaimedUntil,
+                    Expr::value(Option::<DateTime<Utc>>::None),
+                )
+                .col_expr(
+                    instance::Column::NextAttemptAt,
+                    Expr::value(next_attempt(row.attempts)),
+                )
+                .filter(instance::Column::Id.eq(row.id))
+                .exec(&self.db)
+                .await;
+        }
+    }
+
+    async fn instance_provision(&self, row: instance::Model) -> ApiResult<()> {
+        let started = Instant::now();
+        let found = deployment::Entity::find_by_id(row.deployment_id)
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| ApiError::internal("instance of a missing deployment"))?;
+        let spec: ServiceSpec =
+            serde_json::from_value(found.spec.clone()).map_err(ApiError::internal)?;
+        let env = self.variables_open(found.service_id, &spec.variables)?;
+        let instance_spec = InstanceSpec {
+            instance_key: row.instance_key.clone(),
+            region: row.region.clone(),
+            artifact: spec.artifact(),
+            port: spec.port,
+            env: env.into_iter().collect(),
+            labels: vec![
+                ("bulkhead-service".into(), found.service_id.to_string()),
+                ("bulkhead-deployment".into(), found.number.to_string()),
+            ],
+            health_check: Some(spec.health_check.to_contract()),
+        };
+        let outcome = self
+            .provider_call(&row.provider, true, async move |host, active| {
+                host.plugin_provision(&active.plugin, &active.env, instance_spec)
+                    .await
+            })
+            .await;
+        let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
+        match outcome {
+            Ok((_, made)) if made.address.is_some() => {
+                operation_record(&row.provider, "provision", "ok", started);
+                let address = made.address.clone();
+                let moved =
+                    instance_transition(&txn, &row, states::PROVISIONING, states::STARTING, |u| {
+                        u.col_expr(instance::Column::Address, Expr::value(address.clone()))
+                            .col_expr(
+                                instance::Column::ProviderId,
+                                Expr::value(Some(made.provider_id.clone())),
+                            )
+                            .col_expr(instance::Column::Attempts, Expr::value(0))
+                            .col_expr(instance::Column::LastError, Expr::value(""))
+                            .col_expr(instance::Column::HealthStreak, Expr::value(0))
+                            .col_expr(
+                                instance::Column::NextAttemptAt,
+                                Expr::value(Option::<DateTime<Utc>>::None),
+                            )
+                    })
+                    .await?;
+                if moved {
+                    event_append(
+                        &txn,
+                        row.deployment_id,
+                        DeploymentEventKind::InstanceStarted,
+                        format!(
+                            "{} started on {} at {}",
+                            row.instance_key,
+                            row.provider,
+                            address.as_deref().unwrap_or_default()
+                        ),
+                        serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "address": address }),
+                    )
+                    .await?;
+                } else {
+                    // Cancelled or superseded meanwhile: it is being removed; let go.
+                    claim_release(&txn, &row, None).await?;
+                }
+            }
+            Ok(_) => {
+                // Made, but without an address yet: provisioning the key again returns it.
+                operation_record(&row.provider, "provision", "no_address", started);
+                self.instance_retry(&txn, &row, states::PROVISIONING, "no address yet", None)
+                    .await?;
+            }
+            Err(err) => {
+                operation_record(&row.provider, "provision", err.code.as_str(), started);
+                self.instance_provision_failed(&txn, &row, &found, err)
+                    .await?;
+                txn.commit().await?;
+                // A spec no provider can run fails its rollout, whose instances are removed.
+                self.changes.routes_changed([row.service_id]);
+                return Ok(());
+            }
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    async fn instance_provision_failed(
+        &self,
+        txn: &sea_orm::DatabaseTransaction,
+        row: &instance::Model,
+        found: &deployment::Model,
+        err: ApiError,
+    ) -> ApiResult<()> {
+        tracing::info!(instance = %row.instance_key, provider = %row.provider, code = err.code.as_str(), "provision failed");
+        if err.code == "provider_rate_limited" {
+            let wait = Duration::from_secs(err.retry_after_secs.unwrap_or(5).max(1));
+            self.reconciler.throttle.provider_hold(&row.provider, wait);
+            let not_before = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+            return self
+                .instance_retry(
+                    txn,
+                    row,
+                    states::PROVISIONING,
+                    err.code.as_str(),
+                    Some(not_before),
+                )
+                .await;
+        }
+        if err.code == "invalid_spec" {
+            if deployments::IN_PROGRESS.contains(&found.state.as_str()) {
+                deployment_finish(
+                    txn,
+                    found,
+                    deployments::FAILED,
+                    format!("provider {} cannot run this spec (invalid spec); the previous version keeps serving", row.provider),
+                )
+                .await?;
+            }
+            return claim_release(txn, row, None).await;
+        }
+        let refused = REFUSALS.contains(&err.code) || row.attempts + 1 >= PROVISION_ATTEMPTS;
+        if !refused {
+            return self
+                .instance_retry(txn, row, states::PROVISIONING, err.code.as_str(), None)
+                .await;
+        }
+        let reason = format!("refused: {}", err.code);
+        let moved = instance_transition(txn, row, states::PROVISIONING, states::FAILED, |u| {
+            u.col_expr(instance::Column::LastError, Expr::value(reason.clone()))
+                .col_expr(instance::Column::Attempts, Expr::value(0))
+                .col_expr(
+                    instance::Column::NextAttemptAt,
+                    Expr::value(Option::<DateTime<Utc>>::None),
+                )
+        })
+        .await?;
+        if moved {
+            event_append(
+                txn,
+                row.deployment_id,
+                DeploymentEventKind::InstanceFailed,
+                format!(
+                    "{} refused {} ({}): placing it elsewhere",
+                    row.provider, row.instance_key, err.code
+                ),
+                serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "error": err.code }),
+            )
+            .await?;
+            // The next pass places its replacement; a deployment that had finished placing
+            // goes back to placing for it.
+            deployments::deployment_replace_instances(txn, found.id).await?;
+        } else {
+            claim_release(txn, row, None).await?;
+        }
+        Ok(())
+    }
+
+    /// Leaves `row` in `state` for another attempt: at `not_before`, or after a backoff.
+    async fn instance_retry(
+        &self,
+        txn: &sea_orm::DatabaseTransaction,
+        row: &instance::Model,
+        state: &str,
+        error: &str,
+        not_before: Option<DateTime<Utc>>,
+    ) -> ApiResult<()> {
+        let attempts = row.attempts + 1;
+        let at = not_before.unwrap_or_else(|| next_attempt(attempts));
+        let moved = instance_transition(txn, row, state, state, |u| {
+            u.col_expr(instance::Column::Attempts, Expr::value(attempts))
+                .col_expr(instance::Column::NextAttemptAt, Expr::value(Some(at)))
+                .col_expr(instance::Column::LastError, Expr::value(error.to_owned()))
+        })
+        .await?;
+        if moved && attempts == 1 {
+            event_append(
+                txn,
+                row.deployment_id,
+                DeploymentEventKind::InstanceWaiting,
+                format!(
+                    "{} on {}: {error}; trying again in {} s",
+                    row.instance_key,
+                    row.provider,
+                    (at - Utc::now()).num_seconds().max(0)
+                ),
+                serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "error": error, "not_before": at }),
+            )
+            .await?;
+        } else if !moved {
+            claim_release(txn, row, None).await?;
+        }
+        Ok(())
+    }
+
+    async fn instance_deprovision(&self, row: instance::Model) -> ApiResult<()> {
+        let started = Instant::now();
+        let key = row.instance_key.clone();
+        let outcome = self
+            .provider_call(&row.provider, false, async move |host, active| {
+                host.plugin_deprovision(&active.plugin, &active.env, key)
+                    .await
+            })
+            .await;
+        let txn = crate::db::begin_write(&self.db).await?;
+        self.lease_fence(&txn, Work::Deploys).await?;
+        match outcome {
+            Ok(_) => self.instance_removed(&txn, &row, started).await?,
+            Err(err) if err.code == "instance_not_found" => {
+                self.instance_removed(&txn, &row, started).await?
+            }
+            Err(err) => {
+                operation_record(&row.provider, "deprovision", err.code.as_str(), started);
+                if err.code == "provider_rate_limited" {
+                    let wait = Duration::from_secs(err.retry_after_secs.unwrap_or(5).max(1));
+                    self.reconciler.throttle.provider_hold(&row.provider, wait);
+                }
+                evacuation_unremoved_note(&txn, &row, true).await?;
+                self.instance_retry(&txn, &row, &row.state, err.code.as_str(), None)
+                    .await?;
+            }
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    async fn instance_removed(
+        &self,
+        txn: &sea_orm::DatabaseTransaction,
+        row: &instance::Model,
+        started: Instant,
+    ) -> ApiResult<()> {
+        operation_record(&row.provider, "deprovision", "ok", started);
+        let moved = instance_transition(txn, row, &row.state, states::REMOVED, |u| {
+            u.col_expr(
+                instance::Column::Health,
+                Expr::value(states::HEALTH_UNKNOWN),
+            )
+            .col_expr(
+                instance::Column::NextAttemptAt,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+        })
+        .await?;
+        if moved {
+            evacuation_unremoved_note(txn, row, false).await?;
+            event_append(
+                txn,
+                row.deployment_id,
+                DeploymentEventKind::InstanceRemoved,
+                format!("{} removed from {}", row.instance_key, row.provider),
+                serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider }),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Lets go of `row` without changing its state.
+async fn claim_release(
+    txn: &sea_orm::DatabaseTransaction,
+    row: &instance::Model,
+    next_attempt_at: Option<DateTime<Utc>>,
+) -> ApiResult<()> {
+    claim_cleared(instance::Entity::update_many())
+        .col_expr(
+            instance::Column::NextAttemptAt,
+            Expr::value(next_attempt_at),
+        )
+        .filter(instance::Column::Id.eq(row.id))
+        .exec(txn)
+        .await?;
+    Ok(())
+}
+
+/// Keeps the list of keys an evacuation of `row`'s provider could not remove (yet): a failed
+/// removal adds the key, a successful one takes it out.
+async fn evacuation_unremoved_note(
+    txn: &sea_orm::DatabaseTransaction,
+    row: &instance::Model,
+    unremoved: bool,
+) -> ApiResult<()> {
+    let Some(found) = evacuation::Entity::find()
+        .filter(evacuation::Column::Provider.eq(&row.provider))
+        .filter(evacuation::Column::State.ne("cancelled"))
+        .order_by_desc(evacuation::Column::CreatedAt)
+        .one(txn)
+        .await?
+    else {
+        return Ok(());
+    };
+    let mut keys: Vec<String> = serde_json::from_value(found.unremoved.clone()).unwrap_or_default();
+    let listed = keys.contains(&row.instance_key);
+    match (unremoved, listed) {
+        (true, false) => keys.push(row.instance_key.clone()),
+        (false, true) => keys.retain(|key| *key != row.instance_key),
+        _ => return Ok(()),
+    }
+    evacuation::Entity::update_many()
+        .col_expr(
+            evacuation::Column::Unremoved,
+            Expr::value(serde_json::json!(keys)),
+        )
+        .col_expr(evacuation::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(evacuation::Column::Id.eq(found.id))
+        .exec(txn)
+        .await?;
+    Ok(())
+}

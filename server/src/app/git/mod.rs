@@ -1,0 +1,7 @@
+//! Git: installations that bind a repository's branches to services, the intake of pushes
+//! (received, verified, deduplicated, then deployed by a worker), and the commit statuses
+//! reported back to the forge.
+
+pub mod installations;
+pub mod intake;
+pub mod statuses;

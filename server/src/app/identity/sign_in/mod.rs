@@ -1,0 +1,7 @@
+//! Signing in: the limits on password attempts and the addresses each account usually signs
+//! in from, and sign-in through outside identity providers with their holds.
+
+pub mod addresses;
+pub mod holds;
+pub mod outside;
+pub mod throttle;

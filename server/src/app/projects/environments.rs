@@ -1,0 +1,194 @@
+//! Environments of a project (e.g. `production`, `staging`): named groups of services.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::app::App;
+use crate::app::shared::audit::AuditEntry;
+use crate::app::shared::pagination::{Page, PageParams, paginate};
+use crate::app::shared::validate::slug_validate;
+use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::entity::{environment, service};
+use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EnvironmentView {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    /// Unique in the project: lowercase letters, digits and `-`.
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<environment::Model> for EnvironmentView {
+    fn from(m: environment::Model) -> Self {
+        Self {
+            id: m.id,
+            project_id: m.project_id,
+            name: m.name,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
+/// A new environment, or an environment's new name.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentWrite {
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+    )]
+    pub name: String,
+}
+
+/// Finds an environment of `project_id` (404 if it belongs to another project).
+pub async fn environment_find(
+    db: &impl ConnectionTrait,
+    project_id: Uuid,
+    id: Uuid,
+) -> ApiResult<environment::Model> {
+    environment::Entity::find_by_id(id)
+        .filter(environment::Column::ProjectId.eq(project_id))
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("environment"))
+}
+
+impl App {
+    pub async fn environment_list(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+        params: PageParams,
+    ) -> ApiResult<Page<environment::Model>> {
+        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
+            .await?;
+        let select =
+            environment::Entity::find().filter(environment::Column::ProjectId.eq(project_id));
+        paginate(&self.db, select, environment::Column::Id, |m| m.id, &params).await
+    }
+
+    pub async fn environment_view(
+        &self,
+        principal: &Principal,
+        project_id: Uuid,
+        id: Uuid,
+    ) -> ApiResult<environment::Model> {
+        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
+            .await?;
+        environment_find(&self.db, project_id, id).await
+    }
+
+    pub async fn environment_create(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        create: EnvironmentWrite,
+    ) -> ApiResult<environment::Model> {
+        let name = slug_validate("name", &create.name)?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let now = Utc::now();
+        let created = environment::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            project_id: Set(project_id),
+            name: Set(name),
+            revision: Set(1),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(&write.txn)
+        .await
+        .map_err(name_taken)?;
+        write
+            .commit(environment_audit("environment.create", &created))
+            .await?;
+        Ok(created)
+    }
+
+    pub async fn environment_update(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        id: Uuid,
+        if_match: Option<&str>,
+        update: EnvironmentWrite,
+    ) -> ApiResult<environment::Model> {
+        let name = slug_validate("name", &update.name)?;
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        let current = write.precondition(
+            environment_find(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
+        let mut active: environment::ActiveModel = current.into();
+        active.name = Set(name);
+        let updated = write.save(active).await.map_err(name_taken)?;
+        write
+            .commit(environment_audit("environment.update", &updated))
+            .await?;
+        Ok(updated)
+    }
+
+    /// Deletes an empty environment; one that still has services is refused with 409.
+    pub async fn environment_delete(
+        &self,
+        ctx: &OpContext,
+        project_id: Uuid,
+        id: Uuid,
+        if_match: Option<&str>,
+    ) -> ApiResult<()> {
+        let write = self
+            .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
+            .await?;
+        let current = write.precondition(
+            environment_find(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
+        let services = service::Entity::find()
+            .filter(service::Column::EnvironmentId.eq(id))
+            .count(&write.txn)
+            .await?;
+        if services > 0 {
+            return Err(ApiError::conflict(
+                ErrorCode::EnvironmentNotEmpty,
+                format!("the environment still has {services} service(s)"),
+            ));
+        }
+        environment::Entity::delete_by_id(id)
+            .exec(&write.txn)
+            .await?;
+        write
+            .commit(environment_audit("environment.delete", &current))
+            .await?;
+        Ok(())
+    }
+}
+
+fn name_taken(err: sea_orm::DbErr) -> ApiError {
+    unique_violation_as(
+        ErrorCode::NameTaken,
+        "the project has an environment with this name",
+    )(err)
+}
+
+fn environment_audit(action: &'static str, environment: &environment::Model) -> AuditEntry {
+    AuditEntry {
+        action,
+        resource_type: "environment",
+        resource_id: environment.id.to_string(),
+        project_id: Some(environment.project_id),
+        details: serde_json::json!({ "name": environment.name }),
+    }
+}

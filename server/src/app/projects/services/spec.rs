@@ -1,0 +1,290 @@
+//! A service's spec: what it runs (its source), where (its placement policy) and how its
+//! instances are checked (its health check), with the bounds of each. A deployment deploys a
+//! copy of the spec taken when it was made ([`ServiceSpec`]).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::app::shared::validate::slug_validate;
+use crate::entity::service;
+use crate::error::{ApiError, ApiResult};
+use crate::plugins::HealthCheck;
+
+/// What a service runs.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ServiceSource {
+    /// A packaged artifact, e.g. an OCI image reference.
+    Artifact {
+        /// Up to 500 characters, not all blank.
+        #[schema(min_length = 1, max_length = 500, pattern = "\\S")]
+        image: String,
+    },
+    /// A command line run on the host, as separate arguments.
+    Command {
+        #[schema(min_items = 1, max_items = 100)]
+        command: Vec<String>,
+    },
+}
+
+/// What a deployment deploys: the service's spec when it was made. Secret values stay sealed
+/// in it (bound to the service, so they open for no other).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceSpec {
+    pub source: ServiceSource,
+    pub port: u16,
+    pub replicas: u32,
+    pub regions: Vec<String>,
+    /// As stored: `[{name, value, secret}]`, secret values sealed.
+    pub variables: serde_json::Value,
+    pub placement: PlacementPolicy,
+    pub health_check: HealthCheckSpec,
+}
+
+impl ServiceSpec {
+    pub fn of(service: &service::Model) -> ApiResult<Self> {
+        Ok(Self {
+            source: serde_json::from_value(service.source.clone()).map_err(ApiError::internal)?,
+            port: u16::try_from(service.port).map_err(ApiError::internal)?,
+            replicas: u32::try_from(service.replicas).map_err(ApiError::internal)?,
+            regions: serde_json::from_value(service.regions.clone()).map_err(ApiError::internal)?,
+            variables: service.variables.clone(),
+            placement: json_or_default(&service.placement)?,
+            health_check: json_or_default(&service.health_check)?,
+        })
+    }
+
+    /// What a provider runs: the image, or the command line (shell-quoted).
+    pub fn artifact(&self) -> String {
+        match &self.source {
+            ServiceSource::Artifact { image } => image.clone(),
+            ServiceSource::Command { command } => shell_words::join(command),
+        }
+    }
+}
+
+/// A stored JSON column, or the default when it is empty.
+pub(crate) fn json_or_default<T: serde::de::DeserializeOwned + Default>(
+    value: &Option<serde_json::Value>,
+) -> ApiResult<T> {
+    value
+        .clone()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(ApiError::internal)
+        .map(Option::unwrap_or_default)
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Where a service's instances may run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementPolicy {
+    /// The providers instances may run on, with their priority, weight and regions. Empty:
+    /// every provider, each with priority 0 and weight 1.
+    #[serde(default)]
+    #[schema(max_items = 20)]
+    pub providers: Vec<ProviderPreference>,
+    /// Spread the replicas over the eligible providers in proportion to their weights (the
+    /// default); otherwise put them all on the eligible provider of the best priority.
+    #[serde(default = "yes")]
+    pub spread: bool,
+}
+
+impl Default for PlacementPolicy {
+    fn default() -> Self {
+        Self {
+            providers: Vec::new(),
+            spread: true,
+        }
+    }
+}
+
+/// One provider of a placement policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderPreference {
+    /// The provider's name.
+    pub name: String,
+    /// Lower is preferred (0 to 100, default 0). Without spreading, the eligible provider of
+    /// the lowest priority takes every replica; with it, priority breaks ties.
+    #[serde(default)]
+    #[schema(maximum = 100)]
+    pub priority: u32,
+    /// Share of the replicas when spreading (1 to 100, default 1).
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 100)]
+    pub weight: u32,
+    /// The provider's regions it may use, in order of preference; empty: any of its
+    /// plugin's regions.
+    #[serde(default)]
+    #[schema(max_items = 20)]
+    pub regions: Vec<String>,
+}
+
+impl PlacementPolicy {
+    /// Checks names, ranges and duplicates.
+    pub fn validate(&self) -> ApiResult<()> {
+        if self.providers.len() > 20 {
+            return Err(ApiError::invalid(
+                "`placement.providers` may list at most 20 providers",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for preference in &self.providers {
+            slug_validate("placement.providers[].name", &preference.name)?;
+            if !seen.insert(&preference.name) {
+                return Err(ApiError::invalid(format!(
+                    "provider `{}` is listed twice in `placement.providers`",
+                    preference.name
+                )));
+            }
+            if preference.priority > 100 {
+                return Err(ApiError::invalid(
+                    "`placement.providers[].priority` must be 0 to 100",
+                ));
+            }
+            if !(1..=100).contains(&preference.weight) {
+                return Err(ApiError::invalid(
+                    "`placement.providers[].weight` must be 1 to 100",
+                ));
+            }
+            if preference.regions.len() > 20 {
+                return Err(ApiError::invalid(
+                    "`placement.providers[].regions` may list at most 20 regions",
+                ));
+            }
+            for region in &preference.regions {
+                slug_validate("placement.providers[].regions[]", region)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn default_path() -> String {
+    "/".into()
+}
+fn default_interval_ms() -> u64 {
+    2000
+}
+fn default_timeout_ms() -> u64 {
+    1000
+}
+fn default_healthy_threshold() -> u32 {
+    1
+}
+fn default_unhealthy_threshold() -> u32 {
+    3
+}
+fn default_start_timeout_secs() -> u32 {
+    120
+}
+
+/// The health check of a service's instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckSpec {
+    /// The path requested with `GET` (default `/`); any 2xx or 3xx answer passes.
+    #[serde(default = "default_path")]
+    #[schema(max_length = 200, pattern = "^/")]
+    pub path: String,
+    /// Milliseconds between checks (100 to 60000, default 2000).
+    #[serde(default = "default_interval_ms")]
+    #[schema(minimum = 100, maximum = 60000)]
+    pub interval_ms: u64,
+    /// Milliseconds a check may take (50 to 30000, default 1000).
+    #[serde(default = "default_timeout_ms")]
+    #[schema(minimum = 50, maximum = 30000)]
+    pub timeout_ms: u64,
+    /// Consecutive passes that make an instance healthy (1 to 10, default 1).
+    #[serde(default = "default_healthy_threshold")]
+    #[schema(minimum = 1, maximum = 10)]
+    pub healthy_threshold: u32,
+    /// Consecutive failures that make a healthy instance unhealthy (1 to 10, default 3).
+    #[serde(default = "default_unhealthy_threshold")]
+    #[schema(minimum = 1, maximum = 10)]
+    pub unhealthy_threshold: u32,
+    /// Seconds a new instance has to become healthy before its rollout fails (1 to 3600,
+    /// default 120).
+    #[serde(default = "default_start_timeout_secs")]
+    #[schema(minimum = 1, maximum = 3600)]
+    pub start_timeout_secs: u32,
+}
+
+impl Default for HealthCheckSpec {
+    fn default() -> Self {
+        Self {
+            path: default_path(),
+            interval_ms: default_interval_ms(),
+            timeout_ms: default_timeout_ms(),
+            healthy_threshold: default_healthy_threshold(),
+            unhealthy_threshold: default_unhealthy_threshold(),
+            start_timeout_secs: default_start_timeout_secs(),
+        }
+    }
+}
+
+impl HealthCheckSpec {
+    pub fn validate(&self) -> ApiResult<()> {
+        let path_ok = self.path.starts_with('/')
+            && self.path.len() <= 200
+            && self.path.parse::<http::uri::PathAndQuery>().is_ok();
+        let checks = [
+            (
+                path_ok,
+                "`health_check.path` must be a path starting with `/`, at most 200 characters",
+            ),
+            (
+                (100..=60_000).contains(&self.interval_ms),
+                "`health_check.interval_ms` must be 100 to 60000",
+            ),
+            (
+                (50..=30_000).contains(&self.timeout_ms),
+                "`health_check.timeout_ms` must be 50 to 30000",
+            ),
+            (
+                (1..=10).contains(&self.healthy_threshold),
+                "`health_check.healthy_threshold` must be 1 to 10",
+            ),
+            (
+                (1..=10).contains(&self.unhealthy_threshold),
+                "`health_check.unhealthy_threshold` must be 1 to 10",
+            ),
+            (
+                (1..=3600).contains(&self.start_timeout_secs),
+                "`health_check.start_timeout_secs` must be 1 to 3600",
+            ),
+        ];
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, message)) => Err(ApiError::invalid(message)),
+            None => Ok(()),
+        }
+    }
+
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms)
+    }
+
+    /// The check as the plugin contract gives it to a provider that checks workloads where
+    /// they run (the start timeout stays the control plane's).
+    pub fn to_contract(&self) -> HealthCheck {
+        HealthCheck {
+            path: self.path.clone(),
+            interval_ms: u32::try_from(self.interval_ms).unwrap_or(u32::MAX),
+            timeout_ms: u32::try_from(self.timeout_ms).unwrap_or(u32::MAX),
+            healthy_threshold: self.healthy_threshold,
+            unhealthy_threshold: self.unhealthy_threshold,
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Idempotency keys: the first request with a key runs and its response is stored; a retry
+//! with the same key and the same request replays that response; the same key with a different
+//! request is refused (422); a retry while the first is still running gets 409.
+//!
+//! Keys are scoped to the credential (one API token, or one login session), never shared
+//! between the credentials of a user: a narrower token cannot replay what a broader one did.
+//! A replay passes again the authorization checks the first request passed (see
+//! [`crate::authz::AuthzCheck`]). Records are kept for 24 hours, then purged. Responses with a
+//! 5xx status are not kept, so the client can retry them.
+
+use chrono::{Duration, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::authz::project_authorize_in;
+use crate::authz::{AuthzCheck, Principal};
+use crate::entity::idempotency_record;
+use crate::error::{ApiError, ApiResult, ErrorCode};
+
+const RETENTION_HOURS: i64 = 24;
+/// A key whose first request has not finished after this long is considered abandoned.
+const PENDING_TIMEOUT_SECS: i64 = 120;
+
+/// Stored responses are sealed: some carry a secret (a new API token's value).
+fn response_purpose(credential: &str, key: &str) -> String {
+    format!("idempotency:{credential}:{key}")
+}
+
+/// A response kept for replay.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What to do with a request that carries an idempotency key.
+pub enum IdempotencyStart {
+    /// First use of the key: run the request, then [`App::idempotency_finish`].
+    Proceed,
+    /// The key was used for this same request: answer with the stored response once the
+    /// checks pass again ([`App::idempotency_replay_authorize`]).
+    Replay(StoredResponse, Vec<AuthzCheck>),
+}
+
+impl App {
+    /// Claims `key` for the request with `request_hash` made with `credential` (see
+    /// [`crate::authz::Principal::credential_key`]).
+    pub async fn idempotency_start(
+        &self,
+        credential: &str,
+        key: &str,
+        request_hash: &str,
+    ) -> ApiResult<IdempotencyStart> {
+        let now = Utc::now();
+        let txn = crate::db::begin_write(&self.db).await?;
+        let existing =
+            idempotency_record::Entity::find_by_id((credential.to_owned(), key.to_owned()))
+                .one(&txn)
+                .await?;
+        if let Some(record) = existing {
+            let expired = now - record.created_at > Duration::hours(RETENTION_HOURS);
+            let abandoned = record.response_status.is_none()
+                && now - record.created_at > Duration::seconds(PENDING_TIMEOUT_SECS);
+            if !(expired || abandoned) {
+                if record.request_hash != request_hash {
+                    return Err(ApiError::invalid(
+                        "this Idempotency-Key was already used with a different request; use a new key",
+                    )
+                    .with_code(ErrorCode::IdempotencyKeyReused));
+                }
+                let Some(status) = record.response_status else {
+                    return Err(ApiError::conflict(
+                        ErrorCode::IdempotencyInProgress,
+                        "a request with this Idempotency-Key is still being processed; retry later",
+                    ));
+                };
+                let headers = record
+                    .response_headers
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(ApiError::internal)?
+                    .unwrap_or_default();
+                let checks = record
+                    .authorization
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(ApiError::internal)?
+                    .unwrap_or_default();
+                let body = self
+                    .secrets
+                    .open_bytes(
+                        &response_purpose(credential, key),
+                        &record.response_body.unwrap_or_default(),
+                    )
+                    .map_err(|err| ApiError::internal(format!("{err:#}")))?;
+                return Ok(IdempotencyStart::Replay(
+                    StoredResponse {
+                        status: status as u16,
+                        headers,
+                        body,
+                    },
+                    checks,
+                ));
+            }
+            idempotency_record::Entity::delete_by_id((credential.to_owned(), key.to_owned()))
+                .exec(&txn)
+                .await?;
+        }
+        idempotency_record::ActiveModel {
+            principal: Set(credential.to_owned()),
+            key: Set(key.to_owned()),
+            request_hash: Set(request_hash.to_owned()),
+            response_status: Set(None),
+            response_headers: Set(None),
+            response_body: Set(None),
+            created_at: Set(now),
+            authorization: Set(None),
+        }
+        .insert(&txn)
+        .await
+        // Two first uses of one key at once (PostgreSQL lets both look): the loser waits.
+        .map_err(crate::error::unique_violation_as(
+            ErrorCode::IdempotencyInProgress,
+            "a request with this Idempotency-Key is still being processed",
+        ))?;
+        txn.commit().await?;
+        Ok(IdempotencyStart::Proceed)
+    }
+
+    /// Stores the response of a claimed key with the authorization `checks` its request
+    /// passed, or releases the key when `response` is `None` (a server error, which the client
+    /// may retry).
+    pub async fn idempotency_finish(
+        &self,
+        credential: &str,
+        key: &str,
+        response: Option<StoredResponse>,
+        checks: &[AuthzCheck],
+    ) -> ApiResult<()> {
+        let id = (credential.to_owned(), key.to_owned());
+        match response {
+            None => {
+                idempotency_record::Entity::delete_by_id(id)
+                    .exec(&self.db)
+                    .await?;
+            }
+            Some(response) => {
+                let headers =
+                    serde_json::to_value(&response.headers).map_err(ApiError::internal)?;
+                idempotency_record::Entity::update_many()
+                    .col_expr(
+                        idempotency_record::Column::ResponseStatus,
+                        Expr::value(i32::from(response.status)),
+                    )
+                    .col_expr(
+                        idempotency_record::Column::ResponseHeaders,
+                        Expr::value(headers),
+                    )
+                    .col_expr(
+                        idempotency_record::Column::ResponseBody,
+                        Expr::value(
+                            self.secrets
+                                .seal_bytes(&response_purpose(credential, key), &response.body),
+                        ),
+                    )
+                    .col_expr(
+                        idempotency_record::Column::Authorization,
+                        Expr::value(serde_json::to_value(checks).map_err(ApiError::internal)?),
+                    )
+                    .filter(idempotency_record::Column::Principal.eq(credential))
+                    .filter(idempotency_record::Column::Key.eq(key))
+                    .exec(&self.db)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Passes `checks` again for `principal`, as a fresh request would; the first that fails
+    /// is the answer.
+    pub async fn idempotency_replay_authorize(
+        &self,
+        principal: &Principal,
+        checks: &[AuthzCheck],
+    ) -> ApiResult<()> {
+        for check in checks {
+            match check {
+                AuthzCheck::Scope(scope) => principal.require_scope(*scope)?,
+                AuthzCheck::Admin => principal.require_admin()?,
+                AuthzCheck::Routing => principal.require_routing_read()?,
+                AuthzCheck::Session => principal.require_session()?,
+                AuthzCheck::Project {
+                    project_id,
+                    role,
+                    scope,
+                } => {
+                    project_authorize_in(&self.db, principal, *project_id, *role, *scope).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the records past their retention (and claims abandoned before finishing);
+    /// returns how many.
+    pub async fn idempotency_purge(&self) -> ApiResult<u64> {
+        let now = Utc::now();
+        Ok(idempotency_record::Entity::delete_many()
+            .filter(
+                sea_orm::Condition::any()
+                    .add(
+                        idempotency_record::Column::CreatedAt
+                            .lt(now - Duration::hours(RETENTION_HOURS)),
+                    )
+                    .add(
+                        sea_orm::Condition::all()
+                            .add(idempotency_record::Column::ResponseStatus.is_null())
+                            .add(
+                                idempotency_record::Column::CreatedAt
+                                    .lt(now - Duration::seconds(PENDING_TIMEOUT_SECS)),
+                            ),
+                    ),
+            )
+            .exec(&self.db)
+            .await?
+            .rows_affected)
+    }
+}

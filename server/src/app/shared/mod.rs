@@ -1,0 +1,12 @@
+//! What every domain uses: the audit log, pagination, idempotency keys, input validation,
+//! throttles (concurrency, rates, retry budgets) and the checks of outbound addresses.
+//!
+//! Uses no domain.
+
+pub mod audit;
+pub mod backpressure;
+pub mod idempotency;
+pub mod outbound_addresses;
+pub mod pagination;
+pub mod states;
+pub mod validate;
