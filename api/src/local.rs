@@ -84,7 +84,7 @@ The providers gcp, aws and metal use them. With A="Authorization: Bearer <admin 
   curl -s -H "$A" -H 'Content-Type: application/json' http://{addr}/v1/providers/metal/instances -d '{{"instance_key":"web-1","region":"local","artifact":"{hello}","port":8080}}'
   curl -s http://<the "address" of an answer>/        # the instance's own answer
 
-Deploy a service of 3 replicas over the three (more in the README, "Deploying"):
+Deploy a service of 3 replicas over the three (more in docs/api/deploying.md):
 
   B=http://{addr}; J='Content-Type: application/json'
   P=$(curl -s -H "$A" -H "$J" $B/v1/projects -d '{{"name":"demo"}}' | jq -r .id)

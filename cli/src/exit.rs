@@ -1,4 +1,4 @@
-//! What `bulkhead`'s exit status means: one list, shown in `bulkhead --help` and the README,
+//! What `bulkhead`'s exit status means: one list, shown in `bulkhead --help` and docs/cli.md,
 //! and the one mapping from an answer's HTTP status to it. Commands fail with a [`Failure`]
 //! (wrapped in `anyhow`) to choose a status; any other error exits with
 //! [`Exit::Unexpected`].
@@ -155,11 +155,11 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_status_as_the_help_does() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    fn the_cli_doc_lists_every_status_as_the_help_does() {
+        let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md"));
         for exit in Exit::ALL {
             let row = format!("| {} | {} |", exit as u8, exit.meaning());
-            assert!(readme.contains(&row), "README.md lacks `{row}`");
+            assert!(doc.contains(&row), "docs/cli.md lacks `{row}`");
         }
     }
 }

@@ -21,7 +21,8 @@ use super::wait::until;
 /// Added to every AWS call during the phase, so that the killed leader has provider
 /// operations under way.
 const AWS_LATENCY_MS: u64 = 300;
-/// The bound on replacing a lost leader (the README's, from the lease's 1.5 s lifetime).
+/// The bound on replacing a lost leader (docs/operations/drill.md's, from the lease's 1.5 s
+/// lifetime).
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(5);
 /// The kinds of leased work (`Work` in the API: deploys, instance health, maintenance,
 /// routing, provider probes).

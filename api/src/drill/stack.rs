@@ -161,9 +161,9 @@ impl ControlPlane {
     }
 }
 
-/// A real Caddy in front of the control plane's replicas, as the README's "Three replicas
-/// behind Caddy" sets it up: round robin, a refused connection tried on the next replica,
-/// `/readyz` checked every second, event streams flushed at once.
+/// A real Caddy in front of the control plane's replicas, as docs/operations/replicas.md's
+/// "Three replicas behind Caddy" sets it up: round robin, a refused connection tried on the
+/// next replica, `/readyz` checked every second, event streams flushed at once.
 pub struct ApiFront {
     /// Kept for as long as the front runs: dropping it stops Caddy.
     _caddy: CaddyProcess,
@@ -200,7 +200,8 @@ impl ApiFront {
     }
 }
 
-/// The README's Caddyfile for replicas, as Caddy's JSON (its admin API kept on `admin_port`).
+/// The Caddyfile for replicas of docs/operations/replicas.md, as Caddy's JSON (its admin API
+/// kept on `admin_port`).
 fn front_config(admin_port: u16, port: u16, replicas: &[u16]) -> serde_json::Value {
     let upstreams: Vec<_> = replicas
         .iter()
