@@ -1,5 +1,7 @@
-//! `bulkhead status`: the control plane's replicas (alive or not, by heartbeat) and the replica
-//! leading each kind of background work, with its lease's term (administrators).
+//! `bulkhead status`: the control plane's replicas (alive or not, by heartbeat), the replica
+//! leading each kind of background work, with its lease's term, and the background tasks of
+//! the replica that answered: when each last ran, how it ended and its last error
+//! (administrators).
 
 use bulkhead_client::types;
 
@@ -9,7 +11,8 @@ use super::output::{self, OutputFormat, Row};
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   bulkhead status
-  bulkhead status --output json | jq '.leaders[] | select(.current | not)'")]
+  bulkhead status --output json | jq '.leaders[] | select(.current | not)'
+  bulkhead status --output json | jq '.tasks[] | select(.consecutive_failures > 0)'")]
 pub struct StatusArgs {
     #[command(flatten)]
     global: GlobalArgs,
@@ -42,6 +45,35 @@ impl Row for types::LeaderView {
     }
 }
 
+impl Row for types::TaskStatus {
+    const HEADER: &'static [&'static str] = &[
+        "TASK",
+        "STATE",
+        "LAST RUN",
+        "TOOK (MS)",
+        "OUTCOME",
+        "FAILURES",
+        "LAST ERROR",
+    ];
+    fn row(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.state.to_string(),
+            self.last_started_at
+                .map(|at| at.to_rfc3339())
+                .unwrap_or_default(),
+            self.last_duration_ms
+                .map(|ms| ms.to_string())
+                .unwrap_or_default(),
+            self.last_outcome
+                .map(|outcome| outcome.to_string())
+                .unwrap_or_default(),
+            format!("{} ({} in a row)", self.failures, self.consecutive_failures),
+            self.last_error.clone().unwrap_or_default(),
+        ]
+    }
+}
+
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let status = connection
@@ -55,6 +87,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
             println!();
             let leaders = status.leaders.iter().map(Row::row);
             println!("{}", output::table(types::LeaderView::HEADER, leaders));
+            println!();
+            let tasks = status.tasks.iter().map(Row::row);
+            println!("{}", output::table(types::TaskStatus::HEADER, tasks));
         }
     }
     Ok(())

@@ -18,7 +18,7 @@ use sea_orm::{
 };
 
 use crate::entity::{project, project_member, user};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// What an API token may be used for.
 #[derive(
@@ -86,9 +86,9 @@ impl ProjectRole {
         }
     }
 
-    pub fn parse(text: &str) -> ApiResult<Self> {
+    pub fn parse(text: &str) -> AppResult<Self> {
         serde_json::from_value(serde_json::Value::String(text.into()))
-            .map_err(|_| ApiError::internal(format!("unknown role stored: {text}")))
+            .map_err(|_| AppError::internal(format!("unknown role stored: {text}")))
     }
 }
 
@@ -132,12 +132,11 @@ impl Principal {
     }
 
     /// Requires a password session (not an API token): for changing credentials.
-    pub fn require_session(&self) -> ApiResult<()> {
+    pub fn require_session(&self) -> AppResult<()> {
         AuthzCheck::Session.record();
         match self.credential {
             Credential::Session(_) => Ok(()),
-            Credential::ApiToken(_) => Err(ApiError::new(
-                http::StatusCode::FORBIDDEN,
+            Credential::ApiToken(_) => Err(AppError::new(
                 ErrorCode::SessionRequired,
                 "this needs a password session, not an API token",
             )),
@@ -158,13 +157,12 @@ impl Principal {
             || (matches!(scope, Scope::Read | Scope::Deploy) && self.scopes.contains(&Scope::Write))
     }
 
-    pub fn require_scope(&self, scope: Scope) -> ApiResult<()> {
+    pub fn require_scope(&self, scope: Scope) -> AppResult<()> {
         AuthzCheck::Scope(scope).record();
         if self.has_scope(scope) {
             Ok(())
         } else {
-            Err(ApiError::new(
-                http::StatusCode::FORBIDDEN,
+            Err(AppError::new(
                 ErrorCode::InsufficientScope,
                 format!("this token lacks the `{}` scope", scope.as_str()),
             ))
@@ -174,26 +172,26 @@ impl Principal {
     /// Requires a credential of an administrator with `routing:read` (or `admin`): the routing
     /// table names every tenant's domains and workloads, so only the platform's operators (and
     /// the edges they run) read it.
-    pub fn require_routing_read(&self) -> ApiResult<()> {
+    pub fn require_routing_read(&self) -> AppResult<()> {
         AuthzCheck::Routing.record();
         self.require_scope(Scope::RoutingRead)?;
         if self.user.is_admin {
             Ok(())
         } else {
-            Err(ApiError::forbidden(
+            Err(AppError::forbidden(
                 "routing tables are read with an administrator's token",
             ))
         }
     }
 
     /// Requires an administrator (and the `admin` scope).
-    pub fn require_admin(&self) -> ApiResult<()> {
+    pub fn require_admin(&self) -> AppResult<()> {
         AuthzCheck::Admin.record();
         self.require_scope(Scope::Admin)?;
         if self.user.is_admin {
             Ok(())
         } else {
-            Err(ApiError::forbidden("only administrators may do this"))
+            Err(AppError::forbidden("only administrators may do this"))
         }
     }
 }
@@ -284,7 +282,7 @@ pub async fn project_authorize_in(
     project_id: Uuid,
     role: ProjectRole,
     scope: Scope,
-) -> ApiResult<project::Model> {
+) -> AppResult<project::Model> {
     AuthzCheck::Project {
         project_id,
         role,
@@ -332,16 +330,16 @@ pub fn access_decide(
     member_role: Option<ProjectRole>,
     role: ProjectRole,
     scope: Scope,
-) -> ApiResult<project::Model> {
-    let project = project.ok_or_else(|| ApiError::not_found("project"))?;
+) -> AppResult<project::Model> {
+    let project = project.ok_or_else(|| AppError::not_found("project"))?;
     if principal.is_admin() {
         principal.require_scope(scope)?;
         return Ok(project);
     }
-    let member_role = member_role.ok_or_else(|| ApiError::not_found("project"))?;
+    let member_role = member_role.ok_or_else(|| AppError::not_found("project"))?;
     principal.require_scope(scope)?;
     if member_role < role {
-        return Err(ApiError::forbidden(format!(
+        return Err(AppError::forbidden(format!(
             "this requires the `{}` role in the project",
             role.as_str()
         )));

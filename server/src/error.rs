@@ -1,42 +1,37 @@
-//! The one error type of the external API, and its single mapping to HTTP.
+//! The one error type of Bulkhead's application code, [`AppError`]: a stable,
+//! machine-readable [`ErrorCode`], a `detail` written for the client, and, when something went
+//! wrong inside, its cause. The cause is kept for logs and operators (a background task's
+//! status, the reconciler's recent errors) and never sent to a client: a client sees an
+//! incident id it can quote, and the log line with that id holds the cause.
 //!
-//! Every failure a client can see is an [`ApiError`]: a status, a stable machine-readable `code`,
-//! and a `detail` written for people. Internal causes (database errors, bugs) are logged with the
-//! request id and never shown to the client. The response body is RFC 9457
-//! `application/problem+json`; the request id is added by [`crate::http::middleware`].
+//! The mapping to HTTP (each code's status, the problem body) is in one place:
+//! [`crate::http::problem`].
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
 use sea_orm::{DbErr, SqlErr};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-/// A failure answered to the client.
+/// A failure of an application method: what the client is told, and what went wrong inside.
 #[derive(Debug, Clone)]
-pub struct ApiError {
-    pub status: StatusCode,
+pub struct AppError {
     pub code: ErrorCode,
+    /// What kind of failure it is: its code's kind unless said otherwise.
+    pub kind: ErrorKind,
+    /// What went wrong, for the client (never a secret, never an internal cause).
     pub detail: String,
     /// Seconds after which retrying may succeed (sent as `Retry-After`).
     pub retry_after_secs: Option<u64>,
+    /// What went wrong inside, for logs and operators only.
+    cause: Option<Arc<Cause>>,
 }
 
-/// The body of every error response (RFC 9457 problem details).
-#[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
-pub struct Problem {
-    /// Always `about:blank`: `code` identifies the kind of problem.
-    #[serde(rename = "type")]
-    pub problem_type: String,
-    /// The HTTP reason phrase of `status`.
-    pub title: String,
-    pub status: u16,
-    /// A stable, machine-readable identifier of the problem, e.g. `not_found`.
-    pub code: ErrorCode,
-    /// What went wrong, for people.
-    pub detail: String,
-    /// The `x-request-id` of the request, to quote when reporting the problem.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
+#[derive(Debug)]
+struct Cause {
+    /// Quoted to the client in place of the cause, and logged with it.
+    incident: Option<String>,
+    text: String,
 }
 
 /// Declares [`ErrorCode`] from one list of `Variant = "code"`.
@@ -157,15 +152,116 @@ impl PartialEq<&str> for ErrorCode {
     }
 }
 
-pub type ApiResult<T> = Result<T, ApiError>;
+/// What kind of failure an error is, apart from its code: what the client did wrong, or what
+/// is not possible now. [`crate::http::problem`] gives each kind its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request cannot be read: syntax, types, a missing header.
+    Malformed,
+    /// No credential, or one that is not valid.
+    Unauthenticated,
+    /// The caller may not do this.
+    Forbidden,
+    NotFound,
+    /// The endpoint does not take this method.
+    MethodNotAllowed,
+    /// The request took too long to arrive.
+    RequestTimeout,
+    /// The request conflicts with the state of a resource.
+    Conflict,
+    /// What was asked for is no longer kept.
+    Gone,
+    /// An `If-Match` that does not match.
+    PreconditionFailed,
+    TooLarge,
+    UnsupportedMediaType,
+    /// The request is readable but its values are not acceptable.
+    Invalid,
+    TooManyRequests,
+    /// A failure of Bulkhead itself.
+    Internal,
+    /// A provider (through its plugin) refused or failed.
+    Upstream,
+    /// Not now: retrying later may succeed.
+    Unavailable,
+    /// A provider (through its plugin) did not answer in time.
+    UpstreamTimeout,
+}
 
-impl ApiError {
-    pub fn new(status: StatusCode, code: ErrorCode, detail: impl Into<String>) -> Self {
+impl ErrorCode {
+    /// The kind of failure a code is (an error may say otherwise: [`AppError::malformed`]).
+    pub const fn kind(self) -> ErrorKind {
+        use ErrorCode::*;
+        use ErrorKind as K;
+        match self {
+            BadRequest | BodyUnreadable | InvalidCursor | InvalidHeader | InvalidPath
+            | InvalidQuery | MalformedJson | SignInFailed => K::Malformed,
+            Unauthenticated | InvalidSignature => K::Unauthenticated,
+            Forbidden | CsrfFailed | EdgeOwned | IdentityNotLinked | InsufficientScope
+            | SessionRequired => K::Forbidden,
+            NotFound | InstanceNotFound => K::NotFound,
+            MethodNotAllowed => K::MethodNotAllowed,
+            Timeout => K::RequestTimeout,
+            AlreadyExists
+            | AlreadyInvited
+            | AlreadyMember
+            | Conflict
+            | DeploymentFinished
+            | EmailTaken
+            | EnvironmentNotEmpty
+            | EvacuationRunning
+            | HostnameTaken
+            | IdentityTaken
+            | IdempotencyInProgress
+            | InstancesRunning
+            | LastOwner
+            | NameTaken
+            | NoHealthyDeployment
+            | NothingToRollBack
+            | PasswordChanged
+            | PluginExists
+            | PluginUnhealthy
+            | ProviderChanged
+            | ProviderDisabled
+            | ProviderDrained
+            | ProviderExists
+            | ProviderNotServing
+            | ProviderQuotaExceeded
+            | RoutingKeyActive
+            | VersionExists => K::Conflict,
+            RoutingHistoryGone => K::Gone,
+            PreconditionFailed => K::PreconditionFailed,
+            BodyTooLarge => K::TooLarge,
+            UnsupportedMediaType => K::UnsupportedMediaType,
+            // `invalid_body`: a body whose values the endpoint does not take (serde's data
+            // errors); one that cannot be read at all is `malformed_json`.
+            ConfigurationMissing | DomainUnverified | IdempotencyKeyReused | InvalidBody
+            | InvalidRequest | InvalidSpec | PluginRejected | StaleDelivery => K::Invalid,
+            TooManyAttempts => K::TooManyRequests,
+            Internal | Error => K::Internal,
+            PluginFailed
+            | ProviderAccountSuspended
+            | ProviderError
+            | ProviderForbidden
+            | ProviderMisconfigured
+            | ProviderUnauthorized => K::Upstream,
+            Busy | DnsUnavailable | NotReady | ProviderRateLimited | ProviderUnavailable
+            | RoutingTableNotReady | SignInUnavailable => K::Unavailable,
+            ProviderTimeout => K::UpstreamTimeout,
+        }
+    }
+}
+
+pub type AppResult<T> = Result<T, AppError>;
+
+impl AppError {
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
         Self {
-            status,
             code,
+            kind: code.kind(),
             detail: detail.into(),
             retry_after_secs: None,
+            cause: None,
         }
     }
 
@@ -175,83 +271,105 @@ impl ApiError {
         self
     }
 
-    /// The request is malformed: bad JSON, wrong types, unknown fields, bad path or query.
-    pub fn bad_request(code: ErrorCode, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, detail)
+    /// Keeps `cause` (what went wrong inside) with the error, for logs and operators.
+    pub fn with_cause(mut self, cause: impl std::fmt::Display) -> Self {
+        self.cause = Some(Arc::new(Cause {
+            incident: None,
+            text: cause.to_string(),
+        }));
+        self
     }
 
-    /// The request is well formed but its values are not acceptable.
+    /// The request cannot be read, with `code` (for a code that usually means a request that
+    /// can be read but not accepted, such as `invalid_body` of a delivery that is not JSON).
+    pub fn malformed(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::Malformed,
+            ..Self::new(code, detail)
+        }
+    }
+
+    /// The request's values are not acceptable (malformed requests have codes of their own).
     pub fn invalid(detail: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::InvalidRequest,
-            detail,
-        )
+        Self::new(ErrorCode::InvalidRequest, detail)
     }
 
     pub fn unauthenticated(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthenticated, detail)
+        Self::new(ErrorCode::Unauthenticated, detail)
     }
 
     pub fn forbidden(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, detail)
+        Self::new(ErrorCode::Forbidden, detail)
     }
 
     /// `resource` is the kind of thing that was looked for, e.g. `project`.
     pub fn not_found(resource: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            ErrorCode::NotFound,
-            format!("{resource} not found"),
-        )
-    }
-
-    pub fn conflict(code: ErrorCode, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, detail)
+        Self::new(ErrorCode::NotFound, format!("{resource} not found"))
     }
 
     pub fn precondition_failed() -> Self {
         Self::new(
-            StatusCode::PRECONDITION_FAILED,
             ErrorCode::PreconditionFailed,
             "the resource changed since it was read: If-Match does not match its current ETag",
         )
     }
 
-    /// A failure of Bulkhead itself. `cause` is logged, never sent to the client.
-    pub fn internal(cause: impl std::fmt::Display) -> Self {
-        tracing::error!(%cause, "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::Internal,
-            "internal error; quote the request id when reporting it",
-        )
+    /// Not now: this replica cannot serve it (the database unreachable, a lease lost, a
+    /// table not built yet); retrying shortly may succeed.
+    pub fn not_ready(detail: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotReady, detail).retry_after(1)
     }
 
-    /// The same error with another machine-readable code.
+    /// A failure of Bulkhead itself. The client is told an incident id; `cause` is logged with
+    /// it now and kept with the error.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        let incident = format!("{:08x}", rand::random::<u32>());
+        let text = cause.to_string();
+        tracing::error!(%incident, cause = %text, "internal error");
+        Self {
+            code: ErrorCode::Internal,
+            kind: ErrorKind::Internal,
+            detail: format!("internal error (incident {incident}); quote it when reporting it"),
+            retry_after_secs: None,
+            cause: Some(Arc::new(Cause {
+                incident: Some(incident),
+                text,
+            })),
+        }
+    }
+
+    /// The same error with another code (and that code's kind).
     pub fn with_code(mut self, code: ErrorCode) -> Self {
         self.code = code;
+        self.kind = code.kind();
         self
     }
 
-    /// The problem body, without the request id.
-    pub fn problem(&self) -> Problem {
-        Problem {
-            problem_type: "about:blank".into(),
-            title: self.status.canonical_reason().unwrap_or("Error").into(),
-            status: self.status.as_u16(),
-            code: self.code,
-            detail: self.detail.clone(),
-            request_id: None,
+    /// What went wrong inside, if it is known.
+    pub fn cause(&self) -> Option<&str> {
+        self.cause.as_deref().map(|cause| cause.text.as_str())
+    }
+}
+
+/// For operators and logs: the detail, and the cause when there is one (never send this to a
+/// client; send [`AppError::detail`]).
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cause.as_deref() {
+            None => f.write_str(&self.detail),
+            Some(Cause {
+                incident: Some(incident),
+                text,
+            }) => write!(f, "{text} (incident {incident})"),
+            Some(Cause {
+                incident: None,
+                text,
+            }) => write!(f, "{}: {text}", self.detail),
         }
     }
 }
 
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({}): {}", self.status, self.code, self.detail)
-    }
-}
+impl std::error::Error for AppError {}
 
 /// Whether `err` says the database could not be reached (not that a statement failed): no
 /// connection to be had, the one in use broke, or the server ended it as it shut down or
@@ -283,74 +401,46 @@ pub fn database_unreachable(err: &DbErr) -> bool {
     }
 }
 
-impl From<DbErr> for ApiError {
+impl From<DbErr> for AppError {
     fn from(err: DbErr) -> Self {
         if database_unreachable(&err) {
             // This replica is cut off from the database (or it restarts): another replica
             // may answer, or this one shortly.
             tracing::warn!(error = %err, "database unreachable");
-            return Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::NotReady,
-                "the database is unreachable; try again shortly",
-            )
-            .retry_after(1);
+            return Self::not_ready("the database is unreachable; try again shortly")
+                .with_cause(err);
         }
         match err.sql_err() {
-            Some(SqlErr::UniqueConstraintViolation(_)) => Self::conflict(
+            Some(SqlErr::UniqueConstraintViolation(_)) => Self::new(
                 ErrorCode::AlreadyExists,
                 "a resource with these unique values already exists",
-            ),
-            Some(SqlErr::ForeignKeyConstraintViolation(_)) => Self::conflict(
+            )
+            .with_cause(err),
+            Some(SqlErr::ForeignKeyConstraintViolation(_)) => Self::new(
                 ErrorCode::Conflict,
                 "the resource refers to, or is referred to by, another resource",
-            ),
+            )
+            .with_cause(err),
             _ => Self::internal(format!("database: {err}")),
         }
     }
 }
 
-/// For `map_err` on an insert or update: a unique-constraint violation becomes 409 with `code`
-/// and `detail` (which say which value is taken); any other error maps as usual.
+/// For `map_err` on an insert or update: a unique-constraint violation becomes `code` with
+/// `detail` (which say which value is taken); any other error maps as usual.
 pub fn unique_violation_as(
     code: ErrorCode,
     detail: &'static str,
-) -> impl FnOnce(DbErr) -> ApiError {
+) -> impl FnOnce(DbErr) -> AppError {
     move |err| match err.sql_err() {
-        Some(SqlErr::UniqueConstraintViolation(_)) => ApiError::conflict(code, detail),
-        _ => ApiError::from(err),
-    }
-}
-
-/// The MIME type of problem bodies.
-pub const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut problem = self.problem();
-        problem.request_id = crate::http::middleware::current_request_id();
-        let body = serde_json::to_vec(&problem).unwrap_or_default();
-        let mut response = (self.status, body).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, PROBLEM_JSON);
-        if let Some(secs) = self.retry_after_secs {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        response
+        Some(SqlErr::UniqueConstraintViolation(_)) => AppError::new(code, detail),
+        _ => AppError::from(err),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::ErrorCode;
+    use super::{AppError, ErrorCode};
 
     #[test]
     fn a_connection_that_cannot_be_had_is_unreachable_and_a_failed_statement_is_not() {
@@ -379,6 +469,28 @@ mod tests {
         for err in &failed {
             assert!(!super::database_unreachable(err), "{err}");
         }
+    }
+
+    #[test]
+    fn an_internal_cause_is_kept_for_operators_and_not_in_the_detail() {
+        let err = AppError::internal("database: connection reset by peer");
+        assert!(!err.detail.contains("connection reset"), "{}", err.detail);
+        assert!(
+            err.detail.starts_with("internal error (incident "),
+            "{}",
+            err.detail
+        );
+        assert_eq!(err.cause(), Some("database: connection reset by peer"));
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("database: connection reset by peer (incident "),
+            "{shown}"
+        );
+        let incident = &err.detail["internal error (incident ".len()..][..8];
+        assert!(shown.contains(incident), "{shown} names {incident}");
+        let plain = AppError::not_ready("try again").with_cause("pool timed out");
+        assert_eq!(plain.to_string(), "try again: pool timed out");
+        assert_eq!(plain.detail, "try again");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Layers, outermost first: [`http`] (routes, middleware, OpenAPI) → [`app`] (what Bulkhead
 //! does, with authorization close to each action) → [`entity`] and [`db`] (data access).
-//! [`error::ApiError`] is the one error type clients see.
+//! [`error::AppError`] is the one error type clients see.
 //!
 //! The routing table that travels to edges is `bulkhead-routing`; the edge agent
 //! (`bulkhead-edge`), the command-line client (`bulkhead-cli`) and the host agent

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::app::App;
+use crate::app::background::driver::Driver;
 use crate::app::cluster::leases::Leases;
 use crate::app::deploys::reconciler::Reconciler;
 use crate::app::git::statuses::ForgeCalls;
@@ -31,8 +32,9 @@ pub struct RunningServer {
     pub app: App,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
-    /// Renews the leases; hands them over when the server stops.
-    leases: JoinHandle<()>,
+    /// The background tasks (the leases' renewal among them, which hands them over when the
+    /// server stops).
+    tasks: Driver,
     /// Whether this start created the first administrator (the database had no users).
     pub first_start: bool,
 }
@@ -52,7 +54,7 @@ impl RunningServer {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
         self.task.await??;
-        self.leases.await?;
+        self.tasks.join().await;
         self.app.db.clone().close().await?;
         Ok(())
     }
@@ -129,6 +131,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         challenges: Arc::new(ChallengeResolver::new(settings.dns_resolver)?),
         forge: Arc::new(ForgeCalls::new(&settings.webhook_allowed_networks)?),
         sign_in: Arc::default(),
+        tasks: Arc::default(),
         settings: Arc::new(settings),
     };
     let bootstrap = app.bootstrap().await?;
@@ -181,7 +184,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         .clone()
         .unwrap_or_else(|| addr.to_string());
     app.replica_heartbeat(&leases_db, &advertised).await?;
-    app.leases_renew(&leases_db).await;
+    if let Err(err) = app.leases_renew(&leases_db).await {
+        tracing::warn!(error = %err, "leases: could not take any at start");
+    }
     // The routing table is served from the first request on (by the routing leader, which
     // publishes it; the others serve the latest published).
     // A lease can lapse between its renewal and the publication (a loaded machine): then
@@ -189,7 +194,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let routing_ready = if app.leases.leads(crate::app::cluster::leases::Work::Routing) {
         match app.routing_refresh().await {
             Err(err) if err.code == crate::error::ErrorCode::NotReady => {
-                tracing::info!(detail = %err.detail, "routing table: not published at start");
+                tracing::info!(error = %err, "routing table: not published at start");
                 app.routing_prepare().await
             }
             ready => ready,
@@ -198,22 +203,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         app.routing_prepare().await
     };
     routing_ready.map_err(|err| anyhow::anyhow!("building the routing table: {err:?}"))?;
-    let leases = tokio::spawn(
-        app.clone()
-            .leases_run(leases_db, advertised, shutdown.subscribe()),
-    );
-    tokio::spawn(app.clone().change_feed_listen_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().change_feed_tell_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().providers_sync_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().provider_health_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().maintenance_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().reconciler_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().instance_health_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().routing_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().deployment_watch_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().push_intake_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().forge_statuses_run(shutdown.subscribe()));
-    tokio::spawn(app.clone().webhook_deliveries_run(shutdown.subscribe()));
+    let tasks = crate::app::background::init::tasks_start(&app, leases_db, advertised);
     let tls = app.settings.tls.clone();
     let task = tokio::spawn(bulkhead_common::tls::server::serve(
         listener,
@@ -228,7 +218,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         app,
         shutdown,
         task,
-        leases,
+        tasks,
         first_start,
     })
 }

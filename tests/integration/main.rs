@@ -7,6 +7,7 @@ mod support;
 
 mod audit;
 mod auth;
+mod background;
 mod cli;
 mod cli_client;
 mod clients_typescript;

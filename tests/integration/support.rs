@@ -306,7 +306,7 @@ impl Reply {
         assert_eq!(self.body["status"], status);
         assert_eq!(self.body["code"], code, "body: {}", self.text);
         // Every code is one of the documented list (the OpenAPI document's enum).
-        let problem: bulkhead::error::Problem = serde_json::from_value(self.body.clone())
+        let problem: bulkhead::http::problem::Problem = serde_json::from_value(self.body.clone())
             .unwrap_or_else(|err| panic!("not a documented problem ({err}): {}", self.text));
         assert_eq!(problem.code.as_str(), code);
         assert!(!self.body["detail"].as_str().unwrap_or_default().is_empty());

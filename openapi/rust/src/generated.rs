@@ -319,6 +319,8 @@ here, and the `@id` tells which revision is loaded (`GET /id/bulkhead-r<revision
         pub replica: ::std::string::String,
         ///Every replica that announced itself in the last day, oldest first.
         pub replicas: ::std::vec::Vec<ReplicaView>,
+        ///The background tasks of the replica that answered, by name.
+        pub tasks: ::std::vec::Vec<TaskStatus>,
     }
     impl ClusterStatus {
         pub fn builder() -> builder::ClusterStatus {
@@ -7164,6 +7166,180 @@ the signature over the exact bytes of `table`, not over a re-serialization).*/
             Default::default()
         }
     }
+    ///How an activation ended.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum TaskOutcome {
+        #[serde(rename = "ok")]
+        Ok,
+        #[serde(rename = "failed")]
+        Failed,
+        #[serde(rename = "panicked")]
+        Panicked,
+    }
+    impl ::std::fmt::Display for TaskOutcome {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Ok => f.write_str("ok"),
+                Self::Failed => f.write_str("failed"),
+                Self::Panicked => f.write_str("panicked"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for TaskOutcome {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "ok" => Ok(Self::Ok),
+                "failed" => Ok(Self::Failed),
+                "panicked" => Ok(Self::Panicked),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for TaskOutcome {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for TaskOutcome {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///Where a task is.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum TaskState {
+        #[serde(rename = "idle")]
+        Idle,
+        #[serde(rename = "running")]
+        Running,
+        #[serde(rename = "not_leading")]
+        NotLeading,
+        #[serde(rename = "backing_off")]
+        BackingOff,
+        #[serde(rename = "handed_over")]
+        HandedOver,
+        #[serde(rename = "stopped")]
+        Stopped,
+    }
+    impl ::std::fmt::Display for TaskState {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Idle => f.write_str("idle"),
+                Self::Running => f.write_str("running"),
+                Self::NotLeading => f.write_str("not_leading"),
+                Self::BackingOff => f.write_str("backing_off"),
+                Self::HandedOver => f.write_str("handed_over"),
+                Self::Stopped => f.write_str("stopped"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for TaskState {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "idle" => Ok(Self::Idle),
+                "running" => Ok(Self::Running),
+                "not_leading" => Ok(Self::NotLeading),
+                "backing_off" => Ok(Self::BackingOff),
+                "handed_over" => Ok(Self::HandedOver),
+                "stopped" => Ok(Self::Stopped),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for TaskState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for TaskState {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///What an operator sees of a background task on the replica that answered.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct TaskStatus {
+        pub activations: i64,
+        ///Failures since the last activation that succeeded.
+        pub consecutive_failures: i32,
+        pub description: ::std::string::String,
+        pub failures: i64,
+        ///Until then, this replica leaves the task's lease to the others.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub handed_over_until: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_duration_ms: ::std::option::Option<i64>,
+        ///The cause of the last failure (an operator's view: internal causes included).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_error: ::std::option::Option<::std::string::String>,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_error_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_outcome: ::std::option::Option<TaskOutcome>,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_started_at: ::std::option::Option<
+            ::chrono::DateTime<::chrono::offset::Utc>,
+        >,
+        ///The work whose lease it needs, if any.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub lease: ::std::option::Option<Work>,
+        pub name: ::std::string::String,
+        pub panics: i64,
+        /**How often it runs unless woken sooner, in milliseconds; absent for a task that runs
+continuously.*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub period_ms: ::std::option::Option<i64>,
+        pub state: TaskState,
+    }
+    impl TaskStatus {
+        pub fn builder() -> builder::TaskStatus {
+            Default::default()
+        }
+    }
     ///Accepts a version of the terms; it must be the current one.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
@@ -9290,6 +9466,10 @@ with it. It cannot be shown again (rotate it to get a new one).*/
                 ::std::vec::Vec<super::ReplicaView>,
                 ::std::string::String,
             >,
+            tasks: ::std::result::Result<
+                ::std::vec::Vec<super::TaskStatus>,
+                ::std::string::String,
+            >,
         }
         impl ::std::default::Default for ClusterStatus {
             fn default() -> Self {
@@ -9297,6 +9477,7 @@ with it. It cannot be shown again (rotate it to get a new one).*/
                     leaders: Err("no value supplied for leaders".to_string()),
                     replica: Err("no value supplied for replica".to_string()),
                     replicas: Err("no value supplied for replicas".to_string()),
+                    tasks: Err("no value supplied for tasks".to_string()),
                 }
             }
         }
@@ -9337,6 +9518,18 @@ with it. It cannot be shown again (rotate it to get a new one).*/
                     });
                 self
             }
+            pub fn tasks<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TaskStatus>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for tasks: {e}")
+                    });
+                self
+            }
         }
         impl ::std::convert::TryFrom<ClusterStatus> for super::ClusterStatus {
             type Error = super::error::ConversionError;
@@ -9347,6 +9540,7 @@ with it. It cannot be shown again (rotate it to get a new one).*/
                     leaders: value.leaders?,
                     replica: value.replica?,
                     replicas: value.replicas?,
+                    tasks: value.tasks?,
                 })
             }
         }
@@ -9356,6 +9550,7 @@ with it. It cannot be shown again (rotate it to get a new one).*/
                     leaders: Ok(value.leaders),
                     replica: Ok(value.replica),
                     replicas: Ok(value.replicas),
+                    tasks: Ok(value.tasks),
                 }
             }
         }
@@ -20343,6 +20538,315 @@ with it. It cannot be shown again (rotate it to get a new one).*/
                     key_id: Ok(value.key_id),
                     signature: Ok(value.signature),
                     table: Ok(value.table),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TaskStatus {
+            activations: ::std::result::Result<i64, ::std::string::String>,
+            consecutive_failures: ::std::result::Result<i32, ::std::string::String>,
+            description: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            failures: ::std::result::Result<i64, ::std::string::String>,
+            handed_over_until: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_duration_ms: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            last_error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            last_error_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_outcome: ::std::result::Result<
+                ::std::option::Option<super::TaskOutcome>,
+                ::std::string::String,
+            >,
+            last_started_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            lease: ::std::result::Result<
+                ::std::option::Option<super::Work>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            panics: ::std::result::Result<i64, ::std::string::String>,
+            period_ms: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            state: ::std::result::Result<super::TaskState, ::std::string::String>,
+        }
+        impl ::std::default::Default for TaskStatus {
+            fn default() -> Self {
+                Self {
+                    activations: Err("no value supplied for activations".to_string()),
+                    consecutive_failures: Err(
+                        "no value supplied for consecutive_failures".to_string(),
+                    ),
+                    description: Err("no value supplied for description".to_string()),
+                    failures: Err("no value supplied for failures".to_string()),
+                    handed_over_until: Ok(Default::default()),
+                    last_duration_ms: Ok(Default::default()),
+                    last_error: Ok(Default::default()),
+                    last_error_at: Ok(Default::default()),
+                    last_outcome: Ok(Default::default()),
+                    last_started_at: Ok(Default::default()),
+                    lease: Ok(Default::default()),
+                    name: Err("no value supplied for name".to_string()),
+                    panics: Err("no value supplied for panics".to_string()),
+                    period_ms: Ok(Default::default()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl TaskStatus {
+            pub fn activations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.activations = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for activations: {e}")
+                    });
+                self
+            }
+            pub fn consecutive_failures<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.consecutive_failures = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for consecutive_failures: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for description: {e}")
+                    });
+                self
+            }
+            pub fn failures<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failures = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for failures: {e}")
+                    });
+                self
+            }
+            pub fn handed_over_until<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.handed_over_until = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for handed_over_until: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn last_duration_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_duration_ms = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for last_duration_ms: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn last_error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_error = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_error: {e}")
+                    });
+                self
+            }
+            pub fn last_error_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_error_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_error_at: {e}")
+                    });
+                self
+            }
+            pub fn last_outcome<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::TaskOutcome>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_outcome = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_outcome: {e}")
+                    });
+                self
+            }
+            pub fn last_started_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_started_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for last_started_at: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn lease<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::Work>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lease = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for lease: {e}")
+                    });
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for name: {e}")
+                    });
+                self
+            }
+            pub fn panics<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.panics = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for panics: {e}")
+                    });
+                self
+            }
+            pub fn period_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.period_ms = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for period_ms: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::TaskState>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TaskStatus> for super::TaskStatus {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TaskStatus,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    activations: value.activations?,
+                    consecutive_failures: value.consecutive_failures?,
+                    description: value.description?,
+                    failures: value.failures?,
+                    handed_over_until: value.handed_over_until?,
+                    last_duration_ms: value.last_duration_ms?,
+                    last_error: value.last_error?,
+                    last_error_at: value.last_error_at?,
+                    last_outcome: value.last_outcome?,
+                    last_started_at: value.last_started_at?,
+                    lease: value.lease?,
+                    name: value.name?,
+                    panics: value.panics?,
+                    period_ms: value.period_ms?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TaskStatus> for TaskStatus {
+            fn from(value: super::TaskStatus) -> Self {
+                Self {
+                    activations: Ok(value.activations),
+                    consecutive_failures: Ok(value.consecutive_failures),
+                    description: Ok(value.description),
+                    failures: Ok(value.failures),
+                    handed_over_until: Ok(value.handed_over_until),
+                    last_duration_ms: Ok(value.last_duration_ms),
+                    last_error: Ok(value.last_error),
+                    last_error_at: Ok(value.last_error_at),
+                    last_outcome: Ok(value.last_outcome),
+                    last_started_at: Ok(value.last_started_at),
+                    lease: Ok(value.lease),
+                    name: Ok(value.name),
+                    panics: Ok(value.panics),
+                    period_ms: Ok(value.period_ms),
+                    state: Ok(value.state),
                 }
             }
         }

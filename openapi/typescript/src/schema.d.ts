@@ -1719,6 +1719,8 @@ export interface components {
             replicas: components["schemas"]["ReplicaView"][];
             /** @description Each kind of work that has had a leader. */
             leaders: components["schemas"]["LeaderView"][];
+            /** @description The background tasks of the replica that answered, by name. */
+            tasks: components["schemas"]["TaskStatus"][];
         };
         /** @description Where an installation reports the commit statuses of the deployments its pushes made. */
         CommitStatusesInput: {
@@ -3174,6 +3176,54 @@ export interface components {
             /** @description Ed25519 over the bytes of `table` as they appear in the document, base64. */
             signature: string;
             table: components["schemas"]["RoutingTable"];
+        };
+        /**
+         * @description How an activation ended.
+         * @enum {string}
+         */
+        TaskOutcome: "ok" | "failed" | "panicked";
+        /**
+         * @description Where a task is.
+         * @enum {string}
+         */
+        TaskState: "idle" | "running" | "not_leading" | "backing_off" | "handed_over" | "stopped";
+        /** @description What an operator sees of a background task on the replica that answered. */
+        TaskStatus: {
+            name: string;
+            description: string;
+            /**
+             * Format: int64
+             * @description How often it runs unless woken sooner, in milliseconds; absent for a task that runs
+             *     continuously.
+             */
+            period_ms?: number | null;
+            lease?: components["schemas"]["Work"] | null;
+            state: components["schemas"]["TaskState"];
+            /** Format: int64 */
+            activations: number;
+            /** Format: int64 */
+            failures: number;
+            /** Format: int64 */
+            panics: number;
+            /**
+             * Format: int32
+             * @description Failures since the last activation that succeeded.
+             */
+            consecutive_failures: number;
+            /** Format: date-time */
+            last_started_at?: string | null;
+            /** Format: int64 */
+            last_duration_ms?: number | null;
+            last_outcome?: components["schemas"]["TaskOutcome"] | null;
+            /** @description The cause of the last failure (an operator's view: internal causes included). */
+            last_error?: string | null;
+            /** Format: date-time */
+            last_error_at?: string | null;
+            /**
+             * Format: date-time
+             * @description Until then, this replica leaves the task's lease to the others.
+             */
+            handed_over_until?: string | null;
         };
         /** @description Accepts a version of the terms; it must be the current one. */
         TermsAccept: {

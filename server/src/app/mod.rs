@@ -31,6 +31,7 @@ pub mod projects;
 pub mod providers;
 pub mod routing;
 pub mod shared;
+pub mod status;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -77,4 +78,6 @@ pub struct App {
     pub forge: Arc<git::statuses::ForgeCalls>,
     /// Calls to outside identity providers, within their limits.
     pub sign_in: Arc<identity::sign_in::outside::OutsideSignIn>,
+    /// The status of each background task of this server.
+    pub tasks: Arc<background::driver::TaskBoard>,
 }

@@ -212,13 +212,13 @@ impl DevPlatform {
         for (name, update) in self.provider_updates() {
             app.provider_update(&ctx, name, None, update)
                 .await
-                .map_err(|err| anyhow::anyhow!("configuring provider {name}: {}", err.detail))?;
+                .map_err(|err| anyhow::anyhow!("configuring provider {name}: {err}"))?;
             // Probed with its credentials now, so that a breaker opened at start-up (when it
             // had none) lets calls through at once instead of at its next scheduled probe.
             let probe = app
                 .provider_probe(&ctx.principal, name)
                 .await
-                .map_err(|err| anyhow::anyhow!("probing provider {name}: {}", err.detail))?;
+                .map_err(|err| anyhow::anyhow!("probing provider {name}: {err}"))?;
             if let Some(error) = probe.error {
                 anyhow::bail!("provider {name} does not work against the local platform: {error}");
             }

@@ -9,7 +9,7 @@ use crate::app::App;
 use crate::app::shared::audit::{AuditEventView, AuditQuery};
 use crate::app::shared::pagination::Page;
 use crate::authz::Principal;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new().routes(routes!(audit_event_list))
@@ -23,6 +23,6 @@ async fn audit_event_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(query): ApiQuery<AuditQuery>,
-) -> ApiResult<Page<AuditEventView>> {
+) -> AppResult<Page<AuditEventView>> {
     app.audit_event_list(&principal, query).await
 }

@@ -12,7 +12,7 @@ use super::client_addr::ClientAddr;
 use super::extract::ApiJson;
 use crate::app::App;
 use crate::app::identity::sessions::{LoginRequest, RefreshRequest, SessionTokens};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -32,14 +32,14 @@ fn no_store<T>(body: T) -> NoStore<T> {
 /// Attempts are limited per client address and per account (429 with `Retry-After`).
 #[utoipa::path(post, path = "/v1/auth/login", tag = "auth", security(()), request_body = LoginRequest,
     responses((status = 200, body = SessionTokens, headers(("Cache-Control" = String, description = "`no-store`"))),
-        (status = 401, description = "Wrong email or password", body = crate::error::Problem),
-        (status = 429, description = "Too many attempts from this address or for this account (see Retry-After)", body = crate::error::Problem),
-        (status = 503, description = "Too many password checks running (see Retry-After)", body = crate::error::Problem)))]
+        (status = 401, description = "Wrong email or password", body = crate::http::problem::Problem),
+        (status = 429, description = "Too many attempts from this address or for this account (see Retry-After)", body = crate::http::problem::Problem),
+        (status = 503, description = "Too many password checks running (see Retry-After)", body = crate::http::problem::Problem)))]
 async fn session_login(
     State(app): State<App>,
     client: Option<Extension<ClientAddr>>,
     ApiJson(login): ApiJson<LoginRequest>,
-) -> ApiResult<NoStore<SessionTokens>> {
+) -> AppResult<NoStore<SessionTokens>> {
     let request_id = super::middleware::current_request_id().unwrap_or_default();
     Ok(no_store(
         app.session_login(login, client_ip(client), &request_id)
@@ -51,11 +51,11 @@ async fn session_login(
 /// the whole session.
 #[utoipa::path(post, path = "/v1/auth/refresh", tag = "auth", security(()), request_body = RefreshRequest,
     responses((status = 200, body = SessionTokens, headers(("Cache-Control" = String, description = "`no-store`"))),
-        (status = 401, description = "The refresh token is invalid, expired, revoked or reused", body = crate::error::Problem)))]
+        (status = 401, description = "The refresh token is invalid, expired, revoked or reused", body = crate::http::problem::Problem)))]
 async fn session_refresh(
     State(app): State<App>,
     ApiJson(refresh): ApiJson<RefreshRequest>,
-) -> ApiResult<NoStore<SessionTokens>> {
+) -> AppResult<NoStore<SessionTokens>> {
     Ok(no_store(app.session_refresh(refresh).await?))
 }
 
@@ -65,7 +65,7 @@ async fn session_refresh(
 async fn session_logout(
     State(app): State<App>,
     ApiJson(refresh): ApiJson<RefreshRequest>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.session_logout(refresh).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use sha2::{Digest, Sha256};
 
-use crate::error::ApiError;
+use crate::error::AppError;
 
 /// The page's policy: its own script and style only, calls to its own origin only.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
@@ -75,7 +75,7 @@ async fn asset_get(Path(file): Path<String>) -> Response {
     match file.as_str() {
         "app.js" => asset_response(&SCRIPT),
         "app.css" => asset_response(&STYLE),
-        _ => ApiError::not_found("file").into_response(),
+        _ => AppError::not_found("file").into_response(),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::deploys::evacuations::EvacuationView;
 use crate::app::deploys::pipeline::{DeployPause, DeployPipelineUpdate, DeployPipelineView};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -34,7 +34,7 @@ pub fn router() -> OpenApiRouter<App> {
 async fn deploy_pipeline_view(
     State(app): State<App>,
     principal: Principal,
-) -> ApiResult<Json<DeployPipelineView>> {
+) -> AppResult<Json<DeployPipelineView>> {
     Ok(Json(app.deploy_pipeline_view(&principal).await?))
 }
 
@@ -46,7 +46,7 @@ async fn deploy_pipeline_update(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(update): ApiJson<DeployPipelineUpdate>,
-) -> ApiResult<Json<DeployPipelineView>> {
+) -> AppResult<Json<DeployPipelineView>> {
     Ok(Json(app.deploy_pipeline_update(&ctx, update).await?))
 }
 
@@ -58,7 +58,7 @@ async fn deploy_pipeline_pause(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(pause): ApiJson<DeployPause>,
-) -> ApiResult<Json<DeployPipelineView>> {
+) -> AppResult<Json<DeployPipelineView>> {
     Ok(Json(app.deploy_pipeline_pause(&ctx, pause).await?))
 }
 
@@ -68,7 +68,7 @@ async fn deploy_pipeline_pause(
 async fn deploy_pipeline_resume(
     State(app): State<App>,
     ctx: OpContext,
-) -> ApiResult<Json<DeployPipelineView>> {
+) -> AppResult<Json<DeployPipelineView>> {
     Ok(Json(app.deploy_pipeline_resume(&ctx).await?))
 }
 
@@ -80,7 +80,7 @@ async fn evacuation_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Json<EvacuationView>> {
+) -> AppResult<Json<EvacuationView>> {
     Ok(Json(app.evacuation_view(&principal, &name).await?.into()))
 }
 
@@ -94,7 +94,7 @@ async fn evacuation_start(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let started = app.evacuation_start(&ctx, &name).await?;
     Ok((StatusCode::CREATED, Json(EvacuationView::from(started))).into_response())
 }
@@ -108,6 +108,6 @@ async fn evacuation_cancel(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Json<EvacuationView>> {
+) -> AppResult<Json<EvacuationView>> {
     Ok(Json(app.evacuation_cancel(&ctx, &name).await?.into()))
 }

@@ -20,7 +20,7 @@ use crate::app::deploys::events::{DeploymentEventView, EventPage, EventParams};
 use crate::app::deploys::instances::DeployedInstanceView;
 use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{DeployScope, Principal, Scoped};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -41,7 +41,7 @@ async fn deployment_list(
     principal: Principal,
     ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
-) -> ApiResult<Page<DeploymentView>> {
+) -> AppResult<Page<DeploymentView>> {
     let page = app
         .deployment_list(&principal, project_id, service_id, params)
         .await?;
@@ -50,7 +50,7 @@ async fn deployment_list(
             .items
             .into_iter()
             .map(|m| DeploymentView::new(m, None))
-            .collect::<ApiResult<_>>()?,
+            .collect::<AppResult<_>>()?,
         next_cursor: page.next_cursor,
     })
 }
@@ -65,7 +65,7 @@ async fn deployment_create(
     State(app): State<App>,
     Scoped(ctx, _): Scoped<DeployScope>,
     ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let made = app.deployment_create(&ctx, project_id, service_id).await?;
     deployment_created(project_id, service_id, made)
 }
@@ -74,7 +74,7 @@ fn deployment_created(
     project_id: Uuid,
     service_id: Uuid,
     made: crate::entity::deployment::Model,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let location = format!(
         "/v1/projects/{project_id}/services/{service_id}/deployments/{}",
         made.id
@@ -96,7 +96,7 @@ async fn deployment_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let deployment = app
         .deployment_view(&principal, project_id, service_id, id)
         .await?;
@@ -114,7 +114,7 @@ async fn deployment_cancel(
     State(app): State<App>,
     Scoped(ctx, _): Scoped<DeployScope>,
     ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let cancelled = app
         .deployment_cancel(&ctx, project_id, service_id, id)
         .await?;
@@ -132,7 +132,7 @@ async fn deployment_rollback(
     State(app): State<App>,
     Scoped(ctx, _): Scoped<DeployScope>,
     ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let made = app
         .deployment_rollback(&ctx, project_id, service_id, id)
         .await?;
@@ -162,7 +162,7 @@ async fn deployment_event_list(
     last_event_id: LastEventId,
     ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
     ApiQuery(params): ApiQuery<EventParams>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let limit = params.limit()?;
     // Authorizes the caller (and finds the deployment) before anything is read or streamed.
     app.deployment_visible(&principal, project_id, service_id, id)
@@ -227,7 +227,7 @@ async fn service_instance_list(
     principal: Principal,
     ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<DeployedInstanceView>> {
+) -> AppResult<Page<DeployedInstanceView>> {
     app.service_instance_list(&principal, project_id, service_id, params)
         .await
 }

@@ -265,7 +265,7 @@ fn conditional_get_document(operation: &mut utoipa::openapi::path::Operation) {
         });
 }
 
-/// A problem is answered as `application/problem+json` (see `ApiError`'s response): a handler
+/// A problem is answered as `application/problem+json` (see `AppError`'s response): a handler
 /// that documents a `Problem` body as plain JSON is corrected here, in one place.
 fn problem_content_type_fix(response: &mut utoipa::openapi::Response) {
     let problem = RefOr::Ref(utoipa::openapi::Ref::from_schema_name("Problem"));

@@ -13,7 +13,8 @@ use crate::app::App;
 use crate::app::projects::domains::{DomainCreate, DomainUpdate, DomainView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::{ApiResult, Problem};
+use crate::error::AppResult;
+use crate::http::problem::Problem;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -31,7 +32,7 @@ async fn domain_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<DomainView>> {
+) -> AppResult<Page<DomainView>> {
     Ok(app
         .domain_list(&principal, project_id, params)
         .await?
@@ -47,7 +48,7 @@ async fn domain_create(
     ctx: OpContext,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiJson(create): ApiJson<DomainCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let domain = app.domain_create(&ctx, project_id, create).await?;
     Ok(created(
         format!("/v1/projects/{project_id}/domains/{}", domain.id),
@@ -64,7 +65,7 @@ async fn domain_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let domain = app.domain_view(&principal, project_id, id).await?;
     Ok(tagged(domain.revision, DomainView::from(domain)))
 }
@@ -79,7 +80,7 @@ async fn domain_update(
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<DomainUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let domain = app
         .domain_update(&ctx, project_id, id, if_match.as_deref(), update)
         .await?;
@@ -95,7 +96,7 @@ async fn domain_delete(
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.domain_delete(&ctx, project_id, id, if_match.as_deref())
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -116,7 +117,7 @@ async fn domain_verify(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let domain = app.domain_verify(&ctx, project_id, id).await?;
     Ok(tagged(domain.revision, DomainView::from(domain)))
 }

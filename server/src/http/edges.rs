@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::app::routing::edges::{EdgeStatusReport, EdgeView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::OpContext;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -29,7 +29,7 @@ async fn edge_list(
     State(app): State<App>,
     RoutingReader(principal): RoutingReader,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<EdgeView>> {
+) -> AppResult<Page<EdgeView>> {
     app.edge_list(&principal, params).await
 }
 
@@ -39,13 +39,13 @@ async fn edge_list(
     params(("edge_id" = String, Path, description = "The edge's id: 1 to 63 lowercase letters, digits or '-', starting with a letter and not ending with '-'", pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")),
     request_body = EdgeStatusReport,
     responses((status = 200, body = EdgeView),
-        (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json")))]
+        (status = 503, description = "The routing table is being built (at start-up)", body = crate::http::problem::Problem, content_type = "application/problem+json")))]
 async fn edge_status_report(
     State(app): State<App>,
     RoutingReader(principal): RoutingReader,
     ApiPath(edge_id): ApiPath<String>,
     ApiJson(report): ApiJson<EdgeStatusReport>,
-) -> ApiResult<Json<EdgeView>> {
+) -> AppResult<Json<EdgeView>> {
     Ok(Json(
         app.edge_status_report(&principal, &edge_id, report).await?,
     ))
@@ -59,7 +59,7 @@ async fn edge_delete(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(edge_id): ApiPath<String>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.edge_delete(&ctx, &edge_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::projects::environments::{EnvironmentView, EnvironmentWrite};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -34,7 +34,7 @@ async fn environment_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<EnvironmentView>> {
+) -> AppResult<Page<EnvironmentView>> {
     Ok(app
         .environment_list(&principal, project_id, params)
         .await?
@@ -50,7 +50,7 @@ async fn environment_create(
     ctx: OpContext,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiJson(create): ApiJson<EnvironmentWrite>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let env = app.environment_create(&ctx, project_id, create).await?;
     Ok(created(
         format!("/v1/projects/{project_id}/environments/{}", env.id),
@@ -67,7 +67,7 @@ async fn environment_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let env = app.environment_view(&principal, project_id, id).await?;
     Ok(tagged(env.revision, EnvironmentView::from(env)))
 }
@@ -82,7 +82,7 @@ async fn environment_update(
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<EnvironmentWrite>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let env = app
         .environment_update(&ctx, project_id, id, if_match.as_deref(), update)
         .await?;
@@ -98,7 +98,7 @@ async fn environment_delete(
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.environment_delete(&ctx, project_id, id, if_match.as_deref())
         .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -7,61 +7,61 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 
 use crate::authz::{OpContext, Principal, RouteScope, Scoped, WriteScope};
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{AppError, ErrorCode};
 
 /// A JSON body. Malformed JSON is 400, a wrong content type 415, a body over the limit 413, and
 /// wrong types, missing or unknown fields 422.
 #[derive(Debug, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+#[from_request(via(axum::Json), rejection(AppError))]
 pub struct ApiJson<T>(pub T);
 
 /// Path parameters; a malformed id is 400.
 #[derive(Debug, FromRequestParts)]
-#[from_request(via(axum::extract::Path), rejection(ApiError))]
+#[from_request(via(axum::extract::Path), rejection(AppError))]
 pub struct ApiPath<T>(pub T);
 
 /// Query parameters; unknown or malformed ones are 400.
 #[derive(Debug, FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
+#[from_request(via(axum::extract::Query), rejection(AppError))]
 pub struct ApiQuery<T>(pub T);
 
-impl From<JsonRejection> for ApiError {
+impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         let code = match rejection.status() {
-            StatusCode::BAD_REQUEST => ErrorCode::MalformedJson,
             StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
             StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::BodyTooLarge,
             StatusCode::UNPROCESSABLE_ENTITY => ErrorCode::InvalidBody,
-            _ => ErrorCode::BadRequest,
+            // 400: a syntax error, or a body that could not be read.
+            _ => ErrorCode::MalformedJson,
         };
-        ApiError::new(rejection.status(), code, rejection.body_text())
+        AppError::new(code, rejection.body_text())
     }
 }
 
-impl From<PathRejection> for ApiError {
+impl From<PathRejection> for AppError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::bad_request(ErrorCode::InvalidPath, rejection.body_text())
+        AppError::new(ErrorCode::InvalidPath, rejection.body_text())
     }
 }
 
-impl From<QueryRejection> for ApiError {
+impl From<QueryRejection> for AppError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::bad_request(ErrorCode::InvalidQuery, rejection.body_text())
+        AppError::new(ErrorCode::InvalidQuery, rejection.body_text())
     }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Principal {
-    type Rejection = ApiError;
+    type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         parts.extensions.get::<Principal>().cloned().ok_or_else(|| {
-            ApiError::unauthenticated("this endpoint needs `Authorization: Bearer <token>`")
+            AppError::unauthenticated("this endpoint needs `Authorization: Bearer <token>`")
         })
     }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for OpContext {
-    type Rejection = ApiError;
+    type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let Scoped(ctx, _) = Scoped::<WriteScope>::from_request_parts(parts, state).await?;
@@ -70,7 +70,7 @@ impl<S: Send + Sync> FromRequestParts<S> for OpContext {
 }
 
 impl<S: Send + Sync, R: RouteScope> FromRequestParts<S> for Scoped<R> {
-    type Rejection = ApiError;
+    type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let principal = Principal::from_request_parts(parts, state).await?;
@@ -91,7 +91,7 @@ impl<S: Send + Sync, R: RouteScope> FromRequestParts<S> for Scoped<R> {
 pub struct RoutingReader(pub Principal);
 
 impl<S: Send + Sync> FromRequestParts<S> for RoutingReader {
-    type Rejection = ApiError;
+    type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let principal = Principal::from_request_parts(parts, state).await?;
@@ -111,7 +111,7 @@ impl IfMatch {
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
-    type Rejection = ApiError;
+    type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         match parts.headers.get(axum::http::header::IF_MATCH) {
@@ -119,9 +119,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
             Some(value) => value
                 .to_str()
                 .map(|v| IfMatch(Some(v.to_owned())))
-                .map_err(|_| {
-                    ApiError::bad_request(ErrorCode::InvalidHeader, "If-Match is not valid text")
-                }),
+                .map_err(|_| AppError::new(ErrorCode::InvalidHeader, "If-Match is not valid text")),
         }
     }
 }

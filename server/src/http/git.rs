@@ -16,15 +16,15 @@ use uuid::Uuid;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
+use crate::app::git::github::{GithubPushEvent, GithubPushForm};
 use crate::app::git::installations::{
     GitInstallationCreate, GitInstallationCreated, GitInstallationUpdate, GitInstallationView,
 };
-use crate::app::git::intake::{
-    GitDeliveryView, GithubPushEvent, GithubPushForm, HookDelivery, HookOutcome, HookReceipt,
-};
+use crate::app::git::intake::{GitDeliveryView, HookDelivery, HookOutcome, HookReceipt};
 use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::{ApiError, ApiResult, ErrorCode, Problem};
+use crate::error::{AppError, AppResult, ErrorCode};
+use crate::http::problem::Problem;
 
 /// The largest delivery accepted (GitHub's pushes of 20 commits with long messages stay far
 /// below it); the API's other bodies keep the server's limit.
@@ -60,7 +60,7 @@ async fn git_installation_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<GitInstallationView>> {
+) -> AppResult<Page<GitInstallationView>> {
     app.git_installation_list(&principal, project_id, params)
         .await?
         .try_map(|m| app.git_installation_present(m))
@@ -76,7 +76,7 @@ async fn git_installation_create(
     ctx: OpContext,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiJson(create): ApiJson<GitInstallationCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (installation, secret) = app
         .git_installation_create(&ctx, project_id, create)
         .await?;
@@ -101,7 +101,7 @@ async fn git_installation_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let installation = app
         .git_installation_view(&principal, project_id, id)
         .await?;
@@ -121,7 +121,7 @@ async fn git_installation_update(
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<GitInstallationUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let installation = app
         .git_installation_update(&ctx, project_id, id, if_match.as_deref(), update)
         .await?;
@@ -141,7 +141,7 @@ async fn git_installation_delete(
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.git_installation_delete(&ctx, project_id, id, if_match.as_deref())
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -156,7 +156,7 @@ async fn git_installation_secret_rotate(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (installation, secret) = app
         .git_installation_secret_rotate(&ctx, project_id, id)
         .await?;
@@ -178,7 +178,7 @@ async fn git_delivery_list(
     principal: Principal,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
-) -> ApiResult<Page<GitDeliveryView>> {
+) -> AppResult<Page<GitDeliveryView>> {
     app.git_delivery_list(&principal, project_id, id, params)
         .await?
         .try_map(GitDeliveryView::try_from)
@@ -221,10 +221,9 @@ async fn github_hook_receive(
     ApiQuery(params): ApiQuery<HookParams>,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+        AppError::new(
             ErrorCode::BodyTooLarge,
             format!("a delivery is at most {HOOK_MAX_BYTES} bytes"),
         )

@@ -19,7 +19,8 @@ use crate::app::identity::sign_in::outside::{
     IdentityView, SignInFinish, SignInProviderView, SignInStart,
 };
 use crate::authz::{OpContext, Principal};
-use crate::error::{ApiResult, Problem};
+use crate::error::AppResult;
+use crate::http::problem::Problem;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -54,7 +55,7 @@ async fn sign_in_start(
     State(app): State<App>,
     client: Option<Extension<ClientAddr>>,
     ApiPath(provider): ApiPath<String>,
-) -> ApiResult<Json<SignInStart>> {
+) -> AppResult<Json<SignInStart>> {
     app.login.attempt_address(client_ip(client))?;
     Ok(Json(app.sign_in_start(&provider, None).await?))
 }
@@ -75,7 +76,7 @@ async fn sign_in_finish(
     client: Option<Extension<ClientAddr>>,
     ApiPath(provider): ApiPath<String>,
     ApiJson(finish): ApiJson<SignInFinish>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let request_id = super::middleware::current_request_id().unwrap_or_default();
     let tokens = app
         .sign_in_finish(&provider, finish, client_ip(client), &request_id)
@@ -89,7 +90,7 @@ async fn sign_in_finish(
 async fn identity_list(
     State(app): State<App>,
     principal: Principal,
-) -> ApiResult<Json<Vec<IdentityView>>> {
+) -> AppResult<Json<Vec<IdentityView>>> {
     Ok(Json(
         app.identity_list(&principal)
             .await?
@@ -112,7 +113,7 @@ async fn identity_link_start(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(provider): ApiPath<String>,
-) -> ApiResult<Json<SignInStart>> {
+) -> AppResult<Json<SignInStart>> {
     Ok(Json(
         app.identity_link_start(&ctx.principal, &provider).await?,
     ))
@@ -133,7 +134,7 @@ async fn identity_link_finish(
     ctx: OpContext,
     ApiPath(provider): ApiPath<String>,
     ApiJson(finish): ApiJson<SignInFinish>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let linked = app
         .identity_link_finish(&ctx.principal, &provider, finish)
         .await?;
@@ -148,7 +149,7 @@ async fn identity_unlink(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.identity_unlink(&ctx.principal, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -15,7 +15,7 @@ use crate::app::projects::invitations::{InvitationCreate, InvitationView};
 use crate::app::projects::members::MemberView;
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -29,7 +29,7 @@ pub fn router() -> OpenApiRouter<App> {
 async fn views(
     app: &App,
     page: Page<crate::entity::project_invitation::Model>,
-) -> ApiResult<Page<InvitationView>> {
+) -> AppResult<Page<InvitationView>> {
     Ok(Page {
         items: app.invitation_views(page.items).await?,
         next_cursor: page.next_cursor,
@@ -45,7 +45,7 @@ async fn invitation_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<InvitationView>> {
+) -> AppResult<Page<InvitationView>> {
     views(
         &app,
         app.invitation_list(&principal, project_id, params).await?,
@@ -64,13 +64,13 @@ async fn invitation_create(
     ctx: OpContext,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiJson(create): ApiJson<InvitationCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let created = app.invitation_create(&ctx, project_id, create).await?;
     let invitation = app
         .invitation_views(vec![created])
         .await?
         .pop()
-        .ok_or_else(|| crate::error::ApiError::internal("no view of the new invitation"))?;
+        .ok_or_else(|| crate::error::AppError::internal("no view of the new invitation"))?;
     let location = format!("/v1/projects/{project_id}/invitations/{}", invitation.id);
     let mut response = Json(invitation).into_response();
     *response.status_mut() = StatusCode::CREATED;
@@ -90,7 +90,7 @@ async fn invitation_revoke(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.invitation_revoke(&ctx, project_id, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -102,7 +102,7 @@ async fn me_invitation_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<InvitationView>> {
+) -> AppResult<Page<InvitationView>> {
     views(&app, app.me_invitation_list(&principal, params).await?).await
 }
 
@@ -114,7 +114,7 @@ async fn me_invitation_accept(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let member = app.me_invitation_accept(&ctx, id).await?;
     let location = format!(
         "/v1/projects/{}/members/{}",
@@ -131,7 +131,7 @@ async fn me_invitation_decline(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.me_invitation_decline(&ctx, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -14,7 +14,7 @@ use crate::app::App;
 use crate::app::projects::members::{MemberUpdate, MemberView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -31,7 +31,7 @@ async fn member_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<MemberView>> {
+) -> AppResult<Page<MemberView>> {
     app.member_list(&principal, project_id, params).await
 }
 
@@ -43,7 +43,7 @@ async fn member_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let member = app.member_view(&principal, project_id, user_id).await?;
     Ok(tagged(member.membership.revision, member.view))
 }
@@ -58,7 +58,7 @@ async fn member_update(
     ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<MemberUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let member = app
         .member_update(&ctx, project_id, user_id, if_match.as_deref(), update)
         .await?;
@@ -74,7 +74,7 @@ async fn member_remove(
     ctx: OpContext,
     ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.member_remove(&ctx, project_id, user_id, if_match.as_deref())
         .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -21,7 +21,8 @@ use crate::app::git::installations::HOOK_PATH;
 use crate::app::providers::plugin_binaries::PLUGIN_MAX_BYTES;
 use crate::app::shared::idempotency::{IdempotencyStart, StoredResponse};
 use crate::authz::{Principal, authz_trail_keep};
-use crate::error::{ApiError, ErrorCode, PROBLEM_JSON};
+use crate::error::{AppError, ErrorCode};
+use crate::http::problem::{PROBLEM_JSON, problem_response};
 
 /// Limits request bodies to `limit` bytes, [`PLUGIN_MAX_BYTES`] for plugin uploads and
 /// [`HOOK_MAX_BYTES`] for git deliveries. A declared length over the limit is refused before
@@ -44,8 +45,7 @@ pub async fn body_limit(State(limit): State<usize>, request: Request, next: Next
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
         return connection_close(
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::new(
                 ErrorCode::BodyTooLarge,
                 format!("the request body is larger than the limit of {limit} bytes"),
             )
@@ -202,7 +202,7 @@ fn problem_ensure(response: Response) -> Response {
             status.canonical_reason().unwrap_or("error"),
         ),
     };
-    let mut problem = ApiError::new(status, code, detail).into_response();
+    let mut problem = problem_response(status, code, detail);
     // Keep headers that matter to the client, such as `Allow` on 405.
     for name in [header::ALLOW, header::RETRY_AFTER] {
         if let Some(value) = response.headers().get(&name) {
@@ -226,7 +226,7 @@ pub async fn authenticate(State(app): State<App>, mut request: Request, next: Ne
             .map(str::trim)
             .filter(|token| !token.is_empty() && token.len() <= 4096);
         let Some(bearer) = bearer else {
-            return ApiError::unauthenticated("Authorization must be `Bearer <token>`")
+            return AppError::unauthenticated("Authorization must be `Bearer <token>`")
                 .into_response();
         };
         match app.principal_from_bearer(bearer).await {
@@ -259,7 +259,7 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
     let key = match key.to_str() {
         Ok(key) if (1..=255).contains(&key.len()) => key.to_owned(),
         _ => {
-            return ApiError::bad_request(
+            return AppError::new(
                 ErrorCode::InvalidHeader,
                 "Idempotency-Key must be 1 to 255 visible ASCII characters",
             )
@@ -269,8 +269,7 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
     let (parts, body) = request.into_parts();
     // The body is already bounded by `body_limit`.
     let Ok(body) = to_bytes(body, usize::MAX).await else {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+        return AppError::new(
             ErrorCode::BodyTooLarge,
             "the request body is larger than the limit",
         )
@@ -301,7 +300,7 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
             let (parts, body) = response.into_parts();
             let Ok(body) = to_bytes(body, usize::MAX).await else {
                 let _ = app.idempotency_finish(&credential, &key, None, &[]).await;
-                return ApiError::internal("response body could not be read").into_response();
+                return AppError::internal("response body could not be read").into_response();
             };
             let stored = (!parts.status.is_server_error()).then(|| StoredResponse {
                 status: parts.status.as_u16(),

@@ -2,7 +2,7 @@
 //! every route shares, and the OpenAPI document generated from the handlers.
 //!
 //! Handlers are thin: extract, call one [`App`] method, shape the response. Every error goes
-//! through [`crate::error::ApiError`].
+//! through [`crate::error::AppError`].
 
 mod answer_schemas;
 mod audit;
@@ -25,6 +25,7 @@ pub mod middleware;
 pub mod openapi_v30;
 mod ops;
 mod plugins;
+pub mod problem;
 mod projects;
 mod providers;
 mod routing;
@@ -62,7 +63,7 @@ use utoipa_swagger_ui::SwaggerUi;
 use crate::app::App;
 use crate::app::shared::pagination::Page;
 use crate::app::shared::validate::etag_for;
-use crate::error::Problem;
+use crate::http::problem::Problem;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -275,7 +276,7 @@ impl<T: Serialize> IntoResponse for Page<T> {
 pub(crate) fn digest_tagged(body: &impl Serialize) -> Response {
     let body = match serde_json::to_vec(body) {
         Ok(body) => body,
-        Err(err) => return crate::error::ApiError::internal(err).into_response(),
+        Err(err) => return crate::error::AppError::internal(err).into_response(),
     };
     let digest = hex::encode(&Sha256::digest(&body)[..16]);
     let mut response = (

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::app::App;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -37,11 +37,9 @@ async fn healthz() -> Json<Health> {
 
 /// Readiness: the database answers and every migration is applied.
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
-    responses((status = 200, body = Health), (status = 503, body = crate::error::Problem, content_type = "application/problem+json")))]
-async fn readyz(State(app): State<App>) -> ApiResult<Json<Health>> {
-    let unavailable = |detail: String| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NotReady, detail)
-    };
+    responses((status = 200, body = Health), (status = 503, body = crate::http::problem::Problem, content_type = "application/problem+json")))]
+async fn readyz(State(app): State<App>) -> AppResult<Json<Health>> {
+    let unavailable = |detail: String| AppError::new(ErrorCode::NotReady, detail);
     crate::db::ping(&app.db).await.map_err(|err| {
         tracing::warn!(error = %err, "readiness: database unreachable");
         unavailable("the database is unreachable".into())

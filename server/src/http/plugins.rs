@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::providers::plugin_binaries::{PluginBinaryView, Stored};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// Where binaries are uploaded: the one route whose body may be larger than the usual limit.
 pub const UPLOAD_PATH: &str = "/v1/plugins";
@@ -31,7 +31,7 @@ async fn plugin_binary_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<PluginBinaryView>> {
+) -> AppResult<Page<PluginBinaryView>> {
     Ok(app
         .plugin_binary_list(&principal, params)
         .await?
@@ -53,7 +53,7 @@ async fn plugin_binary_upload(
     ctx: OpContext,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     // Authorized before the body is read: a non-administrator must not make the server buffer
     // up to 32 MiB. (The application checks again, close to the action.)
     ctx.principal.require_admin()?;
@@ -66,8 +66,7 @@ async fn plugin_binary_upload(
         .iter()
         .any(|accepted| media_type.eq_ignore_ascii_case(accepted))
     {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        return Err(AppError::new(
             ErrorCode::UnsupportedMediaType,
             "upload the component as `Content-Type: application/wasm` (or `application/octet-stream`)",
         ));
@@ -87,7 +86,7 @@ async fn plugin_binary_upload(
 }
 
 /// The whole body, already bounded by the body-limit middleware: past the limit is 413.
-async fn body_read(body: Body) -> ApiResult<axum::body::Bytes> {
+async fn body_read(body: Body) -> AppResult<axum::body::Bytes> {
     axum::body::to_bytes(body, usize::MAX).await.map_err(|err| {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
         let mut too_large = false;
@@ -96,13 +95,12 @@ async fn body_read(body: Body) -> ApiResult<axum::body::Bytes> {
             cause = error.source();
         }
         if too_large {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::new(
                 ErrorCode::BodyTooLarge,
                 "the request body is larger than the limit",
             )
         } else {
-            ApiError::bad_request(
+            AppError::new(
                 ErrorCode::BodyUnreadable,
                 format!("the request body could not be read: {err}"),
             )
@@ -118,7 +116,7 @@ async fn plugin_binary_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath(digest): ApiPath<String>,
-) -> ApiResult<Json<PluginBinaryView>> {
+) -> AppResult<Json<PluginBinaryView>> {
     Ok(Json(PluginBinaryView::from(
         app.plugin_binary_view(&principal, &digest).await?,
     )))

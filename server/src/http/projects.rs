@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::projects::{ProjectCreate, ProjectUpdate, ProjectView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -28,7 +28,7 @@ async fn project_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<ProjectView>> {
+) -> AppResult<Page<ProjectView>> {
     Ok(app
         .project_list(&principal, params)
         .await?
@@ -42,7 +42,7 @@ async fn project_create(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(create): ApiJson<ProjectCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let project = app.project_create(&ctx, create).await?;
     Ok(created(
         format!("/v1/projects/{}", project.id),
@@ -59,7 +59,7 @@ async fn project_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let project = app.project_view(&principal, id).await?;
     Ok(tagged(project.revision, ProjectView::from(project)))
 }
@@ -74,7 +74,7 @@ async fn project_update(
     ApiPath(id): ApiPath<Uuid>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<ProjectUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let project = app
         .project_update(&ctx, id, if_match.as_deref(), update)
         .await?;
@@ -90,7 +90,7 @@ async fn project_delete(
     ctx: OpContext,
     ApiPath(id): ApiPath<Uuid>,
     if_match: IfMatch,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.project_delete(&ctx, id, if_match.as_deref()).await?;
     Ok(StatusCode::NO_CONTENT)
 }

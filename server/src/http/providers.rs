@@ -20,7 +20,7 @@ use crate::app::providers::versions::{
 use crate::app::providers::{ProviderCreate, ProviderUpdate, ProviderView};
 use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -45,7 +45,7 @@ async fn provider_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<ProviderView>> {
+) -> AppResult<Page<ProviderView>> {
     app.provider_list(&principal, params).await
 }
 
@@ -56,7 +56,7 @@ async fn provider_create(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(create): ApiJson<ProviderCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (revision, view) = app.provider_create(&ctx, create).await?;
     Ok(created(
         format!("/v1/providers/{}", view.name),
@@ -76,7 +76,7 @@ async fn provider_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (revision, view) = app.provider_view(&principal, &name).await?;
     Ok(tagged(revision, view))
 }
@@ -92,7 +92,7 @@ async fn provider_update(
     ApiPath(name): ApiPath<String>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<ProviderUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (revision, view) = app
         .provider_update(&ctx, &name, if_match.as_deref(), update)
         .await?;
@@ -110,7 +110,7 @@ async fn provider_activate(
     ctx: OpContext,
     ApiPath(name): ApiPath<String>,
     ApiJson(activate): ApiJson<ProviderActivate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (revision, view) = app.provider_activate(&ctx, &name, activate).await?;
     Ok(tagged(revision, view))
 }
@@ -123,7 +123,7 @@ async fn provider_rollback(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (revision, view) = app.provider_rollback(&ctx, &name).await?;
     Ok(tagged(revision, view))
 }
@@ -138,7 +138,7 @@ async fn provider_activation_list(
     principal: Principal,
     ApiPath(name): ApiPath<String>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
-) -> ApiResult<Page<ProviderActivationView>> {
+) -> AppResult<Page<ProviderActivationView>> {
     Ok(app
         .provider_activation_list(&principal, &name, params)
         .await?
@@ -153,7 +153,7 @@ async fn provider_probe(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Json<ProviderProbeView>> {
+) -> AppResult<Json<ProviderProbeView>> {
     Ok(Json(app.provider_probe(&ctx.principal, &name).await?))
 }
 
@@ -169,7 +169,7 @@ async fn provider_event_list(
     principal: Principal,
     ApiPath(name): ApiPath<String>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
-) -> ApiResult<Page<ProviderEventView>> {
+) -> AppResult<Page<ProviderEventView>> {
     Ok(app
         .provider_event_list(&principal, &name, params)
         .await?
@@ -181,15 +181,15 @@ async fn provider_event_list(
 #[utoipa::path(get, path = "/v1/providers/{name}/instances", tag = "providers",
     params(("name" = String, Path, description = "Provider name")),
     responses((status = 200, body = Page<InstanceView>),
-        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::error::Problem),
-        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
-        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
-        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem)))]
+        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::http::problem::Problem),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::http::problem::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::http::problem::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::http::problem::Problem)))]
 async fn provider_instance_list(
     State(app): State<App>,
     principal: Principal,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Page<InstanceView>> {
+) -> AppResult<Page<InstanceView>> {
     app.provider_instance_list(&principal, &name).await
 }
 
@@ -200,16 +200,16 @@ async fn provider_instance_list(
     params(("name" = String, Path, description = "Provider name")),
     responses(
         (status = 201, body = InstanceView, headers(("Location" = String))),
-        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
-        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
-        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::http::problem::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::http::problem::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::http::problem::Problem),
     ))]
 async fn provider_instance_create(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(name): ApiPath<String>,
     ApiJson(create): ApiJson<InstanceCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let instance = app.provider_instance_create(&ctx, &name, create).await?;
     let location = format!("/v1/providers/{name}/instances/{}", instance.instance_key);
     Ok((
@@ -224,15 +224,15 @@ async fn provider_instance_create(
 #[utoipa::path(get, path = "/v1/providers/{name}/instances/{instance_key}", tag = "providers",
     params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key", pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")),
     responses((status = 200, body = InstanceView),
-        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::error::Problem),
-        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
-        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
-        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem)))]
+        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::http::problem::Problem),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::http::problem::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::http::problem::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::http::problem::Problem)))]
 async fn provider_instance_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((name, key)): ApiPath<(String, String)>,
-) -> ApiResult<Json<InstanceView>> {
+) -> AppResult<Json<InstanceView>> {
     Ok(Json(
         app.provider_instance_view(&principal, &name, &key).await?,
     ))
@@ -243,15 +243,15 @@ async fn provider_instance_view(
 #[utoipa::path(delete, path = "/v1/providers/{name}/instances/{instance_key}", tag = "providers",
     params(("name" = String, Path, description = "Provider name"), ("instance_key" = String, Path, description = "Instance key", pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")),
     responses((status = 204, description = "Deleted"),
-        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::error::Problem),
-        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::error::Problem),
-        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::error::Problem),
-        (status = 504, description = "The plugin did not answer in time", body = crate::error::Problem)))]
+        (status = 409, description = "The provider is disabled (`provider_disabled`) or has no plugin to ask (`provider_not_serving`)", body = crate::http::problem::Problem),
+        (status = 502, description = "The provider refused or failed (unauthorized, account suspended, unexpected answer)", body = crate::http::problem::Problem),
+        (status = 503, description = "The provider is unavailable or rate limiting (see Retry-After)", body = crate::http::problem::Problem),
+        (status = 504, description = "The plugin did not answer in time", body = crate::http::problem::Problem)))]
 async fn provider_instance_delete(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath((name, key)): ApiPath<(String, String)>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.provider_instance_delete(&ctx, &name, &key).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -17,7 +17,7 @@ use super::sse::{
 use crate::app::App;
 use crate::app::routing::{Prepared, RoutingChanges};
 use crate::authz::OpContext;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 use bulkhead_routing::caddy::{CaddyOptions, config as caddy_config};
 use bulkhead_routing::{PublishedKey, PublishedKeys};
 
@@ -79,14 +79,14 @@ pub struct ChangesParams {
             headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
         (status = 304, description = "Not modified: `If-None-Match` names the current snapshot",
             headers(("ETag" = String), ("Bulkhead-Routing-Revision" = i64))),
-        (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The routing table is being built (at start-up)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
     ))]
 async fn routing_table_view(
     State(app): State<App>,
     _caller: RoutingReader,
     headers: HeaderMap,
     ApiQuery(TableParams {}): ApiQuery<TableParams>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let prepared = app.routing_snapshot().await?;
     Ok(snapshot_response(&prepared, accepts_gzip(&headers)))
 }
@@ -97,13 +97,13 @@ async fn routing_table_view(
     responses(
         (status = 200, description = "The Caddy configuration of the current table", body = super::answer_schemas::CaddyConfig,
             headers(("Bulkhead-Routing-Revision" = i64))),
-        (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The routing table is being built (at start-up)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
     ))]
 async fn routing_table_caddy(
     State(app): State<App>,
     _caller: RoutingReader,
     ApiQuery(params): ApiQuery<CaddyParams>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let current = app.routing_current()?;
     let listen = listen_validate(params.listen.as_deref().unwrap_or(":80"))?;
     let options = CaddyOptions {
@@ -165,7 +165,7 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
-fn listen_validate(listen: &str) -> ApiResult<String> {
+fn listen_validate(listen: &str) -> AppResult<String> {
     let (host, port) = listen.rsplit_once(':').unwrap_or(("", ""));
     let host_ok = host.is_empty()
         || host
@@ -174,7 +174,7 @@ fn listen_validate(listen: &str) -> ApiResult<String> {
     if host_ok && port.parse::<u16>().is_ok_and(|p| p > 0) && listen.len() <= 255 {
         Ok(listen.to_owned())
     } else {
-        Err(ApiError::bad_request(
+        Err(AppError::new(
             ErrorCode::InvalidQuery,
             "`listen` must be `host:port` or `:port`",
         ))
@@ -186,17 +186,17 @@ fn listen_validate(listen: &str) -> ApiResult<String> {
 #[utoipa::path(get, path = "/v1/routing-table/changes", tag = "routing", params(ChangesParams),
     responses(
         (status = 200, body = RoutingChanges),
-        (status = 410, description = "The history no longer reaches back to `since`: fetch the whole table", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The history no longer reaches back to `since`: fetch the whole table", body = crate::http::problem::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The routing table is being built (at start-up)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
     ))]
 async fn routing_table_changes(
     State(app): State<App>,
     _caller: RoutingReader,
     ApiQuery(params): ApiQuery<ChangesParams>,
-) -> ApiResult<Json<RoutingChanges>> {
+) -> AppResult<Json<RoutingChanges>> {
     let limit = params.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) || params.since < 0 {
-        return Err(ApiError::bad_request(
+        return Err(AppError::new(
             ErrorCode::InvalidQuery,
             "`since` must be 0 or more and `limit` 1 to 1000",
         ));
@@ -214,14 +214,14 @@ async fn routing_table_changes(
     params(("Last-Event-ID" = Option<i64>, Header, minimum = 0, description = "Resume after this revision")),
     responses(
         (status = 200, description = "Events", content((super::answer_schemas::RoutingStreamEvent = "text/event-stream"))),
-        (status = 503, description = "The routing table is being built (at start-up)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The routing table is being built (at start-up)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
     ))]
 async fn routing_table_watch(
     State(app): State<App>,
     _caller: RoutingReader,
     bearer: BearerCredential,
     last_event_id: LastEventId,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     app.routing_prepared()?;
     let wake = app.routing.subscribe();
     let stopping = app.stopping.clone();
@@ -286,7 +286,7 @@ fn snapshot_events(prepared: &Prepared) -> Vec<StreamEvent> {
 async fn routing_key_list(
     State(app): State<App>,
     RoutingReader(principal): RoutingReader,
-) -> ApiResult<Json<PublishedKeys>> {
+) -> AppResult<Json<PublishedKeys>> {
     Ok(Json(app.routing_key_list(&principal).await?))
 }
 
@@ -294,7 +294,7 @@ async fn routing_key_list(
 /// activate it.
 #[utoipa::path(post, path = "/v1/routing-table/keys", tag = "routing",
     responses((status = 201, body = PublishedKey)))]
-async fn routing_key_create(State(app): State<App>, ctx: OpContext) -> ApiResult<Response> {
+async fn routing_key_create(State(app): State<App>, ctx: OpContext) -> AppResult<Response> {
     let key = app.routing_key_create(&ctx).await?;
     Ok((StatusCode::CREATED, Json(key)).into_response())
 }
@@ -308,7 +308,7 @@ async fn routing_key_activate(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(key_id): ApiPath<String>,
-) -> ApiResult<Json<PublishedKey>> {
+) -> AppResult<Json<PublishedKey>> {
     Ok(Json(app.routing_key_activate(&ctx, &key_id).await?))
 }
 
@@ -320,7 +320,7 @@ async fn routing_key_delete(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(key_id): ApiPath<String>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.routing_key_delete(&ctx, &key_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::projects::services::{ServiceCreate, ServiceUpdate, ServiceView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -30,13 +30,13 @@ async fn service_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<ServiceView>> {
+) -> AppResult<Page<ServiceView>> {
     let page = app.service_list(&principal, project_id, params).await?;
     let items = page
         .items
         .into_iter()
         .map(ServiceView::try_from)
-        .collect::<ApiResult<_>>()?;
+        .collect::<AppResult<_>>()?;
     Ok(Page {
         items,
         next_cursor: page.next_cursor,
@@ -52,7 +52,7 @@ async fn service_create(
     ctx: OpContext,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiJson(create): ApiJson<ServiceCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let service = app.service_create(&ctx, project_id, create).await?;
     Ok(created(
         format!("/v1/projects/{project_id}/services/{}", service.id),
@@ -69,7 +69,7 @@ async fn service_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let service = app.service_view(&principal, project_id, id).await?;
     Ok(tagged(service.revision, ServiceView::try_from(service)?))
 }
@@ -84,7 +84,7 @@ async fn service_update(
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<ServiceUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let service = app
         .service_update(&ctx, project_id, id, if_match.as_deref(), update)
         .await?;
@@ -100,7 +100,7 @@ async fn service_delete(
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.service_delete(&ctx, project_id, id, if_match.as_deref())
         .await?;
     Ok(StatusCode::NO_CONTENT)

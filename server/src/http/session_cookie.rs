@@ -27,7 +27,7 @@ use super::client_addr::ClientAddr;
 use super::extract::ApiJson;
 use crate::app::App;
 use crate::app::identity::sessions::{LoginRequest, RefreshRequest, SessionTokens};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// The path the refresh cookie is scoped to (the endpoints of this module).
 pub const SESSION_PATH: &str = "/v1/auth/session";
@@ -66,16 +66,16 @@ pub struct BrowserSession {
     responses((status = 200, body = BrowserSession, headers(
             ("Cache-Control" = String, description = "`no-store`"),
             ("Set-Cookie" = String, description = "`__Secure-bulkhead_refresh` (HttpOnly, Secure, SameSite=Strict, Path=/v1/auth/session) and `bulkhead_csrf` (Secure, SameSite=Strict, Path=/)"))),
-        (status = 401, description = "Wrong email or password", body = crate::error::Problem),
-        (status = 403, description = "A cross-site request (`Sec-Fetch-Site`)", body = crate::error::Problem),
-        (status = 429, description = "Too many attempts from this address or for this account (see Retry-After)", body = crate::error::Problem),
-        (status = 503, description = "Too many password checks running (see Retry-After)", body = crate::error::Problem)))]
+        (status = 401, description = "Wrong email or password", body = crate::http::problem::Problem),
+        (status = 403, description = "A cross-site request (`Sec-Fetch-Site`)", body = crate::http::problem::Problem),
+        (status = 429, description = "Too many attempts from this address or for this account (see Retry-After)", body = crate::http::problem::Problem),
+        (status = 503, description = "Too many password checks running (see Retry-After)", body = crate::http::problem::Problem)))]
 async fn browser_session_login(
     State(app): State<App>,
     client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     ApiJson(login): ApiJson<LoginRequest>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     same_origin_check(&headers)?;
     let request_id = super::middleware::current_request_id().unwrap_or_default();
     let tokens = app
@@ -91,13 +91,13 @@ async fn browser_session_login(
     responses((status = 200, body = BrowserSession, headers(
             ("Cache-Control" = String, description = "`no-store`"),
             ("Set-Cookie" = String, description = "The rotated cookies"))),
-        (status = 401, description = "No refresh cookie, or it is invalid, expired, revoked or reused (the cookies are cleared)", body = crate::error::Problem),
-        (status = 403, description = "`X-CSRF-Token` missing or not the session's, or a cross-site request (`csrf_failed`)", body = crate::error::Problem)))]
+        (status = 401, description = "No refresh cookie, or it is invalid, expired, revoked or reused (the cookies are cleared)", body = crate::http::problem::Problem),
+        (status = 403, description = "`X-CSRF-Token` missing or not the session's, or a cross-site request (`csrf_failed`)", body = crate::http::problem::Problem)))]
 async fn browser_session_refresh(State(app): State<App>, headers: HeaderMap) -> Response {
     let refreshed = async {
         same_origin_check(&headers)?;
         let refresh_token = refresh_cookie(&headers)
-            .ok_or_else(|| ApiError::unauthenticated("no session cookie: log in"))?;
+            .ok_or_else(|| AppError::unauthenticated("no session cookie: log in"))?;
         csrf_check(&headers, &refresh_token)?;
         app.session_refresh(RefreshRequest { refresh_token }).await
     }
@@ -105,7 +105,9 @@ async fn browser_session_refresh(State(app): State<App>, headers: HeaderMap) -> 
     match refreshed {
         Ok(tokens) => session_response(&app, tokens),
         // A refresh token that no longer works is of no use to keep.
-        Err(err) if err.status == StatusCode::UNAUTHORIZED => cookies_clear(err.into_response()),
+        Err(err) if err.kind == crate::error::ErrorKind::Unauthenticated => {
+            cookies_clear(err.into_response())
+        }
         Err(err) => err.into_response(),
     }
 }
@@ -115,8 +117,8 @@ async fn browser_session_refresh(State(app): State<App>, headers: HeaderMap) -> 
 #[utoipa::path(delete, path = "/v1/auth/session", tag = "auth", security(()),
     params(("X-CSRF-Token" = Option<String>, Header, description = "The `csrf_token` of the session (the `bulkhead_csrf` cookie)")),
     responses((status = 204, description = "Session revoked and cookies cleared"),
-        (status = 403, description = "`X-CSRF-Token` missing or not the session's, or a cross-site request (`csrf_failed`)", body = crate::error::Problem)))]
-async fn browser_session_logout(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
+        (status = 403, description = "`X-CSRF-Token` missing or not the session's, or a cross-site request (`csrf_failed`)", body = crate::http::problem::Problem)))]
+async fn browser_session_logout(State(app): State<App>, headers: HeaderMap) -> AppResult<Response> {
     same_origin_check(&headers)?;
     if let Some(refresh_token) = refresh_cookie(&headers) {
         csrf_check(&headers, &refresh_token)?;
@@ -134,13 +136,13 @@ fn csrf_token_for(refresh_token: &str) -> String {
     hex::encode(&digest[..20])
 }
 
-fn csrf_failed(detail: &str) -> ApiError {
-    ApiError::forbidden(detail).with_code(ErrorCode::CsrfFailed)
+fn csrf_failed(detail: &str) -> AppError {
+    AppError::new(ErrorCode::CsrfFailed, detail)
 }
 
 /// Refuses what a browser says comes from another origin. Requests without `Sec-Fetch-Site`
 /// (other clients, older browsers) are left to the CSRF token.
-fn same_origin_check(headers: &HeaderMap) -> ApiResult<()> {
+fn same_origin_check(headers: &HeaderMap) -> AppResult<()> {
     match headers.get("sec-fetch-site").map(HeaderValue::as_bytes) {
         None | Some(b"same-origin") => Ok(()),
         Some(_) => Err(csrf_failed(
@@ -149,7 +151,7 @@ fn same_origin_check(headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-fn csrf_check(headers: &HeaderMap, refresh_token: &str) -> ApiResult<()> {
+fn csrf_check(headers: &HeaderMap, refresh_token: &str) -> AppResult<()> {
     let sent = headers.get(CSRF_HEADER).ok_or_else(|| {
         csrf_failed("X-CSRF-Token is missing: send the bulkhead_csrf cookie's value")
     })?;
@@ -268,7 +270,7 @@ mod tests {
         assert!(csrf_check(&headers(&[("x-csrf-token", &token)]), "bhr_abc").is_ok());
         let other = csrf_token_for("bhr_other");
         let refused = csrf_check(&headers(&[("x-csrf-token", &other)]), "bhr_abc").unwrap_err();
-        assert_eq!(refused.status, StatusCode::FORBIDDEN);
+        assert_eq!(refused.kind, crate::error::ErrorKind::Forbidden);
         assert_eq!(refused.code, ErrorCode::CsrfFailed);
         assert!(csrf_check(&HeaderMap::new(), "bhr_abc").is_err());
     }

@@ -32,7 +32,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::authz::Principal;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// How often a stream checks its credential again without being told of a change (its
 /// expiry); its source is read only when its `wake` moves.
@@ -62,7 +62,7 @@ pub struct StreamBatch {
 pub struct LastEventId(pub Option<i64>);
 
 impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
-    type Rejection = ApiError;
+    type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         match parts.headers.get("last-event-id") {
@@ -74,7 +74,7 @@ impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
                 .filter(|id| *id >= 0)
                 .map(|id| Self(Some(id)))
                 .ok_or_else(|| {
-                    ApiError::bad_request(
+                    AppError::new(
                         ErrorCode::InvalidHeader,
                         "Last-Event-ID must be the id of an event of this stream",
                     )
@@ -91,7 +91,7 @@ pub struct BearerCredential(pub Arc<str>);
 /// A check of the caller of a stream, run again while the stream lasts: the principal that the
 /// stream's credential stands for now, authorized for the stream's resource.
 pub type AccessCheck =
-    Box<dyn FnMut(Principal) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send>> + Send>;
+    Box<dyn FnMut(Principal) -> Pin<Box<dyn Future<Output = AppResult<()>> + Send>> + Send>;
 
 /// Who may go on reading a stream (see the module documentation).
 pub struct StreamAccess {
@@ -113,7 +113,7 @@ impl StreamAccess {
     }
 
     /// Whether the credential still passes the stream's check.
-    async fn allowed(&mut self) -> ApiResult<()> {
+    async fn allowed(&mut self) -> AppResult<()> {
         self.changes.borrow_and_update();
         let principal = self.app.principal_from_bearer(&self.bearer).await?;
         (self.check)(principal).await
@@ -121,14 +121,14 @@ impl StreamAccess {
 }
 
 impl FromRequestParts<App> for BearerCredential {
-    type Rejection = ApiError;
+    type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &App) -> Result<Self, Self::Rejection> {
         parts
             .extensions
             .get::<BearerCredential>()
             .cloned()
-            .ok_or_else(|| ApiError::unauthenticated("this needs `Authorization: Bearer <token>`"))
+            .ok_or_else(|| AppError::unauthenticated("this needs `Authorization: Bearer <token>`"))
     }
 }
 
@@ -152,7 +152,7 @@ pub fn event_stream<F, Fut>(
 ) -> Response
 where
     F: FnMut(Option<i64>) -> Fut + Send + 'static,
-    Fut: Future<Output = ApiResult<StreamBatch>> + Send + 'static,
+    Fut: Future<Output = AppResult<StreamBatch>> + Send + 'static,
 {
     Sse::new(events(cursor, wake, stopping, access, fetch))
         .keep_alive(KeepAlive::new().interval(HEARTBEAT_EVERY))
@@ -178,7 +178,7 @@ fn events<F, Fut>(
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send
 where
     F: FnMut(Option<i64>) -> Fut + Send + 'static,
-    Fut: Future<Output = ApiResult<StreamBatch>> + Send + 'static,
+    Fut: Future<Output = AppResult<StreamBatch>> + Send + 'static,
 {
     let state = Follow {
         cursor,
@@ -207,7 +207,7 @@ where
             if let Err(err) = state.access.allowed().await {
                 metrics::counter!("event_streams_ended_by_access_total").increment(1);
                 tracing::info!(
-                    status = err.status.as_u16(),
+                    code = %err.code,
                     "event stream ended: its credential no longer gives access"
                 );
                 return None;

@@ -7,9 +7,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::app::App;
-use crate::app::cluster::replicas::ClusterStatus;
+use crate::app::status::ClusterStatus;
 use crate::authz::Principal;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new().routes(routes!(cluster_status))
@@ -22,6 +22,6 @@ pub fn router() -> OpenApiRouter<App> {
 async fn cluster_status(
     State(app): State<App>,
     principal: Principal,
-) -> ApiResult<Json<ClusterStatus>> {
+) -> AppResult<Json<ClusterStatus>> {
     Ok(Json(app.cluster_status(&principal).await?))
 }

@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::app::identity::terms::{TermsPublish, TermsView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new().routes(routes!(terms_list, terms_publish))
@@ -24,7 +24,7 @@ async fn terms_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<TermsView>> {
+) -> AppResult<Page<TermsView>> {
     Ok(app
         .terms_list(&principal, params)
         .await?
@@ -39,7 +39,7 @@ async fn terms_publish(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(publish): ApiJson<TermsPublish>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let terms = app.terms_publish(&ctx, publish).await?;
     Ok((StatusCode::CREATED, Json(TermsView::from(terms))).into_response())
 }

@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::identity::tokens::{TokenCreate, TokenCreated, TokenView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -27,7 +27,7 @@ async fn token_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<TokenView>> {
+) -> AppResult<Page<TokenView>> {
     app.token_list(&principal, params).await
 }
 
@@ -38,7 +38,7 @@ async fn token_create(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(create): ApiJson<TokenCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let created = app.token_create(&ctx, create).await?;
     let location = format!("/v1/tokens/{}", created.token.id);
     Ok((
@@ -59,7 +59,7 @@ async fn token_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<Json<TokenView>> {
+) -> AppResult<Json<TokenView>> {
     Ok(Json(app.token_view(&principal, id).await?))
 }
 
@@ -70,7 +70,7 @@ async fn token_revoke(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.token_revoke(&ctx, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

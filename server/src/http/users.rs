@@ -15,7 +15,7 @@ use crate::app::identity::terms::{TermsAccept, TermsAcceptanceView, TermsStatus}
 use crate::app::identity::users::{MeUpdate, UserCreate, UserUpdate, UserView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -28,7 +28,7 @@ pub fn router() -> OpenApiRouter<App> {
 
 /// The caller's own account.
 #[utoipa::path(get, path = "/v1/me", tag = "users", responses((status = 200, body = UserView, headers(("ETag" = String)))))]
-async fn me_view(State(app): State<App>, principal: Principal) -> ApiResult<Response> {
+async fn me_view(State(app): State<App>, principal: Principal) -> AppResult<Response> {
     let user = app.me_view(&principal).await?;
     Ok(tagged(user.revision, UserView::from(user)))
 }
@@ -42,7 +42,7 @@ async fn me_update(
     ctx: OpContext,
     if_match: IfMatch,
     ApiJson(update): ApiJson<MeUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let user = app.me_update(&ctx, if_match.as_deref(), update).await?;
     Ok(tagged(user.revision, UserView::from(user)))
 }
@@ -52,7 +52,7 @@ async fn me_update(
 async fn me_terms_status(
     State(app): State<App>,
     principal: Principal,
-) -> ApiResult<Json<TermsStatus>> {
+) -> AppResult<Json<TermsStatus>> {
     Ok(Json(app.terms_status(&principal).await?))
 }
 
@@ -63,7 +63,7 @@ async fn me_terms_acceptance_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<TermsAcceptanceView>> {
+) -> AppResult<Page<TermsAcceptanceView>> {
     app.terms_acceptance_list(&principal, params).await
 }
 
@@ -74,7 +74,7 @@ async fn me_terms_accept(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(accept): ApiJson<TermsAccept>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (acceptance, created) = app.terms_accept(&ctx, accept).await?;
     let status = if created {
         StatusCode::CREATED
@@ -90,7 +90,7 @@ async fn user_list(
     State(app): State<App>,
     principal: Principal,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<UserView>> {
+) -> AppResult<Page<UserView>> {
     Ok(app.user_list(&principal, params).await?.map(UserView::from))
 }
 
@@ -101,7 +101,7 @@ async fn user_create(
     State(app): State<App>,
     ctx: OpContext,
     ApiJson(create): ApiJson<UserCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let user = app.user_create(&ctx, create).await?;
     Ok(created(
         format!("/v1/users/{}", user.id),
@@ -117,7 +117,7 @@ async fn user_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let user = app.user_view(&principal, id).await?;
     Ok(tagged(user.revision, UserView::from(user)))
 }
@@ -133,7 +133,7 @@ async fn user_update(
     ApiPath(id): ApiPath<Uuid>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<UserUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let user = app
         .user_update(&ctx, id, if_match.as_deref(), update)
         .await?;

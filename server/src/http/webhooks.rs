@@ -18,7 +18,7 @@ use crate::app::webhooks::{
     WebhookMessageView,
 };
 use crate::authz::{OpContext, Principal};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -50,7 +50,7 @@ async fn webhook_endpoint_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> ApiResult<Page<WebhookEndpointView>> {
+) -> AppResult<Page<WebhookEndpointView>> {
     app.webhook_endpoint_list(&principal, project_id, params)
         .await?
         .try_map(WebhookEndpointView::try_from)
@@ -66,7 +66,7 @@ async fn webhook_endpoint_create(
     ctx: OpContext,
     ApiPath(project_id): ApiPath<Uuid>,
     ApiJson(create): ApiJson<WebhookEndpointCreate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (endpoint, secret) = app
         .webhook_endpoint_create(&ctx, project_id, create)
         .await?;
@@ -88,7 +88,7 @@ async fn webhook_endpoint_view(
     State(app): State<App>,
     principal: Principal,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let endpoint = app
         .webhook_endpoint_view(&principal, project_id, id)
         .await?;
@@ -109,7 +109,7 @@ async fn webhook_endpoint_update(
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<WebhookEndpointUpdate>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let endpoint = app
         .webhook_endpoint_update(&ctx, project_id, id, if_match.as_deref(), update)
         .await?;
@@ -128,7 +128,7 @@ async fn webhook_endpoint_delete(
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     if_match: IfMatch,
-) -> ApiResult<StatusCode> {
+) -> AppResult<StatusCode> {
     app.webhook_endpoint_delete(&ctx, project_id, id, if_match.as_deref())
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -143,7 +143,7 @@ async fn webhook_endpoint_secret_rotate(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let (endpoint, secret) = app
         .webhook_endpoint_secret_rotate(&ctx, project_id, id)
         .await?;
@@ -165,7 +165,7 @@ async fn webhook_message_list(
     principal: Principal,
     ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
-) -> ApiResult<Page<WebhookMessageView>> {
+) -> AppResult<Page<WebhookMessageView>> {
     app.webhook_message_list(&principal, project_id, id, params)
         .await?
         .try_map(WebhookMessageView::try_from)
@@ -180,7 +180,7 @@ async fn webhook_message_replay(
     State(app): State<App>,
     ctx: OpContext,
     ApiPath((project_id, endpoint, id)): ApiPath<(Uuid, Uuid, Uuid)>,
-) -> ApiResult<Response> {
+) -> AppResult<Response> {
     let message = app
         .webhook_message_replay(&ctx, project_id, endpoint, id)
         .await?;

@@ -58,7 +58,7 @@ fn hint_payloads(kinds: &[Kind], replica: &str, routes: Option<RoutesScope>) -> 
 impl App {
     /// Sends the pending kinds to the other replicas until `stop` turns true (PostgreSQL
     /// only: on SQLite it returns at once).
-    pub async fn change_feed_tell_run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn change_feed_tell_run(&self, mut stop: watch::Receiver<bool>) {
         if self.db.get_database_backend() != DbBackend::Postgres {
             return;
         }
@@ -92,7 +92,7 @@ impl App {
     }
 
     /// Listens for the other replicas' changes until `stop` turns true (PostgreSQL only).
-    pub async fn change_feed_listen_run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn change_feed_listen_run(&self, mut stop: watch::Receiver<bool>) {
         if self.db.get_database_backend() != DbBackend::Postgres {
             return;
         }

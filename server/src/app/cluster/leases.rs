@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use utoipa::ToSchema;
 
 use crate::app::App;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// How long a lease lasts after each renewal.
 pub const LEASE_TTL: Duration = Duration::from_millis(1500);
@@ -88,6 +88,10 @@ pub struct Leases {
     /// This replica's id: the `holder` of its leases.
     pub replica: String,
     held: Mutex<HashMap<Work, Held>>,
+    /// Works this replica leaves to the others until then (its task for them kept failing).
+    handed_over: Mutex<HashMap<Work, Instant>>,
+    /// Bumped whenever this replica takes or loses a lease.
+    changed: watch::Sender<u64>,
 }
 
 impl Leases {
@@ -95,7 +99,25 @@ impl Leases {
         Self {
             replica,
             held: Mutex::default(),
+            handed_over: Mutex::default(),
+            changed: watch::channel(0).0,
         }
+    }
+
+    /// A receiver that sees the next time this replica takes or loses a lease.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// The works whose leases this replica tries to take or renew now.
+    fn wanted(&self) -> Vec<Work> {
+        let mut handed_over = self.handed_over.lock().expect("not poisoned");
+        let now = Instant::now();
+        handed_over.retain(|_, until| *until > now);
+        Work::ALL
+            .into_iter()
+            .filter(|work| !handed_over.contains_key(work))
+            .collect()
     }
 
     /// The term of `work`'s lease if this replica holds it now.
@@ -120,12 +142,16 @@ impl Leases {
             Some(now) => {
                 if before != Some(now.term) {
                     tracing::info!(work = work.as_str(), term = now.term, "leading");
+                    self.changed
+                        .send_modify(|count| *count = count.wrapping_add(1));
                 }
                 held.insert(work, now);
             }
             None => {
                 if let Some(term) = held.remove(&work).map(|h| h.term) {
                     tracing::info!(work = work.as_str(), term, "no longer leading");
+                    self.changed
+                        .send_modify(|count| *count = count.wrapping_add(1));
                 }
             }
         }
@@ -164,15 +190,19 @@ pub(crate) fn statement(
     Statement::from_sql_and_values(backend, sql, values)
 }
 
-/// Takes or renews, for `holder`, every kind of work's lease that is its or has lapsed, in one
+/// Takes or renews, for `holder`, each lease of `works` that is its or has lapsed, in one
 /// statement; the kinds it holds now, with their terms.
 async fn leases_acquire(
     db: &DatabaseConnection,
     holder: &str,
+    works: &[Work],
 ) -> Result<Vec<(String, i64)>, sea_orm::DbErr> {
+    if works.is_empty() {
+        return Ok(Vec::new());
+    }
     let backend = db.get_database_backend();
     let now = now_ms_sql(backend);
-    let rows: Vec<String> = (0..Work::ALL.len())
+    let rows: Vec<String> = (0..works.len())
         .map(|i| format!("(${}, $1, 1, {now} + $2, {now})", i + 3))
         .collect();
     // A renewal keeps the term; a takeover (only of a lapsed lease) raises it. Rows the WHERE
@@ -191,7 +221,7 @@ async fn leases_acquire(
     );
     let ttl_ms = LEASE_TTL.as_millis() as i64;
     let mut values: Vec<Value> = vec![holder.into(), ttl_ms.into()];
-    values.extend(Work::ALL.iter().map(|work| Value::from(work.as_str())));
+    values.extend(works.iter().map(|work| Value::from(work.as_str())));
     db.query_all_raw(statement(backend, &sql, values))
         .await?
         .into_iter()
@@ -200,70 +230,42 @@ async fn leases_acquire(
 }
 
 /// What a transaction of leader-only work gets when this replica does not lead it (any more).
-fn lease_lost(work: Work) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+fn lease_lost(work: Work) -> AppError {
+    AppError::new(
         ErrorCode::NotReady,
         format!("this replica no longer leads {}", work.as_str()),
     )
 }
 
 impl App {
-    /// One round of renewals: every kind of work's lease renewed or tried, on `db` (the
-    /// replica's own connection). A failure (the database unreachable) leaves the leases to
-    /// lapse here as they will in the database.
-    pub async fn leases_renew(&self, db: &DatabaseConnection) {
+    /// One round of renewals: every kind of work's lease renewed or tried (but those this
+    /// replica handed over), on `db` (the replica's own connection). A failure (the database
+    /// unreachable) leaves the leases to lapse here as they will in the database.
+    pub async fn leases_renew(&self, db: &DatabaseConnection) -> Result<(), sea_orm::DbErr> {
         let sent = Instant::now();
-        match leases_acquire(db, &self.leases.replica).await {
-            Ok(held) => {
-                for work in Work::ALL {
-                    let term = held
-                        .iter()
-                        .find(|(kind, _)| kind == work.as_str())
-                        .map(|(_, term)| *term);
-                    self.leases.record(
-                        work,
-                        term.map(|term| Held {
-                            term,
-                            // A tenth of the lease's length short: the database counts from
-                            // a moment after this one, and clocks run at slightly different
-                            // rates.
-                            until: sent + LEASE_TTL - LEASE_TTL / 10,
-                        }),
-                    );
-                }
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "leases: could not renew");
-                metrics::counter!("lease_renewal_failures_total").increment(1);
-            }
+        let held = leases_acquire(db, &self.leases.replica, &self.leases.wanted())
+            .await
+            .inspect_err(|_| metrics::counter!("lease_renewal_failures_total").increment(1))?;
+        for work in Work::ALL {
+            let term = held
+                .iter()
+                .find(|(kind, _)| kind == work.as_str())
+                .map(|(_, term)| *term);
+            self.leases.record(
+                work,
+                term.map(|term| Held {
+                    term,
+                    // A tenth of the lease's length short: the database counts from a moment
+                    // after this one, and clocks run at slightly different rates.
+                    until: sent + LEASE_TTL - LEASE_TTL / 10,
+                }),
+            );
         }
+        Ok(())
     }
 
-    /// Renews leases and the heartbeat of this replica (listening on `address`) until `stop`,
-    /// then hands the leases over and signs the replica off.
-    pub async fn leases_run(
-        self,
-        db: DatabaseConnection,
-        address: String,
-        mut stop: watch::Receiver<bool>,
-    ) {
-        let mut tick = tokio::time::interval(RENEW_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_heartbeat = Instant::now();
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.wait_for(|stopped| *stopped) => break,
-            }
-            self.leases_renew(&db).await;
-            if last_heartbeat.elapsed() >= crate::app::cluster::replicas::HEARTBEAT_EVERY {
-                last_heartbeat = Instant::now();
-                if let Err(err) = self.replica_heartbeat(&db, &address).await {
-                    tracing::warn!(error = %err, "replica heartbeat failed");
-                }
-            }
-        }
+    /// Hands every lease over and signs the replica off (it stops), on `db`.
+    pub async fn leases_release_all(&self, db: &DatabaseConnection) {
         self.leases.forget_all();
         let backend = db.get_database_backend();
         let released = db
@@ -276,15 +278,38 @@ impl App {
         if let Err(err) = released {
             tracing::warn!(error = %err, "could not hand the leases over");
         }
-        if let Err(err) = self.replica_sign_off(&db).await {
+        if let Err(err) = self.replica_sign_off(db).await {
             tracing::warn!(error = %err, "could not sign the replica off");
         }
-        db.close().await.ok();
+    }
+
+    /// Leaves `work` to the other replicas for `period` (its task here keeps failing): the
+    /// lease is released at once, and not taken or renewed meanwhile. Does nothing, and
+    /// answers false, when no other replica is alive to take it.
+    pub async fn lease_hand_over(&self, work: Work, period: Duration) -> AppResult<bool> {
+        if self.replicas_alive_others().await? == 0 {
+            return Ok(false);
+        }
+        self.leases
+            .handed_over
+            .lock()
+            .expect("not poisoned")
+            .insert(work, Instant::now() + period);
+        self.leases.record(work, None);
+        let backend = self.db.get_database_backend();
+        self.db
+            .execute_raw(statement(
+                backend,
+                "UPDATE leases SET expires_at_ms = 0 WHERE holder = $1 AND kind = $2",
+                [self.leases.replica.clone().into(), work.as_str().into()],
+            ))
+            .await?;
+        Ok(true)
     }
 
     /// Checks, inside `txn`, that this replica still leads `work` with the term it holds; a
     /// transaction of leader-only work calls it before it commits anything.
-    pub async fn lease_fence(&self, txn: &impl ConnectionTrait, work: Work) -> ApiResult<()> {
+    pub async fn lease_fence(&self, txn: &impl ConnectionTrait, work: Work) -> AppResult<()> {
         let term = self.leases.term(work).ok_or_else(|| lease_lost(work))?;
         self.lease_fence_term(txn, work, term).await
     }
@@ -295,7 +320,7 @@ impl App {
         txn: &impl ConnectionTrait,
         work: Work,
         term: i64,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let backend = txn.get_database_backend();
         let lock = match backend {
             DbBackend::Postgres => " FOR SHARE",
@@ -316,44 +341,6 @@ impl App {
                 metrics::counter!("lease_fenced_writes_total", "work" => work.as_str())
                     .increment(1);
                 Err(lease_lost(work))
-            }
-        }
-    }
-}
-
-impl App {
-    /// Runs `pass` every `every` and whenever a deployment changes, while this replica leads
-    /// the deploys, until `stop`: the loop of the deploy leader's outboxes and queues. A pass
-    /// that fails is logged (as `work`) and tried again at the next turn.
-    pub async fn deploy_leader_loop(
-        &self,
-        mut stop: watch::Receiver<bool>,
-        every: Duration,
-        work: &'static str,
-        pass: impl AsyncFn(&App) -> ApiResult<usize>,
-    ) {
-        let mut wake = self.changes.deployments.subscribe();
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.changed() => {
-                    if *stop.borrow() {
-                        return;
-                    }
-                }
-                changed = wake.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
-                _ = tick.tick() => {}
-            }
-            if !self.leases.leads(Work::Deploys) {
-                continue;
-            }
-            if let Err(err) = pass(self).await {
-                tracing::warn!(work, error = %err, "a pass of the deploy leader's work failed; it runs again at the next turn");
             }
         }
     }

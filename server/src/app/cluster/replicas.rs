@@ -5,65 +5,18 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::app::App;
-use crate::app::cluster::leases::{Work, now_ms_sql, statement};
-use crate::authz::Principal;
-use crate::error::{ApiError, ApiResult};
+use crate::app::cluster::leases::{now_ms_sql, statement};
+use crate::error::{AppError, AppResult};
 
 /// How often a replica's heartbeat is written.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// A replica whose heartbeat is older than this is shown as not alive.
-const ALIVE_WITHIN_MS: i64 = 5_000;
+pub(crate) const ALIVE_WITHIN_MS: i64 = 5_000;
 /// Replicas silent for longer than this are forgotten (by the maintenance leader).
 const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
-
-/// A replica of the control plane.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ReplicaView {
-    pub id: String,
-    /// Where it is reached: its `--advertise-url`, else the address it bound.
-    pub address: String,
-    /// Its Bulkhead version.
-    pub version: String,
-    pub started_at: DateTime<Utc>,
-    pub heartbeat_at: DateTime<Utc>,
-    /// Whether its heartbeat is recent (within 5 s of the database's clock).
-    pub alive: bool,
-}
-
-/// Who leads a kind of background work.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct LeaderView {
-    pub work: Work,
-    /// The replica holding the lease.
-    pub holder: String,
-    /// Raised at each change of leader; the work's writes check it.
-    pub term: i64,
-    pub acquired_at: DateTime<Utc>,
-    pub expires_at: DateTime<Utc>,
-    /// Whether the lease is current (a lapsed one waits for the next replica to take it).
-    pub current: bool,
-}
-
-/// The control plane's replicas and leaders.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ClusterStatus {
-    /// The replica that answered.
-    pub replica: String,
-    /// Every replica that announced itself in the last day, oldest first.
-    pub replicas: Vec<ReplicaView>,
-    /// Each kind of work that has had a leader.
-    pub leaders: Vec<LeaderView>,
-}
-
-fn time_of_ms(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or_default()
-}
 
 impl App {
     /// Announces this replica listening on `address`, or renews its heartbeat (announcing it
@@ -107,7 +60,7 @@ impl App {
     }
 
     /// Forgets replicas silent for a day; returns how many.
-    pub(crate) async fn replicas_purge(&self) -> ApiResult<u64> {
+    pub(crate) async fn replicas_purge(&self) -> AppResult<u64> {
         let backend = self.db.get_database_backend();
         let now = now_ms_sql(backend);
         let done = self
@@ -121,70 +74,22 @@ impl App {
         Ok(done.rows_affected())
     }
 
-    /// The replicas and the leaders of their work (administrators).
-    pub async fn cluster_status(&self, principal: &Principal) -> ApiResult<ClusterStatus> {
-        principal.require_admin()?;
+    /// How many other replicas are alive (their heartbeat recent).
+    pub(crate) async fn replicas_alive_others(&self) -> AppResult<u64> {
         let backend = self.db.get_database_backend();
-        let now_row = self
+        let now = now_ms_sql(backend);
+        let row = self
             .db
             .query_one_raw(statement(
                 backend,
-                &format!("SELECT {} AS now_ms", now_ms_sql(backend)),
-                [],
+                &format!(
+                    "SELECT COUNT(*) AS alive FROM replicas \
+                     WHERE id <> $1 AND heartbeat_at_ms >= {now} - $2"
+                ),
+                [self.leases.replica.clone().into(), ALIVE_WITHIN_MS.into()],
             ))
             .await?
-            .ok_or_else(|| ApiError::internal("the database's clock gave no row"))?;
-        let now_ms: i64 = now_row.try_get("", "now_ms")?;
-        let mut replicas = Vec::new();
-        for row in self
-            .db
-            .query_all_raw(statement(
-                backend,
-                "SELECT id, address, version, started_at_ms, heartbeat_at_ms FROM replicas \
-                 ORDER BY started_at_ms, id",
-                [],
-            ))
-            .await?
-        {
-            let heartbeat_at_ms: i64 = row.try_get("", "heartbeat_at_ms")?;
-            replicas.push(ReplicaView {
-                id: row.try_get("", "id")?,
-                address: row.try_get("", "address")?,
-                version: row.try_get("", "version")?,
-                started_at: time_of_ms(row.try_get("", "started_at_ms")?),
-                heartbeat_at: time_of_ms(heartbeat_at_ms),
-                alive: now_ms - heartbeat_at_ms <= ALIVE_WITHIN_MS,
-            });
-        }
-        let mut leaders = Vec::new();
-        for row in self
-            .db
-            .query_all_raw(statement(
-                backend,
-                "SELECT kind, holder, term, acquired_at_ms, expires_at_ms FROM leases",
-                [],
-            ))
-            .await?
-        {
-            let kind: String = row.try_get("", "kind")?;
-            let Some(work) = Work::of_kind(&kind) else {
-                continue;
-            };
-            let expires_at_ms: i64 = row.try_get("", "expires_at_ms")?;
-            leaders.push(LeaderView {
-                work,
-                holder: row.try_get("", "holder")?,
-                term: row.try_get("", "term")?,
-                acquired_at: time_of_ms(row.try_get("", "acquired_at_ms")?),
-                expires_at: time_of_ms(expires_at_ms),
-                current: expires_at_ms > now_ms,
-            });
-        }
-        leaders.sort_by_key(|leader| Work::ALL.iter().position(|w| *w == leader.work));
-        Ok(ClusterStatus {
-            replica: self.leases.replica.clone(),
-            replicas,
-            leaders,
-        })
+            .ok_or_else(|| AppError::internal("counting replicas gave no row"))?;
+        Ok(row.try_get::<i64>("", "alive")? as u64)
     }
 }

@@ -29,7 +29,7 @@ use crate::app::shared::pagination::{
 };
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{deployment, instance, service};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// What a deployment made from a push records of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -92,8 +92,8 @@ impl DeploymentView {
     pub fn new(
         m: deployment::Model,
         instances: Option<Vec<DeployedInstanceView>>,
-    ) -> ApiResult<Self> {
-        let spec: ServiceSpec = serde_json::from_value(m.spec).map_err(ApiError::internal)?;
+    ) -> AppResult<Self> {
+        let spec: ServiceSpec = serde_json::from_value(m.spec).map_err(AppError::internal)?;
         Ok(Self {
             id: m.id,
             project_id: m.project_id,
@@ -107,7 +107,7 @@ impl DeploymentView {
                 .push
                 .map(serde_json::from_value)
                 .transpose()
-                .map_err(ApiError::internal)?,
+                .map_err(AppError::internal)?,
             created_at: m.created_at,
             updated_at: m.updated_at,
             healthy_at: m.healthy_at,
@@ -141,19 +141,19 @@ pub(crate) async fn deployment_find(
     db: &impl ConnectionTrait,
     service_id: Uuid,
     id: Uuid,
-) -> ApiResult<deployment::Model> {
+) -> AppResult<deployment::Model> {
     deployment::Entity::find_by_id(id)
         .filter(deployment::Column::ServiceId.eq(service_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("deployment"))
+        .ok_or_else(|| AppError::not_found("deployment"))
 }
 
 /// Instances as shown, with the keys of the instances they replace.
 pub(crate) async fn instance_views(
     db: &impl ConnectionTrait,
     rows: Vec<instance::Model>,
-) -> ApiResult<Vec<DeployedInstanceView>> {
+) -> AppResult<Vec<DeployedInstanceView>> {
     let replaced: Vec<Uuid> = rows.iter().filter_map(|row| row.replaces).collect();
     let keys: std::collections::HashMap<Uuid, String> = if replaced.is_empty() {
         Default::default()
@@ -180,7 +180,7 @@ pub(crate) async fn instance_views(
 pub(crate) async fn deployment_instances_remove(
     db: &impl ConnectionTrait,
     deployment_id: Uuid,
-) -> ApiResult<u64> {
+) -> AppResult<u64> {
     Ok(instance::Entity::update_many()
         .col_expr(instance::Column::State, Expr::value(states::REMOVING))
         .col_expr(instance::Column::Attempts, Expr::value(0))
@@ -201,7 +201,7 @@ pub(crate) async fn deployment_instances_remove(
 pub(crate) async fn deployment_replace_instances(
     db: &impl ConnectionTrait,
     deployment_id: Uuid,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     deployment::Entity::update_many()
         .col_expr(deployment::Column::State, Expr::value(PLACING))
         .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
@@ -222,7 +222,7 @@ pub(crate) async fn deployment_finish(
     deployment: &deployment::Model,
     state: &str,
     reason: String,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     let now = Utc::now();
     deployment::Entity::update_many()
         .col_expr(deployment::Column::State, Expr::value(state))
@@ -240,7 +240,7 @@ pub(crate) async fn deployment_finish(
         FAILED => DeploymentEventKind::DeploymentFailed,
         CANCELLED => DeploymentEventKind::DeploymentCancelled,
         SUPERSEDED => DeploymentEventKind::DeploymentSuperseded,
-        other => return Err(ApiError::internal(format!("a deployment ends {other}"))),
+        other => return Err(AppError::internal(format!("a deployment ends {other}"))),
     };
     let removing = deployment_instances_remove(db, deployment.id).await?;
     event_append(
@@ -265,7 +265,7 @@ impl App {
         project_id: Uuid,
         service_id: Uuid,
         params: OrderedPageParams,
-    ) -> ApiResult<Page<deployment::Model>> {
+    ) -> AppResult<Page<deployment::Model>> {
         self.project_authorize(
             principal,
             project_id,
@@ -295,7 +295,7 @@ impl App {
         project_id: Uuid,
         service_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<deployment::Model> {
+    ) -> AppResult<deployment::Model> {
         self.project_authorize(
             principal,
             project_id,
@@ -314,7 +314,7 @@ impl App {
         &self,
         principal: &Principal,
         project_id: Uuid,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         self.project_authorize(
             principal,
             project_id,
@@ -331,13 +331,13 @@ impl App {
         id: Uuid,
         after: Option<i64>,
         limit: u64,
-    ) -> ApiResult<Vec<crate::entity::deployment_event::Model>> {
+    ) -> AppResult<Vec<crate::entity::deployment_event::Model>> {
         crate::app::deploys::events::events_after(&self.db, id, after, limit).await
     }
 
     /// Whether a deployment's event stream has nothing more to come: it finished, and its
     /// instances are all made or all removed.
-    pub async fn deployment_stream_finished(&self, id: Uuid) -> ApiResult<bool> {
+    pub async fn deployment_stream_finished(&self, id: Uuid) -> AppResult<bool> {
         use sea_orm::PaginatorTrait;
         let Some(found) = deployment::Entity::find_by_id(id).one(&self.db).await? else {
             return Ok(true);
@@ -360,7 +360,7 @@ impl App {
         project_id: Uuid,
         service_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<DeploymentView> {
+    ) -> AppResult<DeploymentView> {
         let found = self
             .deployment_visible(principal, project_id, service_id, id)
             .await?;
@@ -380,7 +380,7 @@ impl App {
         project_id: Uuid,
         service_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<DeployedInstanceView>> {
+    ) -> AppResult<Page<DeployedInstanceView>> {
         self.project_authorize(
             principal,
             project_id,
@@ -405,7 +405,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         service_id: Uuid,
-    ) -> ApiResult<deployment::Model> {
+    ) -> AppResult<deployment::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Deploy)
             .await?;
@@ -436,7 +436,7 @@ impl App {
         project_id: Uuid,
         service_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<deployment::Model> {
+    ) -> AppResult<deployment::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Deploy)
             .await?;
@@ -450,7 +450,7 @@ impl App {
             .one(&write.txn)
             .await?
             .ok_or_else(|| {
-                ApiError::conflict(
+                AppError::new(
                     ErrorCode::NoHealthyDeployment,
                     format!(
                         "no deployment of this service before #{} became healthy: there is nothing to roll back to",
@@ -459,7 +459,7 @@ impl App {
                 )
             })?;
         let spec: ServiceSpec =
-            serde_json::from_value(target.spec.clone()).map_err(ApiError::internal)?;
+            serde_json::from_value(target.spec.clone()).map_err(AppError::internal)?;
         let created = deployment_insert(
             &write.txn,
             Some(ctx.principal.user_id()),
@@ -486,7 +486,7 @@ impl App {
         project_id: Uuid,
         service_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<deployment::Model> {
+    ) -> AppResult<deployment::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Deploy)
             .await?;
@@ -497,7 +497,7 @@ impl App {
             return Ok(found);
         }
         if !IN_PROGRESS.contains(&found.state.as_str()) {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::DeploymentFinished,
                 format!(
                     "deployment #{} has finished ({}): there is nothing to cancel",
@@ -539,7 +539,7 @@ pub(crate) async fn deployment_insert(
     spec: ServiceSpec,
     rollback_of: Option<&deployment::Model>,
     push: Option<&DeploymentPush>,
-) -> ApiResult<deployment::Model> {
+) -> AppResult<deployment::Model> {
     let number = deployment::Entity::find()
         .filter(deployment::Column::ServiceId.eq(found.id))
         .select_only()
@@ -571,7 +571,7 @@ pub(crate) async fn deployment_insert(
         project_id: Set(found.project_id),
         service_id: Set(found.id),
         number: Set(number),
-        spec: Set(serde_json::to_value(&spec).map_err(ApiError::internal)?),
+        spec: Set(serde_json::to_value(&spec).map_err(AppError::internal)?),
         state: Set(QUEUED.into()),
         reason: Set(String::new()),
         rollback_of: Set(rollback_of.map(|d| d.id)),
@@ -586,7 +586,7 @@ pub(crate) async fn deployment_insert(
         push: Set(push
             .map(serde_json::to_value)
             .transpose()
-            .map_err(ApiError::internal)?),
+            .map_err(AppError::internal)?),
         push_delivery_id: Set(push.map(|p| p.delivery_id)),
     }
     .insert(db)

@@ -21,11 +21,11 @@ use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments;
 use crate::app::deploys::instances as states;
-use crate::app::deploys::reconciler::{Takeover, instance_transition, replacement_place};
+use crate::app::deploys::instances::{Takeover, instance_transition, replacement_place};
 use crate::app::shared::audit::{AuditEntry, audit_record};
 use crate::authz::{OpContext, Principal};
 use crate::entity::{deployment, evacuation, instance, provider};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 pub const RUNNING: &str = "running";
 pub const DONE: &str = "done";
@@ -69,13 +69,13 @@ impl From<evacuation::Model> for EvacuationView {
 async fn evacuation_latest(
     db: &impl ConnectionTrait,
     provider_name: &str,
-) -> ApiResult<evacuation::Model> {
+) -> AppResult<evacuation::Model> {
     evacuation::Entity::find()
         .filter(evacuation::Column::Provider.eq(provider_name))
         .order_by_desc(evacuation::Column::CreatedAt)
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("evacuation"))
+        .ok_or_else(|| AppError::not_found("evacuation"))
 }
 
 impl App {
@@ -84,20 +84,20 @@ impl App {
         &self,
         ctx: &OpContext,
         provider_name: &str,
-    ) -> ApiResult<evacuation::Model> {
+    ) -> AppResult<evacuation::Model> {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
         provider::Entity::find_by_id(provider_name.to_owned())
             .one(&txn)
             .await?
-            .ok_or_else(|| ApiError::not_found("provider"))?;
+            .ok_or_else(|| AppError::not_found("provider"))?;
         let running = evacuation::Entity::find()
             .filter(evacuation::Column::Provider.eq(provider_name))
             .filter(evacuation::Column::State.eq(RUNNING))
             .count(&txn)
             .await?;
         if running > 0 {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::EvacuationRunning,
                 format!("provider `{provider_name}` is being evacuated already"),
             ));
@@ -151,7 +151,7 @@ impl App {
         &self,
         principal: &Principal,
         provider_name: &str,
-    ) -> ApiResult<evacuation::Model> {
+    ) -> AppResult<evacuation::Model> {
         principal.require_admin()?;
         evacuation_latest(&self.db, provider_name).await
     }
@@ -161,7 +161,7 @@ impl App {
         &self,
         ctx: &OpContext,
         provider_name: &str,
-    ) -> ApiResult<evacuation::Model> {
+    ) -> AppResult<evacuation::Model> {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
         let found = evacuation_latest(&txn, provider_name).await?;
@@ -208,7 +208,7 @@ impl App {
 
     /// Reconciler step: replaces what runs on evacuated providers, counts what moved, and ends
     /// evacuations with nothing left to move.
-    pub(crate) async fn evacuations_advance(&self) -> ApiResult<()> {
+    pub(crate) async fn evacuations_advance(&self) -> AppResult<()> {
         let running = evacuation::Entity::find()
             .filter(evacuation::Column::State.eq(RUNNING))
             .all(&self.db)
@@ -220,7 +220,7 @@ impl App {
         for found in running {
             if let Err(err) = self.evacuation_advance(&found, &candidates).await {
                 self.reconciler
-                    .error_record(format!("evacuating {}: {}", found.provider, err.detail));
+                    .error_record(format!("evacuating {}: {err}", found.provider));
             }
         }
         Ok(())
@@ -230,7 +230,7 @@ impl App {
         &self,
         found: &evacuation::Model,
         candidates: &[crate::app::deploys::placement::Candidate],
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
         let on_provider = instance::Entity::find()

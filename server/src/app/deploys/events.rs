@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::app::webhooks::{WebhookEventType, messages_enqueue};
 use crate::entity::{deployment, deployment_event};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// What an event of a deployment records: a step of the deployment, or of one of its
 /// instances.
@@ -187,7 +187,7 @@ pub async fn event_append(
     kind: DeploymentEventKind,
     message: String,
     details: serde_json::Value,
-) -> ApiResult<i64> {
+) -> AppResult<i64> {
     deployment::Entity::update_many()
         .col_expr(
             deployment::Column::EventSeq,
@@ -201,7 +201,7 @@ pub async fn event_append(
         let found = deployment::Entity::find_by_id(deployment_id)
             .one(db)
             .await?
-            .ok_or_else(|| ApiError::internal("event of a missing deployment"))?;
+            .ok_or_else(|| AppError::internal("event of a missing deployment"))?;
         messages_enqueue(db, &found, event_type, &message).await?;
         found.event_seq
     } else {
@@ -211,7 +211,7 @@ pub async fn event_append(
             .into_tuple::<i64>()
             .one(db)
             .await?
-            .ok_or_else(|| ApiError::internal("event of a missing deployment"))?
+            .ok_or_else(|| AppError::internal("event of a missing deployment"))?
     };
     deployment_event::ActiveModel {
         deployment_id: Set(deployment_id),
@@ -232,7 +232,7 @@ pub async fn events_after(
     deployment_id: Uuid,
     after: Option<i64>,
     limit: u64,
-) -> ApiResult<Vec<deployment_event::Model>> {
+) -> AppResult<Vec<deployment_event::Model>> {
     Ok(deployment_event::Entity::find()
         .filter(deployment_event::Column::DeploymentId.eq(deployment_id))
         .filter(deployment_event::Column::Seq.gt(after.unwrap_or(0)))
@@ -243,10 +243,10 @@ pub async fn events_after(
 }
 
 impl EventParams {
-    pub fn limit(&self) -> ApiResult<u64> {
+    pub fn limit(&self) -> AppResult<u64> {
         match self.limit.unwrap_or(100) {
             limit @ 1..=200 => Ok(limit),
-            _ => Err(ApiError::bad_request(
+            _ => Err(AppError::new(
                 ErrorCode::InvalidQuery,
                 "`limit` must be between 1 and 200",
             )),

@@ -24,11 +24,11 @@ use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments::{self, deployment_finish};
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances as states;
-use crate::app::deploys::reconciler::{claim_cleared, instance_transition, operation_record};
+use crate::app::deploys::instances::{claim_cleared, instance_transition};
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
 use crate::entity::{deployment, evacuation, instance};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 use crate::plugins::InstanceSpec;
 
 /// Transient errors of one provision before it counts as a refusal.
@@ -87,14 +87,14 @@ impl App {
         }
     }
 
-    async fn instance_provision(&self, row: instance::Model) -> ApiResult<()> {
+    async fn instance_provision(&self, row: instance::Model) -> AppResult<()> {
         let started = Instant::now();
         let found = deployment::Entity::find_by_id(row.deployment_id)
             .one(&self.db)
             .await?
-            .ok_or_else(|| ApiError::internal("instance of a missing deployment"))?;
+            .ok_or_else(|| AppError::internal("instance of a missing deployment"))?;
         let spec: ServiceSpec =
-            serde_json::from_value(found.spec.clone()).map_err(ApiError::internal)?;
+            serde_json::from_value(found.spec.clone()).map_err(AppError::internal)?;
         let env = self.variables_open(found.service_id, &spec.variables)?;
         let instance_spec = InstanceSpec {
             instance_key: row.instance_key.clone(),
@@ -180,8 +180,8 @@ impl App {
         txn: &sea_orm::DatabaseTransaction,
         row: &instance::Model,
         found: &deployment::Model,
-        err: ApiError,
-    ) -> ApiResult<()> {
+        err: AppError,
+    ) -> AppResult<()> {
         tracing::info!(instance = %row.instance_key, provider = %row.provider, code = err.code.as_str(), "provision failed");
         if err.code == "provider_rate_limited" {
             let wait = Duration::from_secs(err.retry_after_secs.unwrap_or(5).max(1));
@@ -254,7 +254,7 @@ impl App {
         state: &str,
         error: &str,
         not_before: Option<DateTime<Utc>>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let attempts = row.attempts + 1;
         let at = not_before.unwrap_or_else(|| next_attempt(attempts));
         let moved = instance_transition(txn, row, state, state, |u| {
@@ -283,7 +283,7 @@ impl App {
         Ok(())
     }
 
-    async fn instance_deprovision(&self, row: instance::Model) -> ApiResult<()> {
+    async fn instance_deprovision(&self, row: instance::Model) -> AppResult<()> {
         let started = Instant::now();
         let key = row.instance_key.clone();
         let outcome = self
@@ -319,7 +319,7 @@ impl App {
         txn: &sea_orm::DatabaseTransaction,
         row: &instance::Model,
         started: Instant,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         operation_record(&row.provider, "deprovision", "ok", started);
         let moved = instance_transition(txn, row, &row.state, states::REMOVED, |u| {
             u.col_expr(
@@ -352,7 +352,7 @@ async fn claim_release(
     txn: &sea_orm::DatabaseTransaction,
     row: &instance::Model,
     next_attempt_at: Option<DateTime<Utc>>,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     claim_cleared(instance::Entity::update_many())
         .col_expr(
             instance::Column::NextAttemptAt,
@@ -370,7 +370,7 @@ async fn evacuation_unremoved_note(
     txn: &sea_orm::DatabaseTransaction,
     row: &instance::Model,
     unremoved: bool,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     let Some(found) = evacuation::Entity::find()
         .filter(evacuation::Column::Provider.eq(&row.provider))
         .filter(evacuation::Column::State.ne("cancelled"))
@@ -397,4 +397,16 @@ async fn evacuation_unremoved_note(
         .exec(txn)
         .await?;
     Ok(())
+}
+
+/// How long operations of one kind took, for `/metrics`.
+pub(crate) fn operation_record(
+    provider: &str,
+    operation: &'static str,
+    outcome: &'static str,
+    started: Instant,
+) {
+    metrics::counter!("deploy_operations_total", "provider" => provider.to_owned(), "operation" => operation, "outcome" => outcome).increment(1);
+    metrics::histogram!("deploy_operation_duration_seconds", "provider" => provider.to_owned(), "operation" => operation)
+        .record(started.elapsed().as_secs_f64());
 }

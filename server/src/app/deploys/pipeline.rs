@@ -14,7 +14,7 @@ use crate::app::deploys::reconciler::ReconcilerStatus;
 use crate::app::shared::audit::{AuditEntry, audit_record};
 use crate::authz::{OpContext, Principal};
 use crate::entity::deploy_control;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 const CONTROL_ID: i32 = 1;
 /// The highest drain rate accepted, in operations a second.
@@ -67,7 +67,7 @@ fn control_default() -> deploy_control::Model {
 
 /// The stored controls as `db` sees them: in a transaction, a pause committed before it
 /// began is seen.
-pub async fn deploy_control_read(db: &impl ConnectionTrait) -> ApiResult<deploy_control::Model> {
+pub async fn deploy_control_read(db: &impl ConnectionTrait) -> AppResult<deploy_control::Model> {
     Ok(deploy_control::Entity::find_by_id(CONTROL_ID)
         .one(db)
         .await?
@@ -76,14 +76,14 @@ pub async fn deploy_control_read(db: &impl ConnectionTrait) -> ApiResult<deploy_
 
 impl App {
     /// The stored controls (the defaults until an operator changes them).
-    pub async fn deploy_control(&self) -> ApiResult<deploy_control::Model> {
+    pub async fn deploy_control(&self) -> AppResult<deploy_control::Model> {
         deploy_control_read(&self.db).await
     }
 
     pub async fn deploy_pipeline_view(
         &self,
         principal: &Principal,
-    ) -> ApiResult<DeployPipelineView> {
+    ) -> AppResult<DeployPipelineView> {
         principal.require_admin()?;
         let stored = deploy_control::Entity::find_by_id(CONTROL_ID)
             .one(&self.db)
@@ -103,10 +103,10 @@ impl App {
         &self,
         ctx: &OpContext,
         pause: DeployPause,
-    ) -> ApiResult<DeployPipelineView> {
+    ) -> AppResult<DeployPipelineView> {
         ctx.principal.require_admin()?;
         if pause.reason.chars().count() > 500 || pause.reason.chars().any(char::is_control) {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`reason` must be at most 500 characters, without control characters",
             ));
         }
@@ -117,7 +117,7 @@ impl App {
         .await
     }
 
-    pub async fn deploy_pipeline_resume(&self, ctx: &OpContext) -> ApiResult<DeployPipelineView> {
+    pub async fn deploy_pipeline_resume(&self, ctx: &OpContext) -> AppResult<DeployPipelineView> {
         ctx.principal.require_admin()?;
         self.deploy_control_save(ctx, "deploy.resume", |control| {
             control.paused = false;
@@ -130,10 +130,10 @@ impl App {
         &self,
         ctx: &OpContext,
         update: DeployPipelineUpdate,
-    ) -> ApiResult<DeployPipelineView> {
+    ) -> AppResult<DeployPipelineView> {
         ctx.principal.require_admin()?;
         if !(0.0..=MAX_DRAIN_RATE).contains(&update.drain_rate) || update.drain_rate.is_nan() {
-            return Err(ApiError::invalid("`drain_rate` must be 0 to 10000"));
+            return Err(AppError::invalid("`drain_rate` must be 0 to 10000"));
         }
         self.deploy_control_save(ctx, "deploy.drain_rate", |control| {
             control.drain_rate = update.drain_rate;
@@ -146,7 +146,7 @@ impl App {
         ctx: &OpContext,
         action: &'static str,
         change: impl FnOnce(&mut deploy_control::Model),
-    ) -> ApiResult<DeployPipelineView> {
+    ) -> AppResult<DeployPipelineView> {
         let txn = crate::db::begin_write(&self.db).await?;
         let existing = deploy_control::Entity::find_by_id(CONTROL_ID)
             .one(&txn)

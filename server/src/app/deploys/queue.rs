@@ -29,12 +29,12 @@ use uuid::Uuid;
 
 use crate::app::deploys::instances as states;
 use crate::entity::instance;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 use bulkhead_migrations::INSTANCES_DUE;
 
 /// The turn of the next instance of `project_id` to join the queue: after the project's last
 /// waiting instance, and not before the head of the queue.
-pub async fn dispatch_order_next(db: &impl ConnectionTrait, project_id: Uuid) -> ApiResult<i64> {
+pub async fn dispatch_order_next(db: &impl ConnectionTrait, project_id: Uuid) -> AppResult<i64> {
     let order = Expr::col(instance::Column::DispatchOrder);
     let head = order_bound(db, Func::min(order.clone()), None, "idx_instances_due").await?;
     let last = order_bound(
@@ -58,7 +58,7 @@ async fn order_bound(
     bound: sea_orm::sea_query::FunctionCall,
     project_id: Option<Uuid>,
     index: &str,
-) -> ApiResult<Option<i64>> {
+) -> AppResult<Option<i64>> {
     let mut select = instance::Entity::find()
         .select_only()
         .expr(bound)
@@ -111,7 +111,7 @@ pub async fn due_head(
     now: DateTime<Utc>,
     skip: &HashSet<String>,
     limit: u64,
-) -> ApiResult<Vec<instance::Model>> {
+) -> AppResult<Vec<instance::Model>> {
     let mut select = instance::Entity::find().filter(due(now));
     if !skip.is_empty() {
         select = select.filter(instance::Column::Provider.is_not_in(skip.iter().cloned()));
@@ -128,7 +128,7 @@ pub async fn due_head(
 }
 
 /// How many instances are due now.
-pub async fn due_count(db: &impl ConnectionTrait, now: DateTime<Utc>) -> ApiResult<u64> {
+pub async fn due_count(db: &impl ConnectionTrait, now: DateTime<Utc>) -> AppResult<u64> {
     use sea_orm::PaginatorTrait;
     Ok(instance::Entity::find().filter(due(now)).count(db).await?)
 }
@@ -142,7 +142,7 @@ pub async fn claims_take(
     runner: &str,
     now: DateTime<Utc>,
     until: DateTime<Utc>,
-) -> ApiResult<Vec<instance::Model>> {
+) -> AppResult<Vec<instance::Model>> {
     let mut claimed = Vec::with_capacity(rows.len());
     for row in rows {
         let next_state = if row.state == states::PENDING {

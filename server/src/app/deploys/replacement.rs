@@ -20,17 +20,17 @@ use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments;
 use crate::app::deploys::instances as states;
+use crate::app::deploys::instances::{Takeover, replacement_place};
 use crate::app::deploys::placement::Candidate;
-use crate::app::deploys::reconciler::{Takeover, replacement_place};
 use crate::entity::{deployment, instance};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 /// How long after a failed replacement the next one may be placed, doubled with each failure.
 pub const REPLACE_BACKOFF_INITIAL: Duration = Duration::from_secs(30);
 pub const REPLACE_BACKOFF_MAX: Duration = Duration::from_secs(600);
 
 impl App {
-    pub(crate) async fn instances_unhealthy_replace(&self) -> ApiResult<()> {
+    pub(crate) async fn instances_unhealthy_replace(&self) -> AppResult<()> {
         let after = ChronoDuration::from_std(self.reconciler.settings.unhealthy_replace_after)
             .unwrap_or(ChronoDuration::MAX);
         let sick = instance::Entity::find()
@@ -46,8 +46,8 @@ impl App {
         for old in sick {
             if let Err(err) = self.instance_unhealthy_replace(&old, &candidates).await {
                 self.reconciler.error_record(format!(
-                    "replacing the unhealthy {}: {}",
-                    old.instance_key, err.detail
+                    "replacing the unhealthy {}: {err}",
+                    old.instance_key
                 ));
             }
         }
@@ -60,7 +60,7 @@ impl App {
         &self,
         old: &instance::Model,
         candidates: &[Candidate],
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let Some(owner) = self.replacement_due(old).await? else {
             return Ok(());
         };
@@ -89,7 +89,7 @@ impl App {
 
     /// The healthy deployment of `old` when `old` should get a replacement now: none on its
     /// way, and the backoff after the failed ones over.
-    async fn replacement_due(&self, old: &instance::Model) -> ApiResult<Option<deployment::Model>> {
+    async fn replacement_due(&self, old: &instance::Model) -> AppResult<Option<deployment::Model>> {
         let Some(owner) = deployment::Entity::find_by_id(old.deployment_id)
             .one(&self.db)
             .await?

@@ -23,7 +23,7 @@ use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances as states;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::entity::{deployment, instance};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// How often the reconciler looks at every rolling-out deployment, for one that should have
 /// settled.
@@ -38,7 +38,7 @@ pub struct Settled {
 
 /// Settles deployment `id` within `txn` if it is rolling out and every instance it needs is
 /// made, running and healthy; answers what settled.
-pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> ApiResult<Option<Settled>> {
+pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResult<Option<Settled>> {
     let Some(found) = deployment::Entity::find_by_id(id)
         .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
         .one(txn)
@@ -47,7 +47,7 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> ApiResul
         return Ok(None);
     };
     let spec: ServiceSpec =
-        serde_json::from_value(found.spec.clone()).map_err(ApiError::internal)?;
+        serde_json::from_value(found.spec.clone()).map_err(AppError::internal)?;
     let instances = instance::Entity::find()
         .filter(instance::Column::DeploymentId.eq(found.id))
         .all(txn)
@@ -164,7 +164,7 @@ impl App {
 
     /// Settles every rolling-out deployment that is done (the reconciler's sweep): read in
     /// bulk, then a write for each one found done.
-    pub(crate) async fn deployments_settle_sweep(&self) -> ApiResult<()> {
+    pub(crate) async fn deployments_settle_sweep(&self) -> AppResult<()> {
         let rolling: Vec<(Uuid, serde_json::Value)> = deployment::Entity::find()
             .select_only()
             .column(deployment::Column::Id)
@@ -197,7 +197,7 @@ impl App {
             }
             for (id, spec) in chunk {
                 let replicas = serde_json::from_value::<ServiceSpec>(spec.clone())
-                    .map_err(ApiError::internal)?
+                    .map_err(AppError::internal)?
                     .replicas;
                 let instances = by_deployment.remove(id).unwrap_or_default();
                 if !rollout_done(replicas, instances) {

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::deploys::deployments::STREAM_MOVING_STATES;
 use crate::entity::{deployment, instance};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 /// How often the marks are read without a hint.
 pub const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -107,37 +107,22 @@ impl DeploymentWatch {
 }
 
 impl App {
-    /// Wakes each deployment stream when its own deployment changes (see the module
-    /// documentation), until `stop` turns true.
-    pub async fn deployment_watch_run(self, mut stop: watch::Receiver<bool>) {
-        let mut changed = self.changes.deployments.subscribe();
-        loop {
-            tokio::select! {
-                _ = stop.changed() => return,
-                _ = changed.changed() => {}
-                _ = tokio::time::sleep(WATCH_EVERY) => {}
-            }
-            if *stop.borrow() {
-                return;
-            }
-            changed.borrow_and_update();
-            let ids = self.deployment_watch.followed_ids();
-            if ids.is_empty() {
-                continue;
-            }
-            match deployment_marks(&self.db, &ids).await {
-                Ok(marks) => {
-                    let woken = self.deployment_watch.marks_apply(marks);
-                    tracing::debug!(
-                        followed = ids.len(),
-                        woken,
-                        "deployment streams' marks read"
-                    );
-                    metrics::counter!("deployment_streams_woken_total").increment(woken as u64);
-                }
-                Err(err) => tracing::warn!(error = %err, "reading followed deployments failed"),
-            }
+    /// Wakes each deployment stream whose own deployment changed (see the module
+    /// documentation): one read of the followed deployments' marks.
+    pub async fn deployment_watch_pass(&self) -> AppResult<()> {
+        let ids = self.deployment_watch.followed_ids();
+        if ids.is_empty() {
+            return Ok(());
         }
+        let marks = deployment_marks(&self.db, &ids).await?;
+        let woken = self.deployment_watch.marks_apply(marks);
+        tracing::debug!(
+            followed = ids.len(),
+            woken,
+            "deployment streams' marks read"
+        );
+        metrics::counter!("deployment_streams_woken_total").increment(woken as u64);
+        Ok(())
     }
 }
 
@@ -145,7 +130,7 @@ impl App {
 async fn deployment_marks(
     db: &impl sea_orm::ConnectionTrait,
     ids: &[Uuid],
-) -> ApiResult<HashMap<Uuid, Mark>> {
+) -> AppResult<HashMap<Uuid, Mark>> {
     let mut marks: HashMap<Uuid, Mark> = ids.iter().map(|id| (*id, None)).collect();
     for chunk in ids.chunks(CHUNK) {
         let rows: Vec<(Uuid, i64, String)> = deployment::Entity::find()

@@ -28,7 +28,7 @@ use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::auth::opaque_token_generate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{git_installation, service};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// How long the secret before a rotation is still accepted.
 pub const SECRET_OVERLAP: chrono::Duration = chrono::Duration::hours(1);
@@ -196,10 +196,10 @@ pub(crate) fn status_token_purpose(id: Uuid) -> String {
 /// Checks a forge's API address as a project's outbound calls are checked
 /// ([`outbound_addresses::url_check`]), and that it has no query. Returns it without a
 /// trailing `/`.
-fn api_url_check(allowed: &[IpNet], text: &str) -> ApiResult<String> {
+fn api_url_check(allowed: &[IpNet], text: &str) -> AppResult<String> {
     let url = outbound_addresses::url_check(allowed, "commit_statuses.api_url", text, 500)?;
     if url.query().is_some() {
-        return Err(ApiError::invalid(
+        return Err(AppError::invalid(
             "`commit_statuses.api_url` must not have a query",
         ));
     }
@@ -230,21 +230,21 @@ async fn bindings_check(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     bindings: Vec<PushBinding>,
-) -> ApiResult<serde_json::Value> {
+) -> AppResult<serde_json::Value> {
     if bindings.len() > BINDINGS_MAX {
-        return Err(ApiError::invalid(format!(
+        return Err(AppError::invalid(format!(
             "an installation holds at most {BINDINGS_MAX} bindings"
         )));
     }
     let mut seen = std::collections::HashSet::new();
     for (i, binding) in bindings.iter().enumerate() {
         if !repository_valid(&binding.repository) {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "`bindings[{i}].repository` must be `owner/name` as on GitHub"
             )));
         }
         if !branch_valid(&binding.branch) {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "`bindings[{i}].branch` must be a branch name without `refs/heads/`: parts of letters, digits and `_+@-` separated by `/`, with single dots inside a part"
             )));
         }
@@ -253,7 +253,7 @@ async fn bindings_check(
             binding.branch.clone(),
             binding.service_id,
         )) {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "`bindings[{i}]` repeats an earlier binding"
             )));
         }
@@ -272,23 +272,23 @@ async fn bindings_check(
         .enumerate()
         .find(|(_, b)| !found.contains(&b.service_id))
     {
-        return Err(ApiError::invalid(format!(
+        return Err(AppError::invalid(format!(
             "`bindings[{i}].service_id` is not a service of this project"
         )));
     }
-    serde_json::to_value(&bindings).map_err(ApiError::internal)
+    serde_json::to_value(&bindings).map_err(AppError::internal)
 }
 
 async fn installation_find(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     id: Uuid,
-) -> ApiResult<git_installation::Model> {
+) -> AppResult<git_installation::Model> {
     git_installation::Entity::find_by_id(id)
         .filter(git_installation::Column::ProjectId.eq(project_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("git installation"))
+        .ok_or_else(|| AppError::not_found("git installation"))
 }
 
 fn installation_audit(action: &'static str, m: &git_installation::Model) -> AuditEntry {
@@ -311,12 +311,12 @@ impl App {
     pub fn git_installation_present(
         &self,
         m: git_installation::Model,
-    ) -> ApiResult<GitInstallationView> {
+    ) -> AppResult<GitInstallationView> {
         Ok(GitInstallationView {
             id: m.id,
             project_id: m.project_id,
             forge: Forge::Github,
-            bindings: serde_json::from_value(m.bindings).map_err(ApiError::internal)?,
+            bindings: serde_json::from_value(m.bindings).map_err(AppError::internal)?,
             hook_path: format!("{HOOK_PATH}?installation={}", m.id),
             previous_secret_until: m.previous_secret_until.filter(|until| *until > Utc::now()),
             commit_statuses: m.status_api_url.map(|api_url| CommitStatusesView {
@@ -336,13 +336,13 @@ impl App {
         &self,
         id: Uuid,
         input: CommitStatusesInput,
-    ) -> ApiResult<(String, String)> {
+    ) -> AppResult<(String, String)> {
         let url = api_url_check(&self.settings.webhook_allowed_networks, &input.api_url)?;
         if input.token.is_empty()
             || input.token.len() > 500
             || !input.token.bytes().all(|b| b.is_ascii_graphic())
         {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`commit_statuses.token` must be 1 to 500 visible ASCII characters",
             ));
         }
@@ -357,7 +357,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<git_installation::Model>> {
+    ) -> AppResult<Page<git_installation::Model>> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         let select = git_installation::Entity::find()
@@ -377,7 +377,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<git_installation::Model> {
+    ) -> AppResult<git_installation::Model> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         installation_find(&self.db, project_id, id).await
@@ -389,7 +389,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         create: GitInstallationCreate,
-    ) -> ApiResult<(git_installation::Model, String)> {
+    ) -> AppResult<(git_installation::Model, String)> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -432,7 +432,7 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
         update: GitInstallationUpdate,
-    ) -> ApiResult<git_installation::Model> {
+    ) -> AppResult<git_installation::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -465,7 +465,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<(git_installation::Model, String)> {
+    ) -> AppResult<(git_installation::Model, String)> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -489,7 +489,7 @@ impl App {
         project_id: Uuid,
         id: Uuid,
         if_match: Option<&str>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -510,12 +510,12 @@ impl App {
     pub(crate) fn git_installation_secrets(
         &self,
         installation: &git_installation::Model,
-    ) -> ApiResult<Vec<String>> {
+    ) -> AppResult<Vec<String>> {
         let purpose = secret_purpose(installation.id);
         let open = |sealed: &str| {
             self.secrets
                 .open_value(&purpose, sealed)
-                .map_err(|err| ApiError::internal(format!("{err:#}")))
+                .map_err(|err| AppError::internal(format!("{err:#}")))
         };
         let mut secrets = vec![open(&installation.secret)?];
         if let (Some(previous), Some(until)) = (

@@ -2,6 +2,8 @@
 //! (received, verified, deduplicated, then deployed by a worker), and the commit statuses
 //! reported back to the forge.
 
+pub mod github;
 pub mod installations;
 pub mod intake;
+pub mod intake_worker;
 pub mod statuses;

@@ -30,7 +30,6 @@ use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
     QueryOrder, QuerySelect, Set,
 };
-use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::app::App;
@@ -38,7 +37,7 @@ use crate::app::deploys::deployments as states;
 use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, Throttle, Wait, backoff_delay};
 use crate::app::shared::outbound_addresses::{CheckedResolver, address_refusal, url_check};
 use crate::entity::{deployment, forge_status, git_installation};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// Calls a second to one installation's forge at most.
 pub const CALLS_PER_SEC: u32 = 5;
@@ -51,7 +50,7 @@ const LIMIT_HOLD_DEFAULT: Duration = Duration::from_secs(60);
 /// The longest hold accepted from a forge's headers.
 const LIMIT_HOLD_MAX: Duration = Duration::from_secs(3600);
 /// How often the outbox is read without a hint.
-const STATUSES_EVERY: Duration = Duration::from_millis(500);
+pub const STATUSES_EVERY: Duration = Duration::from_millis(500);
 /// Rows read per pass.
 const BATCH: u64 = 100;
 /// The context of Bulkhead's statuses on a commit.
@@ -115,7 +114,7 @@ pub(crate) async fn status_owed(
     deployment: &deployment::Model,
     repository: &str,
     commit: &str,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     if installation.status_api_url.is_none() {
         return Ok(());
     }
@@ -179,17 +178,9 @@ fn limit_answer(status: u16, headers: &reqwest::header::HeaderMap) -> bool {
 }
 
 impl App {
-    /// Sends the statuses owed while this replica leads the deploys.
-    pub async fn forge_statuses_run(self, stop: watch::Receiver<bool>) {
-        self.deploy_leader_loop(stop, STATUSES_EVERY, "commit statuses", async |app| {
-            app.forge_statuses_pass().await
-        })
-        .await;
-    }
-
     /// Sends each due status whose deployment changed since its last one; returns how many
     /// calls it made.
-    pub async fn forge_statuses_pass(&self) -> ApiResult<usize> {
+    pub async fn forge_statuses_pass(&self) -> AppResult<usize> {
         let now = Utc::now();
         let due = forge_status::Entity::find()
             .filter(forge_status::Column::Done.eq(false))
@@ -377,11 +368,11 @@ async fn status_update(
     db: &impl ConnectionTrait,
     row: &forge_status::Model,
     change: impl FnOnce(&mut forge_status::ActiveModel),
-) -> ApiResult<()> {
+) -> AppResult<()> {
     let mut active: forge_status::ActiveModel = row.clone().into();
     change(&mut active);
     active.updated_at = Set(Utc::now());
-    active.update(db).await.map_err(ApiError::from)?;
+    active.update(db).await.map_err(AppError::from)?;
     Ok(())
 }
 

@@ -23,7 +23,7 @@ use crate::auth::{
 };
 use crate::authz::{Credential, OpContext, Principal, Scope};
 use crate::entity::{api_token, refresh_token, user};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// Credentials of a password login.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -54,12 +54,12 @@ pub struct SessionTokens {
     pub refresh_token: String,
 }
 
-fn bad_credentials() -> ApiError {
-    ApiError::unauthenticated("invalid email or password")
+fn bad_credentials() -> AppError {
+    AppError::unauthenticated("invalid email or password")
 }
 
-fn bad_refresh_token() -> ApiError {
-    ApiError::unauthenticated("the refresh token is invalid, expired or revoked")
+fn bad_refresh_token() -> AppError {
+    AppError::unauthenticated("the refresh token is invalid, expired or revoked")
 }
 
 impl App {
@@ -70,7 +70,7 @@ impl App {
         request: LoginRequest,
         client: IpAddr,
         request_id: &str,
-    ) -> ApiResult<SessionTokens> {
+    ) -> AppResult<SessionTokens> {
         let email = request.email.trim().to_lowercase();
         self.login.attempt_from(client, &email)?;
         let found = user::Entity::find()
@@ -111,7 +111,7 @@ impl App {
         client: IpAddr,
         request_id: &str,
         method: &str,
-    ) -> ApiResult<SessionTokens> {
+    ) -> AppResult<SessionTokens> {
         let txn = crate::db::begin_write(&self.db).await?;
         let mut active: user::ActiveModel = user.clone().into();
         active.last_login_at = Set(Some(Utc::now()));
@@ -146,7 +146,7 @@ impl App {
 
     /// Exchanges a refresh token for new tokens. A refresh token that was already used means
     /// it was stolen or replayed: the whole session (token family) is revoked.
-    pub async fn session_refresh(&self, request: RefreshRequest) -> ApiResult<SessionTokens> {
+    pub async fn session_refresh(&self, request: RefreshRequest) -> AppResult<SessionTokens> {
         let hash = opaque_token_hash(&request.refresh_token);
         let txn = crate::db::begin_write(&self.db).await?;
         let Some(stored) = refresh_token::Entity::find()
@@ -197,7 +197,7 @@ impl App {
     /// its access tokens from the next request on. API tokens minted in it stay (they are
     /// made to outlive a session). Unknown tokens are ignored, so that logout never tells
     /// whether a token existed.
-    pub async fn session_logout(&self, request: RefreshRequest) -> ApiResult<()> {
+    pub async fn session_logout(&self, request: RefreshRequest) -> AppResult<()> {
         let hash = opaque_token_hash(&request.refresh_token);
         let txn = crate::db::begin_write(&self.db).await?;
         let found = refresh_token::Entity::find()
@@ -219,12 +219,12 @@ impl App {
         db: &impl ConnectionTrait,
         user: &user::Model,
         family_id: Uuid,
-    ) -> ApiResult<SessionTokens> {
+    ) -> AppResult<SessionTokens> {
         let user_id = user.id;
         let refresh = opaque_token_generate(REFRESH_TOKEN_PREFIX);
         let now = Utc::now();
         let ttl = ChronoDuration::from_std(self.settings.refresh_token_ttl)
-            .map_err(ApiError::internal)?;
+            .map_err(AppError::internal)?;
         refresh_token::ActiveModel {
             id: Set(Uuid::now_v7()),
             user_id: Set(user_id),
@@ -241,7 +241,7 @@ impl App {
         let access_token = self
             .jwt
             .access_token_issue(user_id, family_id, user.session_epoch, ttl)
-            .map_err(ApiError::internal)?;
+            .map_err(AppError::internal)?;
         Ok(SessionTokens {
             access_token,
             token_type: "Bearer".into(),
@@ -270,7 +270,7 @@ impl App {
         Some(cached.principal.clone())
     }
 
-    pub async fn principal_from_bearer(&self, bearer: &str) -> ApiResult<Principal> {
+    pub async fn principal_from_bearer(&self, bearer: &str) -> AppResult<Principal> {
         let digest: [u8; 32] = Sha256::digest(bearer.as_bytes()).into();
         let now = Utc::now().timestamp();
         if let Some(cached) = self.auth_cache.principal(&digest) {
@@ -307,21 +307,21 @@ impl App {
     }
 
     /// A JWT access token's principal and expiry.
-    async fn session_principal(&self, bearer: &str) -> ApiResult<(Principal, Option<i64>, i64)> {
+    async fn session_principal(&self, bearer: &str) -> AppResult<(Principal, Option<i64>, i64)> {
         let claims = self.jwt.access_token_verify(bearer).map_err(|err| {
             tracing::debug!(error = %err, "access token refused");
-            ApiError::unauthenticated("the access token is invalid or expired")
+            AppError::unauthenticated("the access token is invalid or expired")
         })?;
         // A token from before sessions had ids names none: its holder would share one
         // idempotency namespace with every other such holder.
         if claims.sid.is_nil() {
-            return Err(ApiError::unauthenticated(
+            return Err(AppError::unauthenticated(
                 "this access token predates session ids; log in again",
             ));
         }
         let user = self.active_user(claims.sub).await?;
         if claims.sep != user.session_epoch {
-            return Err(ApiError::unauthenticated(
+            return Err(AppError::unauthenticated(
                 "the session has ended (the password changed or the user was disabled); log in again",
             ));
         }
@@ -342,22 +342,22 @@ impl App {
         &self,
         token_hash: &str,
         now: i64,
-    ) -> ApiResult<(Principal, Option<i64>, i64)> {
+    ) -> AppResult<(Principal, Option<i64>, i64)> {
         // The token and its user in one query.
         let (token, user) = api_token::Entity::find()
             .filter(api_token::Column::TokenHash.eq(token_hash))
             .find_also_related(user::Entity)
             .one(&self.db)
             .await?
-            .ok_or_else(|| ApiError::unauthenticated("the API token is invalid"))?;
+            .ok_or_else(|| AppError::unauthenticated("the API token is invalid"))?;
         let expires_at = token.expires_at.map(|at| at.timestamp());
         if token.revoked_at.is_some() || expires_at.is_some_and(|at| at <= now) {
-            return Err(ApiError::unauthenticated(
+            return Err(AppError::unauthenticated(
                 "the API token is revoked or expired",
             ));
         }
         let scopes: BTreeSet<Scope> =
-            serde_json::from_value(token.scopes.clone()).map_err(ApiError::internal)?;
+            serde_json::from_value(token.scopes.clone()).map_err(AppError::internal)?;
         let user = match user {
             Some(user) if !user.disabled => user,
             _ => return Err(user_gone()),
@@ -377,7 +377,7 @@ impl App {
 
     /// Records that a token was used now. It costs a write, so it is done at most once every
     /// [`TOKEN_USE_RECORD_SECS`] a token: precise enough to spot unused tokens.
-    async fn token_use_record(&self, token_id: Uuid) -> ApiResult<()> {
+    async fn token_use_record(&self, token_id: Uuid) -> AppResult<()> {
         api_token::Entity::update_many()
             .col_expr(api_token::Column::LastUsedAt, Expr::value(Utc::now()))
             .filter(api_token::Column::Id.eq(token_id))
@@ -386,7 +386,7 @@ impl App {
         Ok(())
     }
 
-    async fn active_user(&self, id: Uuid) -> ApiResult<user::Model> {
+    async fn active_user(&self, id: Uuid) -> AppResult<user::Model> {
         match user::Entity::find_by_id(id).one(&self.db).await? {
             Some(user) if !user.disabled => Ok(user),
             _ => Err(user_gone()),
@@ -396,17 +396,17 @@ impl App {
 
 const TOKEN_USE_RECORD_SECS: i64 = 60;
 
-fn credential_expired(principal: &Principal) -> ApiError {
+fn credential_expired(principal: &Principal) -> AppError {
     match principal.credential {
         Credential::Session(_) => {
-            ApiError::unauthenticated("the access token is invalid or expired")
+            AppError::unauthenticated("the access token is invalid or expired")
         }
-        Credential::ApiToken(_) => ApiError::unauthenticated("the API token is revoked or expired"),
+        Credential::ApiToken(_) => AppError::unauthenticated("the API token is revoked or expired"),
     }
 }
 
-fn user_gone() -> ApiError {
-    ApiError::unauthenticated("the user of this credential is disabled or gone")
+fn user_gone() -> AppError {
+    AppError::unauthenticated("the user of this credential is disabled or gone")
 }
 
 /// Revokes every refresh token of `user_id` (all their sessions); returns how many sessions
@@ -414,7 +414,7 @@ fn user_gone() -> ApiError {
 pub(crate) async fn sessions_revoke_all(
     db: &impl ConnectionTrait,
     user_id: Uuid,
-) -> ApiResult<u64> {
+) -> AppResult<u64> {
     let open = refresh_token::Entity::update_many()
         .col_expr(refresh_token::Column::RevokedAt, Expr::value(Utc::now()))
         .filter(refresh_token::Column::UserId.eq(user_id))
@@ -433,13 +433,13 @@ pub(crate) async fn sessions_revoke_all(
 }
 
 /// The refusal of an access token whose session was logged out or revoked.
-pub(crate) fn session_ended() -> ApiError {
-    ApiError::unauthenticated("the session has ended (logged out or revoked); log in again")
+pub(crate) fn session_ended() -> AppError {
+    AppError::unauthenticated("the session has ended (logged out or revoked); log in again")
 }
 
 /// Whether the session (refresh-token family) `family_id` is open: none of its refresh tokens
 /// was revoked (logout, reuse and password changes revoke them all).
-async fn session_open(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<bool> {
+async fn session_open(db: &impl ConnectionTrait, family_id: Uuid) -> AppResult<bool> {
     let revoked = refresh_token::Entity::find()
         .select_only()
         .column(refresh_token::Column::Id)
@@ -459,7 +459,7 @@ async fn session_open(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<b
 pub(crate) async fn session_open_lock(
     db: &impl ConnectionTrait,
     family_id: Uuid,
-) -> ApiResult<bool> {
+) -> AppResult<bool> {
     let first: Option<(Uuid, Option<chrono::DateTime<Utc>>)> = refresh_token::Entity::find()
         .select_only()
         .column(refresh_token::Column::Id)
@@ -476,7 +476,7 @@ pub(crate) async fn session_open_lock(
 
 /// Revokes a session caught reusing a refresh token (a stolen session), with every API token
 /// minted in it and their descendants; returns how many tokens that revoked.
-async fn session_compromised_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<u64> {
+async fn session_compromised_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> AppResult<u64> {
     family_revoke(db, family_id).await?;
     let minted: Vec<Uuid> = api_token::Entity::find()
         .select_only()
@@ -488,7 +488,7 @@ async fn session_compromised_revoke(db: &impl ConnectionTrait, family_id: Uuid) 
     crate::app::identity::tokens::tokens_revoke_tree(db, minted).await
 }
 
-async fn family_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> ApiResult<()> {
+async fn family_revoke(db: &impl ConnectionTrait, family_id: Uuid) -> AppResult<()> {
     refresh_token::Entity::update_many()
         .col_expr(refresh_token::Column::RevokedAt, Expr::value(Utc::now()))
         .filter(refresh_token::Column::FamilyId.eq(family_id))

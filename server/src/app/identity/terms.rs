@@ -15,7 +15,7 @@ use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::app::shared::validate::text_validate;
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{terms_acceptance, terms_version};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TermsView {
@@ -85,7 +85,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<terms_version::Model>> {
+    ) -> AppResult<Page<terms_version::Model>> {
         principal.require_scope(Scope::Read)?;
         paginate(
             &self.db,
@@ -97,7 +97,7 @@ impl App {
         .await
     }
 
-    async fn terms_current(&self) -> ApiResult<Option<terms_version::Model>> {
+    async fn terms_current(&self) -> AppResult<Option<terms_version::Model>> {
         Ok(terms_version::Entity::find()
             .order_by_desc(terms_version::Column::Id)
             .one(&self.db)
@@ -108,15 +108,15 @@ impl App {
         &self,
         ctx: &OpContext,
         publish: TermsPublish,
-    ) -> ApiResult<terms_version::Model> {
+    ) -> AppResult<terms_version::Model> {
         ctx.principal.require_admin()?;
         let version = text_validate("version", &publish.version, 64)?;
         let url = text_validate("url", &publish.url, 2000)?;
         if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(ApiError::invalid("`url` must be an http(s) URL"));
+            return Err(AppError::invalid("`url` must be an http(s) URL"));
         }
         if publish.summary.chars().count() > 4000 {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`summary` must be at most 4000 characters",
             ));
         }
@@ -147,7 +147,7 @@ impl App {
         Ok(published)
     }
 
-    pub async fn terms_status(&self, principal: &Principal) -> ApiResult<TermsStatus> {
+    pub async fn terms_status(&self, principal: &Principal) -> AppResult<TermsStatus> {
         principal.require_scope(Scope::Read)?;
         let Some(current) = self.terms_current().await? else {
             return Ok(TermsStatus {
@@ -174,16 +174,16 @@ impl App {
         &self,
         ctx: &OpContext,
         accept: TermsAccept,
-    ) -> ApiResult<(TermsAcceptanceView, bool)> {
+    ) -> AppResult<(TermsAcceptanceView, bool)> {
         ctx.principal.require_scope(Scope::Write)?;
         let txn = crate::db::begin_write(&self.db).await?;
         let current = terms_version::Entity::find()
             .order_by_desc(terms_version::Column::Id)
             .one(&txn)
             .await?
-            .ok_or_else(|| ApiError::invalid("no terms of service are published"))?;
+            .ok_or_else(|| AppError::invalid("no terms of service are published"))?;
         if current.version != accept.version {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "only the current version (`{}`) can be accepted",
                 current.version
             )));
@@ -228,7 +228,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<TermsAcceptanceView>> {
+    ) -> AppResult<Page<TermsAcceptanceView>> {
         principal.require_scope(Scope::Read)?;
         let select = terms_acceptance::Entity::find()
             .filter(terms_acceptance::Column::UserId.eq(principal.user_id()));

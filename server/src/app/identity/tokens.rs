@@ -19,7 +19,7 @@ use crate::app::shared::validate::text_validate;
 use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash};
 use crate::authz::{Credential, OpContext, Principal, Scope};
 use crate::entity::api_token;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// An API token, without its secret value.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -60,14 +60,14 @@ pub struct TokenCreate {
 }
 
 impl TryFrom<api_token::Model> for TokenView {
-    type Error = ApiError;
+    type Error = AppError;
 
-    fn try_from(m: api_token::Model) -> ApiResult<Self> {
+    fn try_from(m: api_token::Model) -> AppResult<Self> {
         Ok(Self {
             id: m.id,
             name: m.name,
             prefix: m.prefix,
-            scopes: serde_json::from_value(m.scopes).map_err(ApiError::internal)?,
+            scopes: serde_json::from_value(m.scopes).map_err(AppError::internal)?,
             expires_at: m.expires_at,
             revoked_at: m.revoked_at,
             last_used_at: m.last_used_at,
@@ -81,7 +81,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<TokenView>> {
+    ) -> AppResult<Page<TokenView>> {
         principal.require_scope(Scope::Read)?;
         let select =
             api_token::Entity::find().filter(api_token::Column::UserId.eq(principal.user_id()));
@@ -91,12 +91,12 @@ impl App {
                 .items
                 .into_iter()
                 .map(TokenView::try_from)
-                .collect::<ApiResult<_>>()?,
+                .collect::<AppResult<_>>()?,
             next_cursor: page.next_cursor,
         })
     }
 
-    pub async fn token_view(&self, principal: &Principal, id: Uuid) -> ApiResult<TokenView> {
+    pub async fn token_view(&self, principal: &Principal, id: Uuid) -> AppResult<TokenView> {
         principal.require_scope(Scope::Read)?;
         self.token_own(principal, id).await?.try_into()
     }
@@ -105,18 +105,18 @@ impl App {
         &self,
         ctx: &OpContext,
         create: TokenCreate,
-    ) -> ApiResult<TokenCreated> {
+    ) -> AppResult<TokenCreated> {
         ctx.principal.require_scope(Scope::Write)?;
         let name = text_validate("name", &create.name, 200)?;
         let scopes: BTreeSet<Scope> = create.scopes.into_iter().collect();
         if scopes.is_empty() {
-            return Err(ApiError::invalid("`scopes` must name at least one scope"));
+            return Err(AppError::invalid("`scopes` must name at least one scope"));
         }
         if let Some(scope) = scopes
             .iter()
             .find(|scope| !ctx.principal.has_scope(**scope))
         {
-            return Err(ApiError::forbidden(format!(
+            return Err(AppError::forbidden(format!(
                 "cannot create a token with scope `{}`, which this credential lacks",
                 serde_json::to_value(scope)
                     .unwrap_or_default()
@@ -125,7 +125,7 @@ impl App {
             )));
         }
         if create.expires_at.is_some_and(|at| at <= Utc::now()) {
-            return Err(ApiError::invalid("`expires_at` must be in the future"));
+            return Err(AppError::invalid("`expires_at` must be in the future"));
         }
         let secret = opaque_token_generate(API_TOKEN_PREFIX);
         let txn = crate::db::begin_write(&self.db).await?;
@@ -139,7 +139,7 @@ impl App {
                     .one(&txn)
                     .await?
                     .filter(|parent| parent.revoked_at.is_none())
-                    .ok_or_else(|| ApiError::unauthenticated("the API token is revoked"))?;
+                    .ok_or_else(|| AppError::unauthenticated("the API token is revoked"))?;
                 (Some(parent), None)
             }
             Credential::Session(family) => {
@@ -162,7 +162,7 @@ impl App {
             name: Set(name),
             token_hash: Set(opaque_token_hash(&secret)),
             prefix: Set(secret.chars().take(7).collect()),
-            scopes: Set(serde_json::to_value(&scopes).map_err(ApiError::internal)?),
+            scopes: Set(serde_json::to_value(&scopes).map_err(AppError::internal)?),
             expires_at: Set(expires_at),
             revoked_at: Set(None),
             last_used_at: Set(None),
@@ -182,7 +182,7 @@ impl App {
 
     /// Revokes a token and every token minted from it, at any depth; revoking a revoked
     /// token changes nothing.
-    pub async fn token_revoke(&self, ctx: &OpContext, id: Uuid) -> ApiResult<()> {
+    pub async fn token_revoke(&self, ctx: &OpContext, id: Uuid) -> AppResult<()> {
         ctx.principal.require_scope(Scope::Write)?;
         let token = self.token_own(&ctx.principal, id).await?;
         if token.revoked_at.is_some() {
@@ -198,12 +198,12 @@ impl App {
         Ok(())
     }
 
-    async fn token_own(&self, principal: &Principal, id: Uuid) -> ApiResult<api_token::Model> {
+    async fn token_own(&self, principal: &Principal, id: Uuid) -> AppResult<api_token::Model> {
         api_token::Entity::find_by_id(id)
             .filter(api_token::Column::UserId.eq(principal.user_id()))
             .one(&self.db)
             .await?
-            .ok_or_else(|| ApiError::not_found("token"))
+            .ok_or_else(|| AppError::not_found("token"))
     }
 }
 
@@ -216,7 +216,7 @@ impl App {
 pub(crate) async fn tokens_revoke_tree(
     db: &impl ConnectionTrait,
     roots: Vec<Uuid>,
-) -> ApiResult<u64> {
+) -> AppResult<u64> {
     let now = Utc::now();
     let mut revoked = 0;
     let mut level = roots;

@@ -16,7 +16,7 @@ use crate::app::shared::validate::text_validate;
 use crate::auth::{password_hash, password_verify};
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::user;
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 
 /// A user account. Passwords are never shown.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -93,28 +93,28 @@ pub struct MeUpdate {
     pub current_password: Option<String>,
 }
 
-pub(crate) fn email_validate(email: &str) -> ApiResult<String> {
+pub(crate) fn email_validate(email: &str) -> AppResult<String> {
     let email = email.trim().to_lowercase();
     if email.len() <= 320 && email_address::EmailAddress::is_valid(&email) {
         Ok(email)
     } else {
-        Err(ApiError::invalid("`email` is not a valid email address"))
+        Err(AppError::invalid("`email` is not a valid email address"))
     }
 }
 
 impl App {
     /// Checks a new password's length and hashes it (outside any transaction: a hash takes
     /// tens of milliseconds, and SQLite's write lock would stall every writer meanwhile).
-    pub(crate) async fn password_hash_new(&self, password: String) -> ApiResult<String> {
+    pub(crate) async fn password_hash_new(&self, password: String) -> AppResult<String> {
         if password.chars().count() < 12 || password.len() > 1024 {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`password` must be 12 to 1024 characters",
             ));
         }
         self.login
             .hash(move || password_hash(&password))
             .await?
-            .map_err(ApiError::internal)
+            .map_err(AppError::internal)
     }
 }
 
@@ -124,13 +124,13 @@ async fn sessions_end(
     db: &impl sea_orm::ConnectionTrait,
     active: &mut user::ActiveModel,
     current: &user::Model,
-) -> ApiResult<u64> {
+) -> AppResult<u64> {
     active.session_epoch = Set(current.session_epoch + 1);
     crate::app::identity::sessions::sessions_revoke_all(db, current.id).await
 }
 
 impl App {
-    pub async fn me_view(&self, principal: &Principal) -> ApiResult<user::Model> {
+    pub async fn me_view(&self, principal: &Principal) -> AppResult<user::Model> {
         principal.require_scope(Scope::Read)?;
         Ok(principal.user.clone())
     }
@@ -143,7 +143,7 @@ impl App {
         ctx: &OpContext,
         if_match: Option<&str>,
         update: MeUpdate,
-    ) -> ApiResult<user::Model> {
+    ) -> AppResult<user::Model> {
         ctx.principal.require_scope(Scope::Write)?;
         let name = update
             .name
@@ -163,7 +163,7 @@ impl App {
         let current = user::Entity::find_by_id(ctx.principal.user_id())
             .one(&txn)
             .await?
-            .ok_or_else(|| ApiError::not_found("user"))?;
+            .ok_or_else(|| AppError::not_found("user"))?;
         if_match_check(if_match, current.revision)?;
         let mut active: user::ActiveModel = current.clone().into();
         if let Some(name) = name {
@@ -172,7 +172,7 @@ impl App {
         let mut sessions_ended = None;
         if let Some((verified_against, new_hash)) = password {
             if current.password_hash.as_deref() != Some(verified_against.as_str()) {
-                return Err(ApiError::conflict(
+                return Err(AppError::new(
                     ErrorCode::PasswordChanged,
                     "the password changed while this request was checked; try again",
                 ));
@@ -197,18 +197,18 @@ impl App {
         &self,
         ctx: &OpContext,
         given: Option<String>,
-    ) -> ApiResult<String> {
+    ) -> AppResult<String> {
         let stored = user::Entity::find_by_id(ctx.principal.user_id())
             .one(&self.db)
             .await?
             .and_then(|user| user.password_hash)
             .ok_or_else(|| {
-                ApiError::forbidden(
+                AppError::forbidden(
                     "you have no password yet: an administrator sets the first one (PATCH /v1/users/{id})",
                 )
             })?;
         let Some(given) = given else {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`current_password` is required to change the password",
             ));
         };
@@ -222,7 +222,7 @@ impl App {
         {
             Ok(stored)
         } else {
-            Err(ApiError::forbidden("`current_password` is wrong"))
+            Err(AppError::forbidden("`current_password` is wrong"))
         }
     }
 
@@ -230,7 +230,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<user::Model>> {
+    ) -> AppResult<Page<user::Model>> {
         principal.require_admin()?;
         paginate(
             &self.db,
@@ -242,15 +242,15 @@ impl App {
         .await
     }
 
-    pub async fn user_view(&self, principal: &Principal, id: Uuid) -> ApiResult<user::Model> {
+    pub async fn user_view(&self, principal: &Principal, id: Uuid) -> AppResult<user::Model> {
         principal.require_admin()?;
         user::Entity::find_by_id(id)
             .one(&self.db)
             .await?
-            .ok_or_else(|| ApiError::not_found("user"))
+            .ok_or_else(|| AppError::not_found("user"))
     }
 
-    pub async fn user_create(&self, ctx: &OpContext, create: UserCreate) -> ApiResult<user::Model> {
+    pub async fn user_create(&self, ctx: &OpContext, create: UserCreate) -> AppResult<user::Model> {
         ctx.principal.require_admin()?;
         let email = email_validate(&create.email)?;
         let name = text_validate("name", &create.name, 200)?;
@@ -290,7 +290,7 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
         update: UserUpdate,
-    ) -> ApiResult<user::Model> {
+    ) -> AppResult<user::Model> {
         ctx.principal.require_admin()?;
         let name = update
             .name
@@ -304,12 +304,12 @@ impl App {
         let current = user::Entity::find_by_id(id)
             .one(&txn)
             .await?
-            .ok_or_else(|| ApiError::not_found("user"))?;
+            .ok_or_else(|| AppError::not_found("user"))?;
         if_match_check(if_match, current.revision)?;
         if id == ctx.principal.user_id()
             && (update.disabled == Some(true) || update.is_admin == Some(false))
         {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "administrators cannot disable or demote themselves",
             ));
         }
@@ -348,7 +348,7 @@ async fn user_save(
     db: &impl sea_orm::ConnectionTrait,
     mut active: user::ActiveModel,
     revision: i64,
-) -> ApiResult<user::Model> {
+) -> AppResult<user::Model> {
     active.revision = Set(revision + 1);
     active.updated_at = Set(Utc::now());
     Ok(active.update(db).await?)

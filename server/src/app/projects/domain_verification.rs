@@ -12,7 +12,7 @@ use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfi
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
 
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// The label under which a hostname's challenge is published.
 pub const CHALLENGE_LABEL: &str = "_bulkhead-challenge";
@@ -71,7 +71,7 @@ impl ChallengeResolver {
 
     /// The TXT values published at `name` (none when the name or its records do not exist);
     /// 503 `dns_unavailable` when DNS could not answer.
-    pub async fn txt_values(&self, name: &str) -> ApiResult<Vec<String>> {
+    pub async fn txt_values(&self, name: &str) -> AppResult<Vec<String>> {
         // Fully qualified: no search domain is tried.
         match self.resolver.txt_lookup(format!("{name}.")).await {
             Ok(lookup) => Ok(lookup
@@ -85,8 +85,7 @@ impl ChallengeResolver {
             Err(err) if err.is_no_records_found() || err.is_nx_domain() => Ok(Vec::new()),
             Err(err) => {
                 tracing::warn!(name, error = %err, "domain verification: DNS did not answer");
-                Err(ApiError::new(
-                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                Err(AppError::new(
                     ErrorCode::DnsUnavailable,
                     "DNS did not answer the verification question; try again shortly",
                 )

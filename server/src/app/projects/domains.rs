@@ -21,7 +21,7 @@ use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 
 /// Whether a domain routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -119,13 +119,13 @@ const HOSTNAME_PATTERN: &str =
 const HOSTNAME_MAX: usize = 253;
 
 /// Checks a DNS hostname against [`HOSTNAME_PATTERN`] and returns it lowercase.
-pub fn hostname_validate(hostname: &str) -> ApiResult<String> {
+pub fn hostname_validate(hostname: &str) -> AppResult<String> {
     static PATTERN: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(HOSTNAME_PATTERN).expect("the hostname pattern compiles"));
     if hostname.len() <= HOSTNAME_MAX && PATTERN.is_match(hostname) {
         Ok(hostname.to_ascii_lowercase())
     } else {
-        Err(ApiError::invalid(
+        Err(AppError::invalid(
             "`hostname` must be a DNS name such as `app.example.com` (no wildcards, no IP addresses, no trailing dot)",
         ))
     }
@@ -135,25 +135,25 @@ async fn service_of_project(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     service_id: Uuid,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     service::Entity::find_by_id(service_id)
         .filter(service::Column::ProjectId.eq(project_id))
         .one(db)
         .await?
         .map(|_| ())
-        .ok_or_else(|| ApiError::invalid("`service_id` is not a service of this project"))
+        .ok_or_else(|| AppError::invalid("`service_id` is not a service of this project"))
 }
 
 async fn domain_find(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     id: Uuid,
-) -> ApiResult<domain::Model> {
+) -> AppResult<domain::Model> {
     domain::Entity::find_by_id(id)
         .filter(domain::Column::ProjectId.eq(project_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("domain"))
+        .ok_or_else(|| AppError::not_found("domain"))
 }
 
 /// The names `hostname` is under, nearest first, down to two labels (`a.b.example.com`:
@@ -184,7 +184,7 @@ async fn verified_around(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     hostname: &str,
-) -> ApiResult<Verified> {
+) -> AppResult<Verified> {
     let parents = hostname_parents(hostname);
     let mut names = parents.clone();
     names.push(hostname);
@@ -206,8 +206,8 @@ async fn verified_around(
 }
 
 /// 409 for a hostname another project holds; it does not say which.
-fn hostname_taken() -> ApiError {
-    ApiError::conflict(
+fn hostname_taken() -> AppError {
+    AppError::new(
         ErrorCode::HostnameTaken,
         "this hostname, or a domain it is under, is verified by another project",
     )
@@ -219,7 +219,7 @@ const HOSTNAME_CLAIMED: &str =
     "this project already claims this hostname, or another project has verified it";
 
 /// 422 naming what DNS holds at the challenge's name instead of the expected value.
-fn challenge_missing(hostname: &str, found: &[String]) -> ApiError {
+fn challenge_missing(hostname: &str, found: &[String]) -> AppError {
     let name = challenge_name(hostname);
     let holds = if found.is_empty() {
         format!("DNS has no TXT record at `{name}`")
@@ -234,8 +234,7 @@ fn challenge_missing(hostname: &str, found: &[String]) -> ApiError {
             shown.join(", ")
         )
     };
-    ApiError::new(
-        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+    AppError::new(
         ErrorCode::DomainUnverified,
         format!(
             "{holds}: publish the domain's `challenge` there, and try again once DNS serves it"
@@ -249,7 +248,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<domain::Model>> {
+    ) -> AppResult<Page<domain::Model>> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         let select = domain::Entity::find().filter(domain::Column::ProjectId.eq(project_id));
@@ -261,7 +260,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<domain::Model> {
+    ) -> AppResult<domain::Model> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         domain_find(&self.db, project_id, id).await
@@ -274,7 +273,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         create: DomainCreate,
-    ) -> ApiResult<domain::Model> {
+    ) -> AppResult<domain::Model> {
         let hostname = hostname_validate(&create.hostname)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
@@ -320,7 +319,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<domain::Model> {
+    ) -> AppResult<domain::Model> {
         self.project_authorize(
             &ctx.principal,
             project_id,
@@ -376,7 +375,7 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
         update: DomainUpdate,
-    ) -> ApiResult<domain::Model> {
+    ) -> AppResult<domain::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
@@ -400,7 +399,7 @@ impl App {
         project_id: Uuid,
         id: Uuid,
         if_match: Option<&str>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;

@@ -14,7 +14,7 @@ use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{environment, service};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EnvironmentView {
@@ -55,12 +55,12 @@ pub async fn environment_find(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     id: Uuid,
-) -> ApiResult<environment::Model> {
+) -> AppResult<environment::Model> {
     environment::Entity::find_by_id(id)
         .filter(environment::Column::ProjectId.eq(project_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("environment"))
+        .ok_or_else(|| AppError::not_found("environment"))
 }
 
 impl App {
@@ -69,7 +69,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<environment::Model>> {
+    ) -> AppResult<Page<environment::Model>> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         let select =
@@ -82,7 +82,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<environment::Model> {
+    ) -> AppResult<environment::Model> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         environment_find(&self.db, project_id, id).await
@@ -93,7 +93,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         create: EnvironmentWrite,
-    ) -> ApiResult<environment::Model> {
+    ) -> AppResult<environment::Model> {
         let name = slug_validate("name", &create.name)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
@@ -123,7 +123,7 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
         update: EnvironmentWrite,
-    ) -> ApiResult<environment::Model> {
+    ) -> AppResult<environment::Model> {
         let name = slug_validate("name", &update.name)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
@@ -148,7 +148,7 @@ impl App {
         project_id: Uuid,
         id: Uuid,
         if_match: Option<&str>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -161,7 +161,7 @@ impl App {
             .count(&write.txn)
             .await?;
         if services > 0 {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::EnvironmentNotEmpty,
                 format!("the environment still has {services} service(s)"),
             ));
@@ -176,7 +176,7 @@ impl App {
     }
 }
 
-fn name_taken(err: sea_orm::DbErr) -> ApiError {
+fn name_taken(err: sea_orm::DbErr) -> AppError {
     unique_violation_as(
         ErrorCode::NameTaken,
         "the project has an environment with this name",

@@ -22,7 +22,7 @@ use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project, project_invitation, project_member, user};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 
 pub const INVITATION_TTL_DAYS: i64 = 7;
 
@@ -46,7 +46,7 @@ impl App {
     pub async fn invitation_views(
         &self,
         invitations: Vec<project_invitation::Model>,
-    ) -> ApiResult<Vec<InvitationView>> {
+    ) -> AppResult<Vec<InvitationView>> {
         let ids: Vec<Uuid> = invitations.iter().map(|m| m.project_id).collect();
         let names: HashMap<Uuid, String> = project::Entity::find()
             .filter(project::Column::Id.is_in(ids))
@@ -84,12 +84,12 @@ async fn invitation_find(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     id: Uuid,
-) -> ApiResult<project_invitation::Model> {
+) -> AppResult<project_invitation::Model> {
     project_invitation::Entity::find_by_id(id)
         .filter(project_invitation::Column::ProjectId.eq(project_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("invitation"))
+        .ok_or_else(|| AppError::not_found("invitation"))
 }
 
 /// An unexpired invitation addressed to `principal`'s email.
@@ -97,13 +97,13 @@ async fn invitation_mine(
     db: &impl ConnectionTrait,
     principal: &Principal,
     id: Uuid,
-) -> ApiResult<project_invitation::Model> {
+) -> AppResult<project_invitation::Model> {
     project_invitation::Entity::find_by_id(id)
         .filter(project_invitation::Column::Email.eq(&principal.user.email))
         .filter(project_invitation::Column::ExpiresAt.gt(Utc::now()))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("invitation"))
+        .ok_or_else(|| AppError::not_found("invitation"))
 }
 
 impl App {
@@ -112,7 +112,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<project_invitation::Model>> {
+    ) -> AppResult<Page<project_invitation::Model>> {
         self.project_authorize(principal, project_id, ProjectRole::Admin, Scope::Read)
             .await?;
         let select = project_invitation::Entity::find()
@@ -134,7 +134,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         create: InvitationCreate,
-    ) -> ApiResult<project_invitation::Model> {
+    ) -> AppResult<project_invitation::Model> {
         let email = email_validate(&create.email)?;
         let write = self
             .project_write(ctx, project_id, role_to_manage(create.role), Scope::Write)
@@ -153,7 +153,7 @@ impl App {
             None => false,
         };
         if member {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::AlreadyMember,
                 "a member of this project has this email",
             ));
@@ -193,7 +193,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -221,7 +221,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<project_invitation::Model>> {
+    ) -> AppResult<Page<project_invitation::Model>> {
         principal.require_scope(Scope::Read)?;
         let select = project_invitation::Entity::find()
             .filter(project_invitation::Column::Email.eq(&principal.user.email))
@@ -237,7 +237,7 @@ impl App {
     }
 
     /// Accepts an invitation: the caller becomes a member with its role.
-    pub async fn me_invitation_accept(&self, ctx: &OpContext, id: Uuid) -> ApiResult<Member> {
+    pub async fn me_invitation_accept(&self, ctx: &OpContext, id: Uuid) -> AppResult<Member> {
         ctx.principal.require_scope(Scope::Write)?;
         let txn = crate::db::begin_write(&self.db).await?;
         let invitation = invitation_mine(&txn, &ctx.principal, id).await?;
@@ -273,7 +273,7 @@ impl App {
     }
 
     /// Declines an invitation.
-    pub async fn me_invitation_decline(&self, ctx: &OpContext, id: Uuid) -> ApiResult<()> {
+    pub async fn me_invitation_decline(&self, ctx: &OpContext, id: Uuid) -> AppResult<()> {
         ctx.principal.require_scope(Scope::Write)?;
         let txn = crate::db::begin_write(&self.db).await?;
         let invitation = invitation_mine(&txn, &ctx.principal, id).await?;
@@ -291,7 +291,7 @@ impl App {
     }
 
     /// Deletes expired invitations; returns how many.
-    pub async fn invitations_purge(&self) -> ApiResult<u64> {
+    pub async fn invitations_purge(&self) -> AppResult<u64> {
         Ok(project_invitation::Entity::delete_many()
             .filter(project_invitation::Column::ExpiresAt.lte(Utc::now()))
             .exec(&self.db)

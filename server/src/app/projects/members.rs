@@ -16,7 +16,7 @@ use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project_member, user};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// A user's membership in a project.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -46,7 +46,7 @@ pub struct Member {
 async fn members_load(
     db: &impl ConnectionTrait,
     memberships: Vec<project_member::Model>,
-) -> ApiResult<Vec<Member>> {
+) -> AppResult<Vec<Member>> {
     let ids: Vec<Uuid> = memberships.iter().map(|m| m.user_id).collect();
     let users: HashMap<Uuid, user::Model> = user::Entity::find()
         .filter(user::Column::Id.is_in(ids))
@@ -60,7 +60,7 @@ async fn members_load(
         .map(|membership| {
             let user = users
                 .get(&membership.user_id)
-                .ok_or_else(|| ApiError::internal("membership of a missing user"))?;
+                .ok_or_else(|| AppError::internal("membership of a missing user"))?;
             let view = MemberView {
                 user_id: user.id,
                 email: user.email.clone(),
@@ -77,24 +77,24 @@ async fn members_load(
 pub(crate) async fn member_load(
     db: &impl ConnectionTrait,
     membership: project_member::Model,
-) -> ApiResult<Member> {
+) -> AppResult<Member> {
     members_load(db, vec![membership])
         .await?
         .pop()
-        .ok_or_else(|| ApiError::internal("membership vanished"))
+        .ok_or_else(|| AppError::internal("membership vanished"))
 }
 
 async fn membership_find(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     user_id: Uuid,
-) -> ApiResult<project_member::Model> {
+) -> AppResult<project_member::Model> {
     project_member::Entity::find()
         .filter(project_member::Column::ProjectId.eq(project_id))
         .filter(project_member::Column::UserId.eq(user_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("member"))
+        .ok_or_else(|| AppError::not_found("member"))
 }
 
 /// The caller's power over memberships: the role needed to grant or take away `role`.
@@ -106,7 +106,7 @@ pub(crate) fn role_to_manage(role: ProjectRole) -> ProjectRole {
     }
 }
 
-async fn owners_count(db: &impl ConnectionTrait, project_id: Uuid) -> ApiResult<u64> {
+async fn owners_count(db: &impl ConnectionTrait, project_id: Uuid) -> AppResult<u64> {
     Ok(project_member::Entity::find()
         .filter(project_member::Column::ProjectId.eq(project_id))
         .filter(project_member::Column::Role.eq(ProjectRole::Owner.as_str()))
@@ -120,7 +120,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<MemberView>> {
+    ) -> AppResult<Page<MemberView>> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         let select =
@@ -149,7 +149,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         user_id: Uuid,
-    ) -> ApiResult<Member> {
+    ) -> AppResult<Member> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         member_load(
@@ -166,7 +166,7 @@ impl App {
         user_id: Uuid,
         if_match: Option<&str>,
         update: MemberUpdate,
-    ) -> ApiResult<Member> {
+    ) -> AppResult<Member> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -181,7 +181,7 @@ impl App {
             && update.role != ProjectRole::Owner
             && owners_count(&write.txn, project_id).await? <= 1
         {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::LastOwner,
                 "a project must keep at least one owner",
             ));
@@ -203,7 +203,7 @@ impl App {
         project_id: Uuid,
         user_id: Uuid,
         if_match: Option<&str>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Viewer, Scope::Write)
             .await?;
@@ -224,7 +224,7 @@ impl App {
             .await?;
         }
         if role == ProjectRole::Owner && owners_count(&write.txn, project_id).await? <= 1 {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::LastOwner,
                 "a project must keep at least one owner",
             ));

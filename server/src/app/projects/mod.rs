@@ -25,7 +25,7 @@ use crate::authz::{
     AuthzCheck, OpContext, Principal, ProjectRole, Scope, access_decide, project_authorize_in,
 };
 use crate::entity::{project, project_member};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// A project: the unit of ownership of environments, services and domains.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -69,9 +69,9 @@ pub struct ProjectUpdate {
     pub description: Option<String>,
 }
 
-fn description_validate(description: &str) -> ApiResult<String> {
+fn description_validate(description: &str) -> AppResult<String> {
     if description.chars().count() > 2000 {
-        return Err(ApiError::invalid(
+        return Err(AppError::invalid(
             "`description` must be at most 2000 characters",
         ));
     }
@@ -92,7 +92,7 @@ impl App {
         project_id: Uuid,
         role: ProjectRole,
         scope: Scope,
-    ) -> ApiResult<project::Model> {
+    ) -> AppResult<project::Model> {
         AuthzCheck::Project {
             project_id,
             role,
@@ -131,7 +131,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<project::Model>> {
+    ) -> AppResult<Page<project::Model>> {
         principal.require_scope(Scope::Read)?;
         let mut select = project::Entity::find();
         if !principal.is_admin() {
@@ -145,7 +145,7 @@ impl App {
         paginate(&self.db, select, project::Column::Id, |m| m.id, &params).await
     }
 
-    pub async fn project_view(&self, principal: &Principal, id: Uuid) -> ApiResult<project::Model> {
+    pub async fn project_view(&self, principal: &Principal, id: Uuid) -> AppResult<project::Model> {
         self.project_authorize(principal, id, ProjectRole::Viewer, Scope::Read)
             .await
     }
@@ -154,7 +154,7 @@ impl App {
         &self,
         ctx: &OpContext,
         create: ProjectCreate,
-    ) -> ApiResult<project::Model> {
+    ) -> AppResult<project::Model> {
         ctx.principal.require_scope(Scope::Write)?;
         let name = text_validate("name", &create.name, 100)?;
         let description = description_validate(&create.description)?;
@@ -193,7 +193,7 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
         update: ProjectUpdate,
-    ) -> ApiResult<project::Model> {
+    ) -> AppResult<project::Model> {
         let txn = crate::db::begin_write(&self.db).await?;
         let current =
             project_authorize_in(&txn, &ctx.principal, id, ProjectRole::Admin, Scope::Write)
@@ -221,7 +221,7 @@ impl App {
         ctx: &OpContext,
         id: Uuid,
         if_match: Option<&str>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         let current =
             project_authorize_in(&txn, &ctx.principal, id, ProjectRole::Owner, Scope::Write)

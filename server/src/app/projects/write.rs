@@ -20,7 +20,7 @@ use crate::app::shared::validate::if_match_check;
 use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, ProjectRole, Scope};
 use crate::entity::{domain, environment, project, project_member, service};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 /// A model with a revision (its strong `ETag` is [`crate::app::shared::validate::etag_for`] of it).
 pub trait Revisioned {
@@ -71,7 +71,7 @@ impl App {
         project_id: Uuid,
         role: ProjectRole,
         scope: Scope,
-    ) -> ApiResult<ProjectWrite<'a>> {
+    ) -> AppResult<ProjectWrite<'a>> {
         let txn = crate::db::begin_write(&self.db).await?;
         let project = project_authorize_in(&txn, &ctx.principal, project_id, role, scope).await?;
         Ok(ProjectWrite { txn, project, ctx })
@@ -81,7 +81,7 @@ impl App {
 impl ProjectWrite<'_> {
     /// The resource the write is about, if `If-Match` (when given) names its current revision;
     /// 412 otherwise.
-    pub fn precondition<M: Revisioned>(&self, current: M, if_match: Option<&str>) -> ApiResult<M> {
+    pub fn precondition<M: Revisioned>(&self, current: M, if_match: Option<&str>) -> AppResult<M> {
         if_match_check(if_match, current.revision())?;
         Ok(current)
     }
@@ -98,7 +98,7 @@ impl ProjectWrite<'_> {
     }
 
     /// Records `entry` in the audit log and commits the change with it.
-    pub async fn commit(self, entry: AuditEntry) -> ApiResult<()> {
+    pub async fn commit(self, entry: AuditEntry) -> AppResult<()> {
         audit_record(&self.txn, self.ctx, entry).await?;
         self.txn.commit().await?;
         Ok(())

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -33,7 +32,7 @@ use crate::app::shared::audit::{AuditEntry, audit_record_system};
 use crate::app::shared::pagination::{OrderedPageParams, Page, paginate_ordered};
 use crate::authz::Principal;
 use crate::entity::{provider, provider_event};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 use crate::plugins::registry::ActivePlugin;
 use crate::plugins::{HealthReport, HealthStatus, PluginError, ProviderError};
 
@@ -54,6 +53,11 @@ impl HealthBoard {
             adopted: Mutex::default(),
             probe_gates: Mutex::default(),
         }
+    }
+
+    /// How often the probe leader looks for probes that are due.
+    pub fn probe_tick(&self) -> Duration {
+        (self.config.probe_interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
     }
 
     /// The gate the probes of `provider` pass one at a time.
@@ -136,16 +140,14 @@ impl HealthBoard {
     }
 
     /// Refuses a call while the breaker is open.
-    pub fn call_check(&self, row: &provider::Model) -> ApiResult<()> {
+    pub fn call_check(&self, row: &provider::Model) -> AppResult<()> {
         let stored = ProviderHealth::parse(&row.health);
         self.with(&row.name, stored, |breaker| {
             if breaker.allows_calls() {
                 Ok(())
             } else {
                 let wait = breaker.retry_after(Instant::now()).as_secs().max(1);
-                Err(ApiError::new(
-                    http::StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::ProviderUnavailable,
+                Err(AppError::new(ErrorCode::ProviderUnavailable,
                     format!(
                         "provider `{}` is unavailable ({}); calls resume once a health probe succeeds",
                         row.name, row.health_reason
@@ -246,11 +248,11 @@ impl App {
         if let Some(change) = change
             && let Err(err) = self.provider_health_change_store(&row.name, &change).await
         {
-            tracing::error!(provider = %row.name, error = %err.detail, "could not record a provider health change");
+            tracing::error!(provider = %row.name, error = %err, "could not record a provider health change");
         }
     }
 
-    async fn provider_health_change_store(&self, name: &str, change: &Change) -> ApiResult<()> {
+    async fn provider_health_change_store(&self, name: &str, change: &Change) -> AppResult<()> {
         // Microseconds, as PostgreSQL keeps them: the other replicas compare it.
         let now = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
         let reason: String = change.reason.chars().take(1000).collect();
@@ -300,14 +302,14 @@ impl App {
         principal: &Principal,
         name: &str,
         params: OrderedPageParams,
-    ) -> ApiResult<Page<provider_event::Model>> {
+    ) -> AppResult<Page<provider_event::Model>> {
         // Health reasons and versions carry the cloud's error text and settings history:
         // administrators only.
         principal.require_admin()?;
         provider::Entity::find_by_id(name.to_owned())
             .one(&self.db)
             .await?
-            .ok_or_else(|| ApiError::not_found("provider"))?;
+            .ok_or_else(|| AppError::not_found("provider"))?;
         let select =
             provider_event::Entity::find().filter(provider_event::Column::Provider.eq(name));
         let (page, order) = params.split();
@@ -322,40 +324,25 @@ impl App {
         .await
     }
 
-    /// On the probe leader, probes every serving provider whose probe is due, each in its own
-    /// task (a slow provider never delays another's probe), until `stop` turns true.
-    pub async fn provider_health_run(self, mut stop: watch::Receiver<bool>) {
-        let tick = (self.health.config.probe_interval / 4)
-            .clamp(Duration::from_millis(50), Duration::from_secs(1));
-        let mut interval = tokio::time::interval(tick);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = interval.tick() => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            }
-            if !self
-                .leases
-                .leads(crate::app::cluster::leases::Work::ProviderProbes)
-            {
+    /// Probes every serving provider whose probe is due, each in its own task (a slow
+    /// provider never delays another's probe). The probe leader's task runs it every
+    /// [`HealthBoard::probe_tick`].
+    pub fn provider_probes_start(&self) {
+        // Only the providers whose probe is due are read from the database: most ticks
+        // touch nothing but memory.
+        for (name, active) in self.providers.serving() {
+            if !self.health.probe_due(&name) {
                 continue;
             }
-            // Only the providers whose probe is due are read from the database: most ticks
-            // touch nothing but memory.
-            for (name, active) in self.providers.serving() {
-                if !self.health.probe_due(&name) {
-                    continue;
-                }
-                // A provider being probed (in the background or on request) is skipped.
-                let Ok(passing) = self.health.probe_gate(&name).try_lock_owned() else {
-                    continue;
-                };
-                let app = self.clone();
-                tokio::spawn(async move {
-                    app.provider_probe_run(&name, &active).await;
-                    drop(passing);
-                });
-            }
+            // A provider being probed (in the background or on request) is skipped.
+            let Ok(passing) = self.health.probe_gate(&name).try_lock_owned() else {
+                continue;
+            };
+            let app = self.clone();
+            tokio::spawn(async move {
+                app.provider_probe_run(&name, &active).await;
+                drop(passing);
+            });
         }
     }
 
@@ -382,7 +369,7 @@ impl App {
     }
 
     /// Sets the health gauge of every provider from the stored health (at start-up).
-    pub(crate) async fn provider_health_gauges_init(&self) -> ApiResult<()> {
+    pub(crate) async fn provider_health_gauges_init(&self) -> AppResult<()> {
         for row in provider::Entity::find().all(&self.db).await? {
             health_gauge_set(&row.name, ProviderHealth::parse(&row.health));
         }

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use http::StatusCode;
 use sea_orm::EntityTrait;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -18,7 +17,7 @@ use crate::app::shared::validate::slug_validate;
 use crate::app::shared::validate::text_validate;
 use crate::authz::{OpContext, Principal};
 use crate::entity::provider;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 use crate::plugins::registry::ActivePlugin;
 use crate::plugins::{
     Instance, InstanceSpec, InstanceState, PluginError, PluginHost, ProviderError, WorkloadHealth,
@@ -107,76 +106,64 @@ impl From<Instance> for InstanceView {
 }
 
 /// The HTTP answer for a failed plugin call.
-fn plugin_error_to_api(provider: &str, err: PluginError) -> ApiError {
-    use StatusCode as S;
+fn plugin_error_to_api(provider: &str, err: PluginError) -> AppError {
     match err {
         PluginError::Provider(error) => match error {
-            ProviderError::Unauthorized(m) => ApiError::new(
-                S::BAD_GATEWAY,
+            ProviderError::Unauthorized(m) => AppError::new(
                 ErrorCode::ProviderUnauthorized,
                 format!("provider `{provider}` refused the plugin's credentials: {m}"),
             ),
-            ProviderError::Forbidden(m) => ApiError::new(
-                S::BAD_GATEWAY,
+            ProviderError::Forbidden(m) => AppError::new(
                 ErrorCode::ProviderForbidden,
                 format!("provider `{provider}` refused this operation to the plugin: {m}"),
             ),
-            ProviderError::Misconfigured(m) => ApiError::new(
-                S::BAD_GATEWAY,
+            ProviderError::Misconfigured(m) => AppError::new(
                 ErrorCode::ProviderMisconfigured,
                 format!("provider `{provider}`'s configuration or secrets are unusable: {m}"),
             ),
-            ProviderError::AccountSuspended(m) => ApiError::new(
-                S::BAD_GATEWAY,
+            ProviderError::AccountSuspended(m) => AppError::new(
                 ErrorCode::ProviderAccountSuspended,
                 format!("the account of provider `{provider}` is suspended: {m}"),
             ),
-            ProviderError::RateLimited(limit) => ApiError::new(
-                S::SERVICE_UNAVAILABLE,
+            ProviderError::RateLimited(limit) => AppError::new(
                 ErrorCode::ProviderRateLimited,
                 format!("provider `{provider}` is rate limiting: {}", limit.message),
             )
             .retry_after(limit.retry_after_secs.max(1).into()),
-            ProviderError::QuotaExceeded(m) => ApiError::conflict(
+            ProviderError::QuotaExceeded(m) => AppError::new(
                 ErrorCode::ProviderQuotaExceeded,
                 format!("provider `{provider}`: quota or capacity reached: {m}"),
             ),
-            ProviderError::NotFound(m) => ApiError::new(
-                S::NOT_FOUND,
+            ProviderError::NotFound(m) => AppError::new(
                 ErrorCode::InstanceNotFound,
                 format!("provider `{provider}` has no such instance: {m}"),
             ),
-            ProviderError::InvalidSpec(m) => ApiError::new(
-                S::UNPROCESSABLE_ENTITY,
+            ProviderError::InvalidSpec(m) => AppError::new(
                 ErrorCode::InvalidSpec,
                 format!("provider `{provider}` cannot do this as given: {m}"),
             ),
-            ProviderError::Unavailable(m) => ApiError::new(
-                S::SERVICE_UNAVAILABLE,
+            ProviderError::Unavailable(m) => AppError::new(
                 ErrorCode::ProviderUnavailable,
                 format!("provider `{provider}` is unavailable: {m}"),
             )
             .retry_after(5),
-            ProviderError::Internal(m) => ApiError::new(
-                S::BAD_GATEWAY,
+            ProviderError::Internal(m) => AppError::new(
                 ErrorCode::ProviderError,
                 format!("provider `{provider}` answered unexpectedly: {m}"),
             ),
         },
-        PluginError::Timeout(_) => ApiError::new(
-            S::GATEWAY_TIMEOUT,
+        PluginError::Timeout(_) => AppError::new(
             ErrorCode::ProviderTimeout,
             format!("provider `{provider}`: {err}"),
         ),
-        other => ApiError::new(
-            S::BAD_GATEWAY,
+        other => AppError::new(
             ErrorCode::PluginFailed,
             format!("provider `{provider}`: {other}"),
         ),
     }
 }
 
-fn instance_key_validate(key: &str) -> ApiResult<String> {
+fn instance_key_validate(key: &str) -> AppResult<String> {
     slug_validate("instance_key", key)
 }
 
@@ -188,32 +175,32 @@ impl App {
         name: &str,
         new_work: bool,
         call: impl AsyncFnOnce(&PluginHost, Arc<ActivePlugin>) -> Result<R, PluginError>,
-    ) -> ApiResult<(provider::Model, R)> {
+    ) -> AppResult<(provider::Model, R)> {
         let row = provider::Entity::find_by_id(name.to_owned())
             .one(&self.db)
             .await?
-            .ok_or_else(|| ApiError::not_found("provider"))?;
+            .ok_or_else(|| AppError::not_found("provider"))?;
         if !row.enabled {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::ProviderDisabled,
                 format!("provider `{name}` is disabled"),
             ));
         }
         if new_work && row.drained {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::ProviderDrained,
                 format!("provider `{name}` is drained: it takes no new instances"),
             ));
         }
         if row.plugin_digest.is_none() {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::ProviderNotServing,
                 format!("provider `{name}` has no plugin activated: it takes no calls"),
             ));
         }
         self.health.call_check(&row)?;
         let active = self.provider_serving(&row).await?.ok_or_else(|| {
-            ApiError::conflict(
+            AppError::new(
                 ErrorCode::ProviderNotServing,
                 format!("provider `{name}`'s plugin is not loaded on this server"),
             )
@@ -232,14 +219,14 @@ impl App {
         ctx: &OpContext,
         name: &str,
         create: InstanceCreate,
-    ) -> ApiResult<InstanceView> {
+    ) -> AppResult<InstanceView> {
         ctx.principal.require_admin()?;
         let spec = InstanceSpec {
             instance_key: instance_key_validate(&create.instance_key)?,
             region: text_validate("region", &create.region, 63)?,
             artifact: text_validate("artifact", &create.artifact, 1024)?,
             port: match create.port {
-                0 => return Err(ApiError::invalid("`port` must be between 1 and 65535")),
+                0 => return Err(AppError::invalid("`port` must be between 1 and 65535")),
                 port => port,
             },
             env: create.env.into_iter().collect(),
@@ -275,7 +262,7 @@ impl App {
         principal: &Principal,
         name: &str,
         key: &str,
-    ) -> ApiResult<InstanceView> {
+    ) -> AppResult<InstanceView> {
         principal.require_admin()?;
         let key = instance_key_validate(key)?;
         let (_, instance) = self
@@ -290,7 +277,7 @@ impl App {
         &self,
         principal: &Principal,
         name: &str,
-    ) -> ApiResult<Page<InstanceView>> {
+    ) -> AppResult<Page<InstanceView>> {
         principal.require_admin()?;
         let (_, instances) = self
             .provider_call(name, false, async move |host, active| {
@@ -308,7 +295,7 @@ impl App {
         ctx: &OpContext,
         name: &str,
         key: &str,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         ctx.principal.require_admin()?;
         let key = instance_key_validate(key)?;
         self.provider_call(name, false, async move |host, active| {
@@ -421,7 +408,8 @@ mod tests {
         for (err, status, code, retry_after) in cases {
             let shown = format!("{err:?}");
             let answer = plugin_error_to_api("aws", err);
-            assert_eq!(answer.status.as_u16(), status, "{shown}");
+            let answered = crate::http::problem::status_of(answer.kind);
+            assert_eq!(answered.as_u16(), status, "{shown}");
             assert_eq!(answer.code, code, "{shown}");
             assert_eq!(answer.retry_after_secs, retry_after, "{shown}");
             assert!(answer.detail.contains("`aws`"), "{}", answer.detail);

@@ -33,7 +33,7 @@ use crate::app::shared::validate::if_match_check;
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, Scope};
 use crate::entity::{plugin_binary, provider};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 use crate::plugins::{
     Allowlist, HOST_CONCURRENT_CALLS, PluginEnv, PluginLimits, endpoint_patterns,
     provider_call_share,
@@ -67,7 +67,7 @@ pub struct ProviderLimits {
 }
 
 impl ProviderLimits {
-    fn validate(&self) -> ApiResult<()> {
+    fn validate(&self) -> AppResult<()> {
         let checks = [
             ("memory_mib", self.memory_mib, 1, 256),
             ("health_deadline_ms", self.health_deadline_ms, 10, 60_000),
@@ -82,7 +82,7 @@ impl ProviderLimits {
         ];
         for (field, value, min, max) in checks {
             if value.is_some_and(|value| !(min..=max).contains(&value)) {
-                return Err(ApiError::invalid(format!(
+                return Err(AppError::invalid(format!(
                     "`limits.{field}` must be between {min} and {max}"
                 )));
             }
@@ -264,22 +264,22 @@ pub(crate) fn json_map(value: &serde_json::Value) -> BTreeMap<String, String> {
     serde_json::from_value(value.clone()).unwrap_or_default()
 }
 
-fn allowlist_validate(patterns: &[String]) -> ApiResult<Allowlist> {
+fn allowlist_validate(patterns: &[String]) -> AppResult<Allowlist> {
     if patterns.len() > 64 {
-        return Err(ApiError::invalid(
+        return Err(AppError::invalid(
             "`allowlist` may hold at most 64 patterns",
         ));
     }
-    Allowlist::parse(patterns).map_err(|err| ApiError::invalid(format!("`allowlist`: {err}")))
+    Allowlist::parse(patterns).map_err(|err| AppError::invalid(format!("`allowlist`: {err}")))
 }
 
 fn settings_validate(
     config: &BTreeMap<String, String>,
     secrets: &BTreeMap<String, String>,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     for (field, map) in [("config", config), ("secrets", secrets)] {
         if map.len() > 100 {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "`{field}` may hold at most 100 entries"
             )));
         }
@@ -290,17 +290,17 @@ fn settings_validate(
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
             if !key_ok {
-                return Err(ApiError::invalid(format!(
+                return Err(AppError::invalid(format!(
                     "`{field}` keys are 1 to 64 letters, digits, `_`, `-` or `.`"
                 )));
             }
             if field == "config" && key == crate::plugins::tls_pins::TLS_PINS_KEY {
                 crate::plugins::tls_pins::pins_parse(value)
-                    .map_err(|err| ApiError::invalid(format!("`config.{key}`: {err}")))?;
+                    .map_err(|err| AppError::invalid(format!("`config.{key}`: {err}")))?;
             }
             // A stored secret is sealed (longer than its value, which was checked when set).
             if value.len() > 16 * 1024 && !SecretBox::is_sealed(value) {
-                return Err(ApiError::invalid(format!(
+                return Err(AppError::invalid(format!(
                     "`{field}.{key}` may be at most 16 KiB"
                 )));
             }
@@ -314,12 +314,12 @@ fn settings_validate(
 /// never opens (and breaks the provider's next load).
 fn request_secrets_check<'a>(
     values: impl IntoIterator<Item = (&'a String, &'a String)>,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     match values
         .into_iter()
         .find(|(_, value)| SecretBox::is_sealed(value))
     {
-        Some((key, _)) => Err(ApiError::invalid(format!(
+        Some((key, _)) => Err(AppError::invalid(format!(
             "`secrets.{key}` has the form of a sealed value; send the secret itself"
         ))),
         None => Ok(()),
@@ -335,33 +335,33 @@ fn secrets_seal(
     sealer: &SecretBox,
     provider: &str,
     mut secrets: BTreeMap<String, String>,
-) -> ApiResult<serde_json::Value> {
+) -> AppResult<serde_json::Value> {
     for (key, value) in secrets.iter_mut() {
         if !SecretBox::is_sealed(value) {
             *value = sealer.seal(&secret_purpose(provider, key), value);
         }
     }
-    serde_json::to_value(&secrets).map_err(ApiError::internal)
+    serde_json::to_value(&secrets).map_err(AppError::internal)
 }
 
 /// What a provider's plugin sees, from its stored record (its secrets opened).
-pub(crate) fn plugin_env(row: &provider::Model, sealer: &SecretBox) -> ApiResult<Arc<PluginEnv>> {
+pub(crate) fn plugin_env(row: &provider::Model, sealer: &SecretBox) -> AppResult<Arc<PluginEnv>> {
     // The listed patterns, and the configuration's endpoints as names only: a configured
     // URL never opens a loopback, private or metadata address (`plugins::outbound`).
     let listed: Vec<String> = serde_json::from_value(row.allowlist.clone()).unwrap_or_default();
     let config = json_map(&row.config);
     let allowlist = Allowlist::parse(&listed)
-        .map_err(ApiError::internal)?
+        .map_err(AppError::internal)?
         .with_endpoints(&config);
     let secrets = json_map(&row.secrets)
         .into_iter()
         .map(|(key, sealed)| {
             let value = sealer
                 .open_value(&secret_purpose(&row.name, &key), &sealed)
-                .map_err(|err| ApiError::internal(format!("{err:#}")))?;
+                .map_err(|err| AppError::internal(format!("{err:#}")))?;
             Ok((key, value))
         })
-        .collect::<ApiResult<_>>()?;
+        .collect::<AppResult<_>>()?;
     Ok(Arc::new(PluginEnv {
         provider: row.name.as_str().into(),
         config,
@@ -394,11 +394,11 @@ pub(crate) fn limits_of(row: &provider::Model) -> ProviderLimits {
 pub(crate) async fn provider_find(
     db: &impl ConnectionTrait,
     name: &str,
-) -> ApiResult<provider::Model> {
+) -> AppResult<provider::Model> {
     provider::Entity::find_by_id(name.to_owned())
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("provider"))
+        .ok_or_else(|| AppError::not_found("provider"))
 }
 
 pub(crate) fn provider_audit(
@@ -418,7 +418,7 @@ pub(crate) fn provider_audit(
 impl App {
     /// Seals the provider secrets that an earlier version stored in plaintext; returns how
     /// many values it sealed.
-    pub(crate) async fn provider_secrets_seal_plaintext(&self) -> ApiResult<u64> {
+    pub(crate) async fn provider_secrets_seal_plaintext(&self) -> AppResult<u64> {
         let mut sealed = 0;
         for row in provider::Entity::find().all(&self.db).await? {
             let secrets = json_map(&row.secrets);
@@ -451,7 +451,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<ProviderView>> {
+    ) -> AppResult<Page<ProviderView>> {
         principal.require_scope(Scope::Read)?;
         let page = paginate(
             &self.db,
@@ -485,7 +485,7 @@ impl App {
         &self,
         principal: &Principal,
         name: &str,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         principal.require_scope(Scope::Read)?;
         let row = provider_find(&self.db, name).await?;
         let (revision, view) = self.provider_view_load(row).await?;
@@ -502,7 +502,7 @@ impl App {
     pub(crate) async fn provider_view_load(
         &self,
         row: provider::Model,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         let binary = match &row.plugin_digest {
             Some(digest) => Some(plugin_binary_find(&self.db, digest).await?),
             None => None,
@@ -578,7 +578,7 @@ impl App {
         &self,
         ctx: &OpContext,
         create: ProviderCreate,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
         let name = slug_validate("name", &create.name)?;
         request_secrets_check(&create.secrets)?;
@@ -591,10 +591,10 @@ impl App {
             name: Set(name.clone()),
             plugin_digest: Set(None),
             previous_digest: Set(None),
-            config: Set(serde_json::to_value(&create.config).map_err(ApiError::internal)?),
+            config: Set(serde_json::to_value(&create.config).map_err(AppError::internal)?),
             secrets: Set(secrets_seal(&self.secrets, &name, create.secrets.clone())?),
-            allowlist: Set(serde_json::to_value(&create.allowlist).map_err(ApiError::internal)?),
-            limits: Set(serde_json::to_value(&create.limits).map_err(ApiError::internal)?),
+            allowlist: Set(serde_json::to_value(&create.allowlist).map_err(AppError::internal)?),
+            limits: Set(serde_json::to_value(&create.limits).map_err(AppError::internal)?),
             enabled: Set(create.enabled),
             health: Set("healthy".into()),
             health_reason: Set(String::new()),
@@ -628,7 +628,7 @@ impl App {
         name: &str,
         if_match: Option<&str>,
         update: ProviderUpdate,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
         let slot = self.providers.slot(name);
         let _changing = slot.changing.lock().await;
@@ -663,11 +663,11 @@ impl App {
         let mut row: provider::ActiveModel = current.clone().into();
         if let Some(allowlist) = &update.allowlist {
             allowlist_validate(allowlist)?;
-            row.allowlist = Set(serde_json::to_value(allowlist).map_err(ApiError::internal)?);
+            row.allowlist = Set(serde_json::to_value(allowlist).map_err(AppError::internal)?);
         }
         if let Some(limits) = &update.limits {
             limits.validate()?;
-            row.limits = Set(serde_json::to_value(limits).map_err(ApiError::internal)?);
+            row.limits = Set(serde_json::to_value(limits).map_err(AppError::internal)?);
         }
         if let Some(enabled) = update.enabled {
             row.enabled = Set(enabled);
@@ -675,7 +675,7 @@ impl App {
         if let Some(drained) = update.drained {
             row.drained = Set(drained);
         }
-        row.config = Set(serde_json::to_value(&config).map_err(ApiError::internal)?);
+        row.config = Set(serde_json::to_value(&config).map_err(AppError::internal)?);
         row.secrets = Set(secrets_seal(&self.secrets, name, secrets)?);
         row.revision = Set(current.revision + 1);
         row.updated_at = Set(Utc::now());

@@ -16,7 +16,7 @@ use crate::app::shared::audit::{AuditEntry, audit_record};
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal};
 use crate::entity::{plugin_binary, plugin_blob};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 use crate::plugins::{ConfigKey, PluginEnv, PluginLimits};
 
 /// The largest plugin binary accepted.
@@ -78,26 +78,28 @@ pub fn config_missing_check(
     declared: &[ConfigKeyView],
     config: &std::collections::BTreeMap<String, String>,
     secrets: &std::collections::BTreeMap<String, String>,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     let missing = config_missing(declared, config, secrets);
     if missing.is_empty() {
         return Ok(());
     }
-    Err(ApiError::invalid(format!(
-        "plugin `{plugin}` requires {}, which {} not set",
-        missing.join(", "),
-        if missing.len() == 1 { "is" } else { "are" }
+    Err(AppError::new(
+        ErrorCode::ConfigurationMissing,
+        format!(
+            "plugin `{plugin}` requires {}, which {} not set",
+            missing.join(", "),
+            if missing.len() == 1 { "is" } else { "are" }
+        ),
     ))
-    .with_code(ErrorCode::ConfigurationMissing))
 }
 
 /// Checks what a plugin declares: keys a provider could set, short descriptions.
-fn config_keys_validate(keys: &[ConfigKey]) -> ApiResult<()> {
+fn config_keys_validate(keys: &[ConfigKey]) -> AppResult<()> {
     if keys.len() > 100 {
-        return Err(ApiError::invalid(
+        return Err(AppError::new(
+            ErrorCode::PluginRejected,
             "plugin rejected: it declares more than 100 configuration keys",
-        )
-        .with_code(ErrorCode::PluginRejected));
+        ));
     }
     for key in keys {
         let name_ok = !key.name.is_empty()
@@ -107,11 +109,13 @@ fn config_keys_validate(keys: &[ConfigKey]) -> ApiResult<()> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
         if !name_ok || key.description.chars().count() > 500 {
-            return Err(ApiError::invalid(format!(
-                "plugin rejected: declared configuration key `{}` is not 1 to 64 letters, digits, `_`, `-` or `.` with a description of at most 500 characters",
-                key.name.chars().take(80).collect::<String>()
-            ))
-            .with_code(ErrorCode::PluginRejected));
+            return Err(AppError::new(
+                ErrorCode::PluginRejected,
+                format!(
+                    "plugin rejected: declared configuration key `{}` is not 1 to 64 letters, digits, `_`, `-` or `.` with a description of at most 500 characters",
+                    key.name.chars().take(80).collect::<String>()
+                ),
+            ));
         }
     }
     Ok(())
@@ -151,12 +155,12 @@ impl From<plugin_binary::Model> for PluginBinaryView {
 }
 
 /// Checks that `digest` looks like a hex SHA-256 (so a bad path is 400, not a 404 lookup).
-pub fn digest_validate(digest: &str) -> ApiResult<String> {
+pub fn digest_validate(digest: &str) -> AppResult<String> {
     let digest = digest.to_ascii_lowercase();
     if digest.len() == 64 && digest.chars().all(|c| c.is_ascii_hexdigit()) {
         Ok(digest)
     } else {
-        Err(ApiError::invalid(
+        Err(AppError::invalid(
             "a plugin digest is the 64 hex digits of its SHA-256",
         ))
     }
@@ -165,19 +169,19 @@ pub fn digest_validate(digest: &str) -> ApiResult<String> {
 pub(crate) async fn plugin_binary_find(
     db: &impl ConnectionTrait,
     digest: &str,
-) -> ApiResult<plugin_binary::Model> {
+) -> AppResult<plugin_binary::Model> {
     plugin_binary::Entity::find_by_id(digest.to_owned())
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("plugin binary"))
+        .ok_or_else(|| AppError::not_found("plugin binary"))
 }
 
-pub(crate) async fn plugin_wasm(db: &impl ConnectionTrait, digest: &str) -> ApiResult<Vec<u8>> {
+pub(crate) async fn plugin_wasm(db: &impl ConnectionTrait, digest: &str) -> AppResult<Vec<u8>> {
     plugin_blob::Entity::find_by_id(digest.to_owned())
         .one(db)
         .await?
         .map(|blob| blob.wasm)
-        .ok_or_else(|| ApiError::not_found("plugin binary"))
+        .ok_or_else(|| AppError::not_found("plugin binary"))
 }
 
 /// Whether a newly stored binary was new.
@@ -191,7 +195,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<plugin_binary::Model>> {
+    ) -> AppResult<Page<plugin_binary::Model>> {
         principal.require_admin()?;
         let select = plugin_binary::Entity::find();
         paginate(
@@ -208,14 +212,14 @@ impl App {
         &self,
         principal: &Principal,
         digest: &str,
-    ) -> ApiResult<plugin_binary::Model> {
+    ) -> AppResult<plugin_binary::Model> {
         principal.require_admin()?;
         plugin_binary_find(&self.db, &digest_validate(digest)?).await
     }
 
     /// Validates and stores an uploaded component. Uploading a stored binary again changes
     /// nothing and answers with the stored one.
-    pub async fn plugin_binary_upload(&self, ctx: &OpContext, wasm: &[u8]) -> ApiResult<Stored> {
+    pub async fn plugin_binary_upload(&self, ctx: &OpContext, wasm: &[u8]) -> AppResult<Stored> {
         ctx.principal.require_admin()?;
         let stored = self.plugin_binary_store(wasm, Some(ctx)).await?;
         if let Stored::Created(binary) = &stored {
@@ -230,10 +234,9 @@ impl App {
         &self,
         wasm: &[u8],
         ctx: Option<&OpContext>,
-    ) -> ApiResult<Stored> {
+    ) -> AppResult<Stored> {
         if wasm.len() > PLUGIN_MAX_BYTES {
-            return Err(ApiError::new(
-                http::StatusCode::PAYLOAD_TOO_LARGE,
+            return Err(AppError::new(
                 ErrorCode::BodyTooLarge,
                 format!("a plugin binary may be at most {PLUGIN_MAX_BYTES} bytes"),
             ));
@@ -251,16 +254,20 @@ impl App {
         let plugin = host
             .plugin_load(wasm, PluginLimits::default())
             .map_err(|rejection| {
-                ApiError::invalid(format!("plugin rejected: {rejection}"))
-                    .with_code(ErrorCode::PluginRejected)
+                AppError::new(
+                    ErrorCode::PluginRejected,
+                    format!("plugin rejected: {rejection}"),
+                )
             })?;
         let env = Arc::new(PluginEnv {
             provider: "upload".into(),
             ..Default::default()
         });
         let info = host.plugin_info(&plugin, &env).await.map_err(|err| {
-            ApiError::invalid(format!("plugin rejected: its `info` call failed: {err}"))
-                .with_code(ErrorCode::PluginRejected)
+            AppError::new(
+                ErrorCode::PluginRejected,
+                format!("plugin rejected: its `info` call failed: {err}"),
+            )
         })?;
         let name = crate::app::shared::validate::slug_validate("info.name", &info.name)
             .map_err(|err| err.with_code(ErrorCode::PluginRejected))?;
@@ -269,7 +276,7 @@ impl App {
                 .map_err(|err| err.with_code(ErrorCode::PluginRejected))?;
         config_keys_validate(&info.config)?;
         let config_keys: Vec<ConfigKeyView> = info.config.into_iter().map(Into::into).collect();
-        let config_keys = serde_json::to_string(&config_keys).map_err(ApiError::internal)?;
+        let config_keys = serde_json::to_string(&config_keys).map_err(AppError::internal)?;
 
         let txn = crate::db::begin_write(&self.db).await?;
         if let Some(existing) = plugin_binary::Entity::find_by_id(plugin.digest.clone())

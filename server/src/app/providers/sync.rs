@@ -16,36 +16,21 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sea_orm::EntityTrait;
-use tokio::sync::watch;
 
 use crate::app::App;
 use crate::app::providers::breaker::ProviderHealth;
 use crate::entity::provider;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 use crate::plugins::registry::ActivePlugin;
 
 /// How often every replica syncs its providers even though no hint came.
 pub const SYNC_EVERY: Duration = Duration::from_secs(10);
 
 impl App {
-    /// Syncs the providers when told of a change, and every [`SYNC_EVERY`], until `stop`.
-    pub async fn providers_sync_run(self, mut stop: watch::Receiver<bool>) {
-        let mut changed = self.changes.providers.subscribe();
-        loop {
-            tokio::select! {
-                _ = changed.changed() => {}
-                _ = tokio::time::sleep(SYNC_EVERY) => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            }
-            if let Err(err) = self.providers_sync().await {
-                tracing::warn!(error = %err.detail, "providers: could not sync with the database");
-            }
-        }
-    }
-
     /// Loads each provider whose stored revision is ahead of what this replica serves, and
-    /// takes each health change recorded elsewhere.
-    pub async fn providers_sync(&self) -> ApiResult<()> {
+    /// takes each health change recorded elsewhere (every replica's task runs it when told of
+    /// a change, and every [`SYNC_EVERY`]).
+    pub async fn providers_sync(&self) -> AppResult<()> {
         for row in provider::Entity::find().all(&self.db).await? {
             self.health.adopt(
                 &row.name,
@@ -66,7 +51,7 @@ impl App {
     pub(crate) async fn provider_serving(
         &self,
         row: &provider::Model,
-    ) -> ApiResult<Option<Arc<ActivePlugin>>> {
+    ) -> AppResult<Option<Arc<ActivePlugin>>> {
         let slot = self.providers.slot(&row.name);
         if row.revision > slot.revision()
             && row.revision != slot.failed_revision.load(Ordering::Acquire)
@@ -78,7 +63,7 @@ impl App {
 
     /// Loads provider `name` as its row now says, if that is ahead of what this replica
     /// serves, under the provider's change gate.
-    async fn provider_catch_up(&self, name: &str) -> ApiResult<()> {
+    async fn provider_catch_up(&self, name: &str) -> AppResult<()> {
         let slot = self.providers.slot(name);
         let _changing = slot.changing.lock().await;
         // Read again under the gate: a change made here meanwhile is already served.
@@ -98,7 +83,7 @@ impl App {
                 // What it served stays: the revision that cannot load is tried again at the
                 // next sync.
                 slot.failed_revision.store(row.revision, Ordering::Release);
-                tracing::error!(provider = %row.name, revision = row.revision, error = %err.detail, "provider plugin not loaded from another replica's change");
+                tracing::error!(provider = %row.name, revision = row.revision, error = %err, "provider plugin not loaded from another replica's change");
                 return Ok(());
             }
         }

@@ -36,7 +36,7 @@ use crate::app::shared::audit::audit_record;
 use crate::app::shared::pagination::{OrderedPageParams, Page, paginate_ordered};
 use crate::authz::{OpContext, Principal};
 use crate::entity::{provider, provider_activation, provider_event};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 use crate::plugins::{HealthStatus, PluginEnv, PluginError};
 
 /// The stored binary to switch a provider to.
@@ -104,7 +104,7 @@ fn status_name(status: HealthStatus) -> &'static str {
 
 /// The provider's versions as the activation history leaves them: the last runs now, the one
 /// before it is what a rollback returns to.
-async fn activation_stack(db: &impl ConnectionTrait, provider: &str) -> ApiResult<Vec<String>> {
+async fn activation_stack(db: &impl ConnectionTrait, provider: &str) -> AppResult<Vec<String>> {
     let history = provider_activation::Entity::find()
         .filter(provider_activation::Column::Provider.eq(provider))
         .order_by_asc(provider_activation::Column::CreatedAt)
@@ -141,7 +141,7 @@ async fn activation_record(
     digest: &str,
     action: &str,
     actor: Option<Uuid>,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     provider_activation::ActiveModel {
         id: Set(Uuid::now_v7()),
         provider: Set(provider.to_owned()),
@@ -162,7 +162,7 @@ impl App {
         ctx: &OpContext,
         name: &str,
         activate: ProviderActivate,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
         let digest = digest_validate(&activate.digest)?;
         self.provider_switch(ctx, name, Some(digest), ACTIVATE)
@@ -174,7 +174,7 @@ impl App {
         &self,
         ctx: &OpContext,
         name: &str,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
         self.provider_switch(ctx, name, None, ROLLBACK).await
     }
@@ -188,7 +188,7 @@ impl App {
         name: &str,
         digest: Option<String>,
         action: &'static str,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         let slot = self.providers.slot(name);
         let _changing = slot.changing.lock().await;
         let current = provider_find(&self.db, name).await?;
@@ -197,7 +197,7 @@ impl App {
             None => rollback_target(&activation_stack(&self.db, name).await?)
                 .cloned()
                 .ok_or_else(|| {
-                    ApiError::conflict(
+                    AppError::new(
                         ErrorCode::NothingToRollBack,
                         "this provider has no earlier version in its activation history",
                     )
@@ -234,9 +234,9 @@ impl App {
         &self,
         plugin: &crate::plugins::Plugin,
         env: &Arc<PluginEnv>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let refused = |why: String| {
-            ApiError::conflict(
+            AppError::new(
                 ErrorCode::PluginUnhealthy,
                 format!("activation refused: the new version's health check {why}"),
             )
@@ -257,8 +257,8 @@ impl App {
         ctx: &OpContext,
         current: &provider::Model,
         binary: &crate::entity::plugin_binary::Model,
-        refused: &ApiError,
-    ) -> ApiResult<()> {
+        refused: &AppError,
+    ) -> AppResult<()> {
         let reason = format!(
             "activation of {} {} ({}) refused: {}",
             binary.name, binary.version, binary.digest, refused.detail
@@ -296,11 +296,11 @@ impl App {
         target: &str,
         action: &'static str,
         prepared: Option<(crate::plugins::Plugin, Arc<PluginEnv>)>,
-    ) -> ApiResult<(i64, ProviderView)> {
+    ) -> AppResult<(i64, ProviderView)> {
         let txn = crate::db::begin_write(&self.db).await?;
         let fresh = provider_find(&txn, &current.name).await?;
         if fresh.revision != current.revision {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::ProviderChanged,
                 "the provider changed during the activation; try again",
             ));
@@ -344,13 +344,15 @@ impl App {
         &self,
         wasm: &[u8],
         row: &provider::Model,
-    ) -> ApiResult<crate::plugins::Plugin> {
+    ) -> AppResult<crate::plugins::Plugin> {
         self.providers
             .host
             .plugin_load(wasm, limits_of(row).effective())
             .map_err(|rejection| {
-                ApiError::invalid(format!("plugin rejected: {rejection}"))
-                    .with_code(ErrorCode::PluginRejected)
+                AppError::new(
+                    ErrorCode::PluginRejected,
+                    format!("plugin rejected: {rejection}"),
+                )
             })
     }
 
@@ -360,7 +362,7 @@ impl App {
         &self,
         db: &impl ConnectionTrait,
         row: &provider::Model,
-    ) -> ApiResult<Option<(crate::plugins::Plugin, Arc<PluginEnv>)>> {
+    ) -> AppResult<Option<(crate::plugins::Plugin, Arc<PluginEnv>)>> {
         let Some(digest) = row.plugin_digest.as_deref().filter(|_| row.enabled) else {
             return Ok(None);
         };
@@ -376,7 +378,7 @@ impl App {
         principal: &Principal,
         name: &str,
         params: OrderedPageParams,
-    ) -> ApiResult<Page<provider_activation::Model>> {
+    ) -> AppResult<Page<provider_activation::Model>> {
         // Health reasons and versions carry the cloud's error text and settings history:
         // administrators only.
         principal.require_admin()?;
@@ -401,7 +403,7 @@ impl App {
         &self,
         principal: &Principal,
         name: &str,
-    ) -> ApiResult<ProviderProbeView> {
+    ) -> AppResult<ProviderProbeView> {
         principal.require_admin()?;
         let row = provider_find(&self.db, name).await?;
         // Waits for a probe in flight (the one a settings change started, say) rather than
@@ -409,7 +411,7 @@ impl App {
         let gate = self.health.probe_gate(&row.name);
         let _passing = gate.lock().await;
         let active = self.provider_serving(&row).await?.ok_or_else(|| {
-            ApiError::conflict(
+            AppError::new(
                 ErrorCode::ProviderNotServing,
                 "this provider has no active plugin, or is disabled",
             )
@@ -442,7 +444,7 @@ impl App {
 
     /// At start-up (replicas taking turns): stores the bundled plugins and makes each the
     /// provider of its name when no such provider exists.
-    pub async fn providers_bundled_register(&self) -> ApiResult<()> {
+    pub async fn providers_bundled_register(&self) -> AppResult<()> {
         for bundled in self.settings.bundled_plugins.each() {
             let binary = match self.plugin_binary_store(bundled.wasm, None).await? {
                 Stored::Created(binary) | Stored::AlreadyStored(binary) => binary,
@@ -459,10 +461,10 @@ impl App {
                     name: Set(bundled.provider.to_owned()),
                     plugin_digest: Set(Some(binary.digest.clone())),
                     previous_digest: Set(None),
-                    config: Set(serde_json::to_value(config).map_err(ApiError::internal)?),
+                    config: Set(serde_json::to_value(config).map_err(AppError::internal)?),
                     secrets: Set(serde_json::json!({})),
                     allowlist: Set(
-                        serde_json::to_value(bundled.allowlist).map_err(ApiError::internal)?
+                        serde_json::to_value(bundled.allowlist).map_err(AppError::internal)?
                     ),
                     limits: Set(serde_json::json!({})),
                     enabled: Set(true),
@@ -487,7 +489,7 @@ impl App {
     /// At start-up, after [`Self::providers_bundled_register`]: loads every enabled provider's
     /// plugin. A provider whose plugin cannot be loaded is logged and left out of service; the
     /// server still starts.
-    pub async fn providers_start(&self) -> ApiResult<()> {
+    pub async fn providers_start(&self) -> AppResult<()> {
         self.provider_health_gauges_init().await?;
         for row in provider::Entity::find().all(&self.db).await? {
             match self.provider_prepare(&self.db, &row).await {

@@ -11,14 +11,14 @@ use uuid::Uuid;
 use super::RoutesIndex;
 use crate::app::deploys::instances as states;
 use crate::entity::{domain, instance};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 use bulkhead_routing::{Route, RouteChange, Upstream};
 
 /// Past this many services, reading every route costs less than reading theirs.
 pub(super) const SERVICES_READ_AT_MOST: usize = 1000;
 
 /// Every route.
-pub(super) async fn routes_all(db: &impl ConnectionTrait) -> ApiResult<Vec<Route>> {
+pub(super) async fn routes_all(db: &impl ConnectionTrait) -> AppResult<Vec<Route>> {
     let domains = domain::Entity::find()
         .filter(domain::Column::VerifiedAt.is_not_null())
         .all(db)
@@ -34,7 +34,7 @@ pub(super) async fn routes_of_services(
     db: &impl ConnectionTrait,
     index: &RoutesIndex,
     services: &BTreeSet<Uuid>,
-) -> ApiResult<(BTreeSet<String>, Vec<Route>)> {
+) -> AppResult<(BTreeSet<String>, Vec<Route>)> {
     let mut looked_at = index.domains_of(services);
     let mut domains = domain::Entity::find()
         .filter(domain::Column::VerifiedAt.is_not_null())
@@ -115,7 +115,7 @@ pub(super) async fn drop_intended(
     db: &impl ConnectionTrait,
     index: &RoutesIndex,
     changes: &[RouteChange],
-) -> ApiResult<bool> {
+) -> AppResult<bool> {
     let mut dropped: BTreeSet<String> = BTreeSet::new();
     for change in changes {
         let RouteChange::Set { route } = change else {

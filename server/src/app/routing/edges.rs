@@ -12,7 +12,7 @@ use crate::app::shared::audit::{AuditEntry, audit_record};
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::authz::{OpContext, Principal};
 use crate::entity::edge;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// What an edge agent reports.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -84,15 +84,15 @@ impl App {
         principal: &Principal,
         id: &str,
         report: EdgeStatusReport,
-    ) -> ApiResult<EdgeView> {
+    ) -> AppResult<EdgeView> {
         principal.require_routing_read()?;
         let token_id = principal.token_id().ok_or_else(|| {
-            ApiError::forbidden("edges report with an API token (scope `routing:read`)")
+            AppError::forbidden("edges report with an API token (scope `routing:read`)")
         })?;
         let id = crate::app::shared::validate::slug_validate("id", id)?;
         let latest = self.routing_current()?.revision;
         if !(0..=latest).contains(&report.revision) {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "`revision` must be 0 to {latest}, the latest routing table"
             )));
         }
@@ -100,7 +100,7 @@ impl App {
             .snapshot_age_seconds
             .is_some_and(|age| !age.is_finite() || age < 0.0)
         {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`snapshot_age_seconds` must be a number of seconds, 0 or more",
             ));
         }
@@ -113,7 +113,7 @@ impl App {
         let last_refusal = match report.last_refusal {
             None => None,
             Some(refusal) if refusal.revision < 0 => {
-                return Err(ApiError::invalid(
+                return Err(AppError::invalid(
                     "`last_refusal.revision` must be 0 or more",
                 ));
             }
@@ -129,8 +129,7 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         let existing = edge::Entity::find_by_id(id.clone()).one(&txn).await?;
         if existing.as_ref().is_some_and(|e| e.token_id != token_id) {
-            return Err(ApiError::new(
-                http::StatusCode::FORBIDDEN,
+            return Err(AppError::new(
                 ErrorCode::EdgeOwned,
                 "another token reports as this edge",
             ));
@@ -144,7 +143,7 @@ impl App {
             last_refusal: Set(last_refusal
                 .map(serde_json::to_value)
                 .transpose()
-                .map_err(ApiError::internal)?),
+                .map_err(AppError::internal)?),
             agent_version: Set(agent_version),
             first_seen_at: Set(existing.as_ref().map_or(now, |e| e.first_seen_at)),
             reported_at: Set(now),
@@ -162,7 +161,7 @@ impl App {
         &self,
         principal: &Principal,
         params: PageParams,
-    ) -> ApiResult<Page<EdgeView>> {
+    ) -> AppResult<Page<EdgeView>> {
         principal.require_routing_read()?;
         let page = paginate(
             &self.db,
@@ -176,13 +175,13 @@ impl App {
     }
 
     /// Forgets edge `id` (administrators): a decommissioned edge, or one whose token changed.
-    pub async fn edge_delete(&self, ctx: &OpContext, id: &str) -> ApiResult<()> {
+    pub async fn edge_delete(&self, ctx: &OpContext, id: &str) -> AppResult<()> {
         ctx.principal.require_admin()?;
         let id = crate::app::shared::validate::slug_validate("id", id)?;
         let txn = crate::db::begin_write(&self.db).await?;
         let deleted = edge::Entity::delete_by_id(id.clone()).exec(&txn).await?;
         if deleted.rows_affected == 0 {
-            return Err(ApiError::not_found("edge"));
+            return Err(AppError::not_found("edge"));
         }
         audit_record(
             &txn,

@@ -16,12 +16,12 @@ use super::{
 use crate::app::App;
 use crate::app::routing::keys::RoutingSigner;
 use crate::entity::{route, routing_revision};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 impl App {
     /// Brings this server up to the latest published revision (announcing it), and signs and
     /// serves it if it (or the signing key) is newer than what this server serves.
-    pub async fn routing_prepare(&self) -> ApiResult<()> {
+    pub async fn routing_prepare(&self) -> AppResult<()> {
         {
             let _one_at_a_time = self.routing.publishing.lock().await;
             self.routing_follow_locked().await?;
@@ -30,7 +30,7 @@ impl App {
     }
 
     /// The latest stored revision, as this server now holds it (caller holds `publishing`).
-    pub(super) async fn routing_follow_locked(&self) -> ApiResult<Arc<Current>> {
+    pub(super) async fn routing_follow_locked(&self) -> AppResult<Arc<Current>> {
         let latest = latest_revision(&self.db).await?;
         let current = self.routing.current.load_full();
         if let Some(current) = &current
@@ -60,7 +60,7 @@ impl App {
         &self,
         current: &Current,
         latest: i64,
-    ) -> ApiResult<Option<Current>> {
+    ) -> AppResult<Option<Current>> {
         let rows = routing_revision::Entity::find()
             .filter(routing_revision::Column::Revision.gt(current.revision))
             .filter(routing_revision::Column::Revision.lte(latest))
@@ -70,7 +70,7 @@ impl App {
         let revisions: Vec<RevisionChanges> = rows
             .into_iter()
             .map(revision_changes)
-            .collect::<ApiResult<_>>()?;
+            .collect::<AppResult<_>>()?;
         if !follows(current.revision, &revisions) {
             return Ok(None);
         }
@@ -94,7 +94,7 @@ impl App {
     /// The latest revision read whole: the stored routes, then the revisions stored while
     /// they were read (applied on top: each change is a domain's whole route, so applying
     /// one the routes already had changes nothing).
-    async fn routing_load(&self) -> ApiResult<Current> {
+    async fn routing_load(&self) -> AppResult<Current> {
         let keep = self.routing_recent_keep() as i64;
         let before = latest_revision(&self.db).await?;
         let routes = route::Entity::find()
@@ -103,7 +103,7 @@ impl App {
             .into_iter()
             .map(|row| serde_json::from_str(&row.route))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(ApiError::internal)?;
+            .map_err(AppError::internal)?;
         let mut loaded = Current::none();
         loaded.routes = RoutesIndex::new(routes);
         let window: Vec<RevisionChanges> = routing_revision::Entity::find()
@@ -113,10 +113,10 @@ impl App {
             .await?
             .into_iter()
             .map(revision_changes)
-            .collect::<ApiResult<_>>()?;
+            .collect::<AppResult<_>>()?;
         let after: Vec<&RevisionChanges> = window.iter().filter(|r| r.revision > before).collect();
         if !follows(before, after.iter().copied()) {
-            return Err(ApiError::internal(
+            return Err(AppError::internal(
                 "routing table: revisions were pruned while the routes were read",
             ));
         }
@@ -136,7 +136,7 @@ impl App {
             let row = routing_revision::Entity::find_by_id(before)
                 .one(&self.db)
                 .await?
-                .ok_or_else(|| ApiError::internal("routing table: the latest revision is gone"))?;
+                .ok_or_else(|| AppError::internal("routing table: the latest revision is gone"))?;
             loaded.revision = row.revision;
             loaded.generated_at = row.created_at;
             loaded.drop_intended = row.drop_intended;
@@ -148,7 +148,7 @@ impl App {
         &self,
         recent: &mut VecDeque<(i64, Arc<str>)>,
         revision: &RevisionChanges,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         recent.push_back((revision.revision, change_json(revision)?));
         while recent.len() > self.routing_recent_keep() {
             recent.pop_front();
@@ -172,7 +172,7 @@ impl App {
 
     /// Signs the latest revision this server knows, if it does not serve it yet (or serves it
     /// signed by a key that no longer signs); its gzip is made in the background.
-    async fn routing_sign(&self) -> ApiResult<()> {
+    async fn routing_sign(&self) -> AppResult<()> {
         let Some(current) = self.routing.current() else {
             return Ok(());
         };
@@ -186,7 +186,7 @@ impl App {
         let started = std::time::Instant::now();
         let prepared = tokio::task::spawn_blocking(move || sign(&current, &signer))
             .await
-            .map_err(ApiError::internal)?;
+            .map_err(AppError::internal)?;
         metrics::histogram!("bulkhead_routing_sign_seconds")
             .record(started.elapsed().as_secs_f64());
         let revision = prepared.revision;

@@ -21,7 +21,7 @@ use crate::app::App;
 use crate::app::shared::audit::{AuditEntry, audit_record};
 use crate::authz::{OpContext, Principal};
 use crate::entity::routing_key;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 use bulkhead_routing::{PublishedKey, PublishedKeys, key_id_of};
 
 /// A key published ahead of use (edges trust it before it signs).
@@ -68,7 +68,7 @@ impl App {
         &self,
         db: &impl ConnectionTrait,
         state: &str,
-    ) -> ApiResult<routing_key::Model> {
+    ) -> AppResult<routing_key::Model> {
         let mut seed = [0u8; 32];
         rand::rng().fill_bytes(&mut seed);
         let key = SigningKey::from_bytes(&seed);
@@ -89,7 +89,7 @@ impl App {
     }
 
     /// The key that signs: the active one (made on first start), opened once per server.
-    pub(crate) async fn routing_signer(&self) -> ApiResult<Arc<RoutingSigner>> {
+    pub(crate) async fn routing_signer(&self) -> AppResult<Arc<RoutingSigner>> {
         let active = routing_key::Entity::find()
             .filter(routing_key::Column::State.eq(ACTIVE))
             .order_by_desc(routing_key::Column::ActivatedAt)
@@ -108,12 +108,12 @@ impl App {
         let seed = self
             .secrets
             .open_value(&private_purpose(&active.id), &active.private_key)
-            .map_err(|err| ApiError::internal(format!("{err:#}")))?;
+            .map_err(|err| AppError::internal(format!("{err:#}")))?;
         let seed: [u8; 32] = BASE64
             .decode(seed)
             .ok()
             .and_then(|bytes| bytes.try_into().ok())
-            .ok_or_else(|| ApiError::internal("a routing key's seed is not 32 bytes"))?;
+            .ok_or_else(|| AppError::internal("a routing key's seed is not 32 bytes"))?;
         let signer = Arc::new(RoutingSigner {
             id: active.id,
             key: SigningKey::from_bytes(&seed),
@@ -123,7 +123,7 @@ impl App {
     }
 
     /// Every published key (`routing:read`).
-    pub async fn routing_key_list(&self, principal: &Principal) -> ApiResult<PublishedKeys> {
+    pub async fn routing_key_list(&self, principal: &Principal) -> AppResult<PublishedKeys> {
         principal.require_routing_read()?;
         let keys = routing_key::Entity::find()
             .order_by_asc(routing_key::Column::CreatedAt)
@@ -135,7 +135,7 @@ impl App {
     }
 
     /// Publishes a new key that does not sign yet (administrators).
-    pub async fn routing_key_create(&self, ctx: &OpContext) -> ApiResult<PublishedKey> {
+    pub async fn routing_key_create(&self, ctx: &OpContext) -> AppResult<PublishedKey> {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
         let key = self.routing_key_insert(&txn, NEXT).await?;
@@ -150,13 +150,13 @@ impl App {
     }
 
     /// Makes key `id` sign new snapshots and retires the one that did (administrators).
-    pub async fn routing_key_activate(&self, ctx: &OpContext, id: &str) -> ApiResult<PublishedKey> {
+    pub async fn routing_key_activate(&self, ctx: &OpContext, id: &str) -> AppResult<PublishedKey> {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
         let key = routing_key::Entity::find_by_id(id.to_owned())
             .one(&txn)
             .await?
-            .ok_or_else(|| ApiError::not_found("routing key"))?;
+            .ok_or_else(|| AppError::not_found("routing key"))?;
         let now = Utc::now();
         routing_key::Entity::update_many()
             .col_expr(routing_key::Column::State, RETIRED.into())
@@ -187,15 +187,15 @@ impl App {
     }
 
     /// Withdraws key `id`, which must not be the one signing (administrators).
-    pub async fn routing_key_delete(&self, ctx: &OpContext, id: &str) -> ApiResult<()> {
+    pub async fn routing_key_delete(&self, ctx: &OpContext, id: &str) -> AppResult<()> {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
         let key = routing_key::Entity::find_by_id(id.to_owned())
             .one(&txn)
             .await?
-            .ok_or_else(|| ApiError::not_found("routing key"))?;
+            .ok_or_else(|| AppError::not_found("routing key"))?;
         if key.state == ACTIVE {
-            return Err(ApiError::conflict(
+            return Err(AppError::new(
                 ErrorCode::RoutingKeyActive,
                 "this key signs the routing table: activate another one first",
             ));

@@ -48,10 +48,19 @@ use utoipa::ToSchema;
 use crate::app::App;
 use crate::app::cluster::changes::RoutesScope;
 use crate::entity::routing_revision;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 use bulkhead_routing::{RouteChange, RoutingTable};
 
 pub use index::RoutesIndex;
+
+/// What the routing task keeps between its steps.
+#[derive(Debug, Default)]
+pub struct RoutingFollow {
+    /// Whether this replica led the routing at the last step.
+    leading: bool,
+    /// When the leader last compared every route.
+    rebuilt_at: Option<std::time::Instant>,
+}
 
 /// How often each server looks for revisions published by other replicas.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
@@ -196,7 +205,7 @@ impl RoutingState {
 
 impl App {
     /// The latest signed revision, or 503 while none is.
-    pub fn routing_prepared(&self) -> ApiResult<Arc<Prepared>> {
+    pub fn routing_prepared(&self) -> AppResult<Arc<Prepared>> {
         self.routing.prepared().ok_or_else(not_ready)
     }
 
@@ -209,13 +218,13 @@ impl App {
     }
 
     /// The latest revision this server knows, or 503 while it knows none.
-    pub fn routing_current(&self) -> ApiResult<Arc<Current>> {
+    pub fn routing_current(&self) -> AppResult<Arc<Current>> {
         self.routing.current().ok_or_else(not_ready)
     }
 
     /// The signed snapshot of the latest revision this server announced: waits (at most
     /// [`SIGNED_WAIT`]) for its signature when it was announced and not yet signed.
-    pub async fn routing_snapshot(&self) -> ApiResult<Arc<Prepared>> {
+    pub async fn routing_snapshot(&self) -> AppResult<Arc<Prepared>> {
         let announced = self.routing.current().map_or(0, |current| current.revision);
         let mut signed = self.routing.signed.subscribe();
         let waited = tokio::time::timeout(
@@ -232,64 +241,53 @@ impl App {
         self.routing_prepared()
     }
 
-    /// On the routing leader, publishes when routes change (here or, told by the change feed,
-    /// on another replica); on every replica, follows when a revision is published and every
-    /// [`REFRESH_EVERY`]; until `stop` turns true.
-    pub async fn routing_run(self, mut stop: watch::Receiver<bool>) {
-        let mut routes = self.changes.routes.subscribe();
-        let mut revisions = self.changes.routing.subscribe();
-        let mut rebuilt_at = tokio::time::Instant::now();
-        let mut leading = false;
-        loop {
-            let leads = self
-                .leases
-                .leads(crate::app::cluster::leases::Work::Routing);
-            // What changed since the last look; a replica that does not lead drops it (on
-            // becoming the leader it compares everything).
-            let dirty = self.changes.routes_dirty.take();
-            // A replica that has just become the leader compares everything: its predecessor
-            // may have stopped before publishing a change. So does one now and then, for a
-            // hint that never came.
-            let scope = if leads && (!leading || rebuilt_at.elapsed() >= REBUILD_EVERY) {
-                rebuilt_at = tokio::time::Instant::now();
-                Some(RoutesScope::All)
-            } else if leads {
-                dirty
-            } else {
-                None
-            };
-            leading = leads;
-            let served = match scope {
-                Some(scope) => self.routing_update(scope).await,
-                None => self.routing_prepare().await,
-            };
-            if let Err(err) = served {
-                tracing::warn!(error = %err, "routing table: could not publish or prepare");
-            }
-            tokio::select! {
-                _ = routes.changed() => {}
-                _ = revisions.changed() => {}
-                _ = tokio::time::sleep(REFRESH_EVERY) => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            }
+    /// One step of the routing task: on the routing leader, publishes what changed (here or,
+    /// told by the change feed, on another replica); on every replica, serves the latest
+    /// revision published. The task runs it when routes change, when a revision is published
+    /// and every [`REFRESH_EVERY`].
+    pub async fn routing_step(&self, follow: &mut RoutingFollow) -> AppResult<()> {
+        let leads = self
+            .leases
+            .leads(crate::app::cluster::leases::Work::Routing);
+        // What changed since the last look; a replica that does not lead drops it (on
+        // becoming the leader it compares everything).
+        let dirty = self.changes.routes_dirty.take();
+        // A replica that has just become the leader compares everything: its predecessor
+        // may have stopped before publishing a change. So does one now and then, for a
+        // hint that never came.
+        let rebuild_due = follow
+            .rebuilt_at
+            .is_none_or(|at| at.elapsed() >= REBUILD_EVERY);
+        let scope = if leads && (!follow.leading || rebuild_due) {
+            follow.rebuilt_at = Some(std::time::Instant::now());
+            Some(RoutesScope::All)
+        } else if leads {
+            dirty
+        } else {
+            None
+        };
+        follow.leading = leads;
+        match scope {
+            Some(scope) => self.routing_update(scope).await,
+            None => self.routing_prepare().await,
         }
     }
 
     /// Compares every route and publishes a revision if they changed, then serves the latest.
-    pub async fn routing_refresh(&self) -> ApiResult<()> {
+    pub async fn routing_refresh(&self) -> AppResult<()> {
         self.routing_update(RoutesScope::All).await
     }
 
     /// Publishes a revision if the routes of `scope` changed (announcing it at once), then
     /// signs and serves the latest.
-    pub async fn routing_update(&self, scope: RoutesScope) -> ApiResult<()> {
+    pub async fn routing_update(&self, scope: RoutesScope) -> AppResult<()> {
         self.routing_publish(scope).await?;
         self.routing_prepare().await
     }
 
     /// The changes after revision `since`, at most `limit` revisions; 410 when the history no
     /// longer reaches back to `since` (or `since` is ahead of the table).
-    pub async fn routing_changes(&self, since: i64, limit: u64) -> ApiResult<RoutingChanges> {
+    pub async fn routing_changes(&self, since: i64, limit: u64) -> AppResult<RoutingChanges> {
         let latest = self.routing_current()?.revision;
         if since > latest {
             return Err(history_gone(since));
@@ -309,7 +307,7 @@ impl App {
             .into_iter()
             .take(limit as usize)
             .map(revision_changes)
-            .collect::<ApiResult<_>>()?;
+            .collect::<AppResult<_>>()?;
         Ok(RoutingChanges {
             since,
             revision: latest,
@@ -323,7 +321,7 @@ impl App {
     pub async fn routing_changes_json(
         &self,
         since: i64,
-    ) -> ApiResult<Option<Vec<(i64, Arc<str>)>>> {
+    ) -> AppResult<Option<Vec<(i64, Arc<str>)>>> {
         let current = self.routing_current()?;
         if since > current.revision {
             return Ok(None);
@@ -337,9 +335,9 @@ impl App {
                     .revisions
                     .iter()
                     .map(|changes| Ok((changes.revision, change_json(changes)?)))
-                    .collect::<ApiResult<_>>()?,
+                    .collect::<AppResult<_>>()?,
             )),
-            Err(err) if err.status == http::StatusCode::GONE => Ok(None),
+            Err(err) if err.code == ErrorCode::RoutingHistoryGone => Ok(None),
             Err(err) => Err(err),
         }
     }
@@ -349,18 +347,16 @@ impl App {
     }
 }
 
-fn not_ready() -> ApiError {
-    ApiError::new(
-        http::StatusCode::SERVICE_UNAVAILABLE,
+fn not_ready() -> AppError {
+    AppError::new(
         ErrorCode::RoutingTableNotReady,
         "the routing table is being built",
     )
     .retry_after(1)
 }
 
-fn history_gone(since: i64) -> ApiError {
-    ApiError::new(
-        http::StatusCode::GONE,
+fn history_gone(since: i64) -> AppError {
+    AppError::new(
         ErrorCode::RoutingHistoryGone,
         format!(
             "the changes after revision {since} are no longer kept: fetch the whole table (GET /v1/routing-table)"
@@ -368,23 +364,23 @@ fn history_gone(since: i64) -> ApiError {
     )
 }
 
-fn revision_changes(row: routing_revision::Model) -> ApiResult<RevisionChanges> {
+fn revision_changes(row: routing_revision::Model) -> AppResult<RevisionChanges> {
     Ok(RevisionChanges {
         revision: row.revision,
         generated_at: row.created_at,
         drop_intended: row.drop_intended,
-        changes: serde_json::from_str(&row.changes).map_err(ApiError::internal)?,
+        changes: serde_json::from_str(&row.changes).map_err(AppError::internal)?,
     })
 }
 
-fn change_json(changes: &RevisionChanges) -> ApiResult<Arc<str>> {
+fn change_json(changes: &RevisionChanges) -> AppResult<Arc<str>> {
     Ok(serde_json::to_string(changes)
-        .map_err(ApiError::internal)?
+        .map_err(AppError::internal)?
         .into())
 }
 
 /// The latest stored revision (0 when none).
-async fn latest_revision(db: &impl sea_orm::ConnectionTrait) -> ApiResult<i64> {
+async fn latest_revision(db: &impl sea_orm::ConnectionTrait) -> AppResult<i64> {
     Ok(routing_revision::Entity::find()
         .select_only()
         .column(routing_revision::Column::Revision)

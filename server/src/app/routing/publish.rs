@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::app::cluster::changes::RoutesScope;
 use crate::app::cluster::leases::Work;
 use crate::entity::{route, routing_revision};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 use bulkhead_routing::RouteChange;
 
 /// Routes written by one statement at most.
@@ -23,7 +23,7 @@ impl App {
     /// Stores and announces a new revision if the routes of `scope` differ from the latest
     /// revision's (the first revision is published even when it has no route); answers
     /// whether it did.
-    pub async fn routing_publish(&self, scope: RoutesScope) -> ApiResult<bool> {
+    pub async fn routing_publish(&self, scope: RoutesScope) -> AppResult<bool> {
         let started = std::time::Instant::now();
         let _one_at_a_time = self.routing.publishing.lock().await;
         let base = self.routing_follow_locked().await?;
@@ -80,13 +80,13 @@ impl App {
 
     /// Writes revision `changes.revision` and the routes it changes, fenced by the routing
     /// lease; false if another replica published that revision first.
-    async fn routing_store(&self, changes: &RevisionChanges) -> ApiResult<bool> {
+    async fn routing_store(&self, changes: &RevisionChanges) -> AppResult<bool> {
         let revision = changes.revision;
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Routing).await?;
         let inserted = routing_revision::ActiveModel {
             revision: Set(revision),
-            changes: Set(serde_json::to_string(&changes.changes).map_err(ApiError::internal)?),
+            changes: Set(serde_json::to_string(&changes.changes).map_err(AppError::internal)?),
             drop_intended: Set(changes.drop_intended),
             created_at: Set(changes.generated_at),
         }
@@ -105,7 +105,7 @@ impl App {
                     domain: Set(route.domain.clone()),
                     service_id: Set(route.service_id),
                     revision: Set(revision),
-                    route: Set(serde_json::to_string(route).map_err(ApiError::internal)?),
+                    route: Set(serde_json::to_string(route).map_err(AppError::internal)?),
                 }),
                 RouteChange::Remove { domain } => removed.push(domain.clone()),
             }

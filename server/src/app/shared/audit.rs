@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::app::shared::pagination::{ListOrder, Page, PageParams, paginate_ordered};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::audit_event;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// What an audit event records about a change.
 pub struct AuditEntry {
@@ -29,7 +29,7 @@ pub async fn audit_record(
     db: &impl ConnectionTrait,
     ctx: &OpContext,
     entry: AuditEntry,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     audit_event::ActiveModel {
         id: Set(Uuid::now_v7()),
         occurred_at: Set(Utc::now()),
@@ -49,7 +49,7 @@ pub async fn audit_record(
 
 /// Writes `entry` for a change the server made by itself (no user, no request), inside the
 /// caller's transaction.
-pub async fn audit_record_system(db: &impl ConnectionTrait, entry: AuditEntry) -> ApiResult<()> {
+pub async fn audit_record_system(db: &impl ConnectionTrait, entry: AuditEntry) -> AppResult<()> {
     audit_event::ActiveModel {
         id: Set(Uuid::now_v7()),
         occurred_at: Set(Utc::now()),
@@ -134,7 +134,7 @@ impl App {
         &self,
         principal: &Principal,
         query: AuditQuery,
-    ) -> ApiResult<Page<AuditEventView>> {
+    ) -> AppResult<Page<AuditEventView>> {
         principal.require_scope(Scope::Read)?;
         let mut select = audit_event::Entity::find();
         if let Some(project_id) = query.project_id {
@@ -154,7 +154,7 @@ impl App {
         ] {
             if let Some(value) = value {
                 if value.is_empty() || value.chars().count() > 100 {
-                    return Err(ApiError::bad_request(
+                    return Err(AppError::new(
                         ErrorCode::InvalidQuery,
                         format!("`{name}` must be 1 to 100 characters"),
                     ));

@@ -17,7 +17,7 @@ use crate::app::App;
 use crate::authz::project_authorize_in;
 use crate::authz::{AuthzCheck, Principal};
 use crate::entity::idempotency_record;
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 const RETENTION_HOURS: i64 = 24;
 /// A key whose first request has not finished after this long is considered abandoned.
@@ -53,7 +53,7 @@ impl App {
         credential: &str,
         key: &str,
         request_hash: &str,
-    ) -> ApiResult<IdempotencyStart> {
+    ) -> AppResult<IdempotencyStart> {
         let now = Utc::now();
         let txn = crate::db::begin_write(&self.db).await?;
         let existing =
@@ -66,13 +66,13 @@ impl App {
                 && now - record.created_at > Duration::seconds(PENDING_TIMEOUT_SECS);
             if !(expired || abandoned) {
                 if record.request_hash != request_hash {
-                    return Err(ApiError::invalid(
+                    return Err(AppError::new(
+                        ErrorCode::IdempotencyKeyReused,
                         "this Idempotency-Key was already used with a different request; use a new key",
-                    )
-                    .with_code(ErrorCode::IdempotencyKeyReused));
+                    ));
                 }
                 let Some(status) = record.response_status else {
-                    return Err(ApiError::conflict(
+                    return Err(AppError::new(
                         ErrorCode::IdempotencyInProgress,
                         "a request with this Idempotency-Key is still being processed; retry later",
                     ));
@@ -81,13 +81,13 @@ impl App {
                     .response_headers
                     .map(serde_json::from_value)
                     .transpose()
-                    .map_err(ApiError::internal)?
+                    .map_err(AppError::internal)?
                     .unwrap_or_default();
                 let checks = record
                     .authorization
                     .map(serde_json::from_value)
                     .transpose()
-                    .map_err(ApiError::internal)?
+                    .map_err(AppError::internal)?
                     .unwrap_or_default();
                 let body = self
                     .secrets
@@ -95,7 +95,7 @@ impl App {
                         &response_purpose(credential, key),
                         &record.response_body.unwrap_or_default(),
                     )
-                    .map_err(|err| ApiError::internal(format!("{err:#}")))?;
+                    .map_err(|err| AppError::internal(format!("{err:#}")))?;
                 return Ok(IdempotencyStart::Replay(
                     StoredResponse {
                         status: status as u16,
@@ -139,7 +139,7 @@ impl App {
         key: &str,
         response: Option<StoredResponse>,
         checks: &[AuthzCheck],
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let id = (credential.to_owned(), key.to_owned());
         match response {
             None => {
@@ -149,7 +149,7 @@ impl App {
             }
             Some(response) => {
                 let headers =
-                    serde_json::to_value(&response.headers).map_err(ApiError::internal)?;
+                    serde_json::to_value(&response.headers).map_err(AppError::internal)?;
                 idempotency_record::Entity::update_many()
                     .col_expr(
                         idempotency_record::Column::ResponseStatus,
@@ -168,7 +168,7 @@ impl App {
                     )
                     .col_expr(
                         idempotency_record::Column::Authorization,
-                        Expr::value(serde_json::to_value(checks).map_err(ApiError::internal)?),
+                        Expr::value(serde_json::to_value(checks).map_err(AppError::internal)?),
                     )
                     .filter(idempotency_record::Column::Principal.eq(credential))
                     .filter(idempotency_record::Column::Key.eq(key))
@@ -185,7 +185,7 @@ impl App {
         &self,
         principal: &Principal,
         checks: &[AuthzCheck],
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         for check in checks {
             match check {
                 AuthzCheck::Scope(scope) => principal.require_scope(*scope)?,
@@ -206,7 +206,7 @@ impl App {
 
     /// Deletes the records past their retention (and claims abandoned before finishing);
     /// returns how many.
-    pub async fn idempotency_purge(&self) -> ApiResult<u64> {
+    pub async fn idempotency_purge(&self) -> AppResult<u64> {
         let now = Utc::now();
         Ok(idempotency_record::Entity::delete_many()
             .filter(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// Whether `ip` may be reached: it is public, or in a network the operator allowed.
 pub fn address_allowed(allowed: &[IpNet], ip: IpAddr) -> bool {
@@ -29,8 +29,8 @@ pub fn url_check(
     field: &str,
     text: &str,
     max_len: usize,
-) -> ApiResult<url::Url> {
-    let refuse = |why: String| ApiError::invalid(format!("`{field}` {why}"));
+) -> AppResult<url::Url> {
+    let refuse = |why: String| AppError::invalid(format!("`{field}` {why}"));
     if text.is_empty() || text.len() > max_len {
         return Err(refuse(format!("must be 1 to {max_len} characters")));
     }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 pub const DEFAULT_LIMIT: u64 = 50;
 pub const MAX_LIMIT: u64 = 200;
@@ -82,30 +82,30 @@ impl<T> Page<T> {
     }
 
     /// [`Self::map`] with a conversion that may fail.
-    pub fn try_map<U>(self, f: impl FnMut(T) -> ApiResult<U>) -> ApiResult<Page<U>> {
+    pub fn try_map<U>(self, f: impl FnMut(T) -> AppResult<U>) -> AppResult<Page<U>> {
         Ok(Page {
             items: self
                 .items
                 .into_iter()
                 .map(f)
-                .collect::<ApiResult<Vec<U>>>()?,
+                .collect::<AppResult<Vec<U>>>()?,
             next_cursor: self.next_cursor,
         })
     }
 }
 
 impl PageParams {
-    fn limit(&self) -> ApiResult<u64> {
+    fn limit(&self) -> AppResult<u64> {
         match self.limit.unwrap_or(DEFAULT_LIMIT) {
             limit @ 1..=MAX_LIMIT => Ok(limit),
-            _ => Err(ApiError::bad_request(
+            _ => Err(AppError::new(
                 ErrorCode::InvalidQuery,
                 format!("`limit` must be between 1 and {MAX_LIMIT}"),
             )),
         }
     }
 
-    fn after<K: CursorKey>(&self) -> ApiResult<Option<K>> {
+    fn after<K: CursorKey>(&self) -> AppResult<Option<K>> {
         let Some(cursor) = &self.cursor else {
             return Ok(None);
         };
@@ -115,7 +115,7 @@ impl PageParams {
             .and_then(|bytes| K::from_cursor(&bytes))
             .map(Some)
             .ok_or_else(|| {
-                ApiError::bad_request(
+                AppError::new(
                     ErrorCode::InvalidCursor,
                     "`cursor` is not a cursor returned by this list",
                 )
@@ -156,7 +156,7 @@ pub async fn paginate<E, C, K>(
     id_column: C,
     id_of: impl Fn(&E::Model) -> K,
     params: &PageParams,
-) -> ApiResult<Page<E::Model>>
+) -> AppResult<Page<E::Model>>
 where
     E: EntityTrait,
     C: ColumnTrait,
@@ -173,7 +173,7 @@ pub async fn paginate_ordered<E, C, K>(
     id_of: impl Fn(&E::Model) -> K,
     params: &PageParams,
     order: ListOrder,
-) -> ApiResult<Page<E::Model>>
+) -> AppResult<Page<E::Model>>
 where
     E: EntityTrait,
     C: ColumnTrait,

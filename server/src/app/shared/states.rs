@@ -145,21 +145,14 @@ mod tests {
         let mut provider: Vec<String> = values::<ProviderHealth>();
         provider.extend(names(&providers::STATES_NOT_SERVING));
         assert_eq!(values::<ProviderState>(), provider);
-        let event = [
-            health::EVENT_HEALTH,
-            versions::EVENT_ACTIVATION_REFUSED,
-        ];
+        let event = [health::EVENT_HEALTH, versions::EVENT_ACTIVATION_REFUSED];
         assert_eq!(values::<ProviderEventKind>(), names(&event));
         use versions::{ACTIVATE, BUNDLED, ROLLBACK};
         assert_eq!(
             values::<ActivationAction>(),
             names(&[ACTIVATE, ROLLBACK, BUNDLED])
         );
-        let key = [
-            keys::NEXT,
-            keys::ACTIVE,
-            keys::RETIRED,
-        ];
+        let key = [keys::NEXT, keys::ACTIVE, keys::RETIRED];
         assert_eq!(values::<bulkhead_routing::RoutingKeyState>(), names(&key));
     }
 }

@@ -29,14 +29,13 @@ use sea_orm::{
     ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
 };
 use sha2::Sha256;
-use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::shared::outbound_addresses::{CheckedResolver, address_refusal};
 use crate::app::webhooks::{DELIVERED, FAILED, PENDING, secret_purpose, webhook_id};
 use crate::entity::{webhook_endpoint, webhook_message};
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 /// The waits after each failed attempt; one attempt more than waits.
 pub const SCHEDULE: [Duration; 7] = [
@@ -55,7 +54,7 @@ pub const BREAKER_OPEN: Duration = Duration::from_secs(60);
 /// An attempt's deadline.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often the due messages are read without a hint.
-const DELIVER_EVERY: Duration = Duration::from_millis(500);
+pub const DELIVER_EVERY: Duration = Duration::from_millis(500);
 /// Messages read per pass.
 const BATCH: u64 = 200;
 /// Endpoints served at once.
@@ -98,16 +97,8 @@ enum Attempt {
 }
 
 impl App {
-    /// Sends the due messages while this replica leads the deploys.
-    pub async fn webhook_deliveries_run(self, stop: watch::Receiver<bool>) {
-        self.deploy_leader_loop(stop, DELIVER_EVERY, "webhooks", async |app| {
-            app.webhook_deliveries_pass().await
-        })
-        .await;
-    }
-
     /// One pass over the due messages; returns how many attempts it made.
-    pub async fn webhook_deliveries_pass(&self) -> ApiResult<usize> {
+    pub async fn webhook_deliveries_pass(&self) -> AppResult<usize> {
         let due = webhook_message::Entity::find()
             .filter(webhook_message::Column::State.eq(PENDING))
             .filter(webhook_message::Column::NextAttemptAt.lte(Utc::now()))
@@ -126,7 +117,7 @@ impl App {
         let attempts = futures_util::stream::iter(by_endpoint)
             .map(|(endpoint, messages)| self.webhook_endpoint_serve(endpoint, messages))
             .buffer_unordered(ENDPOINTS_AT_ONCE)
-            .collect::<Vec<ApiResult<usize>>>()
+            .collect::<Vec<AppResult<usize>>>()
             .await;
         attempts.into_iter().try_fold(0, |sum, n| Ok(sum + n?))
     }
@@ -136,7 +127,7 @@ impl App {
         &self,
         endpoint_id: Uuid,
         messages: Vec<webhook_message::Model>,
-    ) -> ApiResult<usize> {
+    ) -> AppResult<usize> {
         let Some(mut endpoint) = webhook_endpoint::Entity::find_by_id(endpoint_id)
             .one(&self.db)
             .await?
@@ -172,7 +163,7 @@ impl App {
         endpoint: webhook_endpoint::Model,
         message: webhook_message::Model,
         attempt: Attempt,
-    ) -> ApiResult<webhook_endpoint::Model> {
+    ) -> AppResult<webhook_endpoint::Model> {
         let now = Utc::now();
         let attempts = message.attempts + 1;
         let mut recorded: webhook_message::ActiveModel = message.into();

@@ -29,7 +29,7 @@ use crate::app::shared::pagination::{
 };
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{deployment, webhook_endpoint, webhook_message};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// How long the secret before a rotation still signs messages (beside the new one).
 pub const SECRET_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
@@ -127,15 +127,15 @@ pub struct WebhookEndpointView {
 }
 
 impl TryFrom<webhook_endpoint::Model> for WebhookEndpointView {
-    type Error = ApiError;
+    type Error = AppError;
 
-    fn try_from(m: webhook_endpoint::Model) -> ApiResult<Self> {
+    fn try_from(m: webhook_endpoint::Model) -> AppResult<Self> {
         let now = Utc::now();
         Ok(Self {
             id: m.id,
             project_id: m.project_id,
             url: m.url,
-            event_types: serde_json::from_value(m.event_types).map_err(ApiError::internal)?,
+            event_types: serde_json::from_value(m.event_types).map_err(AppError::internal)?,
             open_until: m.open_until.filter(|until| *until > now),
             failures: m.failures,
             previous_secret_until: m.previous_secret_until.filter(|until| *until > now),
@@ -176,12 +176,12 @@ pub struct WebhookMessageView {
 }
 
 impl TryFrom<webhook_message::Model> for WebhookMessageView {
-    type Error = ApiError;
+    type Error = AppError;
 
-    fn try_from(m: webhook_message::Model) -> ApiResult<Self> {
-        fn enumerated<T: serde::de::DeserializeOwned>(text: &str) -> ApiResult<T> {
+    fn try_from(m: webhook_message::Model) -> AppResult<Self> {
+        fn enumerated<T: serde::de::DeserializeOwned>(text: &str) -> AppResult<T> {
             serde_json::from_value(serde_json::Value::String(text.into()))
-                .map_err(ApiError::internal)
+                .map_err(AppError::internal)
         }
         Ok(Self {
             webhook_id: webhook_id(m.id),
@@ -194,7 +194,7 @@ impl TryFrom<webhook_message::Model> for WebhookMessageView {
             last_error: m.last_error,
             created_at: m.created_at,
             delivered_at: m.delivered_at,
-            payload: serde_json::from_str(&m.payload).map_err(ApiError::internal)?,
+            payload: serde_json::from_str(&m.payload).map_err(AppError::internal)?,
         })
     }
 }
@@ -233,27 +233,27 @@ fn secret_generate() -> String {
 }
 
 /// Checks an endpoint's URL as far as it can without resolving its name.
-fn url_check(settings: &crate::config::Settings, text: &str) -> ApiResult<String> {
+fn url_check(settings: &crate::config::Settings, text: &str) -> AppResult<String> {
     outbound_addresses::url_check(&settings.webhook_allowed_networks, "url", text, 1000)
         .map(String::from)
 }
 
-fn event_types_value(types: Vec<WebhookEventType>) -> ApiResult<serde_json::Value> {
+fn event_types_value(types: Vec<WebhookEventType>) -> AppResult<serde_json::Value> {
     let mut types = types;
     types.dedup();
-    serde_json::to_value(types).map_err(ApiError::internal)
+    serde_json::to_value(types).map_err(AppError::internal)
 }
 
 async fn endpoint_find(
     db: &impl ConnectionTrait,
     project_id: Uuid,
     id: Uuid,
-) -> ApiResult<webhook_endpoint::Model> {
+) -> AppResult<webhook_endpoint::Model> {
     webhook_endpoint::Entity::find_by_id(id)
         .filter(webhook_endpoint::Column::ProjectId.eq(project_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("webhook endpoint"))
+        .ok_or_else(|| AppError::not_found("webhook endpoint"))
 }
 
 fn endpoint_audit(action: &'static str, m: &webhook_endpoint::Model) -> AuditEntry {
@@ -273,7 +273,7 @@ pub(crate) async fn messages_enqueue(
     deployment: &deployment::Model,
     event_type: WebhookEventType,
     message: &str,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     let endpoints = webhook_endpoint::Entity::find()
         .filter(webhook_endpoint::Column::ProjectId.eq(deployment.project_id))
         .all(db)
@@ -298,7 +298,7 @@ pub(crate) async fn messages_enqueue(
     .to_string();
     for endpoint in endpoints {
         let types: Vec<WebhookEventType> =
-            serde_json::from_value(endpoint.event_types).map_err(ApiError::internal)?;
+            serde_json::from_value(endpoint.event_types).map_err(AppError::internal)?;
         if !types.is_empty() && !types.contains(&event_type) {
             continue;
         }
@@ -327,7 +327,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<webhook_endpoint::Model>> {
+    ) -> AppResult<Page<webhook_endpoint::Model>> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         let select = webhook_endpoint::Entity::find()
@@ -347,7 +347,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<webhook_endpoint::Model> {
+    ) -> AppResult<webhook_endpoint::Model> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         endpoint_find(&self.db, project_id, id).await
@@ -359,7 +359,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         create: WebhookEndpointCreate,
-    ) -> ApiResult<(webhook_endpoint::Model, String)> {
+    ) -> AppResult<(webhook_endpoint::Model, String)> {
         let url = url_check(&self.settings, &create.url)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
@@ -372,7 +372,7 @@ impl App {
                 .await?
         };
         if count >= ENDPOINTS_MAX {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "a project has at most {ENDPOINTS_MAX} webhook endpoints"
             )));
         }
@@ -409,7 +409,7 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
         update: WebhookEndpointUpdate,
-    ) -> ApiResult<webhook_endpoint::Model> {
+    ) -> AppResult<webhook_endpoint::Model> {
         let url = update
             .url
             .map(|url| url_check(&self.settings, &url))
@@ -442,7 +442,7 @@ impl App {
         project_id: Uuid,
         id: Uuid,
         if_match: Option<&str>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -463,7 +463,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<(webhook_endpoint::Model, String)> {
+    ) -> AppResult<(webhook_endpoint::Model, String)> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -487,7 +487,7 @@ impl App {
         project_id: Uuid,
         endpoint_id: Uuid,
         params: OrderedPageParams,
-    ) -> ApiResult<Page<webhook_message::Model>> {
+    ) -> AppResult<Page<webhook_message::Model>> {
         self.webhook_endpoint_view(principal, project_id, endpoint_id)
             .await?;
         let (page, order) = params.split();
@@ -512,7 +512,7 @@ impl App {
         project_id: Uuid,
         endpoint_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<webhook_message::Model> {
+    ) -> AppResult<webhook_message::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
@@ -521,7 +521,7 @@ impl App {
             .filter(webhook_message::Column::EndpointId.eq(endpoint_id))
             .one(&write.txn)
             .await?
-            .ok_or_else(|| ApiError::not_found("webhook message"))?;
+            .ok_or_else(|| AppError::not_found("webhook message"))?;
         webhook_message::Entity::update_many()
             .col_expr(webhook_message::Column::State, Expr::value(PENDING))
             .col_expr(webhook_message::Column::Attempts, Expr::value(0))
@@ -535,7 +535,7 @@ impl App {
         let replayed = webhook_message::Entity::find_by_id(found.id)
             .one(&write.txn)
             .await?
-            .ok_or_else(|| ApiError::not_found("webhook message"))?;
+            .ok_or_else(|| AppError::not_found("webhook message"))?;
         write
             .commit(AuditEntry {
                 action: "webhook_message.replay",

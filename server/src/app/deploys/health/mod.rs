@@ -46,12 +46,12 @@ use crate::app::deploys::health::probe::probe;
 use crate::app::deploys::health::reports::HealthReport;
 use crate::app::deploys::health::schedule::{HealthSchedule, Scheduled, Verdict};
 use crate::app::deploys::instances as states;
-use crate::app::deploys::reconciler::instance_transition;
+use crate::app::deploys::instances::instance_transition;
 use crate::app::deploys::rollouts::deployment_settle;
 use crate::app::projects::services::spec::HealthCheckSpec;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::entity::{deployment, instance};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 
 /// How often every instance to check is read again (new, gone, changed).
 const SYNC_EVERY: Duration = Duration::from_secs(10);
@@ -120,12 +120,25 @@ fn acted_on((entry, verdict): (&Scheduled, Verdict)) -> Option<(Scheduled, Verdi
 }
 
 impl App {
-    /// The health-check loop, until the server stops.
-    pub async fn instance_health_run(self, mut stop: watch::Receiver<bool>) {
+    /// The health checks of deployed instances, until `stop` turns true: the checks' event
+    /// loop and the reports of the providers that check near the workload, in one future (a
+    /// panic in either ends both, and the task starts them again).
+    pub async fn instance_health_run(&self, stop: watch::Receiver<bool>) {
+        let (reports_tx, reports) = mpsc::channel::<HealthReport>(16);
+        tokio::join!(
+            self.health_reports_run(stop.clone(), reports_tx),
+            self.health_checks_run(stop, reports),
+        );
+    }
+
+    /// The health checks' event loop, until `stop` turns true.
+    async fn health_checks_run(
+        &self,
+        mut stop: watch::Receiver<bool>,
+        mut reports: mpsc::Receiver<HealthReport>,
+    ) {
         let permits = Arc::new(Semaphore::new(CONCURRENT_CHECKS));
         let (results_tx, mut results) = mpsc::channel::<Vec<(Uuid, bool)>>(CONCURRENT_CHECKS);
-        let (reports_tx, mut reports) = mpsc::channel::<HealthReport>(16);
-        tokio::spawn(self.clone().health_reports_run(stop.clone(), reports_tx));
         let mut deployments = self.changes.deployments.subscribe();
         let mut state = HealthLoop {
             schedule: HealthSchedule::default(),
@@ -144,7 +157,7 @@ impl App {
                 state.starting_sync = None;
             } else if let Err(err) = self.instance_health_sync(&mut state, now).await {
                 self.reconciler
-                    .error_record(format!("health checks: {}", err.detail));
+                    .error_record(format!("health checks: {err}"));
                 state.next_sync = now + IDLE;
             }
             let now = Instant::now();
@@ -207,7 +220,7 @@ impl App {
 
     /// Reads the instances to check when it is time: all of them every [`SYNC_EVERY`], the
     /// starting ones after a deployment changed.
-    async fn instance_health_sync(&self, state: &mut HealthLoop, now: Instant) -> ApiResult<()> {
+    async fn instance_health_sync(&self, state: &mut HealthLoop, now: Instant) -> AppResult<()> {
         let complete = now >= state.next_sync;
         let starting = state.starting_sync.is_some_and(|at| now >= at);
         if !complete && !starting {
@@ -235,7 +248,7 @@ impl App {
                 .await?
             {
                 let spec: ServiceSpec =
-                    serde_json::from_value(found.spec).map_err(ApiError::internal)?;
+                    serde_json::from_value(found.spec).map_err(AppError::internal)?;
                 state.specs.insert(found.id, Arc::new(spec.health_check));
             }
         }
@@ -286,7 +299,7 @@ impl App {
                 Ok(()) => schedule.remove(row.id),
                 Err(err) => self
                     .reconciler
-                    .error_record(format!("health of {}: {}", row.instance_key, err.detail)),
+                    .error_record(format!("health of {}: {err}", row.instance_key)),
             }
         }
         if flips.is_empty() {
@@ -298,16 +311,14 @@ impl App {
                     schedule.row_update(row.id, states::RUNNING, health);
                 }
             }
-            Err(err) => self.reconciler.error_record(format!(
-                "health of {} instance(s): {}",
-                flips.len(),
-                err.detail
-            )),
+            Err(err) => self
+                .reconciler
+                .error_record(format!("health of {} instance(s): {err}", flips.len())),
         }
     }
 
     /// A starting instance passed its checks: it runs, serves, and the one it replaces drains.
-    async fn instance_healthy_first(&self, row: &instance::Model, streak: i32) -> ApiResult<()> {
+    async fn instance_healthy_first(&self, row: &instance::Model, streak: i32) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
         let now = Utc::now();
@@ -367,7 +378,7 @@ impl App {
         &self,
         row: &instance::Model,
         spec: &HealthCheckSpec,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
         let moved = instance_transition(&txn, row, states::STARTING, states::FAILED, |u| {
@@ -419,7 +430,7 @@ impl App {
     pub async fn instance_health_flips(
         &self,
         flips: &[(instance::Model, &'static str, i32)],
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
         let now = Utc::now();

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch};
 use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::entity::provider;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 use crate::plugins::WorkloadHealth;
 
 /// The capability of a plugin that checks workloads where they run.
@@ -33,7 +33,7 @@ impl App {
     /// Asks the providers that check workloads for their health every [`REPORT_EVERY`] while
     /// this server leads the health checks, until the server stops.
     pub(crate) async fn health_reports_run(
-        self,
+        &self,
         mut stop: watch::Receiver<bool>,
         reports: mpsc::Sender<HealthReport>,
     ) {
@@ -61,7 +61,7 @@ impl App {
                 }
                 Err(err) => self
                     .reconciler
-                    .error_record(format!("health reports: {}", err.detail)),
+                    .error_record(format!("health reports: {err}")),
             }
         }
     }
@@ -69,7 +69,7 @@ impl App {
     /// The reports of every serving provider whose plugin checks workloads, asked together.
     /// A provider that cannot answer reports nothing (its call is recorded against its health
     /// like any other).
-    async fn health_reports_collect(&self) -> ApiResult<Vec<HealthReport>> {
+    async fn health_reports_collect(&self) -> AppResult<Vec<HealthReport>> {
         let rows = provider::Entity::find()
             .filter(provider::Column::Enabled.eq(true))
             .filter(provider::Column::PluginDigest.is_not_null())
@@ -93,7 +93,7 @@ impl App {
                         .collect(),
                 ),
                 Err(err) => {
-                    tracing::debug!(provider = row.name, "no health report: {}", err.detail);
+                    tracing::debug!(provider = row.name, "no health report: {err}");
                     None
                 }
             }

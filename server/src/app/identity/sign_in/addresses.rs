@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::identity::sign_in::throttle::KNOWN_ADDRESS_TTL;
 use crate::entity::sign_in_address;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 /// How long a replica keeps an account's known addresses before reading them again.
 pub const KNOWN_CACHE_TTL: Duration = Duration::from_secs(60);
@@ -55,7 +55,7 @@ fn known_since() -> chrono::DateTime<Utc> {
 
 impl App {
     /// Whether the account `user_id` signed in from `client` lately (on any replica).
-    pub async fn sign_in_address_known(&self, user_id: Uuid, client: IpAddr) -> ApiResult<bool> {
+    pub async fn sign_in_address_known(&self, user_id: Uuid, client: IpAddr) -> AppResult<bool> {
         let hash = address_hash(user_id, client);
         if let Some(known) = self.known_addresses.cache.get(&user_id) {
             return Ok(known.contains(&hash));
@@ -80,7 +80,7 @@ impl App {
         txn: &impl ConnectionTrait,
         user_id: Uuid,
         client: IpAddr,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         sign_in_address::Entity::insert(sign_in_address::ActiveModel {
             user_id: Set(user_id),
             address_hash: Set(address_hash(user_id, client)),
@@ -106,7 +106,7 @@ impl App {
     }
 
     /// Deletes addresses not signed in from within [`KNOWN_ADDRESS_TTL`]; returns how many.
-    pub async fn sign_in_addresses_purge(&self) -> ApiResult<u64> {
+    pub async fn sign_in_addresses_purge(&self) -> AppResult<u64> {
         let deleted = sign_in_address::Entity::delete_many()
             .filter(sign_in_address::Column::SignedInAt.lte(known_since()))
             .exec(&self.db)

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::identity::sign_in::outside::unavailable;
 use crate::entity::sign_in_provider_hold;
-use crate::error::ApiResult;
+use crate::error::AppResult;
 
 /// How long a sign-in waits while another finds out whether a provider answers again.
 const PROBE_WAIT: Duration = Duration::from_secs(1);
@@ -37,7 +37,7 @@ pub enum Admission {
 
 impl App {
     /// Refused (503) while `provider` is held here or by any replica.
-    pub(crate) async fn sign_in_available(&self, provider: &str) -> ApiResult<()> {
+    pub(crate) async fn sign_in_available(&self, provider: &str) -> AppResult<()> {
         if let Some(wait) = self.sign_in.throttle.provider_held_for(provider) {
             return Err(unavailable(provider, wait));
         }
@@ -49,7 +49,7 @@ impl App {
 
     /// Before a sign-in uses its state: whether it may call `provider`, and how (503 while
     /// the provider is held, or while another sign-in finds out whether it answers again).
-    pub(crate) async fn sign_in_admit(&self, provider: &str) -> ApiResult<Admission> {
+    pub(crate) async fn sign_in_admit(&self, provider: &str) -> AppResult<Admission> {
         if let Some(wait) = self.sign_in.throttle.provider_held_for(provider) {
             return Err(unavailable(provider, wait));
         }
@@ -86,7 +86,7 @@ impl App {
 
     /// Just before a call that is not a probe: refused if a replica recorded a wait since the
     /// sign-in was admitted.
-    pub(crate) async fn sign_in_hold_check(&self, provider: &str) -> ApiResult<()> {
+    pub(crate) async fn sign_in_hold_check(&self, provider: &str) -> AppResult<()> {
         match self.sign_in_hold_read(provider).await? {
             Some(hold) if hold.held_until > Utc::now() => Err(self.sign_in_held(provider, &hold)),
             _ => Ok(()),
@@ -99,7 +99,7 @@ impl App {
         &self,
         provider: &str,
         hold: Duration,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let held_until =
             Utc::now() + chrono::Duration::from_std(hold).unwrap_or(chrono::Duration::MAX);
         sign_in_provider_hold::Entity::insert(sign_in_provider_hold::ActiveModel {
@@ -123,7 +123,7 @@ impl App {
     }
 
     /// `provider` answered the probe: no longer recovering.
-    pub(crate) async fn sign_in_hold_clear(&self, provider: &str) -> ApiResult<()> {
+    pub(crate) async fn sign_in_hold_clear(&self, provider: &str) -> AppResult<()> {
         sign_in_provider_hold::Entity::delete_by_id(provider.to_owned())
             .exec(&self.db)
             .await?;
@@ -155,7 +155,7 @@ impl App {
     async fn sign_in_hold_read(
         &self,
         provider: &str,
-    ) -> ApiResult<Option<sign_in_provider_hold::Model>> {
+    ) -> AppResult<Option<sign_in_provider_hold::Model>> {
         Ok(
             sign_in_provider_hold::Entity::find_by_id(provider.to_owned())
                 .one(&self.db)
@@ -168,7 +168,7 @@ impl App {
         &self,
         provider: &str,
         hold: &sign_in_provider_hold::Model,
-    ) -> crate::error::ApiError {
+    ) -> crate::error::AppError {
         let wait = (hold.held_until - Utc::now()).to_std().unwrap_or_default();
         self.sign_in.throttle.provider_hold(provider, wait);
         unavailable(provider, wait)

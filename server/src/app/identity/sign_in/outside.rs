@@ -41,7 +41,7 @@ use crate::app::shared::backpressure::{Throttle, Wait};
 use crate::authz::{Principal, Scope};
 use crate::config::{SignInProvider, SignInProviderKind};
 use crate::entity::{sign_in_state, user, user_identity};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 
 /// Calls a second to one provider at most (token exchanges and account reads).
 pub const CALLS_PER_SEC: u32 = 20;
@@ -68,7 +68,7 @@ pub struct OutsideSignIn {
 
 impl OutsideSignIn {
     /// A turn to call `provider`, waited for up to [`TURN_WAIT`]; it ends when dropped.
-    async fn turn(&self, provider: &str) -> ApiResult<OwnedSemaphorePermit> {
+    async fn turn(&self, provider: &str) -> AppResult<OwnedSemaphorePermit> {
         let turns = self
             .turns
             .lock()
@@ -160,11 +160,9 @@ struct Account {
     login: String,
 }
 
-pub(crate) fn unavailable(provider: &str, wait: Duration) -> ApiError {
+pub(crate) fn unavailable(provider: &str, wait: Duration) -> AppError {
     let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    ApiError::new(
-        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-        ErrorCode::SignInUnavailable,
+    AppError::new(ErrorCode::SignInUnavailable,
         format!(
             "signing in with {provider} is unavailable for now (it is down or limiting us); try again in {secs} s, or sign in with a password"
         ),
@@ -172,8 +170,8 @@ pub(crate) fn unavailable(provider: &str, wait: Duration) -> ApiError {
     .retry_after(secs)
 }
 
-fn refused(detail: impl Into<String>) -> ApiError {
-    ApiError::bad_request(ErrorCode::SignInFailed, detail)
+fn refused(detail: impl Into<String>) -> AppError {
+    AppError::new(ErrorCode::SignInFailed, detail)
 }
 
 fn state_hash(state: &str) -> String {
@@ -205,12 +203,12 @@ fn hold_of(response: &reqwest::Response) -> Option<Duration> {
 }
 
 impl App {
-    fn sign_in_provider(&self, name: &str) -> ApiResult<&SignInProvider> {
+    fn sign_in_provider(&self, name: &str) -> AppResult<&SignInProvider> {
         self.settings
             .sign_in_providers
             .iter()
             .find(|p| p.name == name)
-            .ok_or_else(|| ApiError::not_found("sign-in provider"))
+            .ok_or_else(|| AppError::not_found("sign-in provider"))
     }
 
     /// The configured providers.
@@ -230,7 +228,7 @@ impl App {
         &self,
         name: &str,
         link_user: Option<Uuid>,
-    ) -> ApiResult<SignInStart> {
+    ) -> AppResult<SignInStart> {
         let provider = self.sign_in_provider(name)?;
         self.sign_in_available(name).await?;
         let state = random_url_safe();
@@ -247,7 +245,7 @@ impl App {
         }
         .insert(&self.db)
         .await?;
-        let mut url = url::Url::parse(provider.authorize_url()).map_err(ApiError::internal)?;
+        let mut url = url::Url::parse(provider.authorize_url()).map_err(AppError::internal)?;
         url.query_pairs_mut()
             .append_pair("response_type", "code")
             .append_pair("client_id", &provider.client_id)
@@ -271,7 +269,7 @@ impl App {
         &self,
         name: &str,
         state: &str,
-    ) -> ApiResult<(String, Option<Uuid>)> {
+    ) -> AppResult<(String, Option<Uuid>)> {
         let hash = state_hash(state);
         let found = sign_in_state::Entity::find_by_id(hash.clone())
             .one(&self.db)
@@ -290,7 +288,7 @@ impl App {
         let verifier = self
             .secrets
             .open_value("sign-in-verifier", &found.code_verifier)
-            .map_err(|err| ApiError::internal(format!("{err:#}")))?;
+            .map_err(|err| AppError::internal(format!("{err:#}")))?;
         Ok((verifier, found.link_user_id))
     }
 
@@ -303,7 +301,7 @@ impl App {
         name: &str,
         request: reqwest::RequestBuilder,
         admission: &mut Admission,
-    ) -> ApiResult<reqwest::Response> {
+    ) -> AppResult<reqwest::Response> {
         let _turn = self.sign_in.turn(name).await?;
         match self.sign_in.throttle.admit(name, false) {
             Ok(()) => {}
@@ -362,7 +360,7 @@ impl App {
         provider: &SignInProvider,
         finish: &SignInFinish,
         link_user: Option<Uuid>,
-    ) -> ApiResult<Account> {
+    ) -> AppResult<Account> {
         let name = provider.name.as_str();
         let mut admission = self.sign_in_admit(name).await?;
         let account = async {
@@ -390,7 +388,7 @@ impl App {
         code: &str,
         verifier: &str,
         admission: &mut Admission,
-    ) -> ApiResult<Account> {
+    ) -> AppResult<Account> {
         let name = provider.name.as_str();
         let exchange = self.sign_in.http.post(provider.token_url()).form(&[
             ("grant_type", "authorization_code"),
@@ -473,7 +471,7 @@ impl App {
         finish: SignInFinish,
         client: std::net::IpAddr,
         request_id: &str,
-    ) -> ApiResult<SessionTokens> {
+    ) -> AppResult<SessionTokens> {
         let provider = self.sign_in_provider(name)?;
         let account = self
             .sign_in_finished_account(provider, &finish, None)
@@ -484,9 +482,7 @@ impl App {
             .one(&self.db)
             .await?
             .ok_or_else(|| {
-                ApiError::new(
-                    axum::http::StatusCode::FORBIDDEN,
-                    ErrorCode::IdentityNotLinked,
+                AppError::new(ErrorCode::IdentityNotLinked,
                     format!(
                         "no account here is linked to {} at {name}: sign in with your password and link it (POST /v1/me/identities/{name}/start)",
                         account.login
@@ -497,7 +493,7 @@ impl App {
             .one(&self.db)
             .await?
             .filter(|u| !u.disabled)
-            .ok_or_else(|| ApiError::forbidden("the linked account is disabled"))?;
+            .ok_or_else(|| AppError::forbidden("the linked account is disabled"))?;
         let mut used: user_identity::ActiveModel = identity.into();
         used.last_used_at = Set(Some(Utc::now()));
         used.update(&self.db).await?;
@@ -509,7 +505,7 @@ impl App {
         &self,
         principal: &Principal,
         name: &str,
-    ) -> ApiResult<SignInStart> {
+    ) -> AppResult<SignInStart> {
         principal.require_session()?;
         self.sign_in_start(name, Some(principal.user.id)).await
     }
@@ -520,7 +516,7 @@ impl App {
         principal: &Principal,
         name: &str,
         finish: SignInFinish,
-    ) -> ApiResult<user_identity::Model> {
+    ) -> AppResult<user_identity::Model> {
         principal.require_session()?;
         let provider = self.sign_in_provider(name)?;
         let account = self
@@ -547,7 +543,7 @@ impl App {
     pub async fn identity_list(
         &self,
         principal: &Principal,
-    ) -> ApiResult<Vec<user_identity::Model>> {
+    ) -> AppResult<Vec<user_identity::Model>> {
         principal.require_scope(Scope::Read)?;
         Ok(user_identity::Entity::find()
             .filter(user_identity::Column::UserId.eq(principal.user.id))
@@ -556,7 +552,7 @@ impl App {
     }
 
     /// Unlinks one of the caller's accounts.
-    pub async fn identity_unlink(&self, principal: &Principal, id: Uuid) -> ApiResult<()> {
+    pub async fn identity_unlink(&self, principal: &Principal, id: Uuid) -> AppResult<()> {
         principal.require_session()?;
         let removed = user_identity::Entity::delete_many()
             .filter(user_identity::Column::Id.eq(id))
@@ -565,13 +561,13 @@ impl App {
             .await?
             .rows_affected;
         if removed == 0 {
-            return Err(ApiError::not_found("identity"));
+            return Err(AppError::not_found("identity"));
         }
         Ok(())
     }
 
     /// Removes the sign-ins started more than [`STATE_TTL`] ago.
-    pub async fn sign_in_states_purge(&self) -> ApiResult<u64> {
+    pub async fn sign_in_states_purge(&self) -> AppResult<u64> {
         Ok(sign_in_state::Entity::delete_many()
             .filter(sign_in_state::Column::ExpiresAt.lt(Utc::now()))
             .exec(&self.db)

@@ -25,10 +25,9 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use http::StatusCode;
 use tokio::sync::Semaphore;
 
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{AppError, AppResult, ErrorCode};
 
 /// How long a password hash may wait for a free hashing slot.
 pub const HASH_WAIT: Duration = Duration::from_secs(5);
@@ -89,7 +88,7 @@ impl LoginThrottle {
 
     /// Counts a login attempt from `client` for `email` against the limits of the address and
     /// of the account from that address; refused with 429 and `Retry-After` when one is over.
-    pub fn attempt_from(&self, client: IpAddr, email: &str) -> ApiResult<()> {
+    pub fn attempt_from(&self, client: IpAddr, email: &str) -> AppResult<()> {
         let refused = self.per_ip.check_key(&client).err().or_else(|| {
             self.per_account_and_address
                 .check_key(&(email.to_owned(), client))
@@ -100,14 +99,14 @@ impl LoginThrottle {
 
     /// Counts a request that writes without credentials (starting a sign-in with an outside
     /// provider) against the limit of its address only: there is no account to guess at.
-    pub fn attempt_address(&self, client: IpAddr) -> ApiResult<()> {
+    pub fn attempt_address(&self, client: IpAddr) -> AppResult<()> {
         let refused = self.per_ip.check_key(&client).err();
         self.refused(refused)
     }
 
     /// Counts the attempt against the account-wide limit, unless it comes from an address the
     /// account signed in from lately (`known`).
-    pub fn attempt_account_wide(&self, email: &str, known: bool) -> ApiResult<()> {
+    pub fn attempt_account_wide(&self, email: &str, known: bool) -> AppResult<()> {
         if known {
             return Ok(());
         }
@@ -117,7 +116,7 @@ impl LoginThrottle {
 
     /// Counts a password check for `email` that is not a login (the current password of a
     /// password change): guessing through a stolen session is limited like logging in.
-    pub fn attempt_account(&self, email: &str) -> ApiResult<()> {
+    pub fn attempt_account(&self, email: &str) -> AppResult<()> {
         let refused = self
             .per_account_in_session
             .check_key(&email.to_owned())
@@ -128,15 +127,14 @@ impl LoginThrottle {
     fn refused(
         &self,
         refused: Option<governor::NotUntil<<DefaultClock as Clock>::Instant>>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         match refused {
             None => Ok(()),
             Some(not_until) => {
                 let wait = not_until.wait_time_from(self.clock.now());
                 metrics::counter!("login_throttled_total").increment(1);
                 tracing::warn!("password attempts throttled");
-                Err(ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
+                Err(AppError::new(
                     ErrorCode::TooManyAttempts,
                     "too many login attempts; wait before trying again",
                 )
@@ -150,25 +148,24 @@ impl LoginThrottle {
     pub async fn hash<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
-    ) -> ApiResult<T> {
+    ) -> AppResult<T> {
         let permit = tokio::time::timeout(HASH_WAIT, self.hashes.clone().acquire_owned())
             .await
             .map_err(|_| {
                 metrics::counter!("password_hash_refused_total").increment(1);
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                AppError::new(
                     ErrorCode::Busy,
                     "too many password checks are running; retry shortly",
                 )
                 .retry_after(1)
             })?
-            .map_err(ApiError::internal)?;
+            .map_err(AppError::internal)?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             work()
         })
         .await
-        .map_err(ApiError::internal)
+        .map_err(AppError::internal)
     }
 
     /// Forgets clients and accounts whose limits have fully recovered (run periodically, so

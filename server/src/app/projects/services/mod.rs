@@ -22,7 +22,7 @@ use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{instance, service};
-use crate::error::{ApiError, ApiResult, ErrorCode, unique_violation_as};
+use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 use crate::secrets::SecretBox;
 use spec::json_or_default;
 use spec::{HealthCheckSpec, PlacementPolicy, ServiceSource, ServiceSpec};
@@ -85,9 +85,9 @@ pub struct ServiceView {
 }
 
 /// Variables as shown: secret values withheld.
-pub(crate) fn variables_view(stored: &serde_json::Value) -> ApiResult<Vec<VariableView>> {
+pub(crate) fn variables_view(stored: &serde_json::Value) -> AppResult<Vec<VariableView>> {
     let variables: Vec<StoredVariable> =
-        serde_json::from_value(stored.clone()).map_err(ApiError::internal)?;
+        serde_json::from_value(stored.clone()).map_err(AppError::internal)?;
     Ok(variables
         .into_iter()
         .map(|v| VariableView {
@@ -111,9 +111,9 @@ pub struct ServiceSpecView {
 }
 
 impl TryFrom<ServiceSpec> for ServiceSpecView {
-    type Error = ApiError;
+    type Error = AppError;
 
-    fn try_from(spec: ServiceSpec) -> ApiResult<Self> {
+    fn try_from(spec: ServiceSpec) -> AppResult<Self> {
         Ok(Self {
             variables: variables_view(&spec.variables)?,
             source: spec.source,
@@ -127,9 +127,9 @@ impl TryFrom<ServiceSpec> for ServiceSpecView {
 }
 
 impl TryFrom<service::Model> for ServiceView {
-    type Error = ApiError;
+    type Error = AppError;
 
-    fn try_from(m: service::Model) -> ApiResult<Self> {
+    fn try_from(m: service::Model) -> AppResult<Self> {
         Ok(Self {
             placement: json_or_default(&m.placement)?,
             health_check: json_or_default(&m.health_check)?,
@@ -137,10 +137,10 @@ impl TryFrom<service::Model> for ServiceView {
             project_id: m.project_id,
             environment_id: m.environment_id,
             name: m.name,
-            source: serde_json::from_value(m.source).map_err(ApiError::internal)?,
-            port: u16::try_from(m.port).map_err(ApiError::internal)?,
-            replicas: u32::try_from(m.replicas).map_err(ApiError::internal)?,
-            regions: serde_json::from_value(m.regions).map_err(ApiError::internal)?,
+            source: serde_json::from_value(m.source).map_err(AppError::internal)?,
+            port: u16::try_from(m.port).map_err(AppError::internal)?,
+            replicas: u32::try_from(m.replicas).map_err(AppError::internal)?,
+            regions: serde_json::from_value(m.regions).map_err(AppError::internal)?,
             variables: variables_view(&m.variables)?,
             created_at: m.created_at,
             updated_at: m.updated_at,
@@ -201,27 +201,27 @@ pub struct ServiceUpdate {
     pub health_check: Option<HealthCheckSpec>,
 }
 
-fn placement_json(policy: &PlacementPolicy) -> ApiResult<serde_json::Value> {
+fn placement_json(policy: &PlacementPolicy) -> AppResult<serde_json::Value> {
     policy.validate()?;
-    serde_json::to_value(policy).map_err(ApiError::internal)
+    serde_json::to_value(policy).map_err(AppError::internal)
 }
 
-fn health_check_json(check: &HealthCheckSpec) -> ApiResult<serde_json::Value> {
+fn health_check_json(check: &HealthCheckSpec) -> AppResult<serde_json::Value> {
     check.validate()?;
-    serde_json::to_value(check).map_err(ApiError::internal)
+    serde_json::to_value(check).map_err(AppError::internal)
 }
 
-fn source_validate(source: ServiceSource) -> ApiResult<serde_json::Value> {
+fn source_validate(source: ServiceSource) -> AppResult<serde_json::Value> {
     match &source {
         ServiceSource::Artifact { image }
             if image.trim().is_empty() || image.chars().count() > 500 =>
         {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`source.image` must be 1 to 500 characters",
             ));
         }
         ServiceSource::Command { command } if command.is_empty() || command.len() > 100 => {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`source.command` must have 1 to 100 arguments",
             ));
         }
@@ -230,45 +230,45 @@ fn source_validate(source: ServiceSource) -> ApiResult<serde_json::Value> {
                 .iter()
                 .any(|arg| arg.len() > 4096 || arg.contains('\0')) =>
         {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`source.command` arguments must be at most 4096 bytes, without NUL",
             ));
         }
         _ => {}
     }
-    serde_json::to_value(source).map_err(ApiError::internal)
+    serde_json::to_value(source).map_err(AppError::internal)
 }
 
-fn port_validate(port: u16) -> ApiResult<i32> {
+fn port_validate(port: u16) -> AppResult<i32> {
     if port == 0 {
-        return Err(ApiError::invalid("`port` must be 1 to 65535"));
+        return Err(AppError::invalid("`port` must be 1 to 65535"));
     }
     Ok(i32::from(port))
 }
 
-fn replicas_validate(replicas: u32) -> ApiResult<i32> {
+fn replicas_validate(replicas: u32) -> AppResult<i32> {
     if replicas > MAX_REPLICAS {
-        return Err(ApiError::invalid(format!(
+        return Err(AppError::invalid(format!(
             "`replicas` must be 0 to {MAX_REPLICAS}"
         )));
     }
     Ok(replicas as i32)
 }
 
-fn regions_validate(regions: Vec<String>) -> ApiResult<serde_json::Value> {
+fn regions_validate(regions: Vec<String>) -> AppResult<serde_json::Value> {
     if regions.len() > 20 {
-        return Err(ApiError::invalid("`regions` may list at most 20 regions"));
+        return Err(AppError::invalid("`regions` may list at most 20 regions"));
     }
     let mut seen = BTreeSet::new();
     for region in &regions {
         slug_validate("regions[]", region)?;
         if !seen.insert(region) {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "region `{region}` is listed twice"
             )));
         }
     }
-    serde_json::to_value(regions).map_err(ApiError::internal)
+    serde_json::to_value(regions).map_err(AppError::internal)
 }
 
 fn variable_purpose(service_id: Uuid, name: &str) -> String {
@@ -283,9 +283,9 @@ fn variables_validate(
     existing: &[StoredVariable],
     secrets: &SecretBox,
     service_id: Uuid,
-) -> ApiResult<serde_json::Value> {
+) -> AppResult<serde_json::Value> {
     if inputs.len() > MAX_VARIABLES {
-        return Err(ApiError::invalid(format!(
+        return Err(AppError::invalid(format!(
             "a service may have at most {MAX_VARIABLES} variables"
         )));
     }
@@ -301,13 +301,13 @@ fn variables_validate(
                 .chars()
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
         if !valid_name {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "variable name `{}` must match [A-Z_][A-Z0-9_]*",
                 input.name
             )));
         }
         if !seen.insert(input.name.clone()) {
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "variable `{}` is listed twice",
                 input.name
             )));
@@ -321,14 +321,14 @@ fn variables_validate(
             (Some(value), _) => value,
             // Keeping a secret's value while making it plain would reveal it.
             (None, Some(before)) if before.secret && !secret => {
-                return Err(ApiError::invalid(format!(
+                return Err(AppError::invalid(format!(
                     "variable `{}` is secret: making it plain needs a new `value`",
                     input.name
                 )));
             }
             (None, Some(before)) => before.value.clone(),
             (None, None) => {
-                return Err(ApiError::invalid(format!(
+                return Err(AppError::invalid(format!(
                     "variable `{}` needs a value",
                     input.name
                 )));
@@ -338,7 +338,7 @@ fn variables_validate(
         let already_sealed = kept && stored_before.is_some_and(|v| v.secret);
         if !already_sealed && (value.len() > MAX_VARIABLE_VALUE_BYTES || value.contains('\0')) {
             // The message never repeats the value: it may be a secret.
-            return Err(ApiError::invalid(format!(
+            return Err(AppError::invalid(format!(
                 "the value of `{}` must be at most {MAX_VARIABLE_VALUE_BYTES} bytes, without NUL",
                 input.name
             )));
@@ -354,19 +354,19 @@ fn variables_validate(
             secret,
         });
     }
-    serde_json::to_value(stored).map_err(ApiError::internal)
+    serde_json::to_value(stored).map_err(AppError::internal)
 }
 
 pub(crate) async fn service_find(
     db: &impl sea_orm::ConnectionTrait,
     project_id: Uuid,
     id: Uuid,
-) -> ApiResult<service::Model> {
+) -> AppResult<service::Model> {
     service::Entity::find_by_id(id)
         .filter(service::Column::ProjectId.eq(project_id))
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found("service"))
+        .ok_or_else(|| AppError::not_found("service"))
 }
 
 impl App {
@@ -375,7 +375,7 @@ impl App {
     pub fn service_environment(
         &self,
         service: &service::Model,
-    ) -> ApiResult<std::collections::BTreeMap<String, String>> {
+    ) -> AppResult<std::collections::BTreeMap<String, String>> {
         self.variables_open(service.id, &service.variables)
     }
 
@@ -385,16 +385,16 @@ impl App {
         &self,
         service_id: Uuid,
         stored: &serde_json::Value,
-    ) -> ApiResult<std::collections::BTreeMap<String, String>> {
+    ) -> AppResult<std::collections::BTreeMap<String, String>> {
         let variables: Vec<StoredVariable> =
-            serde_json::from_value(stored.clone()).map_err(ApiError::internal)?;
+            serde_json::from_value(stored.clone()).map_err(AppError::internal)?;
         variables
             .into_iter()
             .map(|v| {
                 let value = if v.secret {
                     self.secrets
                         .open_value(&variable_purpose(service_id, &v.name), &v.value)
-                        .map_err(|err| ApiError::internal(format!("{err:#}")))?
+                        .map_err(|err| AppError::internal(format!("{err:#}")))?
                 } else {
                     v.value
                 };
@@ -405,11 +405,11 @@ impl App {
 
     /// Seals the secret variables that an earlier version stored in plaintext; returns how
     /// many values it sealed.
-    pub(crate) async fn service_secrets_seal_plaintext(&self) -> ApiResult<u64> {
+    pub(crate) async fn service_secrets_seal_plaintext(&self) -> AppResult<u64> {
         let mut sealed = 0;
         for service in service::Entity::find().all(&self.db).await? {
             let mut variables: Vec<StoredVariable> =
-                serde_json::from_value(service.variables.clone()).map_err(ApiError::internal)?;
+                serde_json::from_value(service.variables.clone()).map_err(AppError::internal)?;
             let mut changed = false;
             for v in variables
                 .iter_mut()
@@ -426,7 +426,7 @@ impl App {
                     .col_expr(
                         service::Column::Variables,
                         sea_orm::sea_query::Expr::value(
-                            serde_json::to_value(&variables).map_err(ApiError::internal)?,
+                            serde_json::to_value(&variables).map_err(AppError::internal)?,
                         ),
                     )
                     .filter(service::Column::Id.eq(service.id))
@@ -443,7 +443,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         params: PageParams,
-    ) -> ApiResult<Page<service::Model>> {
+    ) -> AppResult<Page<service::Model>> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         let select = service::Entity::find().filter(service::Column::ProjectId.eq(project_id));
@@ -455,7 +455,7 @@ impl App {
         principal: &Principal,
         project_id: Uuid,
         id: Uuid,
-    ) -> ApiResult<service::Model> {
+    ) -> AppResult<service::Model> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
         service_find(&self.db, project_id, id).await
@@ -466,7 +466,7 @@ impl App {
         ctx: &OpContext,
         project_id: Uuid,
         create: ServiceCreate,
-    ) -> ApiResult<service::Model> {
+    ) -> AppResult<service::Model> {
         let name = slug_validate("name", &create.name)?;
         let source = source_validate(create.source)?;
         let port = port_validate(create.port)?;
@@ -480,7 +480,7 @@ impl App {
         environment_find(&write.txn, project_id, create.environment_id)
             .await
             .map_err(|_| {
-                ApiError::invalid("`environment_id` is not an environment of this project")
+                AppError::invalid("`environment_id` is not an environment of this project")
             })?;
         let now = Utc::now();
         let created = service::ActiveModel {
@@ -519,7 +519,7 @@ impl App {
         id: Uuid,
         if_match: Option<&str>,
         update: ServiceUpdate,
-    ) -> ApiResult<service::Model> {
+    ) -> AppResult<service::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
@@ -549,7 +549,7 @@ impl App {
         }
         if let Some(variables) = update.variables {
             let existing: Vec<StoredVariable> =
-                serde_json::from_value(current.variables.clone()).map_err(ApiError::internal)?;
+                serde_json::from_value(current.variables.clone()).map_err(AppError::internal)?;
             active.variables = Set(variables_validate(variables, &existing, &self.secrets, id)?);
         }
         let updated = write.save(active).await.map_err(name_taken)?;
@@ -566,7 +566,7 @@ impl App {
         project_id: Uuid,
         id: Uuid,
         if_match: Option<&str>,
-    ) -> ApiResult<()> {
+    ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
@@ -588,7 +588,7 @@ impl App {
 pub(crate) async fn instances_none_live(
     db: &impl sea_orm::ConnectionTrait,
     filter: impl sea_orm::sea_query::IntoCondition,
-) -> ApiResult<()> {
+) -> AppResult<()> {
     use sea_orm::PaginatorTrait;
     let live = instance::Entity::find()
         .filter(filter)
@@ -596,7 +596,7 @@ pub(crate) async fn instances_none_live(
         .count(db)
         .await?;
     if live > 0 {
-        return Err(ApiError::conflict(
+        return Err(AppError::new(
             ErrorCode::InstancesRunning,
             format!(
                 "{live} instance(s) still run: deploy the service with 0 replicas first, and wait for them to be removed"
@@ -606,7 +606,7 @@ pub(crate) async fn instances_none_live(
     Ok(())
 }
 
-fn name_taken(err: sea_orm::DbErr) -> ApiError {
+fn name_taken(err: sea_orm::DbErr) -> AppError {
     unique_violation_as(
         ErrorCode::NameTaken,
         "the environment has a service with this name",

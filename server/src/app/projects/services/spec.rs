@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use crate::app::shared::validate::slug_validate;
 use crate::entity::service;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{AppError, AppResult};
 use crate::plugins::HealthCheck;
 
 /// What a service runs.
@@ -45,12 +45,12 @@ pub struct ServiceSpec {
 }
 
 impl ServiceSpec {
-    pub fn of(service: &service::Model) -> ApiResult<Self> {
+    pub fn of(service: &service::Model) -> AppResult<Self> {
         Ok(Self {
-            source: serde_json::from_value(service.source.clone()).map_err(ApiError::internal)?,
-            port: u16::try_from(service.port).map_err(ApiError::internal)?,
-            replicas: u32::try_from(service.replicas).map_err(ApiError::internal)?,
-            regions: serde_json::from_value(service.regions.clone()).map_err(ApiError::internal)?,
+            source: serde_json::from_value(service.source.clone()).map_err(AppError::internal)?,
+            port: u16::try_from(service.port).map_err(AppError::internal)?,
+            replicas: u32::try_from(service.replicas).map_err(AppError::internal)?,
+            regions: serde_json::from_value(service.regions.clone()).map_err(AppError::internal)?,
             variables: service.variables.clone(),
             placement: json_or_default(&service.placement)?,
             health_check: json_or_default(&service.health_check)?,
@@ -69,12 +69,12 @@ impl ServiceSpec {
 /// A stored JSON column, or the default when it is empty.
 pub(crate) fn json_or_default<T: serde::de::DeserializeOwned + Default>(
     value: &Option<serde_json::Value>,
-) -> ApiResult<T> {
+) -> AppResult<T> {
     value
         .clone()
         .map(serde_json::from_value)
         .transpose()
-        .map_err(ApiError::internal)
+        .map_err(AppError::internal)
         .map(Option::unwrap_or_default)
 }
 
@@ -134,9 +134,9 @@ pub struct ProviderPreference {
 
 impl PlacementPolicy {
     /// Checks names, ranges and duplicates.
-    pub fn validate(&self) -> ApiResult<()> {
+    pub fn validate(&self) -> AppResult<()> {
         if self.providers.len() > 20 {
-            return Err(ApiError::invalid(
+            return Err(AppError::invalid(
                 "`placement.providers` may list at most 20 providers",
             ));
         }
@@ -144,23 +144,23 @@ impl PlacementPolicy {
         for preference in &self.providers {
             slug_validate("placement.providers[].name", &preference.name)?;
             if !seen.insert(&preference.name) {
-                return Err(ApiError::invalid(format!(
+                return Err(AppError::invalid(format!(
                     "provider `{}` is listed twice in `placement.providers`",
                     preference.name
                 )));
             }
             if preference.priority > 100 {
-                return Err(ApiError::invalid(
+                return Err(AppError::invalid(
                     "`placement.providers[].priority` must be 0 to 100",
                 ));
             }
             if !(1..=100).contains(&preference.weight) {
-                return Err(ApiError::invalid(
+                return Err(AppError::invalid(
                     "`placement.providers[].weight` must be 1 to 100",
                 ));
             }
             if preference.regions.len() > 20 {
-                return Err(ApiError::invalid(
+                return Err(AppError::invalid(
                     "`placement.providers[].regions` may list at most 20 regions",
                 ));
             }
@@ -236,7 +236,7 @@ impl Default for HealthCheckSpec {
 }
 
 impl HealthCheckSpec {
-    pub fn validate(&self) -> ApiResult<()> {
+    pub fn validate(&self) -> AppResult<()> {
         let path_ok = self.path.starts_with('/')
             && self.path.len() <= 200
             && self.path.parse::<http::uri::PathAndQuery>().is_ok();
@@ -267,7 +267,7 @@ impl HealthCheckSpec {
             ),
         ];
         match checks.into_iter().find(|(ok, _)| !ok) {
-            Some((_, message)) => Err(ApiError::invalid(message)),
+            Some((_, message)) => Err(AppError::invalid(message)),
             None => Ok(()),
         }
     }
