@@ -18,9 +18,10 @@
 //! | [`background`] | the driver of background tasks, and the list of them |
 //! | [`shared`] | what every domain uses: audit, pagination, idempotency, validation, throttles, outbound address checks |
 //!
-//! Imports between folders run one way: `shared` and `cluster` use no domain; `identity` and
-//! `projects` use only those two; `deploys` uses `projects`; `git`, `routing` and `webhooks`
-//! use `deploys` and `projects`; `background` uses everything.
+//! Imports between folders run one way, down this list (a test keeps it so): `background`
+//! and `status` use any folder; `git` and `routing` use `deploys`; `deploys` uses `projects`
+//! and `webhooks`; `webhooks` uses `projects`; `projects` uses `identity`; `identity`,
+//! `providers` and the rest use `cluster` and `shared`, which use no other folder.
 
 pub mod background;
 pub mod cluster;
@@ -80,4 +81,80 @@ pub struct App {
     pub sign_in: Arc<identity::sign_in::outside::OutsideSignIn>,
     /// The status of each background task of this server.
     pub tasks: Arc<background::driver::TaskBoard>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
+    /// Each folder (or root module) of `app/`, and the folders it may use: a folder uses only
+    /// those listed after it in this order.
+    const LAYERS: &[&str] = &[
+        "status",
+        "background",
+        "git",
+        "routing",
+        "deploys",
+        "webhooks",
+        "projects",
+        "identity",
+        "providers",
+        "cluster",
+        "shared",
+    ];
+
+    fn rust_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, found);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                found.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn imports_between_folders_run_one_way() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/app");
+        let mut files = Vec::new();
+        rust_files(&root, &mut files);
+        let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in files {
+            let relative = file.strip_prefix(&root).unwrap();
+            let folder = relative.iter().next().unwrap().to_string_lossy();
+            let folder = folder.trim_end_matches(".rs").to_owned();
+            if folder == "mod" {
+                continue; // `App` itself holds a part of every folder.
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            // Tests may reach anywhere.
+            let code = text.split("\n#[cfg(test)]").next().unwrap();
+            for (at, _) in code.match_indices("crate::app::") {
+                let used: String = code[at + "crate::app::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if used != folder && used != "App" {
+                    uses.entry(folder.clone()).or_default().insert(used);
+                }
+            }
+        }
+        let rank = |name: &str| {
+            LAYERS
+                .iter()
+                .position(|layer| *layer == name)
+                .unwrap_or_else(|| panic!("`app/{name}` is in no layer of LAYERS"))
+        };
+        for (folder, used) in &uses {
+            for target in used {
+                assert!(
+                    rank(target) > rank(folder),
+                    "app/{folder} uses app/{target}, which comes before it in LAYERS: \
+                     imports between folders must run one way"
+                );
+            }
+        }
+    }
 }
