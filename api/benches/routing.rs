@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bulkhead::entity::instance::InstanceHealth;
 use bulkhead::entity::{domain, instance};
 use common::{Api, TOKEN, percentile};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
@@ -293,7 +294,10 @@ async fn propagation(api: &Api, app: &bulkhead::app::App) {
     let mut announced = Vec::new();
     let mut written = Vec::new();
     for round in 0..ROUNDS {
-        for (health, measured) in [("unhealthy", false), ("healthy", true)] {
+        for (health, measured) in [
+            (InstanceHealth::Unhealthy, false),
+            (InstanceHealth::Healthy, true),
+        ] {
             let before = app.routing.current().unwrap().revision;
             let started = Instant::now();
             app.instance_health_flips(&[(instance.clone(), health, 1)])

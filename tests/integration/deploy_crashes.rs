@@ -128,7 +128,7 @@ async fn deployment_in_database(database_url: &str, id: &str) -> (String, u64) {
         .await
         .unwrap();
     db.close().await.unwrap();
-    (found.state, instances)
+    (found.state.to_string(), instances)
 }
 
 async fn deploy(server: &ChildServer, service: &str) -> String {

@@ -390,7 +390,7 @@ async fn the_demo_provider_of_an_older_database_is_turned_off(backend: Backend) 
             allowlist: Set(json!([])),
             limits: Set(json!({})),
             enabled: Set(true),
-            health: Set("healthy".into()),
+            health: Set(bulkhead::entity::provider::ProviderHealth::Healthy),
             health_reason: Set(String::new()),
             health_changed_at: Set(None),
             drained: Set(false),

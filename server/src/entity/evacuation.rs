@@ -1,6 +1,8 @@
 //! The `evacuations` table: moving every instance off a provider, make-before-break.
 
 use sea_orm::entity::prelude::*;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "evacuations")]
@@ -8,8 +10,7 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
     pub provider: String,
-    /// `running`, `done` or `cancelled`.
-    pub state: String,
+    pub state: EvacuationState,
     /// Instances to move.
     pub total: i32,
     /// Instances replaced elsewhere so far.
@@ -27,3 +28,29 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    EnumIter,
+    DeriveActiveEnum,
+    Serialize,
+    Deserialize,
+    ToSchema,
+)]
+#[sea_orm(
+    rs_type = "String",
+    db_type = "String(StringLen::None)",
+    rename_all = "snake_case"
+)]
+/// The state of an evacuation.
+#[serde(rename_all = "snake_case")]
+pub enum EvacuationState {
+    Running,
+    Done,
+    Cancelled,
+}

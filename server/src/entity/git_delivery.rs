@@ -1,6 +1,8 @@
 //! The `git_deliveries` table: the pushes an installation received, in the order received.
 
 use sea_orm::entity::prelude::*;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "git_deliveries")]
@@ -24,8 +26,7 @@ pub struct Model {
     pub pusher: String,
     pub pushed_at: DateTimeUtc,
     pub received_at: DateTimeUtc,
-    /// `queued`, `deployed` or `ignored`.
-    pub state: String,
+    pub state: GitDeliveryState,
     pub reason: String,
     /// The deployments made from it: `[uuid]`.
     pub deployment_ids: Json,
@@ -36,3 +37,34 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    EnumIter,
+    DeriveActiveEnum,
+    Serialize,
+    Deserialize,
+    ToSchema,
+)]
+#[sea_orm(
+    rs_type = "String",
+    db_type = "String(StringLen::None)",
+    rename_all = "snake_case"
+)]
+/// Where a delivery is.
+#[serde(rename_all = "snake_case")]
+pub enum GitDeliveryState {
+    /// Stored; deploys when the pipeline takes it (not while it is paused).
+    Queued,
+    /// Its deployments were made (`deployment_ids`).
+    Deployed,
+    /// It deploys nothing (`reason` says why: not a branch, no binding, an older push).
+    Ignored,
+    /// Making its deployments failed (`reason`); it is not tried again.
+    Failed,
+}

@@ -1,6 +1,8 @@
 //! The `providers` table: configured providers and the plugin each one runs.
 
 use sea_orm::entity::prelude::*;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "providers")]
@@ -20,8 +22,8 @@ pub struct Model {
     /// Overrides of the default plugin limits (`ProviderLimits`).
     pub limits: Json,
     pub enabled: bool,
-    /// `healthy`, `degraded` or `unavailable`: what its circuit breaker last decided.
-    pub health: String,
+    /// What its circuit breaker last decided.
+    pub health: ProviderHealth,
     /// Why it last changed.
     pub health_reason: String,
     pub health_changed_at: Option<DateTimeUtc>,
@@ -36,3 +38,48 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    EnumIter,
+    DeriveActiveEnum,
+    Serialize,
+    Deserialize,
+    ToSchema,
+)]
+#[sea_orm(
+    rs_type = "String",
+    db_type = "String(StringLen::None)",
+    rename_all = "snake_case"
+)]
+/// The health of a provider's API, as the breaker sees it.
+#[serde(rename_all = "snake_case")]
+pub enum ProviderHealth {
+    Healthy,
+    Degraded,
+    Unavailable,
+}
+
+impl ProviderHealth {
+    pub const ALL: [Self; 3] = [Self::Healthy, Self::Degraded, Self::Unavailable];
+
+    /// The name stored and shown (a label in `/metrics`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Degraded => "degraded",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for ProviderHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

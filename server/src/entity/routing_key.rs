@@ -12,8 +12,7 @@ pub struct Model {
     pub public_key: String,
     /// The 32-byte seed, sealed (see `crate::secrets`).
     pub private_key: String,
-    /// `next` (published, not yet signing), `active` (signing) or `retired` (published).
-    pub state: String,
+    pub state: RoutingKeyState,
     pub created_at: DateTimeUtc,
     pub activated_at: Option<DateTimeUtc>,
     pub retired_at: Option<DateTimeUtc>,
@@ -23,3 +22,21 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+/// A routing key's state. (Keys are published with it as a string, `bulkhead_routing`'s
+/// `PublishedKey::state`, so that an edge reads a state it does not know yet.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, serde::Serialize)]
+#[sea_orm(
+    rs_type = "String",
+    db_type = "String(StringLen::None)",
+    rename_all = "snake_case"
+)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingKeyState {
+    /// Published ahead of use: edges trust it before it signs.
+    Next,
+    /// Signs new snapshots.
+    Active,
+    /// Signed earlier snapshots, which edges may still hold.
+    Retired,
+}

@@ -28,6 +28,8 @@ use crate::app::shared::pagination::{
     OrderedPageParams, Page, PageParams, paginate, paginate_ordered,
 };
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::entity::deployment::DeploymentState;
+use crate::entity::instance::InstanceState;
 use crate::entity::{deployment, instance, service};
 use crate::error::{AppError, AppResult, ErrorCode};
 
@@ -46,19 +48,6 @@ pub struct DeploymentPush {
     pub pushed_at: DateTime<Utc>,
 }
 
-pub const QUEUED: &str = "queued";
-pub const PLACING: &str = "placing";
-pub const ROLLING_OUT: &str = "rolling_out";
-pub const HEALTHY: &str = "healthy";
-pub const FAILED: &str = "failed";
-pub const CANCELLED: &str = "cancelled";
-pub const SUPERSEDED: &str = "superseded";
-
-/// States of a deployment that has not finished.
-pub const IN_PROGRESS: [&str; 3] = [QUEUED, PLACING, ROLLING_OUT];
-/// States of a deployment that has finished.
-pub const FINISHED: [&str; 4] = [HEALTHY, FAILED, CANCELLED, SUPERSEDED];
-
 /// A deployment.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeploymentView {
@@ -68,8 +57,7 @@ pub struct DeploymentView {
     /// 1, 2, ... per service.
     pub number: i64,
     /// `queued`, `placing`, `rolling_out`, `healthy`, `failed`, `cancelled` or `superseded`.
-    #[schema(value_type = crate::app::shared::states::DeploymentState)]
-    pub state: String,
+    pub state: DeploymentState,
     /// Why it is in its state, when that needs saying.
     pub reason: String,
     /// The spec deployed (secret values withheld).
@@ -120,13 +108,13 @@ impl DeploymentView {
 /// The scope a read of deployments needs: `read`, or `deploy` for a deploy-only token.
 /// The states of an instance still being made or removed: a deployment's event stream goes on
 /// while one of its instances is in one.
-pub(crate) const STREAM_MOVING_STATES: [&str; 6] = [
-    states::PENDING,
-    states::PROVISIONING,
-    states::STARTING,
-    states::DRAINING,
-    states::REMOVING,
-    states::FAILED,
+pub(crate) const STREAM_MOVING_STATES: [InstanceState; 6] = [
+    InstanceState::Pending,
+    InstanceState::Provisioning,
+    InstanceState::Starting,
+    InstanceState::Draining,
+    InstanceState::Removing,
+    InstanceState::Failed,
 ];
 
 fn read_scope(principal: &Principal) -> Scope {
@@ -182,7 +170,10 @@ pub(crate) async fn deployment_instances_remove(
     deployment_id: Uuid,
 ) -> AppResult<u64> {
     Ok(instance::Entity::update_many()
-        .col_expr(instance::Column::State, Expr::value(states::REMOVING))
+        .col_expr(
+            instance::Column::State,
+            Expr::value(InstanceState::Removing),
+        )
         .col_expr(instance::Column::Attempts, Expr::value(0))
         .col_expr(
             instance::Column::NextAttemptAt,
@@ -190,7 +181,7 @@ pub(crate) async fn deployment_instances_remove(
         )
         .col_expr(instance::Column::UpdatedAt, Expr::value(Utc::now()))
         .filter(instance::Column::DeploymentId.eq(deployment_id))
-        .filter(instance::Column::State.is_in(states::ACTIVE))
+        .filter(instance::Column::State.is_in(InstanceState::ACTIVE))
         .exec(db)
         .await?
         .rows_affected)
@@ -203,14 +194,17 @@ pub(crate) async fn deployment_replace_instances(
     deployment_id: Uuid,
 ) -> AppResult<()> {
     deployment::Entity::update_many()
-        .col_expr(deployment::Column::State, Expr::value(PLACING))
+        .col_expr(
+            deployment::Column::State,
+            Expr::value(DeploymentState::Placing),
+        )
         .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
         .col_expr(
             deployment::Column::Revision,
             Expr::col(deployment::Column::Revision).add(1),
         )
         .filter(deployment::Column::Id.eq(deployment_id))
-        .filter(deployment::Column::State.eq(ROLLING_OUT))
+        .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
         .exec(db)
         .await?;
     Ok(())
@@ -220,7 +214,7 @@ pub(crate) async fn deployment_replace_instances(
 pub(crate) async fn deployment_finish(
     db: &impl ConnectionTrait,
     deployment: &deployment::Model,
-    state: &str,
+    state: DeploymentState,
     reason: String,
 ) -> AppResult<()> {
     let now = Utc::now();
@@ -237,9 +231,9 @@ pub(crate) async fn deployment_finish(
         .exec(db)
         .await?;
     let kind = match state {
-        FAILED => DeploymentEventKind::DeploymentFailed,
-        CANCELLED => DeploymentEventKind::DeploymentCancelled,
-        SUPERSEDED => DeploymentEventKind::DeploymentSuperseded,
+        DeploymentState::Failed => DeploymentEventKind::DeploymentFailed,
+        DeploymentState::Cancelled => DeploymentEventKind::DeploymentCancelled,
+        DeploymentState::Superseded => DeploymentEventKind::DeploymentSuperseded,
         other => return Err(AppError::internal(format!("a deployment ends {other}"))),
     };
     let removing = deployment_instances_remove(db, deployment.id).await?;
@@ -342,7 +336,7 @@ impl App {
         let Some(found) = deployment::Entity::find_by_id(id).one(&self.db).await? else {
             return Ok(true);
         };
-        if !FINISHED.contains(&found.state.as_str()) {
+        if !DeploymentState::FINISHED.contains(&found.state) {
             return Ok(false);
         }
         let moving = instance::Entity::find()
@@ -492,11 +486,11 @@ impl App {
             .await?;
         service_find(&write.txn, project_id, service_id).await?;
         let found = deployment_find(&write.txn, service_id, id).await?;
-        if found.state == CANCELLED {
+        if found.state == DeploymentState::Cancelled {
             drop(write);
             return Ok(found);
         }
-        if !IN_PROGRESS.contains(&found.state.as_str()) {
+        if !DeploymentState::IN_PROGRESS.contains(&found.state) {
             return Err(AppError::new(
                 ErrorCode::DeploymentFinished,
                 format!(
@@ -508,7 +502,7 @@ impl App {
         deployment_finish(
             &write.txn,
             &found,
-            CANCELLED,
+            DeploymentState::Cancelled,
             format!("cancelled by {}", ctx.principal.user.email),
         )
         .await?;
@@ -552,14 +546,14 @@ pub(crate) async fn deployment_insert(
         + 1;
     let unfinished = deployment::Entity::find()
         .filter(deployment::Column::ServiceId.eq(found.id))
-        .filter(deployment::Column::State.is_in(IN_PROGRESS))
+        .filter(deployment::Column::State.is_in(DeploymentState::IN_PROGRESS))
         .all(db)
         .await?;
     for older in &unfinished {
         deployment_finish(
             db,
             older,
-            SUPERSEDED,
+            DeploymentState::Superseded,
             format!("superseded by deployment #{number}"),
         )
         .await?;
@@ -572,7 +566,7 @@ pub(crate) async fn deployment_insert(
         service_id: Set(found.id),
         number: Set(number),
         spec: Set(serde_json::to_value(&spec).map_err(AppError::internal)?),
-        state: Set(QUEUED.into()),
+        state: Set(DeploymentState::Queued),
         reason: Set(String::new()),
         rollback_of: Set(rollback_of.map(|d| d.id)),
         cancel_requested: Set(false),

@@ -20,16 +20,13 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments;
-use crate::app::deploys::instances as states;
 use crate::app::deploys::instances::{Takeover, instance_transition, replacement_place};
 use crate::app::shared::audit::{AuditEntry, audit_record};
 use crate::authz::{OpContext, Principal};
+use crate::entity::evacuation::EvacuationState;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, evacuation, instance, provider};
 use crate::error::{AppError, AppResult, ErrorCode};
-
-pub const RUNNING: &str = "running";
-pub const DONE: &str = "done";
-pub const CANCELLED: &str = "cancelled";
 
 /// An evacuation of a provider, and how far it got.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -37,8 +34,7 @@ pub struct EvacuationView {
     pub id: Uuid,
     pub provider: String,
     /// `running`, `done` or `cancelled`.
-    #[schema(value_type = crate::app::shared::states::EvacuationState)]
-    pub state: String,
+    pub state: EvacuationState,
     /// Instances to move.
     pub total: i32,
     /// Instances whose replacement elsewhere is healthy.
@@ -93,7 +89,7 @@ impl App {
             .ok_or_else(|| AppError::not_found("provider"))?;
         let running = evacuation::Entity::find()
             .filter(evacuation::Column::Provider.eq(provider_name))
-            .filter(evacuation::Column::State.eq(RUNNING))
+            .filter(evacuation::Column::State.eq(EvacuationState::Running))
             .count(&txn)
             .await?;
         if running > 0 {
@@ -104,22 +100,30 @@ impl App {
         }
         let total = instance::Entity::find()
             .filter(instance::Column::Provider.eq(provider_name))
-            .filter(instance::Column::State.is_in([states::STARTING, states::RUNNING]))
+            .filter(
+                instance::Column::State.is_in([InstanceState::Starting, InstanceState::Running]),
+            )
             .count(&txn)
             .await? as i32;
         // Instances not yet made there are placed elsewhere at once.
         let pending = instance::Entity::find()
             .filter(instance::Column::Provider.eq(provider_name))
-            .filter(instance::Column::State.eq(states::PENDING))
+            .filter(instance::Column::State.eq(InstanceState::Pending))
             .all(&txn)
             .await?;
         for row in &pending {
-            if instance_transition(&txn, row, states::PENDING, states::FAILED, |u| {
-                u.col_expr(
-                    instance::Column::LastError,
-                    Expr::value("refused: provider_evacuated"),
-                )
-            })
+            if instance_transition(
+                &txn,
+                row,
+                InstanceState::Pending,
+                InstanceState::Failed,
+                |u| {
+                    u.col_expr(
+                        instance::Column::LastError,
+                        Expr::value("refused: provider_evacuated"),
+                    )
+                },
+            )
             .await?
             {
                 deployments::deployment_replace_instances(&txn, row.deployment_id).await?;
@@ -129,7 +133,7 @@ impl App {
         let created = evacuation::ActiveModel {
             id: Set(Uuid::now_v7()),
             provider: Set(provider_name.to_owned()),
-            state: Set(RUNNING.into()),
+            state: Set(EvacuationState::Running),
             total: Set(total),
             moved: Set(0),
             unremoved: Set(serde_json::json!([])),
@@ -165,7 +169,7 @@ impl App {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
         let found = evacuation_latest(&txn, provider_name).await?;
-        if found.state != RUNNING {
+        if found.state != EvacuationState::Running {
             return Ok(found);
         }
         let old: Vec<Uuid> = instance::Entity::find()
@@ -176,19 +180,25 @@ impl App {
             .map(|row| row.id)
             .collect();
         instance::Entity::update_many()
-            .col_expr(instance::Column::State, Expr::value(states::REMOVING))
+            .col_expr(
+                instance::Column::State,
+                Expr::value(InstanceState::Removing),
+            )
             .col_expr(instance::Column::UpdatedAt, Expr::value(Utc::now()))
             .filter(instance::Column::Replaces.is_in(old))
             .filter(instance::Column::State.is_in([
-                states::PENDING,
-                states::PROVISIONING,
-                states::STARTING,
+                InstanceState::Pending,
+                InstanceState::Provisioning,
+                InstanceState::Starting,
             ]))
             .exec(&txn)
             .await?;
         let now = Utc::now();
         evacuation::Entity::update_many()
-            .col_expr(evacuation::Column::State, Expr::value(CANCELLED))
+            .col_expr(
+                evacuation::Column::State,
+                Expr::value(EvacuationState::Cancelled),
+            )
             .col_expr(evacuation::Column::UpdatedAt, Expr::value(now))
             .col_expr(evacuation::Column::FinishedAt, Expr::value(now))
             .filter(evacuation::Column::Id.eq(found.id))
@@ -210,7 +220,7 @@ impl App {
     /// evacuations with nothing left to move.
     pub(crate) async fn evacuations_advance(&self) -> AppResult<()> {
         let running = evacuation::Entity::find()
-            .filter(evacuation::Column::State.eq(RUNNING))
+            .filter(evacuation::Column::State.eq(EvacuationState::Running))
             .all(&self.db)
             .await?;
         if running.is_empty() {
@@ -245,17 +255,17 @@ impl App {
             .await?;
         let replaced: HashSet<Uuid> = replacements
             .iter()
-            .filter(|r| states::ACTIVE.contains(&r.state.as_str()))
+            .filter(|r| InstanceState::ACTIVE.contains(&r.state))
             .filter_map(|r| r.replaces)
             .collect();
         let moved = replacements
             .iter()
-            .filter(|r| r.state == states::RUNNING && r.health == states::HEALTH_HEALTHY)
+            .filter(|r| r.state == InstanceState::Running && r.health == InstanceHealth::Healthy)
             .count() as i32;
         let mut still_to_move = 0;
         for old in on_provider
             .iter()
-            .filter(|row| row.state == states::RUNNING)
+            .filter(|row| row.state == InstanceState::Running)
         {
             still_to_move += 1;
             if replaced.contains(&old.id) {
@@ -284,8 +294,12 @@ impl App {
         }
         let done = still_to_move == 0
             && !on_provider.iter().any(|row| {
-                [states::PENDING, states::PROVISIONING, states::STARTING]
-                    .contains(&row.state.as_str())
+                [
+                    InstanceState::Pending,
+                    InstanceState::Provisioning,
+                    InstanceState::Starting,
+                ]
+                .contains(&row.state)
             });
         let now = Utc::now();
         evacuation::Entity::update_many()
@@ -295,7 +309,11 @@ impl App {
             )
             .col_expr(
                 evacuation::Column::State,
-                Expr::value(if done { DONE } else { RUNNING }),
+                Expr::value(if done {
+                    EvacuationState::Done
+                } else {
+                    EvacuationState::Running
+                }),
             )
             .col_expr(evacuation::Column::UpdatedAt, Expr::value(now))
             .col_expr(
@@ -303,7 +321,7 @@ impl App {
                 Expr::value(done.then_some(now)),
             )
             .filter(evacuation::Column::Id.eq(found.id))
-            .filter(evacuation::Column::State.eq(RUNNING))
+            .filter(evacuation::Column::State.eq(EvacuationState::Running))
             .exec(&txn)
             .await?;
         txn.commit().await?;

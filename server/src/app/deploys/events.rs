@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use crate::app::webhooks::{WebhookEventType, messages_enqueue};
+use crate::app::webhooks::messages_enqueue;
+use crate::entity::webhook_message::WebhookEventType;
 use crate::entity::{deployment, deployment_event};
 use crate::error::{AppError, AppResult, ErrorCode};
 

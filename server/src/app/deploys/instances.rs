@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::entity::instance;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use std::collections::BTreeMap;
 
 use sea_orm::sea_query::Expr;
@@ -29,35 +30,9 @@ use crate::app::projects::services::spec::ServiceSpec;
 use crate::entity::{deployment, service};
 use crate::error::{AppError, AppResult};
 
-pub const PENDING: &str = "pending";
-pub const PROVISIONING: &str = "provisioning";
-pub const STARTING: &str = "starting";
-pub const RUNNING: &str = "running";
-pub const DRAINING: &str = "draining";
-pub const REMOVING: &str = "removing";
-pub const REMOVED: &str = "removed";
-pub const FAILED: &str = "failed";
-
-pub const HEALTH_UNKNOWN: &str = "unknown";
-pub const HEALTH_HEALTHY: &str = "healthy";
-pub const HEALTH_UNHEALTHY: &str = "unhealthy";
-
-/// States of an instance that is being made or runs (it counts as one of its deployment's).
-pub const ACTIVE: [&str; 4] = [PENDING, PROVISIONING, STARTING, RUNNING];
-/// States of an instance that still exists, or may, at its provider.
-pub const LIVE: [&str; 7] = [
-    PENDING,
-    PROVISIONING,
-    STARTING,
-    RUNNING,
-    DRAINING,
-    REMOVING,
-    FAILED,
-];
-
 /// Instances that still exist, or may, at their provider.
 pub fn live() -> Condition {
-    Condition::all().add(instance::Column::State.is_in(LIVE))
+    Condition::all().add(instance::Column::State.is_in(InstanceState::LIVE))
 }
 
 /// An instance of a deployment.
@@ -71,11 +46,9 @@ pub struct DeployedInstanceView {
     pub address: Option<String>,
     /// `pending`, `provisioning`, `starting`, `running`, `draining`, `removing`, `removed` or
     /// `failed`.
-    #[schema(value_type = crate::app::shared::states::DeployedInstanceState)]
-    pub state: String,
+    pub state: InstanceState,
     /// `unknown`, `healthy` or `unhealthy`, from the control plane's checks of the workload.
-    #[schema(value_type = crate::app::shared::states::DeployedInstanceHealth)]
-    pub health: String,
+    pub health: InstanceHealth,
     pub health_checked_at: Option<DateTime<Utc>>,
     /// The key of the instance this one took over from (failover, evacuation).
     pub replaces: Option<String>,
@@ -149,8 +122,8 @@ pub(crate) async fn instance_insert(
         region: Set(slot.region.clone()),
         address: Set(None),
         provider_id: Set(None),
-        state: Set(PENDING.into()),
-        health: Set(HEALTH_UNKNOWN.into()),
+        state: Set(InstanceState::Pending),
+        health: Set(InstanceHealth::Unknown),
         health_checked_at: Set(None),
         health_streak: Set(0),
         attempts: Set(0),
@@ -275,8 +248,8 @@ pub(crate) fn claim_cleared(
 pub(crate) async fn instance_transition(
     db: &impl ConnectionTrait,
     row: &instance::Model,
-    from: &str,
-    to: &str,
+    from: InstanceState,
+    to: InstanceState,
     change: impl FnOnce(sea_orm::UpdateMany<instance::Entity>) -> sea_orm::UpdateMany<instance::Entity>,
 ) -> AppResult<bool> {
     let update = claim_cleared(instance::Entity::update_many())

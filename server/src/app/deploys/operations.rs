@@ -23,10 +23,11 @@ use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments::{self, deployment_finish};
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
-use crate::app::deploys::instances as states;
 use crate::app::deploys::instances::{claim_cleared, instance_transition};
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
+use crate::entity::deployment::DeploymentState;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, evacuation, instance};
 use crate::error::{AppError, AppResult, ErrorCode};
 use crate::plugins::InstanceSpec;
@@ -61,9 +62,13 @@ fn next_attempt(attempts: i32) -> DateTime<Utc> {
 impl App {
     /// Runs the operation `row` (claimed by this runner) needs.
     pub(crate) async fn instance_operation(&self, row: instance::Model) {
-        let outcome = match row.state.as_str() {
-            states::PENDING | states::PROVISIONING => self.instance_provision(row.clone()).await,
-            states::REMOVING | states::FAILED => self.instance_deprovision(row.clone()).await,
+        let outcome = match row.state {
+            InstanceState::Pending | InstanceState::Provisioning => {
+                self.instance_provision(row.clone()).await
+            }
+            InstanceState::Removing | InstanceState::Failed => {
+                self.instance_deprovision(row.clone()).await
+            }
             _ => Ok(()),
         };
         if let Err(err) = outcome {
@@ -120,8 +125,12 @@ impl App {
             Ok((_, made)) if made.address.is_some() => {
                 operation_record(&row.provider, "provision", "ok", started);
                 let address = made.address.clone();
-                let moved =
-                    instance_transition(&txn, &row, states::PROVISIONING, states::STARTING, |u| {
+                let moved = instance_transition(
+                    &txn,
+                    &row,
+                    InstanceState::Provisioning,
+                    InstanceState::Starting,
+                    |u| {
                         u.col_expr(instance::Column::Address, Expr::value(address.clone()))
                             .col_expr(
                                 instance::Column::ProviderId,
@@ -134,8 +143,9 @@ impl App {
                                 instance::Column::NextAttemptAt,
                                 Expr::value(Option::<DateTime<Utc>>::None),
                             )
-                    })
-                    .await?;
+                    },
+                )
+                .await?;
                 if moved {
                     event_append(
                         &txn,
@@ -158,8 +168,14 @@ impl App {
             Ok(_) => {
                 // Made, but without an address yet: provisioning the key again returns it.
                 operation_record(&row.provider, "provision", "no_address", started);
-                self.instance_retry(&txn, &row, states::PROVISIONING, "no address yet", None)
-                    .await?;
+                self.instance_retry(
+                    &txn,
+                    &row,
+                    InstanceState::Provisioning,
+                    "no address yet",
+                    None,
+                )
+                .await?;
             }
             Err(err) => {
                 operation_record(&row.provider, "provision", err.code.as_str(), started);
@@ -191,18 +207,18 @@ impl App {
                 .instance_retry(
                     txn,
                     row,
-                    states::PROVISIONING,
+                    InstanceState::Provisioning,
                     err.code.as_str(),
                     Some(not_before),
                 )
                 .await;
         }
         if err.code == "invalid_spec" {
-            if deployments::IN_PROGRESS.contains(&found.state.as_str()) {
+            if DeploymentState::IN_PROGRESS.contains(&found.state) {
                 deployment_finish(
                     txn,
                     found,
-                    deployments::FAILED,
+                    DeploymentState::Failed,
                     format!("provider {} cannot run this spec (invalid spec); the previous version keeps serving", row.provider),
                 )
                 .await?;
@@ -212,18 +228,30 @@ impl App {
         let refused = REFUSALS.contains(&err.code) || row.attempts + 1 >= PROVISION_ATTEMPTS;
         if !refused {
             return self
-                .instance_retry(txn, row, states::PROVISIONING, err.code.as_str(), None)
+                .instance_retry(
+                    txn,
+                    row,
+                    InstanceState::Provisioning,
+                    err.code.as_str(),
+                    None,
+                )
                 .await;
         }
         let reason = format!("refused: {}", err.code);
-        let moved = instance_transition(txn, row, states::PROVISIONING, states::FAILED, |u| {
-            u.col_expr(instance::Column::LastError, Expr::value(reason.clone()))
-                .col_expr(instance::Column::Attempts, Expr::value(0))
-                .col_expr(
-                    instance::Column::NextAttemptAt,
-                    Expr::value(Option::<DateTime<Utc>>::None),
-                )
-        })
+        let moved = instance_transition(
+            txn,
+            row,
+            InstanceState::Provisioning,
+            InstanceState::Failed,
+            |u| {
+                u.col_expr(instance::Column::LastError, Expr::value(reason.clone()))
+                    .col_expr(instance::Column::Attempts, Expr::value(0))
+                    .col_expr(
+                        instance::Column::NextAttemptAt,
+                        Expr::value(Option::<DateTime<Utc>>::None),
+                    )
+            },
+        )
         .await?;
         if moved {
             event_append(
@@ -251,7 +279,7 @@ impl App {
         &self,
         txn: &sea_orm::DatabaseTransaction,
         row: &instance::Model,
-        state: &str,
+        state: InstanceState,
         error: &str,
         not_before: Option<DateTime<Utc>>,
     ) -> AppResult<()> {
@@ -306,7 +334,7 @@ impl App {
                     self.reconciler.throttle.provider_hold(&row.provider, wait);
                 }
                 evacuation_unremoved_note(&txn, &row, true).await?;
-                self.instance_retry(&txn, &row, &row.state, err.code.as_str(), None)
+                self.instance_retry(&txn, &row, row.state, err.code.as_str(), None)
                     .await?;
             }
         }
@@ -321,10 +349,10 @@ impl App {
         started: Instant,
     ) -> AppResult<()> {
         operation_record(&row.provider, "deprovision", "ok", started);
-        let moved = instance_transition(txn, row, &row.state, states::REMOVED, |u| {
+        let moved = instance_transition(txn, row, row.state, InstanceState::Removed, |u| {
             u.col_expr(
                 instance::Column::Health,
-                Expr::value(states::HEALTH_UNKNOWN),
+                Expr::value(InstanceHealth::Unknown),
             )
             .col_expr(
                 instance::Column::NextAttemptAt,

@@ -27,8 +27,8 @@ use sea_orm::{
 };
 use uuid::Uuid;
 
-use crate::app::deploys::instances as states;
 use crate::entity::instance;
+use crate::entity::instance::InstanceState;
 use crate::error::AppResult;
 use bulkhead_migrations::INSTANCES_DUE;
 
@@ -145,10 +145,10 @@ pub async fn claims_take(
 ) -> AppResult<Vec<instance::Model>> {
     let mut claimed = Vec::with_capacity(rows.len());
     for row in rows {
-        let next_state = if row.state == states::PENDING {
-            states::PROVISIONING
+        let next_state = if row.state == InstanceState::Pending {
+            InstanceState::Provisioning
         } else {
-            row.state.as_str()
+            row.state
         };
         let taken = instance::Entity::update_many()
             .col_expr(instance::Column::ClaimedBy, Expr::value(runner))
@@ -156,7 +156,7 @@ pub async fn claims_take(
             .col_expr(instance::Column::State, Expr::value(next_state))
             .col_expr(instance::Column::UpdatedAt, Expr::value(now))
             .filter(instance::Column::Id.eq(row.id))
-            .filter(instance::Column::State.eq(&row.state))
+            .filter(instance::Column::State.eq(row.state))
             .filter(
                 Condition::any()
                     .add(instance::Column::ClaimedUntil.is_null())
@@ -178,10 +178,10 @@ mod tests {
     #[test]
     fn the_indexes_condition_names_the_states_that_wait_for_an_operation() {
         let waiting = [
-            states::PENDING,
-            states::PROVISIONING,
-            states::REMOVING,
-            states::FAILED,
+            InstanceState::Pending,
+            InstanceState::Provisioning,
+            InstanceState::Removing,
+            InstanceState::Failed,
         ]
         .map(|state| format!("'{state}'"));
         assert_eq!(INSTANCES_DUE, format!("state IN ({})", waiting.join(", ")));

@@ -18,10 +18,10 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
 use crate::app::App;
 use crate::app::cluster::leases::Work;
-use crate::app::deploys::deployments;
-use crate::app::deploys::instances as states;
 use crate::app::deploys::instances::{Takeover, replacement_place};
 use crate::app::deploys::placement::Candidate;
+use crate::entity::deployment::DeploymentState;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, instance};
 use crate::error::AppResult;
 
@@ -34,8 +34,8 @@ impl App {
         let after = ChronoDuration::from_std(self.reconciler.settings.unhealthy_replace_after)
             .unwrap_or(ChronoDuration::MAX);
         let sick = instance::Entity::find()
-            .filter(instance::Column::State.eq(states::RUNNING))
-            .filter(instance::Column::Health.eq(states::HEALTH_UNHEALTHY))
+            .filter(instance::Column::State.eq(InstanceState::Running))
+            .filter(instance::Column::Health.eq(InstanceHealth::Unhealthy))
             .filter(instance::Column::HealthCheckedAt.lt(Utc::now() - after))
             .all(&self.db)
             .await?;
@@ -68,7 +68,7 @@ impl App {
         self.lease_fence(&txn, Work::Deploys).await?;
         let others = instance::Entity::find()
             .filter(instance::Column::DeploymentId.eq(owner.id))
-            .filter(instance::Column::State.is_in(states::ACTIVE))
+            .filter(instance::Column::State.is_in(InstanceState::ACTIVE))
             .filter(instance::Column::Id.ne(old.id))
             .all(&txn)
             .await?;
@@ -93,7 +93,7 @@ impl App {
         let Some(owner) = deployment::Entity::find_by_id(old.deployment_id)
             .one(&self.db)
             .await?
-            .filter(|owner| owner.state == deployments::HEALTHY)
+            .filter(|owner| owner.state == DeploymentState::Healthy)
         else {
             return Ok(None); // a rollout, or one being replaced: its own steps decide
         };
@@ -103,7 +103,7 @@ impl App {
             .await?;
         if earlier
             .iter()
-            .any(|r| states::ACTIVE.contains(&r.state.as_str()))
+            .any(|r| InstanceState::ACTIVE.contains(&r.state))
         {
             return Ok(None); // one is on its way
         }

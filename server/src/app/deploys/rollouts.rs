@@ -18,10 +18,10 @@ use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::cluster::leases::Work;
-use crate::app::deploys::deployments;
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
-use crate::app::deploys::instances as states;
 use crate::app::projects::services::spec::ServiceSpec;
+use crate::entity::deployment::DeploymentState;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, instance};
 use crate::error::{AppError, AppResult};
 
@@ -40,7 +40,7 @@ pub struct Settled {
 /// made, running and healthy; answers what settled.
 pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResult<Option<Settled>> {
     let Some(found) = deployment::Entity::find_by_id(id)
-        .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
+        .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
         .one(txn)
         .await?
     else {
@@ -52,15 +52,16 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResul
         .filter(instance::Column::DeploymentId.eq(found.id))
         .all(txn)
         .await?;
-    let states = instances
-        .iter()
-        .map(|i| (i.state.as_str(), i.health.as_str(), 1i64));
+    let states = instances.iter().map(|i| (i.state, i.health, 1i64));
     if !rollout_done(spec.replicas, states) {
         return Ok(None);
     }
     let now = Utc::now();
     let changed = deployment::Entity::update_many()
-        .col_expr(deployment::Column::State, Expr::value(deployments::HEALTHY))
+        .col_expr(
+            deployment::Column::State,
+            Expr::value(DeploymentState::Healthy),
+        )
         .col_expr(deployment::Column::Reason, Expr::value(""))
         .col_expr(deployment::Column::HealthyAt, Expr::value(now))
         .col_expr(deployment::Column::FinishedAt, Expr::value(now))
@@ -70,7 +71,7 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResul
             Expr::col(deployment::Column::Revision).add(1),
         )
         .filter(deployment::Column::Id.eq(found.id))
-        .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
+        .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
         .exec(txn)
         .await?;
     if changed.rows_affected != 1 {
@@ -91,14 +92,14 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResul
     let older = deployment::Entity::find()
         .filter(deployment::Column::ServiceId.eq(found.service_id))
         .filter(deployment::Column::Id.ne(found.id))
-        .filter(deployment::Column::State.eq(deployments::HEALTHY))
+        .filter(deployment::Column::State.eq(DeploymentState::Healthy))
         .all(txn)
         .await?;
     for old in older {
         deployment::Entity::update_many()
             .col_expr(
                 deployment::Column::State,
-                Expr::value(deployments::SUPERSEDED),
+                Expr::value(DeploymentState::Superseded),
             )
             .col_expr(
                 deployment::Column::Reason,
@@ -113,10 +114,13 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResul
             .exec(txn)
             .await?;
         let draining = instance::Entity::update_many()
-            .col_expr(instance::Column::State, Expr::value(states::DRAINING))
+            .col_expr(
+                instance::Column::State,
+                Expr::value(InstanceState::Draining),
+            )
             .col_expr(instance::Column::UpdatedAt, Expr::value(now))
             .filter(instance::Column::DeploymentId.eq(old.id))
-            .filter(instance::Column::State.is_in(states::ACTIVE))
+            .filter(instance::Column::State.is_in(InstanceState::ACTIVE))
             .exec(txn)
             .await?
             .rows_affected;
@@ -139,16 +143,22 @@ pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResul
 
 /// Whether a rollout of `replicas` is done, given how many of its instances are in each
 /// (state, health): none is still being made, and `replicas` of them serve.
-fn rollout_done<'a>(
+fn rollout_done(
     replicas: u32,
-    instances: impl IntoIterator<Item = (&'a str, &'a str, i64)>,
+    instances: impl IntoIterator<Item = (InstanceState, InstanceHealth, i64)>,
 ) -> bool {
     let mut serving = 0;
     for (state, health, count) in instances {
-        if [states::PENDING, states::PROVISIONING, states::STARTING].contains(&state) {
+        if [
+            InstanceState::Pending,
+            InstanceState::Provisioning,
+            InstanceState::Starting,
+        ]
+        .contains(&state)
+        {
             return false;
         }
-        if state == states::RUNNING && health == states::HEALTH_HEALTHY {
+        if state == InstanceState::Running && health == InstanceHealth::Healthy {
             serving += count;
         }
     }
@@ -169,12 +179,12 @@ impl App {
             .select_only()
             .column(deployment::Column::Id)
             .column(deployment::Column::Spec)
-            .filter(deployment::Column::State.eq(deployments::ROLLING_OUT))
+            .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
             .into_tuple()
             .all(&self.db)
             .await?;
         for chunk in rolling.chunks(SWEEP_CHUNK) {
-            let counts: Vec<(Uuid, String, String, i64)> = instance::Entity::find()
+            let counts: Vec<(Uuid, InstanceState, InstanceHealth, i64)> = instance::Entity::find()
                 .select_only()
                 .column(instance::Column::DeploymentId)
                 .column(instance::Column::State)
@@ -187,13 +197,13 @@ impl App {
                 .into_tuple()
                 .all(&self.db)
                 .await?;
-            let mut by_deployment: HashMap<Uuid, Vec<(&str, &str, i64)>> = HashMap::new();
-            for (id, state, health, count) in &counts {
-                by_deployment.entry(*id).or_default().push((
-                    state.as_str(),
-                    health.as_str(),
-                    *count,
-                ));
+            let mut by_deployment: HashMap<Uuid, Vec<(InstanceState, InstanceHealth, i64)>> =
+                HashMap::new();
+            for (id, state, health, count) in counts {
+                by_deployment
+                    .entry(id)
+                    .or_default()
+                    .push((state, health, count));
             }
             for (id, spec) in chunk {
                 let replicas = serde_json::from_value::<ServiceSpec>(spec.clone())
@@ -223,22 +233,31 @@ mod tests {
 
     #[test]
     fn a_rollout_is_done_when_nothing_is_being_made_and_enough_serve() {
-        let running = (states::RUNNING, states::HEALTH_HEALTHY, 2);
+        let running = (InstanceState::Running, InstanceHealth::Healthy, 2);
         assert!(rollout_done(2, [running]));
         assert!(rollout_done(0, []));
         assert!(!rollout_done(3, [running]), "too few serve");
         assert!(
-            !rollout_done(2, [running, (states::STARTING, states::HEALTH_UNKNOWN, 1)]),
+            !rollout_done(
+                2,
+                [
+                    running,
+                    (InstanceState::Starting, InstanceHealth::Unknown, 1)
+                ]
+            ),
             "one is still starting"
         );
         assert!(!rollout_done(
             2,
-            [(states::RUNNING, states::HEALTH_UNHEALTHY, 2)]
+            [(InstanceState::Running, InstanceHealth::Unhealthy, 2)]
         ));
         // Failed ones being removed do not hold a rollout that has its replicas.
         assert!(rollout_done(
             2,
-            [running, (states::FAILED, states::HEALTH_UNHEALTHY, 1)]
+            [
+                running,
+                (InstanceState::Failed, InstanceHealth::Unhealthy, 1)
+            ]
         ));
     }
 }

@@ -34,6 +34,7 @@ use crate::app::git::github::{
 };
 use crate::app::shared::pagination::{OrderedPageParams, Page, paginate_ordered};
 use crate::authz::Principal;
+use crate::entity::git_delivery::GitDeliveryState;
 use crate::entity::{git_delivery, git_installation};
 use crate::error::{AppError, AppResult, ErrorCode};
 
@@ -45,25 +46,6 @@ pub const KEEP: chrono::Duration = chrono::Duration::days(7);
 /// The condition of `idx_git_deliveries_queued`, word for word (SQLite uses a partial index
 /// only for a query that states its condition).
 pub(crate) const QUEUED_CONDITION: &str = "state = 'queued'";
-
-pub const QUEUED: &str = "queued";
-pub const DEPLOYED: &str = "deployed";
-pub const IGNORED: &str = "ignored";
-pub const FAILED: &str = "failed";
-
-/// Where a delivery is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum GitDeliveryState {
-    /// Stored; deploys when the pipeline takes it (not while it is paused).
-    Queued,
-    /// Its deployments were made (`deployment_ids`).
-    Deployed,
-    /// It deploys nothing (`reason` says why: not a branch, no binding, an older push).
-    Ignored,
-    /// Making its deployments failed (`reason`); it is not tried again.
-    Failed,
-}
 
 /// A delivery an installation received.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -91,8 +73,7 @@ impl TryFrom<git_delivery::Model> for GitDeliveryView {
     type Error = AppError;
 
     fn try_from(m: git_delivery::Model) -> AppResult<Self> {
-        let state = serde_json::from_value(serde_json::Value::String(m.state.clone()))
-            .map_err(AppError::internal)?;
+        let state = m.state;
         Ok(Self {
             id: m.id,
             installation_id: m.installation_id,
@@ -240,8 +221,8 @@ impl App {
             ));
         }
         let (state, reason) = match &stored.ignored {
-            Some(reason) => (IGNORED, reason.clone()),
-            None => (QUEUED, String::new()),
+            Some(reason) => (GitDeliveryState::Ignored, reason.clone()),
+            None => (GitDeliveryState::Queued, String::new()),
         };
         let inserted = git_delivery::ActiveModel {
             id: Set(Uuid::now_v7()),
@@ -256,10 +237,10 @@ impl App {
             pusher: Set(stored.pusher),
             pushed_at: Set(stored.pushed_at),
             received_at: Set(now),
-            state: Set(state.into()),
+            state: Set(state),
             reason: Set(reason.clone()),
             deployment_ids: Set(serde_json::json!([])),
-            processed_at: Set((state == IGNORED).then_some(now)),
+            processed_at: Set((state == GitDeliveryState::Ignored).then_some(now)),
         }
         .insert(&self.db)
         .await;
@@ -283,7 +264,7 @@ impl App {
             }
             Err(err) => return Err(err.into()),
         };
-        if state == IGNORED {
+        if state == GitDeliveryState::Ignored {
             return Ok(receipt(HookOutcome::Ignored, Some(inserted.id), reason));
         }
         self.deployments_changed();

@@ -14,10 +14,11 @@ use crate::app::deploys::deployments::DeploymentPush;
 use crate::app::deploys::deployments::deployment_insert;
 use crate::app::deploys::pipeline::deploy_control_read;
 use crate::app::git::installations::PushBinding;
-use crate::app::git::intake::{DEPLOYED, FAILED, IGNORED, KEEP, QUEUED, QUEUED_CONDITION};
+use crate::app::git::intake::{KEEP, QUEUED_CONDITION};
 use crate::app::git::statuses::status_owed;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::audit::{AuditEntry, audit_record_system};
+use crate::entity::git_delivery::GitDeliveryState;
 use crate::entity::{deployment, git_delivery, git_installation, project, service};
 use crate::error::{AppError, AppResult, ErrorCode};
 
@@ -90,10 +91,13 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         let now = Utc::now();
         let claimed = git_delivery::Entity::update_many()
-            .col_expr(git_delivery::Column::State, Expr::value(DEPLOYED))
+            .col_expr(
+                git_delivery::Column::State,
+                Expr::value(GitDeliveryState::Deployed),
+            )
             .col_expr(git_delivery::Column::ProcessedAt, Expr::value(now))
             .filter(git_delivery::Column::Id.eq(delivery.id))
-            .filter(git_delivery::Column::State.eq(QUEUED))
+            .filter(git_delivery::Column::State.eq(GitDeliveryState::Queued))
             .exec(&txn)
             .await?
             .rows_affected;
@@ -183,9 +187,9 @@ impl App {
             } else {
                 skipped.join("; ")
             };
-            (IGNORED, reason)
+            (GitDeliveryState::Ignored, reason)
         } else {
-            (DEPLOYED, skipped.join("; "))
+            (GitDeliveryState::Deployed, skipped.join("; "))
         };
         git_delivery::Entity::update_many()
             .col_expr(git_delivery::Column::State, Expr::value(state))
@@ -210,14 +214,17 @@ impl App {
     /// block the queue.
     async fn push_fail(&self, id: Uuid, err: &AppError) -> AppResult<()> {
         git_delivery::Entity::update_many()
-            .col_expr(git_delivery::Column::State, Expr::value(FAILED))
+            .col_expr(
+                git_delivery::Column::State,
+                Expr::value(GitDeliveryState::Failed),
+            )
             .col_expr(
                 git_delivery::Column::Reason,
                 Expr::value(format!("making its deployments failed: {}", err.detail)),
             )
             .col_expr(git_delivery::Column::ProcessedAt, Expr::value(Utc::now()))
             .filter(git_delivery::Column::Id.eq(id))
-            .filter(git_delivery::Column::State.eq(QUEUED))
+            .filter(git_delivery::Column::State.eq(GitDeliveryState::Queued))
             .exec(&self.db)
             .await?;
         Ok(())
@@ -226,7 +233,7 @@ impl App {
     /// Removes the deliveries processed more than [`KEEP`] ago; returns how many.
     pub async fn git_deliveries_purge(&self) -> AppResult<u64> {
         Ok(git_delivery::Entity::delete_many()
-            .filter(git_delivery::Column::State.ne(QUEUED))
+            .filter(git_delivery::Column::State.ne(GitDeliveryState::Queued))
             .filter(git_delivery::Column::ReceivedAt.lt(Utc::now() - KEEP))
             .exec(&self.db)
             .await?

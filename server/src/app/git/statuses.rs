@@ -33,9 +33,9 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::app::App;
-use crate::app::deploys::deployments as states;
 use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, Throttle, Wait, backoff_delay};
 use crate::app::shared::outbound_addresses::{CheckedResolver, address_refusal, url_check};
+use crate::entity::deployment::DeploymentState;
 use crate::entity::{deployment, forge_status, git_installation};
 use crate::error::{AppError, AppResult};
 
@@ -94,11 +94,11 @@ fn key(installation: Uuid) -> String {
 /// The commit status a deployment in `state` reports, and its description.
 fn status_of(deployment: &deployment::Model) -> (&'static str, String) {
     let number = deployment.number;
-    match deployment.state.as_str() {
-        states::HEALTHY => ("success", format!("deployment #{number} is healthy")),
-        states::FAILED => ("failure", format!("deployment #{number} failed")),
-        states::CANCELLED => ("error", format!("deployment #{number} was cancelled")),
-        states::SUPERSEDED => ("error", format!("deployment #{number} was superseded")),
+    match deployment.state {
+        DeploymentState::Healthy => ("success", format!("deployment #{number} is healthy")),
+        DeploymentState::Failed => ("failure", format!("deployment #{number} failed")),
+        DeploymentState::Cancelled => ("error", format!("deployment #{number} was cancelled")),
+        DeploymentState::Superseded => ("error", format!("deployment #{number} was superseded")),
         _ => (
             "pending",
             format!("deployment #{number} is {}", deployment.state),

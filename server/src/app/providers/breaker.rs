@@ -15,35 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
-/// The health of a provider's API, as the breaker sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderHealth {
-    Healthy,
-    Degraded,
-    Unavailable,
-}
-
-impl ProviderHealth {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderHealth::Healthy => "healthy",
-            ProviderHealth::Degraded => "degraded",
-            ProviderHealth::Unavailable => "unavailable",
-        }
-    }
-
-    pub fn parse(text: &str) -> Self {
-        match text {
-            "degraded" => ProviderHealth::Degraded,
-            "unavailable" => ProviderHealth::Unavailable,
-            _ => ProviderHealth::Healthy,
-        }
-    }
-}
+pub use crate::entity::provider::ProviderHealth;
 
 /// What a call or probe says about the provider.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,6 +31,7 @@ use crate::app::providers::breaker::{Breaker, BreakerConfig, Change, ProviderHea
 use crate::app::shared::audit::{AuditEntry, audit_record_system};
 use crate::app::shared::pagination::{OrderedPageParams, Page, paginate_ordered};
 use crate::authz::Principal;
+use crate::entity::provider_event::ProviderEventKind;
 use crate::entity::{provider, provider_event};
 use crate::error::{AppError, AppResult, ErrorCode};
 use crate::plugins::registry::ActivePlugin;
@@ -141,7 +142,7 @@ impl HealthBoard {
 
     /// Refuses a call while the breaker is open.
     pub fn call_check(&self, row: &provider::Model) -> AppResult<()> {
-        let stored = ProviderHealth::parse(&row.health);
+        let stored = row.health;
         self.with(&row.name, stored, |breaker| {
             if breaker.allows_calls() {
                 Ok(())
@@ -196,16 +197,12 @@ pub(crate) fn probe_signal(result: &Result<HealthReport, PluginError>) -> Signal
     }
 }
 
-/// A provider event: its health changed.
-pub const EVENT_HEALTH: &str = "health";
-
 /// A change of a provider's health, or an activation refused by its health check.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderEventView {
     pub id: Uuid,
     /// With `activation_refused`, `from` and `to` are the unchanged health.
-    #[schema(value_type = crate::app::shared::states::ProviderEventKind)]
-    pub kind: String,
+    pub kind: ProviderEventKind,
     pub from: ProviderHealth,
     pub to: ProviderHealth,
     pub reason: String,
@@ -217,8 +214,8 @@ impl From<provider_event::Model> for ProviderEventView {
         Self {
             id: m.id,
             kind: m.kind,
-            from: ProviderHealth::parse(&m.from_health),
-            to: ProviderHealth::parse(&m.to_health),
+            from: m.from_health,
+            to: m.to_health,
             reason: m.reason,
             created_at: m.created_at,
         }
@@ -240,7 +237,7 @@ impl App {
         if !current.is_some_and(|current| Arc::ptr_eq(&current, called)) {
             return;
         }
-        let stored = ProviderHealth::parse(&row.health);
+        let stored = row.health;
         let jitter: f64 = rand::random();
         let change = self.health.with(&row.name, stored, |breaker| {
             breaker.record(signal, probe, Instant::now(), jitter)
@@ -267,9 +264,9 @@ impl App {
         provider_event::ActiveModel {
             id: Set(Uuid::now_v7()),
             provider: Set(name.to_owned()),
-            kind: Set(EVENT_HEALTH.into()),
-            from_health: Set(change.from.as_str().into()),
-            to_health: Set(change.to.as_str().into()),
+            kind: Set(ProviderEventKind::Health),
+            from_health: Set(change.from),
+            to_health: Set(change.to),
             reason: Set(reason.clone()),
             created_at: Set(now),
         }
@@ -371,7 +368,7 @@ impl App {
     /// Sets the health gauge of every provider from the stored health (at start-up).
     pub(crate) async fn provider_health_gauges_init(&self) -> AppResult<()> {
         for row in provider::Entity::find().all(&self.db).await? {
-            health_gauge_set(&row.name, ProviderHealth::parse(&row.health));
+            health_gauge_set(&row.name, row.health);
         }
         Ok(())
     }

@@ -145,14 +145,28 @@ pub struct ProviderCallsView {
     pub crashes: u64,
 }
 
-/// The state of a provider that has no plugin to call.
-pub const NO_PLUGIN: &str = "no_plugin";
-/// The state of a provider that the operator drained (no new instances).
-pub const DRAINED: &str = "drained";
-/// The state of a provider that the operator disabled.
-pub const DISABLED: &str = "disabled";
-/// The states a provider shows instead of its health.
-pub const STATES_NOT_SERVING: [&str; 3] = [NO_PLUGIN, DRAINED, DISABLED];
+/// A provider's state: its health, or why it takes no new work (`no_plugin`, or the
+/// operator's `drained` or `disabled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderState {
+    Healthy,
+    Degraded,
+    Unavailable,
+    NoPlugin,
+    Drained,
+    Disabled,
+}
+
+impl From<ProviderHealth> for ProviderState {
+    fn from(health: ProviderHealth) -> Self {
+        match health {
+            ProviderHealth::Healthy => Self::Healthy,
+            ProviderHealth::Degraded => Self::Degraded,
+            ProviderHealth::Unavailable => Self::Unavailable,
+        }
+    }
+}
 
 /// A provider as the API shows it. Everyone with the `read` scope sees its name, state and
 /// health; the rest (settings, plugin, health reasons with the cloud's error text, call
@@ -162,8 +176,7 @@ pub struct ProviderView {
     pub name: String,
     /// `healthy`, `degraded`, `unavailable`, `no_plugin` (nothing activated: it takes no
     /// calls), or the operator's `drained` or `disabled`.
-    #[schema(value_type = crate::app::shared::states::ProviderState)]
-    pub state: String,
+    pub state: ProviderState,
     /// What its circuit breaker last decided; absent while it has no plugin.
     pub health: Option<ProviderHealth>,
     /// Administrators only.
@@ -522,15 +535,15 @@ impl App {
         secret_names.sort();
         let effective_allowlist = allowlist_effective(&row);
         let has_plugin = row.plugin_digest.is_some();
-        let health = ProviderHealth::parse(&row.health);
+        let health = row.health;
         let state = if !row.enabled {
-            DISABLED
+            ProviderState::Disabled
         } else if !has_plugin {
-            NO_PLUGIN
+            ProviderState::NoPlugin
         } else if row.drained {
-            DRAINED
+            ProviderState::Drained
         } else {
-            health.as_str()
+            health.into()
         };
         let health_reason = if has_plugin {
             row.health_reason
@@ -539,7 +552,7 @@ impl App {
         };
         ProviderView {
             name: row.name.clone(),
-            state: state.into(),
+            state,
             health: has_plugin.then_some(health),
             details: Some(ProviderDetails {
                 health_reason,
@@ -596,7 +609,7 @@ impl App {
             allowlist: Set(serde_json::to_value(&create.allowlist).map_err(AppError::internal)?),
             limits: Set(serde_json::to_value(&create.limits).map_err(AppError::internal)?),
             enabled: Set(create.enabled),
-            health: Set("healthy".into()),
+            health: Set(ProviderHealth::Healthy),
             health_reason: Set(String::new()),
             health_changed_at: Set(None),
             drained: Set(false),

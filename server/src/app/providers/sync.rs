@@ -18,7 +18,6 @@ use std::time::Duration;
 use sea_orm::EntityTrait;
 
 use crate::app::App;
-use crate::app::providers::breaker::ProviderHealth;
 use crate::entity::provider;
 use crate::error::AppResult;
 use crate::plugins::registry::ActivePlugin;
@@ -32,11 +31,8 @@ impl App {
     /// a change, and every [`SYNC_EVERY`]).
     pub async fn providers_sync(&self) -> AppResult<()> {
         for row in provider::Entity::find().all(&self.db).await? {
-            self.health.adopt(
-                &row.name,
-                ProviderHealth::parse(&row.health),
-                row.health_changed_at,
-            );
+            self.health
+                .adopt(&row.name, row.health, row.health_changed_at);
             if row.revision > self.providers.slot(&row.name).revision() {
                 self.provider_catch_up(&row.name).await?;
             }

@@ -35,6 +35,9 @@ use crate::app::providers::{
 use crate::app::shared::audit::audit_record;
 use crate::app::shared::pagination::{OrderedPageParams, Page, paginate_ordered};
 use crate::authz::{OpContext, Principal};
+use crate::entity::provider::ProviderHealth;
+use crate::entity::provider_activation::ActivationAction;
+use crate::entity::provider_event::ProviderEventKind;
 use crate::entity::{provider, provider_activation, provider_event};
 use crate::error::{AppError, AppResult, ErrorCode};
 use crate::plugins::{HealthStatus, PluginEnv, PluginError};
@@ -48,22 +51,12 @@ pub struct ProviderActivate {
     pub digest: String,
 }
 
-/// An activation: the operator switched to a version.
-pub const ACTIVATE: &str = "activate";
-/// A rollback: the version below the current one on the stack.
-pub const ROLLBACK: &str = "rollback";
-/// The bundled plugin, registered at start-up.
-pub const BUNDLED: &str = "bundled";
-/// A provider event: a version failed its health check and was not activated.
-pub const EVENT_ACTIVATION_REFUSED: &str = "activation_refused";
-
 /// One switch of a provider's plugin.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderActivationView {
     pub id: Uuid,
     pub digest: String,
-    #[schema(value_type = crate::app::shared::states::ActivationAction)]
-    pub action: String,
+    pub action: ActivationAction,
     pub actor_user_id: Option<Uuid>,
     pub created_at: DateTime<Utc>,
 }
@@ -113,14 +106,14 @@ async fn activation_stack(db: &impl ConnectionTrait, provider: &str) -> AppResul
         .await?;
     let mut stack = Vec::new();
     for switch in history {
-        stack_apply(&mut stack, &switch.action, switch.digest);
+        stack_apply(&mut stack, switch.action, switch.digest);
     }
     Ok(stack)
 }
 
 /// One switch on the stack: a rollback pops the version it left (its target is then on top).
-fn stack_apply(stack: &mut Vec<String>, action: &str, digest: String) {
-    if action == ROLLBACK {
+fn stack_apply(stack: &mut Vec<String>, action: ActivationAction, digest: String) {
+    if action == ActivationAction::Rollback {
         stack.pop();
         if stack.last() != Some(&digest) {
             stack.push(digest);
@@ -139,14 +132,14 @@ async fn activation_record(
     db: &impl ConnectionTrait,
     provider: &str,
     digest: &str,
-    action: &str,
+    action: ActivationAction,
     actor: Option<Uuid>,
 ) -> AppResult<()> {
     provider_activation::ActiveModel {
         id: Set(Uuid::now_v7()),
         provider: Set(provider.to_owned()),
         digest: Set(digest.to_owned()),
-        action: Set(action.to_owned()),
+        action: Set(action),
         actor_user_id: Set(actor),
         created_at: Set(Utc::now()),
     }
@@ -165,7 +158,7 @@ impl App {
     ) -> AppResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
         let digest = digest_validate(&activate.digest)?;
-        self.provider_switch(ctx, name, Some(digest), ACTIVATE)
+        self.provider_switch(ctx, name, Some(digest), ActivationAction::Activate)
             .await
     }
 
@@ -176,7 +169,8 @@ impl App {
         name: &str,
     ) -> AppResult<(i64, ProviderView)> {
         ctx.principal.require_admin()?;
-        self.provider_switch(ctx, name, None, ROLLBACK).await
+        self.provider_switch(ctx, name, None, ActivationAction::Rollback)
+            .await
     }
 
     /// Activation and rollback. A rollback returns to a version that ran before, so it skips
@@ -187,7 +181,7 @@ impl App {
         ctx: &OpContext,
         name: &str,
         digest: Option<String>,
-        action: &'static str,
+        action: ActivationAction,
     ) -> AppResult<(i64, ProviderView)> {
         let slot = self.providers.slot(name);
         let _changing = slot.changing.lock().await;
@@ -215,7 +209,7 @@ impl App {
         let wasm = plugin_wasm(&self.db, &target).await?;
         let plugin = self.plugin_load_for(&wasm, &next)?;
         let env = plugin_env(&next, &self.secrets)?;
-        if action == ACTIVATE
+        if action == ActivationAction::Activate
             && let Err(refused) = self.provider_health_gate(&plugin, &env).await
         {
             self.provider_activation_refused_record(ctx, &current, &binary, &refused)
@@ -226,7 +220,7 @@ impl App {
         let (revision, view) = self
             .provider_switch_record(ctx, current, &target, action, serve)
             .await?;
-        tracing::info!(provider = %name, digest = %target, version = %binary.version, action, "provider plugin switched");
+        tracing::info!(provider = %name, digest = %target, version = %binary.version, %action, "provider plugin switched");
         Ok((revision, view))
     }
 
@@ -268,9 +262,9 @@ impl App {
         provider_event::ActiveModel {
             id: Set(Uuid::now_v7()),
             provider: Set(current.name.clone()),
-            kind: Set(EVENT_ACTIVATION_REFUSED.into()),
-            from_health: Set(current.health.clone()),
-            to_health: Set(current.health.clone()),
+            kind: Set(ProviderEventKind::ActivationRefused),
+            from_health: Set(current.health),
+            to_health: Set(current.health),
             reason: Set(reason.clone()),
             created_at: Set(Utc::now()),
         }
@@ -294,7 +288,7 @@ impl App {
         ctx: &OpContext,
         current: provider::Model,
         target: &str,
-        action: &'static str,
+        action: ActivationAction,
         prepared: Option<(crate::plugins::Plugin, Arc<PluginEnv>)>,
     ) -> AppResult<(i64, ProviderView)> {
         let txn = crate::db::begin_write(&self.db).await?;
@@ -323,7 +317,7 @@ impl App {
         .await?;
         let details =
             serde_json::json!({ "digest": target, "previous_digest": fresh.plugin_digest });
-        let audit_action = if action == ROLLBACK {
+        let audit_action = if action == ActivationAction::Rollback {
             "provider.rollback"
         } else {
             "provider.activate"
@@ -468,7 +462,7 @@ impl App {
                     ),
                     limits: Set(serde_json::json!({})),
                     enabled: Set(true),
-                    health: Set("healthy".into()),
+                    health: Set(ProviderHealth::Healthy),
                     health_reason: Set(String::new()),
                     health_changed_at: Set(None),
                     drained: Set(false),
@@ -478,7 +472,14 @@ impl App {
                 }
                 .insert(&txn)
                 .await?;
-                activation_record(&txn, bundled.provider, &binary.digest, BUNDLED, None).await?;
+                activation_record(
+                    &txn,
+                    bundled.provider,
+                    &binary.digest,
+                    ActivationAction::Bundled,
+                    None,
+                )
+                .await?;
                 tracing::info!(provider = bundled.provider, digest = %binary.digest, "registered the bundled plugin");
             }
             txn.commit().await?;
@@ -510,26 +511,30 @@ impl App {
 
 #[cfg(test)]
 mod tests {
-    use super::{ACTIVATE, BUNDLED, ROLLBACK, rollback_target, stack_apply};
+    use super::{ActivationAction, rollback_target, stack_apply};
 
     #[test]
     fn rollback_walks_back_through_the_history_and_never_toggles() {
         let mut stack = Vec::new();
-        for (action, digest) in [(BUNDLED, "a"), (ACTIVATE, "b"), (ACTIVATE, "c")] {
+        for (action, digest) in [
+            (ActivationAction::Bundled, "a"),
+            (ActivationAction::Activate, "b"),
+            (ActivationAction::Activate, "c"),
+        ] {
             stack_apply(&mut stack, action, digest.into());
         }
         assert_eq!(rollback_target(&stack).map(String::as_str), Some("b"));
-        stack_apply(&mut stack, ROLLBACK, "b".into());
+        stack_apply(&mut stack, ActivationAction::Rollback, "b".into());
         assert_eq!(stack, ["a", "b"]);
         assert_eq!(rollback_target(&stack).map(String::as_str), Some("a"));
-        stack_apply(&mut stack, ROLLBACK, "a".into());
+        stack_apply(&mut stack, ActivationAction::Rollback, "a".into());
         assert_eq!(
             rollback_target(&stack),
             None,
             "nothing before the first version"
         );
         // Forward again is an activation.
-        stack_apply(&mut stack, ACTIVATE, "c".into());
+        stack_apply(&mut stack, ActivationAction::Activate, "c".into());
         assert_eq!(stack, ["a", "c"]);
         assert_eq!(rollback_target(&stack).map(String::as_str), Some("a"));
     }

@@ -9,7 +9,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use uuid::Uuid;
 
 use super::RoutesIndex;
-use crate::app::deploys::instances as states;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{domain, instance};
 use crate::error::AppResult;
 use bulkhead_routing::{Route, RouteChange, Upstream};
@@ -69,8 +69,8 @@ pub(super) async fn routes_of_services(
 /// Instances that take traffic: running, healthy by their own checks, with an address.
 fn routable(select: sea_orm::Select<instance::Entity>) -> sea_orm::Select<instance::Entity> {
     select
-        .filter(instance::Column::State.eq(states::RUNNING))
-        .filter(instance::Column::Health.eq(states::HEALTH_HEALTHY))
+        .filter(instance::Column::State.eq(InstanceState::Running))
+        .filter(instance::Column::Health.eq(InstanceHealth::Healthy))
         .filter(instance::Column::Address.is_not_null())
 }
 
@@ -146,7 +146,12 @@ pub(super) async fn drop_intended(
     let deliberate: BTreeSet<&str> = found
         .iter()
         .filter(|i| {
-            [states::DRAINING, states::REMOVING, states::REMOVED].contains(&i.state.as_str())
+            [
+                InstanceState::Draining,
+                InstanceState::Removing,
+                InstanceState::Removed,
+            ]
+            .contains(&i.state)
         })
         .map(|i| i.instance_key.as_str())
         .collect();

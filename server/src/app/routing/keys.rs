@@ -21,15 +21,9 @@ use crate::app::App;
 use crate::app::shared::audit::{AuditEntry, audit_record};
 use crate::authz::{OpContext, Principal};
 use crate::entity::routing_key;
+use crate::entity::routing_key::RoutingKeyState;
 use crate::error::{AppError, AppResult, ErrorCode};
 use bulkhead_routing::{PublishedKey, PublishedKeys, key_id_of};
-
-/// A key published ahead of use (edges trust it before it signs).
-pub const NEXT: &str = "next";
-/// The key that signs new snapshots.
-pub const ACTIVE: &str = "active";
-/// A key that signed earlier snapshots.
-pub const RETIRED: &str = "retired";
 
 /// The active key, opened.
 pub struct RoutingSigner {
@@ -55,7 +49,7 @@ fn published(row: routing_key::Model) -> PublishedKey {
     PublishedKey {
         id: row.id,
         public_key: row.public_key,
-        state: row.state,
+        state: row.state.to_string(),
         created_at: row.created_at,
         activated_at: row.activated_at,
         retired_at: row.retired_at,
@@ -67,7 +61,7 @@ impl App {
     async fn routing_key_insert(
         &self,
         db: &impl ConnectionTrait,
-        state: &str,
+        state: RoutingKeyState,
     ) -> AppResult<routing_key::Model> {
         let mut seed = [0u8; 32];
         rand::rng().fill_bytes(&mut seed);
@@ -81,7 +75,7 @@ impl App {
             id: Set(id),
             state: Set(state.to_owned()),
             created_at: Set(now),
-            activated_at: Set((state == ACTIVE).then_some(now)),
+            activated_at: Set((state == RoutingKeyState::Active).then_some(now)),
             retired_at: Set(None),
         }
         .insert(db)
@@ -91,14 +85,17 @@ impl App {
     /// The key that signs: the active one (made on first start), opened once per server.
     pub(crate) async fn routing_signer(&self) -> AppResult<Arc<RoutingSigner>> {
         let active = routing_key::Entity::find()
-            .filter(routing_key::Column::State.eq(ACTIVE))
+            .filter(routing_key::Column::State.eq(RoutingKeyState::Active))
             .order_by_desc(routing_key::Column::ActivatedAt)
             .one(&self.db)
             .await?;
         let active = match active {
             Some(active) => active,
             // Two replicas starting together may both make one; the later activation signs.
-            None => self.routing_key_insert(&self.db, ACTIVE).await?,
+            None => {
+                self.routing_key_insert(&self.db, RoutingKeyState::Active)
+                    .await?
+            }
         };
         if let Some(signer) = self.routing.signer.lock().expect("not poisoned").as_ref()
             && signer.id == active.id
@@ -138,7 +135,7 @@ impl App {
     pub async fn routing_key_create(&self, ctx: &OpContext) -> AppResult<PublishedKey> {
         ctx.principal.require_admin()?;
         let txn = crate::db::begin_write(&self.db).await?;
-        let key = self.routing_key_insert(&txn, NEXT).await?;
+        let key = self.routing_key_insert(&txn, RoutingKeyState::Next).await?;
         audit_record(
             &txn,
             ctx,
@@ -159,14 +156,14 @@ impl App {
             .ok_or_else(|| AppError::not_found("routing key"))?;
         let now = Utc::now();
         routing_key::Entity::update_many()
-            .col_expr(routing_key::Column::State, RETIRED.into())
+            .col_expr(routing_key::Column::State, RoutingKeyState::Retired.into())
             .col_expr(routing_key::Column::RetiredAt, Some(now).into())
-            .filter(routing_key::Column::State.eq(ACTIVE))
+            .filter(routing_key::Column::State.eq(RoutingKeyState::Active))
             .filter(routing_key::Column::Id.ne(id))
             .exec(&txn)
             .await?;
         let mut active: routing_key::ActiveModel = key.into();
-        active.state = Set(ACTIVE.into());
+        active.state = Set(RoutingKeyState::Active);
         active.activated_at = Set(Some(now));
         active.retired_at = Set(None);
         let key = active.update(&txn).await?;
@@ -194,7 +191,7 @@ impl App {
             .one(&txn)
             .await?
             .ok_or_else(|| AppError::not_found("routing key"))?;
-        if key.state == ACTIVE {
+        if key.state == RoutingKeyState::Active {
             return Err(AppError::new(
                 ErrorCode::RoutingKeyActive,
                 "this key signs the routing table: activate another one first",

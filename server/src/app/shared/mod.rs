@@ -8,5 +8,4 @@ pub mod backpressure;
 pub mod idempotency;
 pub mod outbound_addresses;
 pub mod pagination;
-pub mod states;
 pub mod validate;

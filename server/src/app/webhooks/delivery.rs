@@ -33,7 +33,8 @@ use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::shared::outbound_addresses::{CheckedResolver, address_refusal};
-use crate::app::webhooks::{DELIVERED, FAILED, PENDING, secret_purpose, webhook_id};
+use crate::app::webhooks::{secret_purpose, webhook_id};
+use crate::entity::webhook_message::WebhookMessageState;
 use crate::entity::{webhook_endpoint, webhook_message};
 use crate::error::AppResult;
 
@@ -100,7 +101,7 @@ impl App {
     /// One pass over the due messages; returns how many attempts it made.
     pub async fn webhook_deliveries_pass(&self) -> AppResult<usize> {
         let due = webhook_message::Entity::find()
-            .filter(webhook_message::Column::State.eq(PENDING))
+            .filter(webhook_message::Column::State.eq(WebhookMessageState::Pending))
             .filter(webhook_message::Column::NextAttemptAt.lte(Utc::now()))
             .order_by_asc(webhook_message::Column::NextAttemptAt)
             .order_by_asc(webhook_message::Column::Id)
@@ -141,7 +142,7 @@ impl App {
                 webhook_message::Entity::update_many()
                     .col_expr(webhook_message::Column::NextAttemptAt, Expr::value(until))
                     .filter(webhook_message::Column::EndpointId.eq(endpoint.id))
-                    .filter(webhook_message::Column::State.eq(PENDING))
+                    .filter(webhook_message::Column::State.eq(WebhookMessageState::Pending))
                     .filter(webhook_message::Column::NextAttemptAt.lt(until))
                     .exec(&self.db)
                     .await?;
@@ -172,7 +173,7 @@ impl App {
         match attempt {
             Attempt::Delivered(status) => {
                 metrics::counter!("webhook_attempts_total", "outcome" => "delivered").increment(1);
-                recorded.state = Set(DELIVERED.into());
+                recorded.state = Set(WebhookMessageState::Delivered);
                 recorded.last_status = Set(Some(status.into()));
                 recorded.last_error = Set(String::new());
                 recorded.delivered_at = Set(Some(now));
@@ -193,7 +194,7 @@ impl App {
                         recorded.next_attempt_at =
                             Set(now + chrono::Duration::from_std(wait).unwrap_or_default());
                     }
-                    None => recorded.state = Set(FAILED.into()),
+                    None => recorded.state = Set(WebhookMessageState::Failed),
                 }
                 let failures = endpoint.failures + 1;
                 breaker.failures = Set(failures);
@@ -206,7 +207,7 @@ impl App {
             }
             Attempt::Refused(error) => {
                 metrics::counter!("webhook_attempts_total", "outcome" => "refused").increment(1);
-                recorded.state = Set(FAILED.into());
+                recorded.state = Set(WebhookMessageState::Failed);
                 recorded.last_error = Set(error);
             }
         }

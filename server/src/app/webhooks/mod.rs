@@ -28,6 +28,8 @@ use crate::app::shared::pagination::{
     OrderedPageParams, Page, PageParams, paginate, paginate_ordered,
 };
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::entity::webhook_message::WebhookEventType;
+use crate::entity::webhook_message::WebhookMessageState;
 use crate::entity::{deployment, webhook_endpoint, webhook_message};
 use crate::error::{AppError, AppResult};
 
@@ -35,51 +37,6 @@ use crate::error::{AppError, AppResult};
 pub const SECRET_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
 /// The most endpoints a project has.
 pub const ENDPOINTS_MAX: u64 = 20;
-
-pub const PENDING: &str = "pending";
-pub const DELIVERED: &str = "delivered";
-pub const FAILED: &str = "failed";
-
-/// The event types an endpoint can receive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum WebhookEventType {
-    #[serde(rename = "deployment.queued")]
-    DeploymentQueued,
-    #[serde(rename = "deployment.healthy")]
-    DeploymentHealthy,
-    #[serde(rename = "deployment.failed")]
-    DeploymentFailed,
-    #[serde(rename = "deployment.cancelled")]
-    DeploymentCancelled,
-    #[serde(rename = "deployment.superseded")]
-    DeploymentSuperseded,
-}
-
-impl WebhookEventType {
-    /// The type as messages and endpoints name it, e.g. `deployment.queued`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::DeploymentQueued => "deployment.queued",
-            Self::DeploymentHealthy => "deployment.healthy",
-            Self::DeploymentFailed => "deployment.failed",
-            Self::DeploymentCancelled => "deployment.cancelled",
-            Self::DeploymentSuperseded => "deployment.superseded",
-        }
-    }
-}
-
-/// Where in its delivery a message is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WebhookMessageState {
-    /// Not yet accepted by the endpoint; `next_attempt_at` says when it is tried.
-    Pending,
-    /// The endpoint answered 2xx.
-    Delivered,
-    /// Every attempt of the schedule failed, or the endpoint's address was refused
-    /// (`last_error`); replay it to try again.
-    Failed,
-}
 
 /// A new endpoint.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -179,15 +136,11 @@ impl TryFrom<webhook_message::Model> for WebhookMessageView {
     type Error = AppError;
 
     fn try_from(m: webhook_message::Model) -> AppResult<Self> {
-        fn enumerated<T: serde::de::DeserializeOwned>(text: &str) -> AppResult<T> {
-            serde_json::from_value(serde_json::Value::String(text.into()))
-                .map_err(AppError::internal)
-        }
         Ok(Self {
             webhook_id: webhook_id(m.id),
             id: m.id,
-            event_type: enumerated(&m.event_type)?,
-            state: enumerated(&m.state)?,
+            event_type: m.event_type,
+            state: m.state,
             attempts: m.attempts,
             next_attempt_at: m.next_attempt_at,
             last_status: m.last_status,
@@ -305,9 +258,9 @@ pub(crate) async fn messages_enqueue(
         webhook_message::ActiveModel {
             id: Set(Uuid::now_v7()),
             endpoint_id: Set(endpoint.id),
-            event_type: Set(event_type.as_str().to_owned()),
+            event_type: Set(event_type),
             payload: Set(payload.clone()),
-            state: Set(PENDING.into()),
+            state: Set(WebhookMessageState::Pending),
             attempts: Set(0),
             next_attempt_at: Set(now),
             last_status: Set(None),
@@ -523,7 +476,10 @@ impl App {
             .await?
             .ok_or_else(|| AppError::not_found("webhook message"))?;
         webhook_message::Entity::update_many()
-            .col_expr(webhook_message::Column::State, Expr::value(PENDING))
+            .col_expr(
+                webhook_message::Column::State,
+                Expr::value(WebhookMessageState::Pending),
+            )
             .col_expr(webhook_message::Column::Attempts, Expr::value(0))
             .col_expr(
                 webhook_message::Column::NextAttemptAt,

@@ -40,16 +40,17 @@ use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::cluster::leases::Work;
-use crate::app::deploys::deployments::{self, deployment_finish};
+use crate::app::deploys::deployments::deployment_finish;
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::health::probe::probe;
 use crate::app::deploys::health::reports::HealthReport;
 use crate::app::deploys::health::schedule::{HealthSchedule, Scheduled, Verdict};
-use crate::app::deploys::instances as states;
 use crate::app::deploys::instances::instance_transition;
 use crate::app::deploys::rollouts::deployment_settle;
 use crate::app::projects::services::spec::HealthCheckSpec;
 use crate::app::projects::services::spec::ServiceSpec;
+use crate::entity::deployment::DeploymentState;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, instance};
 use crate::error::{AppError, AppResult};
 
@@ -228,9 +229,11 @@ impl App {
         }
         let mut query = instance::Entity::find().filter(instance::Column::Address.is_not_null());
         query = if complete {
-            query.filter(instance::Column::State.is_in([states::STARTING, states::RUNNING]))
+            query.filter(
+                instance::Column::State.is_in([InstanceState::Starting, InstanceState::Running]),
+            )
         } else {
-            query.filter(instance::Column::State.eq(states::STARTING))
+            query.filter(instance::Column::State.eq(InstanceState::Starting))
         };
         state.starting_sync = None;
         let rows = query.all(&self.db).await?;
@@ -294,7 +297,7 @@ impl App {
             };
             match result {
                 Ok(()) if verdict == Verdict::FirstHealthy => {
-                    schedule.row_update(row.id, states::RUNNING, states::HEALTH_HEALTHY)
+                    schedule.row_update(row.id, InstanceState::Running, InstanceHealth::Healthy)
                 }
                 Ok(()) => schedule.remove(row.id),
                 Err(err) => self
@@ -308,7 +311,7 @@ impl App {
         match self.instance_health_flips(&flips).await {
             Ok(()) => {
                 for (row, health, _) in &flips {
-                    schedule.row_update(row.id, states::RUNNING, health);
+                    schedule.row_update(row.id, InstanceState::Running, *health);
                 }
             }
             Err(err) => self
@@ -322,14 +325,20 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
         let now = Utc::now();
-        let moved = instance_transition(&txn, row, states::STARTING, states::RUNNING, |u| {
-            u.col_expr(
-                instance::Column::Health,
-                Expr::value(states::HEALTH_HEALTHY),
-            )
-            .col_expr(instance::Column::HealthStreak, Expr::value(streak))
-            .col_expr(instance::Column::HealthCheckedAt, Expr::value(Some(now)))
-        })
+        let moved = instance_transition(
+            &txn,
+            row,
+            InstanceState::Starting,
+            InstanceState::Running,
+            |u| {
+                u.col_expr(
+                    instance::Column::Health,
+                    Expr::value(InstanceHealth::Healthy),
+                )
+                .col_expr(instance::Column::HealthStreak, Expr::value(streak))
+                .col_expr(instance::Column::HealthCheckedAt, Expr::value(Some(now)))
+            },
+        )
         .await?;
         if !moved {
             return Ok(());
@@ -344,7 +353,14 @@ impl App {
         .await?;
         if let Some(replaced) = row.replaces
             && let Some(old) = instance::Entity::find_by_id(replaced).one(&txn).await?
-            && instance_transition(&txn, &old, states::RUNNING, states::DRAINING, |u| u).await?
+            && instance_transition(
+                &txn,
+                &old,
+                InstanceState::Running,
+                InstanceState::Draining,
+                |u| u,
+            )
+            .await?
         {
             let message = format!(
                 "{} on {} drains: {} replaces it",
@@ -381,14 +397,20 @@ impl App {
     ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
-        let moved = instance_transition(&txn, row, states::STARTING, states::FAILED, |u| {
-            u.col_expr(
-                instance::Column::Health,
-                Expr::value(states::HEALTH_UNHEALTHY),
-            )
-            .col_expr(instance::Column::LastError, Expr::value("never healthy"))
-            .col_expr(instance::Column::Attempts, Expr::value(0))
-        })
+        let moved = instance_transition(
+            &txn,
+            row,
+            InstanceState::Starting,
+            InstanceState::Failed,
+            |u| {
+                u.col_expr(
+                    instance::Column::Health,
+                    Expr::value(InstanceHealth::Unhealthy),
+                )
+                .col_expr(instance::Column::LastError, Expr::value("never healthy"))
+                .col_expr(instance::Column::Attempts, Expr::value(0))
+            },
+        )
         .await?;
         if !moved {
             return Ok(());
@@ -408,12 +430,12 @@ impl App {
         if let Some(found) = deployment::Entity::find_by_id(row.deployment_id)
             .one(&txn)
             .await?
-            && deployments::IN_PROGRESS.contains(&found.state.as_str())
+            && DeploymentState::IN_PROGRESS.contains(&found.state)
         {
             deployment_finish(
                 &txn,
                 &found,
-                deployments::FAILED,
+                DeploymentState::Failed,
                 format!("{message}; the previous version keeps serving"),
             )
             .await?;
@@ -429,7 +451,7 @@ impl App {
     /// the routing table for their services.
     pub async fn instance_health_flips(
         &self,
-        flips: &[(instance::Model, &'static str, i32)],
+        flips: &[(instance::Model, InstanceHealth, i32)],
     ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
@@ -442,7 +464,7 @@ impl App {
                 .col_expr(instance::Column::HealthCheckedAt, Expr::value(Some(now)))
                 .col_expr(instance::Column::UpdatedAt, Expr::value(now))
                 .filter(instance::Column::Id.eq(row.id))
-                .filter(instance::Column::State.eq(states::RUNNING))
+                .filter(instance::Column::State.eq(InstanceState::Running))
                 .filter(instance::Column::Health.ne(*health))
                 .exec(&txn)
                 .await?;
@@ -452,7 +474,7 @@ impl App {
             event_append(
                 &txn,
                 row.deployment_id,
-                if *health == states::HEALTH_HEALTHY {
+                if *health == InstanceHealth::Healthy {
                     DeploymentEventKind::InstanceHealthy
                 } else {
                     DeploymentEventKind::InstanceUnhealthy
@@ -461,7 +483,7 @@ impl App {
                 serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "health": health }),
             )
             .await?;
-            if *health == states::HEALTH_HEALTHY {
+            if *health == InstanceHealth::Healthy {
                 settled |= deployment_settle(&txn, row.deployment_id).await?.is_some();
             }
         }

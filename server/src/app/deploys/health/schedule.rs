@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::app::deploys::instances as states;
 use crate::app::projects::services::spec::HealthCheckSpec;
 use crate::entity::instance;
+use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::plugins::WorkloadHealth;
 
 /// How long a provider's report of an instance stands for the control plane's own checks:
@@ -60,7 +60,7 @@ pub enum Verdict {
     /// A starting instance did not pass within its start timeout: it fails, with its rollout.
     NeverHealthy,
     /// A running instance changes health (to the one given).
-    Flip(&'static str),
+    Flip(InstanceHealth),
 }
 
 /// The due times of every checked instance.
@@ -105,7 +105,7 @@ impl HealthSchedule {
                     entry.spec = spec;
                 }
                 None => {
-                    let next = if row.state == states::STARTING {
+                    let next = if row.state == InstanceState::Starting {
                         now
                     } else {
                         now + first_offset(row.id, spec.interval())
@@ -217,7 +217,7 @@ impl HealthSchedule {
             return None;
         }
         if health == WorkloadHealth::Pending
-            && entry.row.state == states::RUNNING
+            && entry.row.state == InstanceState::Running
             && !entry.reported_healthy
         {
             // The control plane's own checks found this process healthy before the provider's
@@ -233,7 +233,7 @@ impl HealthSchedule {
         entry.streak = match health {
             WorkloadHealth::Healthy => healthy_threshold,
             // Not (or no longer) healthy: a running one leaves the routes.
-            _ if entry.row.state == states::RUNNING => -unhealthy_threshold,
+            _ if entry.row.state == InstanceState::Running => -unhealthy_threshold,
             // A starting one is not healthy yet: its start timeout runs.
             _ => 0,
         };
@@ -242,10 +242,10 @@ impl HealthSchedule {
     }
 
     /// Keeps what was written of an instance (so the same change is not written twice).
-    pub fn row_update(&mut self, id: Uuid, state: &str, health: &str) {
+    pub fn row_update(&mut self, id: Uuid, state: InstanceState, health: InstanceHealth) {
         if let Some(entry) = self.entries.get_mut(&id) {
-            entry.row.state = state.to_string();
-            entry.row.health = health.to_string();
+            entry.row.state = state;
+            entry.row.health = health;
         }
     }
 
@@ -268,9 +268,9 @@ fn first_offset(id: Uuid, interval: Duration) -> Duration {
 fn verdict(entry: &Scheduled, now: DateTime<Utc>) -> Verdict {
     let healthy_enough = entry.streak >= entry.spec.healthy_threshold as i32;
     let unhealthy_enough = entry.streak <= -(entry.spec.unhealthy_threshold as i32);
-    match entry.row.state.as_str() {
-        states::STARTING if healthy_enough => Verdict::FirstHealthy,
-        states::STARTING => {
+    match entry.row.state {
+        InstanceState::Starting if healthy_enough => Verdict::FirstHealthy,
+        InstanceState::Starting => {
             let started = now - entry.row.updated_at;
             if started.num_seconds() >= i64::from(entry.spec.start_timeout_secs) {
                 Verdict::NeverHealthy
@@ -278,11 +278,13 @@ fn verdict(entry: &Scheduled, now: DateTime<Utc>) -> Verdict {
                 Verdict::Same
             }
         }
-        states::RUNNING if healthy_enough && entry.row.health != states::HEALTH_HEALTHY => {
-            Verdict::Flip(states::HEALTH_HEALTHY)
+        InstanceState::Running if healthy_enough && entry.row.health != InstanceHealth::Healthy => {
+            Verdict::Flip(InstanceHealth::Healthy)
         }
-        states::RUNNING if unhealthy_enough && entry.row.health != states::HEALTH_UNHEALTHY => {
-            Verdict::Flip(states::HEALTH_UNHEALTHY)
+        InstanceState::Running
+            if unhealthy_enough && entry.row.health != InstanceHealth::Unhealthy =>
+        {
+            Verdict::Flip(InstanceHealth::Unhealthy)
         }
         _ => Verdict::Same,
     }
@@ -292,7 +294,7 @@ fn verdict(entry: &Scheduled, now: DateTime<Utc>) -> Verdict {
 mod tests {
     use super::*;
 
-    fn row(state: &str, health: &str) -> instance::Model {
+    fn row(state: InstanceState, health: InstanceHealth) -> instance::Model {
         let now = Utc::now();
         instance::Model {
             id: Uuid::new_v4(),
@@ -304,8 +306,8 @@ mod tests {
             region: "r".into(),
             address: Some("127.0.0.1:1".into()),
             provider_id: None,
-            state: state.into(),
-            health: health.into(),
+            state,
+            health,
             health_checked_at: None,
             health_streak: 0,
             attempts: 0,
@@ -332,7 +334,12 @@ mod tests {
         let mut schedule = HealthSchedule::default();
         let now = Instant::now();
         let rows: Vec<_> = (0..1000)
-            .map(|_| (row(states::RUNNING, states::HEALTH_HEALTHY), spec(10_000)))
+            .map(|_| {
+                (
+                    row(InstanceState::Running, InstanceHealth::Healthy),
+                    spec(10_000),
+                )
+            })
             .collect();
         schedule.sync(rows, true, now);
         // Each tenth of the interval holds about a tenth of them, none more than twice that.
@@ -355,7 +362,7 @@ mod tests {
     fn a_starting_instance_is_checked_at_once_and_then_every_interval() {
         let mut schedule = HealthSchedule::default();
         let now = Instant::now();
-        let starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        let starting = row(InstanceState::Starting, InstanceHealth::Unknown);
         let id = starting.id;
         schedule.sync([(starting, spec(2000))], true, now);
         assert_eq!(schedule.take_due(now, 10).len(), 1);
@@ -384,7 +391,7 @@ mod tests {
     fn health_flips_after_the_thresholds_and_is_not_flipped_twice() {
         let mut schedule = HealthSchedule::default();
         let now = Instant::now();
-        let running = row(states::RUNNING, states::HEALTH_HEALTHY);
+        let running = row(InstanceState::Running, InstanceHealth::Healthy);
         let id = running.id;
         schedule.sync([(running, spec(1000))], true, now);
         let verdicts: Vec<_> = (0..3)
@@ -395,17 +402,17 @@ mod tests {
             [
                 Verdict::Same,
                 Verdict::Same,
-                Verdict::Flip(states::HEALTH_UNHEALTHY)
+                Verdict::Flip(InstanceHealth::Unhealthy)
             ]
         );
-        schedule.row_update(id, states::RUNNING, states::HEALTH_UNHEALTHY);
+        schedule.row_update(id, InstanceState::Running, InstanceHealth::Unhealthy);
         assert_eq!(
             schedule.record(id, false, now, Utc::now()).unwrap().1,
             Verdict::Same
         );
         assert_eq!(
             schedule.record(id, true, now, Utc::now()).unwrap().1,
-            Verdict::Flip(states::HEALTH_HEALTHY)
+            Verdict::Flip(InstanceHealth::Healthy)
         );
     }
 
@@ -413,7 +420,7 @@ mod tests {
     fn a_pending_report_does_not_undo_what_the_control_planes_checks_found_first() {
         let mut schedule = HealthSchedule::default();
         let now = Instant::now();
-        let mut starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        let mut starting = row(InstanceState::Starting, InstanceHealth::Unknown);
         starting.instance_key = "web-1".into();
         let id = starting.id;
         schedule.sync([(starting, spec(500))], true, now);
@@ -422,7 +429,7 @@ mod tests {
         assert_eq!(schedule.take_due(now, 10).len(), 1);
         let (_, verdict) = schedule.record(id, true, now, wall).unwrap();
         assert_eq!(verdict, Verdict::FirstHealthy);
-        schedule.row_update(id, states::RUNNING, states::HEALTH_HEALTHY);
+        schedule.row_update(id, InstanceState::Running, InstanceHealth::Healthy);
 
         // The agent has not checked the new process enough yet: it reports `pending`, which
         // neither takes it out of the routes nor stops the control plane's checks.
@@ -447,14 +454,14 @@ mod tests {
         let (_, verdict) = schedule
             .report("web-1", WorkloadHealth::Pending, later, wall)
             .unwrap();
-        assert_eq!(verdict, Verdict::Flip(states::HEALTH_UNHEALTHY));
+        assert_eq!(verdict, Verdict::Flip(InstanceHealth::Unhealthy));
     }
 
     #[test]
     fn a_reported_instance_is_not_checked_while_the_reports_keep_coming() {
         let mut schedule = HealthSchedule::default();
         let now = Instant::now();
-        let mut starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        let mut starting = row(InstanceState::Starting, InstanceHealth::Unknown);
         starting.instance_key = "web-1".into();
         let id = starting.id;
         schedule.sync([(starting, spec(500))], true, now);
@@ -480,7 +487,7 @@ mod tests {
             .report("web-1", WorkloadHealth::Healthy, now, wall)
             .unwrap();
         assert_eq!((verdict, entry.streak), (Verdict::FirstHealthy, 1));
-        schedule.row_update(id, states::RUNNING, states::HEALTH_HEALTHY);
+        schedule.row_update(id, InstanceState::Running, InstanceHealth::Healthy);
 
         // Reports every second keep it covered; a pending (restarted) process leaves the routes.
         for second in 1..=5 {
@@ -497,9 +504,9 @@ mod tests {
             .unwrap();
         assert_eq!(
             (verdict, entry.streak),
-            (Verdict::Flip(states::HEALTH_UNHEALTHY), -3)
+            (Verdict::Flip(InstanceHealth::Unhealthy), -3)
         );
-        schedule.row_update(id, states::RUNNING, states::HEALTH_UNHEALTHY);
+        schedule.row_update(id, InstanceState::Running, InstanceHealth::Unhealthy);
         let (_, verdict) = schedule
             .report("web-1", WorkloadHealth::Unhealthy, at, wall)
             .unwrap();
@@ -528,7 +535,7 @@ mod tests {
     fn a_starting_instance_past_its_start_timeout_never_became_healthy() {
         let mut schedule = HealthSchedule::default();
         let now = Instant::now();
-        let mut starting = row(states::STARTING, states::HEALTH_UNKNOWN);
+        let mut starting = row(InstanceState::Starting, InstanceHealth::Unknown);
         starting.updated_at = Utc::now() - chrono::Duration::seconds(121);
         let id = starting.id;
         schedule.sync([(starting, spec(1000))], true, now);
@@ -542,8 +549,8 @@ mod tests {
     fn a_complete_sync_forgets_instances_no_longer_checked() {
         let mut schedule = HealthSchedule::default();
         let now = Instant::now();
-        let kept = row(states::RUNNING, states::HEALTH_HEALTHY);
-        let gone = row(states::RUNNING, states::HEALTH_HEALTHY);
+        let kept = row(InstanceState::Running, InstanceHealth::Healthy);
+        let gone = row(InstanceState::Running, InstanceHealth::Healthy);
         let gone_id = gone.id;
         schedule.sync([(kept.clone(), spec(1000)), (gone, spec(1000))], true, now);
         schedule.sync([(kept, spec(1000))], true, now);
@@ -551,7 +558,10 @@ mod tests {
         assert!(schedule.record(gone_id, true, now, Utc::now()).is_none());
         // A partial sync adds, never forgets.
         schedule.sync(
-            [(row(states::STARTING, states::HEALTH_UNKNOWN), spec(1000))],
+            [(
+                row(InstanceState::Starting, InstanceHealth::Unknown),
+                spec(1000),
+            )],
             false,
             now,
         );

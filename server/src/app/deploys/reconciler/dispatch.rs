@@ -13,9 +13,9 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::app::deploys::instances::claim_cleared;
-use crate::app::deploys::instances::{self as states};
 use crate::app::deploys::queue;
 use crate::app::shared::backpressure::Wait;
+use crate::entity::instance::InstanceState;
 use crate::entity::{instance, provider};
 use crate::error::{AppError, AppResult};
 
@@ -58,7 +58,7 @@ impl App {
             if waiting.contains(&row.provider) {
                 continue;
             }
-            let removal = [states::REMOVING, states::FAILED].contains(&row.state.as_str());
+            let removal = [InstanceState::Removing, InstanceState::Failed].contains(&row.state);
             if removal && unreachable.contains(row.provider.as_str()) {
                 continue;
             }

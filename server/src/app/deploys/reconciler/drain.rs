@@ -8,8 +8,8 @@ use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::instance_transition;
-use crate::app::deploys::instances::{self as states};
 use crate::entity::instance;
+use crate::entity::instance::InstanceState;
 use crate::error::{AppError, AppResult};
 
 /// Drained instances sent to removal in one pass at most.
@@ -23,7 +23,7 @@ impl App {
             - ChronoDuration::from_std(self.reconciler.settings.drain_grace)
                 .map_err(AppError::internal)?;
         let mut due = instance::Entity::find()
-            .filter(instance::Column::State.eq(states::DRAINING))
+            .filter(instance::Column::State.eq(InstanceState::Draining))
             .filter(instance::Column::UpdatedAt.lte(cutoff))
             .limit(DRAINED_PER_PASS as u64 + 1)
             .all(&self.db)
@@ -36,8 +36,14 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
         for row in &due {
-            let moved =
-                instance_transition(&txn, row, states::DRAINING, states::REMOVING, |u| u).await?;
+            let moved = instance_transition(
+                &txn,
+                row,
+                InstanceState::Draining,
+                InstanceState::Removing,
+                |u| u,
+            )
+            .await?;
             if moved {
                 event_append(
                     &txn,

@@ -12,13 +12,14 @@ use uuid::Uuid;
 use super::{PLACE_PER_PASS, Reconciler, WAITING_RETRY};
 use crate::app::App;
 use crate::app::cluster::leases::Work;
-use crate::app::deploys::deployments::{self, deployment_finish};
+use crate::app::deploys::deployments::deployment_finish;
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
-use crate::app::deploys::instances::{self as states};
 use crate::app::deploys::instances::{Takeover, instance_insert};
 use crate::app::deploys::placement::{Candidate, place};
 use crate::app::deploys::rollouts::deployment_settle;
 use crate::app::projects::services::spec::ServiceSpec;
+use crate::entity::deployment::DeploymentState;
+use crate::entity::instance::InstanceState;
 use crate::entity::{deployment, evacuation, instance, provider, service};
 use crate::error::{AppError, AppResult};
 
@@ -93,10 +94,10 @@ impl App {
         let mut found = deployment::Entity::find()
             .filter(
                 Condition::any()
-                    .add(deployment::Column::State.eq(deployments::QUEUED))
+                    .add(deployment::Column::State.eq(DeploymentState::Queued))
                     .add(
                         Condition::all()
-                            .add(deployment::Column::State.eq(deployments::PLACING))
+                            .add(deployment::Column::State.eq(DeploymentState::Placing))
                             .add(deployment::Column::Reason.eq("")),
                     ),
             )
@@ -109,7 +110,7 @@ impl App {
         if Reconciler::every(&self.reconciler.waiting_placed_at, WAITING_RETRY) {
             found.extend(
                 deployment::Entity::find()
-                    .filter(deployment::Column::State.eq(deployments::PLACING))
+                    .filter(deployment::Column::State.eq(DeploymentState::Placing))
                     .filter(deployment::Column::Reason.ne(""))
                     .order_by_asc(deployment::Column::CreatedAt)
                     .limit(PLACE_PER_PASS as u64)
@@ -134,7 +135,10 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
         let Some(found) = deployment::Entity::find_by_id(id)
-            .filter(deployment::Column::State.is_in([deployments::QUEUED, deployments::PLACING]))
+            .filter(
+                deployment::Column::State
+                    .is_in([DeploymentState::Queued, DeploymentState::Placing]),
+            )
             .lock_exclusive()
             .one(&txn)
             .await?
@@ -154,7 +158,7 @@ impl App {
             .await?;
         let active = instances
             .iter()
-            .filter(|i| states::ACTIVE.contains(&i.state.as_str()))
+            .filter(|i| InstanceState::ACTIVE.contains(&i.state))
             .count() as u32;
         let needed = spec.replicas.saturating_sub(active);
         // Providers that refused an instance of this deployment are not asked again for it.
@@ -171,7 +175,7 @@ impl App {
         let mut placed: BTreeMap<String, u32> = BTreeMap::new();
         for i in instances
             .iter()
-            .filter(|i| states::ACTIVE.contains(&i.state.as_str()))
+            .filter(|i| InstanceState::ACTIVE.contains(&i.state))
         {
             *placed.entry(i.provider.clone()).or_default() += 1;
         }
@@ -183,7 +187,7 @@ impl App {
                     && !instances.iter().any(|other| other.replaces == Some(i.id))
             })
             .collect();
-        let state: String;
+        let state: DeploymentState;
         let mut reason = found.reason.clone();
         let mut inserted = 0;
         if needed > 0 {
@@ -200,7 +204,7 @@ impl App {
                         let takeover = orphans.pop_front().map(|old| (old, Takeover::Failover));
                         instance_insert(&txn, &found, &service_name, &slot, takeover).await?;
                     }
-                    state = deployments::ROLLING_OUT.into();
+                    state = DeploymentState::RollingOut;
                     reason = String::new();
                 }
                 Err(why) => {
@@ -210,7 +214,7 @@ impl App {
                         deployment_finish(
                             &txn,
                             &found,
-                            deployments::FAILED,
+                            DeploymentState::Failed,
                             format!("could not place {needed} instance(s): {why}; the previous version keeps serving"),
                         )
                         .await?;
@@ -219,7 +223,7 @@ impl App {
                         self.deployments_changed();
                         return Ok(());
                     }
-                    state = deployments::PLACING.into();
+                    state = DeploymentState::Placing;
                     if reason != why {
                         event_append(
                             &txn,
@@ -234,7 +238,7 @@ impl App {
                 }
             }
         } else {
-            state = deployments::ROLLING_OUT.into();
+            state = DeploymentState::RollingOut;
         }
         let changed = state != found.state || reason != found.reason;
         if changed {
@@ -242,12 +246,12 @@ impl App {
                 event_append(
                     &txn,
                     found.id,
-                    if state == deployments::ROLLING_OUT {
+                    if state == DeploymentState::RollingOut {
                         DeploymentEventKind::DeploymentRollingOut
                     } else {
                         DeploymentEventKind::DeploymentPlacing
                     },
-                    if state == deployments::ROLLING_OUT {
+                    if state == DeploymentState::RollingOut {
                         format!("rolling out {} instance(s)", spec.replicas)
                     } else {
                         "placing instances".into()
@@ -257,7 +261,7 @@ impl App {
                 .await?;
             }
             deployment::Entity::update_many()
-                .col_expr(deployment::Column::State, Expr::value(state.clone()))
+                .col_expr(deployment::Column::State, Expr::value(state))
                 .col_expr(deployment::Column::Reason, Expr::value(reason))
                 .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
                 .col_expr(
@@ -269,7 +273,7 @@ impl App {
                 .await?;
         }
         // Nothing left to make (no replica, or all of them serve): it settles now.
-        let settled = if state == deployments::ROLLING_OUT && inserted == 0 {
+        let settled = if state == DeploymentState::RollingOut && inserted == 0 {
             deployment_settle(&txn, found.id).await?
         } else {
             None
