@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use bulkhead_common::health_check::HealthCheckValues;
 use serde::{Deserialize, Serialize};
 
 /// Limits on what a workload may be given.
@@ -34,37 +35,18 @@ pub struct HealthCheck {
 }
 
 impl HealthCheck {
-    /// The same bounds as the control plane's (a service's `health_check`).
+    /// The control plane's bounds (`bulkhead_common::health_check`).
     fn validate(&self) -> Result<(), String> {
-        let path_ok = self.path.starts_with('/')
-            && self.path.len() <= 200
-            && self.path.bytes().all(|byte| byte.is_ascii_graphic());
-        let checks = [
-            (
-                path_ok,
-                "`health_check.path` must start with `/`: at most 200 visible ASCII characters",
-            ),
-            (
-                (100..=60_000).contains(&self.interval_ms),
-                "`health_check.interval_ms` must be 100 to 60000",
-            ),
-            (
-                (50..=30_000).contains(&self.timeout_ms),
-                "`health_check.timeout_ms` must be 50 to 30000",
-            ),
-            (
-                (1..=10).contains(&self.healthy_threshold),
-                "`health_check.healthy_threshold` must be 1 to 10",
-            ),
-            (
-                (1..=10).contains(&self.unhealthy_threshold),
-                "`health_check.unhealthy_threshold` must be 1 to 10",
-            ),
-        ];
-        match checks.into_iter().find(|(ok, _)| !ok) {
-            Some((_, message)) => Err(message.into()),
-            None => Ok(()),
+        HealthCheckValues {
+            path: &self.path,
+            interval_ms: u64::from(self.interval_ms),
+            timeout_ms: u64::from(self.timeout_ms),
+            healthy_threshold: self.healthy_threshold,
+            unhealthy_threshold: self.unhealthy_threshold,
+            start_timeout_secs: None,
         }
+        .check()
+        .map_err(str::to_owned)
     }
 }
 

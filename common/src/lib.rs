@@ -5,6 +5,7 @@
 //! - [`files`]: private directories and atomic, durable writes of state files;
 //! - [`secret_file`]: secrets (tokens, keys) read from files only their owner may read;
 //! - [`names`]: the slug rule of ids chosen by people (providers, edges);
+//! - [`health_check`]: the bounds of a workload's health check (the server's and the agent's);
 //! - [`process`] (feature `process`): logs to stderr, and the signals that stop a command;
 //! - [`metrics`] (feature `metrics`): the process-wide Prometheus recorder;
 //! - [`tls`]: one crypto provider (ring), clients that verify the servers they reach (the
@@ -12,6 +13,7 @@
 //!   re-read when its files change.
 
 pub mod files;
+pub mod health_check;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod names;

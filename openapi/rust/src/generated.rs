@@ -3087,7 +3087,8 @@ events).*/
         ///Milliseconds between checks (100 to 60000, default 2000).
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub interval_ms: ::std::option::Option<i64>,
-        ///The path requested with `GET` (default `/`); any 2xx or 3xx answer passes.
+        /**The path requested with `GET` (default `/`): visible ASCII without `#`. Any 2xx or 3xx
+answer passes.*/
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub path: ::std::option::Option<HealthCheckSpecPath>,
         /**Seconds a new instance has to become healthy before its rollout fails (1 to 3600,
@@ -3106,7 +3107,8 @@ default 120).*/
             Default::default()
         }
     }
-    ///The path requested with `GET` (default `/`); any 2xx or 3xx answer passes.
+    /**The path requested with `GET` (default `/`): visible ASCII without `#`. Any 2xx or 3xx
+answer passes.*/
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
     pub struct HealthCheckSpecPath(::std::string::String);
@@ -3130,9 +3132,9 @@ default 120).*/
                 return Err("longer than 200 characters".into());
             }
             static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-            { ::regress::Regex::new("^/").unwrap() });
+            { ::regress::Regex::new("^/[!-\"$-~]*$").unwrap() });
             if PATTERN.find(value).is_none() {
-                return Err("doesn't match pattern \"^/\"".into());
+                return Err("doesn't match pattern \"^/[!-\"$-~]*$\"".into());
             }
             Ok(Self(value.to_string()))
         }

@@ -2208,7 +2208,10 @@ export interface components {
         };
         /** @description The health check of a service's instances. */
         HealthCheckSpec: {
-            /** @description The path requested with `GET` (default `/`); any 2xx or 3xx answer passes. */
+            /**
+             * @description The path requested with `GET` (default `/`): visible ASCII without `#`. Any 2xx or 3xx
+             *     answer passes.
+             */
             path?: string;
             /**
              * Format: int64

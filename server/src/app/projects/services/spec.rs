@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use bulkhead_common::health_check::HealthCheckValues;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -195,9 +196,10 @@ fn default_start_timeout_secs() -> u32 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckSpec {
-    /// The path requested with `GET` (default `/`); any 2xx or 3xx answer passes.
+    /// The path requested with `GET` (default `/`): visible ASCII without `#`. Any 2xx or 3xx
+    /// answer passes.
     #[serde(default = "default_path")]
-    #[schema(max_length = 200, pattern = "^/")]
+    #[schema(max_length = 200, pattern = "^/[!-\"$-~]*$")]
     pub path: String,
     /// Milliseconds between checks (100 to 60000, default 2000).
     #[serde(default = "default_interval_ms")]
@@ -236,40 +238,18 @@ impl Default for HealthCheckSpec {
 }
 
 impl HealthCheckSpec {
+    /// The bounds the host agent checks too (`bulkhead_common::health_check`).
     pub fn validate(&self) -> AppResult<()> {
-        let path_ok = self.path.starts_with('/')
-            && self.path.len() <= 200
-            && self.path.parse::<http::uri::PathAndQuery>().is_ok();
-        let checks = [
-            (
-                path_ok,
-                "`health_check.path` must be a path starting with `/`, at most 200 characters",
-            ),
-            (
-                (100..=60_000).contains(&self.interval_ms),
-                "`health_check.interval_ms` must be 100 to 60000",
-            ),
-            (
-                (50..=30_000).contains(&self.timeout_ms),
-                "`health_check.timeout_ms` must be 50 to 30000",
-            ),
-            (
-                (1..=10).contains(&self.healthy_threshold),
-                "`health_check.healthy_threshold` must be 1 to 10",
-            ),
-            (
-                (1..=10).contains(&self.unhealthy_threshold),
-                "`health_check.unhealthy_threshold` must be 1 to 10",
-            ),
-            (
-                (1..=3600).contains(&self.start_timeout_secs),
-                "`health_check.start_timeout_secs` must be 1 to 3600",
-            ),
-        ];
-        match checks.into_iter().find(|(ok, _)| !ok) {
-            Some((_, message)) => Err(AppError::invalid(message)),
-            None => Ok(()),
+        HealthCheckValues {
+            path: &self.path,
+            interval_ms: self.interval_ms,
+            timeout_ms: self.timeout_ms,
+            healthy_threshold: self.healthy_threshold,
+            unhealthy_threshold: self.unhealthy_threshold,
+            start_timeout_secs: Some(self.start_timeout_secs),
         }
+        .check()
+        .map_err(AppError::invalid)
     }
 
     pub fn interval(&self) -> Duration {
