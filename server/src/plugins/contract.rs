@@ -79,6 +79,20 @@ pub enum Call {
     List,
 }
 
+impl Call {
+    /// The call's name in the contract.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Call::Info => "info",
+            Call::Health => "health",
+            Call::Provision(_) => "provision",
+            Call::Deprovision(_) => "deprovision",
+            Call::Describe(_) => "describe",
+            Call::List => "list",
+        }
+    }
+}
+
 /// The answer of a [`Call`], in the newest contract's terms.
 pub enum Answer {
     Info(newest::ProviderInfo),

@@ -361,13 +361,11 @@ impl PluginHost {
         plugin: &Plugin,
         env: &Arc<PluginEnv>,
     ) -> Result<ProviderInfo, PluginError> {
-        match self
-            .call(plugin, env, plugin.limits.health_deadline, Call::Info)
-            .await?
-        {
-            Answer::Info(info) => Ok(info),
-            _ => Err(answer_mismatch("info")),
-        }
+        self.call_answering(plugin, env, Call::Info, |answer| match answer {
+            Answer::Info(info) => Some(info),
+            _ => None,
+        })
+        .await
     }
 
     pub async fn plugin_health(
@@ -375,13 +373,11 @@ impl PluginHost {
         plugin: &Plugin,
         env: &Arc<PluginEnv>,
     ) -> Result<HealthReport, PluginError> {
-        match self
-            .call(plugin, env, plugin.limits.health_deadline, Call::Health)
-            .await?
-        {
-            Answer::Health(report) => Ok(report),
-            _ => Err(answer_mismatch("health")),
-        }
+        self.call_answering(plugin, env, Call::Health, |answer| match answer {
+            Answer::Health(report) => Some(report),
+            _ => None,
+        })
+        .await
     }
 
     pub async fn plugin_provision(
@@ -390,18 +386,11 @@ impl PluginHost {
         env: &Arc<PluginEnv>,
         spec: InstanceSpec,
     ) -> Result<Instance, PluginError> {
-        match self
-            .call(
-                plugin,
-                env,
-                plugin.limits.call_deadline,
-                Call::Provision(spec),
-            )
-            .await?
-        {
-            Answer::Instance(instance) => Ok(instance),
-            _ => Err(answer_mismatch("provision")),
-        }
+        self.call_answering(plugin, env, Call::Provision(spec), |answer| match answer {
+            Answer::Instance(instance) => Some(instance),
+            _ => None,
+        })
+        .await
     }
 
     pub async fn plugin_deprovision(
@@ -410,18 +399,11 @@ impl PluginHost {
         env: &Arc<PluginEnv>,
         key: String,
     ) -> Result<(), PluginError> {
-        match self
-            .call(
-                plugin,
-                env,
-                plugin.limits.call_deadline,
-                Call::Deprovision(key),
-            )
-            .await?
-        {
-            Answer::Done => Ok(()),
-            _ => Err(answer_mismatch("deprovision")),
-        }
+        self.call_answering(plugin, env, Call::Deprovision(key), |answer| match answer {
+            Answer::Done => Some(()),
+            _ => None,
+        })
+        .await
     }
 
     pub async fn plugin_describe(
@@ -430,18 +412,11 @@ impl PluginHost {
         env: &Arc<PluginEnv>,
         key: String,
     ) -> Result<Instance, PluginError> {
-        match self
-            .call(
-                plugin,
-                env,
-                plugin.limits.call_deadline,
-                Call::Describe(key),
-            )
-            .await?
-        {
-            Answer::Instance(instance) => Ok(instance),
-            _ => Err(answer_mismatch("describe")),
-        }
+        self.call_answering(plugin, env, Call::Describe(key), |answer| match answer {
+            Answer::Instance(instance) => Some(instance),
+            _ => None,
+        })
+        .await
     }
 
     pub async fn plugin_list(
@@ -449,13 +424,34 @@ impl PluginHost {
         plugin: &Plugin,
         env: &Arc<PluginEnv>,
     ) -> Result<Vec<Instance>, PluginError> {
-        match self
-            .call(plugin, env, plugin.limits.call_deadline, Call::List)
-            .await?
-        {
-            Answer::Instances(instances) => Ok(instances),
-            _ => Err(answer_mismatch("list")),
-        }
+        self.call_answering(plugin, env, Call::List, |answer| match answer {
+            Answer::Instances(instances) => Some(instances),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Runs `call` under its deadline (probes, `info` and `health`, have the shorter one) and
+    /// takes the answer `expected` reads; an adapter that answers another kind of answer is a
+    /// host error.
+    async fn call_answering<T>(
+        &self,
+        plugin: &Plugin,
+        env: &Arc<PluginEnv>,
+        call: Call,
+        expected: fn(Answer) -> Option<T>,
+    ) -> Result<T, PluginError> {
+        let name = call.name();
+        let deadline = match call {
+            Call::Info | Call::Health => plugin.limits.health_deadline,
+            _ => plugin.limits.call_deadline,
+        };
+        let answer = self.call(plugin, env, deadline, call).await?;
+        expected(answer).ok_or_else(|| {
+            PluginError::Host(format!(
+                "the adapter answered `{name}` with another kind of answer"
+            ))
+        })
     }
 
     /// Runs one call in a fresh store: waits for a call slot, instantiates, calls `f` under the
@@ -543,12 +539,6 @@ impl PluginHost {
 }
 
 /// An answer of another kind than the call's: a bug of the host's adaptation, not the plugin's.
-fn answer_mismatch(call: &str) -> PluginError {
-    PluginError::Host(format!(
-        "the adapter answered `{call}` with another kind of answer"
-    ))
-}
-
 fn classify(err: wasmtime::Error, store: &Store<PluginState>, deadline: Duration) -> PluginError {
     if store.data().memory_exceeded() {
         return PluginError::MemoryExceeded(store.data().memory_cap());
