@@ -19,6 +19,7 @@ use sea_orm::{
 
 use crate::entity::{project, project_member, user};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::ProjectId;
 
 /// What an API token may be used for.
 #[derive(
@@ -241,7 +242,7 @@ pub enum AuthzCheck {
     Routing,
     Session,
     Project {
-        project_id: Uuid,
+        project_id: crate::ids::ProjectId,
         role: ProjectRole,
         scope: Scope,
     },
@@ -279,7 +280,7 @@ pub async fn authz_trail_keep<T>(work: impl Future<Output = T>) -> (T, Vec<Authz
 pub async fn project_authorize_in(
     db: &impl ConnectionTrait,
     principal: &Principal,
-    project_id: Uuid,
+    project_id: ProjectId,
     role: ProjectRole,
     scope: Scope,
 ) -> AppResult<project::Model> {

@@ -18,6 +18,7 @@ pub mod dev;
 pub mod entity;
 pub mod error;
 pub mod http;
+pub mod ids;
 pub mod plugins;
 pub mod resolver;
 pub mod secrets;

@@ -335,8 +335,8 @@ pub fn verified_domain(
     let now = chrono::Utc::now();
     bulkhead::entity::domain::ActiveModel {
         id: Set(uuid::Uuid::now_v7()),
-        project_id: Set(project_id),
-        service_id: Set(service_id),
+        project_id: Set(project_id.into()),
+        service_id: Set(service_id.into()),
         hostname: Set(hostname),
         verification_token: Set(None),
         verified_at: Set(Some(now)),

@@ -2,6 +2,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::ProjectId;
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "audit_events")]
 pub struct Model {
@@ -13,7 +15,7 @@ pub struct Model {
     pub action: String,
     pub resource_type: String,
     pub resource_id: String,
-    pub project_id: Option<Uuid>,
+    pub project_id: Option<ProjectId>,
     pub request_id: String,
     pub details: Json,
 }

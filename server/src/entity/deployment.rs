@@ -1,6 +1,8 @@
 //! The `deployments` table: one deployment of a service's spec, and where it is in its life.
 
 use sea_orm::entity::prelude::*;
+
+use crate::ids::{DeploymentId, ProjectId, ServiceId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -8,9 +10,9 @@ use utoipa::ToSchema;
 #[sea_orm(table_name = "deployments")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: Uuid,
-    pub project_id: Uuid,
-    pub service_id: Uuid,
+    pub id: DeploymentId,
+    pub project_id: ProjectId,
+    pub service_id: ServiceId,
     /// 1, 2, ... per service.
     pub number: i64,
     /// The service's spec when the deployment was made (secret values sealed).
@@ -19,7 +21,7 @@ pub struct Model {
     /// Why it is in its state (for `failed`, `cancelled`, `superseded`).
     pub reason: String,
     /// The deployment whose spec this one deploys again (a rollback).
-    pub rollback_of: Option<Uuid>,
+    pub rollback_of: Option<DeploymentId>,
     pub cancel_requested: bool,
     pub created_by: Option<Uuid>,
     /// The sequence number of its last event.

@@ -2,11 +2,13 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::DeploymentId;
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "deployment_events")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub deployment_id: Uuid,
+    pub deployment_id: DeploymentId,
     #[sea_orm(primary_key, auto_increment = false)]
     pub seq: i64,
     pub kind: String,

@@ -2,13 +2,15 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::{ProjectId, ServiceId};
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "domains")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
-    pub project_id: Uuid,
-    pub service_id: Uuid,
+    pub project_id: ProjectId,
+    pub service_id: ServiceId,
     /// Unique per project, and among verified domains.
     pub hostname: String,
     /// What the project publishes to prove it controls the hostname (none for domains made

@@ -2,12 +2,14 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::{EnvironmentId, ProjectId};
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "environments")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: Uuid,
-    pub project_id: Uuid,
+    pub id: EnvironmentId,
+    pub project_id: ProjectId,
     pub name: String,
     pub revision: i64,
     pub created_at: DateTimeUtc,

@@ -3,11 +3,13 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::DeploymentId;
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "forge_statuses")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub deployment_id: Uuid,
+    pub deployment_id: DeploymentId,
     pub installation_id: Uuid,
     pub repository: String,
     pub commit_sha: String,

@@ -1,6 +1,8 @@
 //! The `git_deliveries` table: the pushes an installation received, in the order received.
 
 use sea_orm::entity::prelude::*;
+
+use crate::ids::ProjectId;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -11,7 +13,7 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
     pub installation_id: Uuid,
-    pub project_id: Uuid,
+    pub project_id: ProjectId,
     /// The forge's id of the delivery (`X-GitHub-Delivery`).
     pub delivery_id: String,
     /// SHA-256 of the signed body, hex.

@@ -2,12 +2,14 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::ProjectId;
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "git_installations")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
-    pub project_id: Uuid,
+    pub project_id: ProjectId,
     /// `github`.
     pub forge: String,
     /// The webhook secret, sealed ([`crate::secrets`]).

@@ -2,6 +2,8 @@
 //! chosen and stored before its provider is called.
 
 use sea_orm::entity::prelude::*;
+
+use crate::ids::{DeploymentId, InstanceId, ProjectId, ServiceId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -9,10 +11,10 @@ use utoipa::ToSchema;
 #[sea_orm(table_name = "instances")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: Uuid,
-    pub deployment_id: Uuid,
-    pub service_id: Uuid,
-    pub project_id: Uuid,
+    pub id: InstanceId,
+    pub deployment_id: DeploymentId,
+    pub service_id: ServiceId,
+    pub project_id: ProjectId,
     #[sea_orm(unique)]
     pub instance_key: String,
     pub provider: String,
@@ -37,7 +39,7 @@ pub struct Model {
     pub last_error: String,
     /// The instance this one takes over from (failover, evacuation): that one is drained and
     /// removed once this one is healthy.
-    pub replaces: Option<Uuid>,
+    pub replaces: Option<InstanceId>,
     /// The reconciler working on it, until `claimed_until`.
     pub claimed_by: Option<String>,
     pub claimed_until: Option<DateTimeUtc>,

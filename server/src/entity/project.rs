@@ -2,11 +2,13 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::ProjectId;
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "projects")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: Uuid,
+    pub id: ProjectId,
     pub name: String,
     pub description: String,
     pub revision: i64,

@@ -3,12 +3,14 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::ServiceId;
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "routes")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub domain: String,
-    pub service_id: Uuid,
+    pub service_id: ServiceId,
     /// The revision that set it.
     pub revision: i64,
     /// The route (`bulkhead_routing::Route`) as JSON.

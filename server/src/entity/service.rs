@@ -2,13 +2,15 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::{EnvironmentId, ProjectId, ServiceId};
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "services")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: Uuid,
-    pub project_id: Uuid,
-    pub environment_id: Uuid,
+    pub id: ServiceId,
+    pub project_id: ProjectId,
+    pub environment_id: EnvironmentId,
     pub name: String,
     pub source: Json,
     pub port: i32,

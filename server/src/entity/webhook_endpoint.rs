@@ -2,12 +2,14 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::ids::ProjectId;
+
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "webhook_endpoints")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
-    pub project_id: Uuid,
+    pub project_id: ProjectId,
     pub url: String,
     /// The event types it receives: `[type]`; empty: all.
     pub event_types: Json,

@@ -6,7 +6,6 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Json, Response};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use super::extract::{ApiPath, ApiQuery};
 use super::sse::{
@@ -21,6 +20,7 @@ use crate::app::deploys::instances::DeployedInstanceView;
 use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{DeployScope, Principal, Scoped};
 use crate::error::AppResult;
+use crate::ids::{DeploymentId, ProjectId, ServiceId};
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -39,7 +39,7 @@ pub fn router() -> OpenApiRouter<App> {
 async fn deployment_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, service_id)): ApiPath<(ProjectId, ServiceId)>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
 ) -> AppResult<Page<DeploymentView>> {
     let page = app
@@ -64,15 +64,15 @@ async fn deployment_list(
 async fn deployment_create(
     State(app): State<App>,
     Scoped(ctx, _): Scoped<DeployScope>,
-    ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, service_id)): ApiPath<(ProjectId, ServiceId)>,
 ) -> AppResult<Response> {
     let made = app.deployment_create(&ctx, project_id, service_id).await?;
     deployment_created(project_id, service_id, made)
 }
 
 fn deployment_created(
-    project_id: Uuid,
-    service_id: Uuid,
+    project_id: ProjectId,
+    service_id: ServiceId,
     made: crate::entity::deployment::Model,
 ) -> AppResult<Response> {
     let location = format!(
@@ -95,7 +95,7 @@ fn deployment_created(
 async fn deployment_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+    ApiPath((project_id, service_id, id)): ApiPath<(ProjectId, ServiceId, DeploymentId)>,
 ) -> AppResult<Response> {
     let deployment = app
         .deployment_view(&principal, project_id, service_id, id)
@@ -113,7 +113,7 @@ async fn deployment_view(
 async fn deployment_cancel(
     State(app): State<App>,
     Scoped(ctx, _): Scoped<DeployScope>,
-    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+    ApiPath((project_id, service_id, id)): ApiPath<(ProjectId, ServiceId, DeploymentId)>,
 ) -> AppResult<Response> {
     let cancelled = app
         .deployment_cancel(&ctx, project_id, service_id, id)
@@ -131,7 +131,7 @@ async fn deployment_cancel(
 async fn deployment_rollback(
     State(app): State<App>,
     Scoped(ctx, _): Scoped<DeployScope>,
-    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+    ApiPath((project_id, service_id, id)): ApiPath<(ProjectId, ServiceId, DeploymentId)>,
 ) -> AppResult<Response> {
     let made = app
         .deployment_rollback(&ctx, project_id, service_id, id)
@@ -160,7 +160,7 @@ async fn deployment_event_list(
     bearer: BearerCredential,
     headers: HeaderMap,
     last_event_id: LastEventId,
-    ApiPath((project_id, service_id, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+    ApiPath((project_id, service_id, id)): ApiPath<(ProjectId, ServiceId, DeploymentId)>,
     ApiQuery(params): ApiQuery<EventParams>,
 ) -> AppResult<Response> {
     let limit = params.limit()?;
@@ -225,7 +225,7 @@ async fn deployment_event_list(
 async fn service_instance_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, service_id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, service_id)): ApiPath<(ProjectId, ServiceId)>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<DeployedInstanceView>> {
     app.service_instance_list(&principal, project_id, service_id, params)

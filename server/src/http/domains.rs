@@ -15,6 +15,7 @@ use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
 use crate::http::problem::Problem;
+use crate::ids::ProjectId;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -30,7 +31,7 @@ pub fn router() -> OpenApiRouter<App> {
 async fn domain_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<DomainView>> {
     Ok(app
@@ -46,7 +47,7 @@ async fn domain_list(
 async fn domain_create(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiJson(create): ApiJson<DomainCreate>,
 ) -> AppResult<Response> {
     let domain = app.domain_create(&ctx, project_id, create).await?;
@@ -64,7 +65,7 @@ async fn domain_create(
 async fn domain_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<Response> {
     let domain = app.domain_view(&principal, project_id, id).await?;
     Ok(tagged(domain.revision, DomainView::from(domain)))
@@ -77,7 +78,7 @@ async fn domain_view(
 async fn domain_update(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<DomainUpdate>,
 ) -> AppResult<Response> {
@@ -94,7 +95,7 @@ async fn domain_update(
 async fn domain_delete(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
 ) -> AppResult<StatusCode> {
     app.domain_delete(&ctx, project_id, id, if_match.as_deref())
@@ -116,7 +117,7 @@ async fn domain_delete(
 async fn domain_verify(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<Response> {
     let domain = app.domain_verify(&ctx, project_id, id).await?;
     Ok(tagged(domain.revision, DomainView::from(domain)))

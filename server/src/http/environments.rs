@@ -5,7 +5,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
@@ -14,6 +13,7 @@ use crate::app::projects::environments::{EnvironmentView, EnvironmentWrite};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
+use crate::ids::{EnvironmentId, ProjectId};
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -32,7 +32,7 @@ pub fn router() -> OpenApiRouter<App> {
 async fn environment_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<EnvironmentView>> {
     Ok(app
@@ -48,7 +48,7 @@ async fn environment_list(
 async fn environment_create(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiJson(create): ApiJson<EnvironmentWrite>,
 ) -> AppResult<Response> {
     let env = app.environment_create(&ctx, project_id, create).await?;
@@ -66,7 +66,7 @@ async fn environment_create(
 async fn environment_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, EnvironmentId)>,
 ) -> AppResult<Response> {
     let env = app.environment_view(&principal, project_id, id).await?;
     Ok(tagged(env.revision, EnvironmentView::from(env)))
@@ -79,7 +79,7 @@ async fn environment_view(
 async fn environment_update(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, EnvironmentId)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<EnvironmentWrite>,
 ) -> AppResult<Response> {
@@ -96,7 +96,7 @@ async fn environment_update(
 async fn environment_delete(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, EnvironmentId)>,
     if_match: IfMatch,
 ) -> AppResult<StatusCode> {
     app.environment_delete(&ctx, project_id, id, if_match.as_deref())

@@ -25,6 +25,7 @@ use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::{AppError, AppResult, ErrorCode};
 use crate::http::problem::Problem;
+use crate::ids::ProjectId;
 
 /// The largest delivery accepted (GitHub's pushes of 20 commits with long messages stay far
 /// below it); the API's other bodies keep the server's limit.
@@ -58,7 +59,7 @@ fn with_secret(mut response: Response) -> Response {
 async fn git_installation_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<GitInstallationView>> {
     app.git_installation_list(&principal, project_id, params)
@@ -74,7 +75,7 @@ async fn git_installation_list(
 async fn git_installation_create(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiJson(create): ApiJson<GitInstallationCreate>,
 ) -> AppResult<Response> {
     let (installation, secret) = app
@@ -100,7 +101,7 @@ async fn git_installation_create(
 async fn git_installation_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<Response> {
     let installation = app
         .git_installation_view(&principal, project_id, id)
@@ -118,7 +119,7 @@ async fn git_installation_view(
 async fn git_installation_update(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<GitInstallationUpdate>,
 ) -> AppResult<Response> {
@@ -139,7 +140,7 @@ async fn git_installation_update(
 async fn git_installation_delete(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
 ) -> AppResult<StatusCode> {
     app.git_installation_delete(&ctx, project_id, id, if_match.as_deref())
@@ -155,7 +156,7 @@ async fn git_installation_delete(
 async fn git_installation_secret_rotate(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<Response> {
     let (installation, secret) = app
         .git_installation_secret_rotate(&ctx, project_id, id)
@@ -176,7 +177,7 @@ async fn git_installation_secret_rotate(
 async fn git_delivery_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
 ) -> AppResult<Page<GitDeliveryView>> {
     app.git_delivery_list(&principal, project_id, id, params)

@@ -16,6 +16,7 @@ use crate::app::projects::members::MemberView;
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
+use crate::ids::ProjectId;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -43,7 +44,7 @@ async fn views(
 async fn invitation_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<InvitationView>> {
     views(
@@ -62,7 +63,7 @@ async fn invitation_list(
 async fn invitation_create(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiJson(create): ApiJson<InvitationCreate>,
 ) -> AppResult<Response> {
     let created = app.invitation_create(&ctx, project_id, create).await?;
@@ -89,7 +90,7 @@ async fn invitation_create(
 async fn invitation_revoke(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<StatusCode> {
     app.invitation_revoke(&ctx, project_id, id).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -15,6 +15,7 @@ use crate::app::projects::members::{MemberUpdate, MemberView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
+use crate::ids::ProjectId;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -29,7 +30,7 @@ pub fn router() -> OpenApiRouter<App> {
 async fn member_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<MemberView>> {
     app.member_list(&principal, project_id, params).await
@@ -42,7 +43,7 @@ async fn member_list(
 async fn member_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, user_id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<Response> {
     let member = app.member_view(&principal, project_id, user_id).await?;
     Ok(tagged(member.membership.revision, member.view))
@@ -55,7 +56,7 @@ async fn member_view(
 async fn member_update(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, user_id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<MemberUpdate>,
 ) -> AppResult<Response> {
@@ -72,7 +73,7 @@ async fn member_update(
 async fn member_remove(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, user_id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, user_id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
 ) -> AppResult<StatusCode> {
     app.member_remove(&ctx, project_id, user_id, if_match.as_deref())

@@ -5,7 +5,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
@@ -14,6 +13,7 @@ use crate::app::projects::{ProjectCreate, ProjectUpdate, ProjectView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
+use crate::ids::ProjectId;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -58,7 +58,7 @@ async fn project_create(
 async fn project_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(id): ApiPath<Uuid>,
+    ApiPath(id): ApiPath<ProjectId>,
 ) -> AppResult<Response> {
     let project = app.project_view(&principal, id).await?;
     Ok(tagged(project.revision, ProjectView::from(project)))
@@ -71,7 +71,7 @@ async fn project_view(
 async fn project_update(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(id): ApiPath<Uuid>,
+    ApiPath(id): ApiPath<ProjectId>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<ProjectUpdate>,
 ) -> AppResult<Response> {
@@ -88,7 +88,7 @@ async fn project_update(
 async fn project_delete(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(id): ApiPath<Uuid>,
+    ApiPath(id): ApiPath<ProjectId>,
     if_match: IfMatch,
 ) -> AppResult<StatusCode> {
     app.project_delete(&ctx, id, if_match.as_deref()).await?;

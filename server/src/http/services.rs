@@ -5,7 +5,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
@@ -14,6 +13,7 @@ use crate::app::projects::services::{ServiceCreate, ServiceUpdate, ServiceView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
+use crate::ids::{ProjectId, ServiceId};
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -28,7 +28,7 @@ pub fn router() -> OpenApiRouter<App> {
 async fn service_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<ServiceView>> {
     let page = app.service_list(&principal, project_id, params).await?;
@@ -50,7 +50,7 @@ async fn service_list(
 async fn service_create(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiJson(create): ApiJson<ServiceCreate>,
 ) -> AppResult<Response> {
     let service = app.service_create(&ctx, project_id, create).await?;
@@ -68,7 +68,7 @@ async fn service_create(
 async fn service_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, ServiceId)>,
 ) -> AppResult<Response> {
     let service = app.service_view(&principal, project_id, id).await?;
     Ok(tagged(service.revision, ServiceView::try_from(service)?))
@@ -81,7 +81,7 @@ async fn service_view(
 async fn service_update(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, ServiceId)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<ServiceUpdate>,
 ) -> AppResult<Response> {
@@ -98,7 +98,7 @@ async fn service_update(
 async fn service_delete(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, ServiceId)>,
     if_match: IfMatch,
 ) -> AppResult<StatusCode> {
     app.service_delete(&ctx, project_id, id, if_match.as_deref())

@@ -19,6 +19,7 @@ use crate::app::webhooks::{
 };
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
+use crate::ids::ProjectId;
 
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -48,7 +49,7 @@ fn with_secret(mut response: Response) -> Response {
 async fn webhook_endpoint_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
 ) -> AppResult<Page<WebhookEndpointView>> {
     app.webhook_endpoint_list(&principal, project_id, params)
@@ -64,7 +65,7 @@ async fn webhook_endpoint_list(
 async fn webhook_endpoint_create(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath(project_id): ApiPath<Uuid>,
+    ApiPath(project_id): ApiPath<ProjectId>,
     ApiJson(create): ApiJson<WebhookEndpointCreate>,
 ) -> AppResult<Response> {
     let (endpoint, secret) = app
@@ -87,7 +88,7 @@ async fn webhook_endpoint_create(
 async fn webhook_endpoint_view(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<Response> {
     let endpoint = app
         .webhook_endpoint_view(&principal, project_id, id)
@@ -106,7 +107,7 @@ async fn webhook_endpoint_view(
 async fn webhook_endpoint_update(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
     ApiJson(update): ApiJson<WebhookEndpointUpdate>,
 ) -> AppResult<Response> {
@@ -126,7 +127,7 @@ async fn webhook_endpoint_update(
 async fn webhook_endpoint_delete(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     if_match: IfMatch,
 ) -> AppResult<StatusCode> {
     app.webhook_endpoint_delete(&ctx, project_id, id, if_match.as_deref())
@@ -142,7 +143,7 @@ async fn webhook_endpoint_delete(
 async fn webhook_endpoint_secret_rotate(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
 ) -> AppResult<Response> {
     let (endpoint, secret) = app
         .webhook_endpoint_secret_rotate(&ctx, project_id, id)
@@ -163,7 +164,7 @@ async fn webhook_endpoint_secret_rotate(
 async fn webhook_message_list(
     State(app): State<App>,
     principal: Principal,
-    ApiPath((project_id, id)): ApiPath<(Uuid, Uuid)>,
+    ApiPath((project_id, id)): ApiPath<(ProjectId, Uuid)>,
     ApiQuery(params): ApiQuery<OrderedPageParams>,
 ) -> AppResult<Page<WebhookMessageView>> {
     app.webhook_message_list(&principal, project_id, id, params)
@@ -179,7 +180,7 @@ async fn webhook_message_list(
 async fn webhook_message_replay(
     State(app): State<App>,
     ctx: OpContext,
-    ApiPath((project_id, endpoint, id)): ApiPath<(Uuid, Uuid, Uuid)>,
+    ApiPath((project_id, endpoint, id)): ApiPath<(ProjectId, Uuid, Uuid)>,
 ) -> AppResult<Response> {
     let message = app
         .webhook_message_replay(&ctx, project_id, endpoint, id)

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use crate::app::App;
 use crate::app::cluster::changes::{Kind, Outbox, RoutesScope};
 use crate::app::cluster::leases::statement;
+use crate::ids::ServiceId;
 
 /// The channel replicas tell each other on.
 pub const CHANNEL: &str = "bulkhead_changes";
@@ -167,7 +168,7 @@ impl App {
         match kind.and_then(Kind::parse) {
             Some(kind) => {
                 metrics::counter!("change_feed_hints_total", "kind" => kind.as_str()).increment(1);
-                let services: Option<Vec<uuid::Uuid>> = services
+                let services: Option<Vec<ServiceId>> = services
                     .filter(|_| kind == Kind::Routes)
                     .and_then(|list| list.split(',').map(|id| id.parse().ok()).collect());
                 match services {
@@ -200,7 +201,9 @@ mod tests {
 
     #[test]
     fn route_hints_name_their_services_within_the_payload_limit() {
-        let services: BTreeSet<uuid::Uuid> = (0..400u128).map(uuid::Uuid::from_u128).collect();
+        let services: BTreeSet<ServiceId> = (0..400u128)
+            .map(|n| ServiceId(uuid::Uuid::from_u128(n)))
+            .collect();
         let payloads = hint_payloads(
             &[Kind::Deployments, Kind::Routes],
             "r1",
@@ -216,7 +219,7 @@ mod tests {
         for payload in &payloads[1..] {
             assert!(payload.len() < 8000, "{} bytes", payload.len());
             let list = payload.strip_prefix("routes r1 ").unwrap();
-            named.extend(list.split(',').map(|id| id.parse::<uuid::Uuid>().unwrap()));
+            named.extend(list.split(',').map(|id| id.parse::<ServiceId>().unwrap()));
         }
         assert_eq!(named, services);
         assert_eq!(

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use uuid::Uuid;
+use crate::ids::ServiceId;
 
 use tokio::sync::{Notify, watch};
 
@@ -70,7 +70,7 @@ const ROUTES_DIRTY_MAX: usize = 10_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoutesScope {
     /// The routes of these services (their domains, and the domains that were theirs).
-    Services(BTreeSet<Uuid>),
+    Services(BTreeSet<ServiceId>),
     /// Every route.
     All,
 }
@@ -81,7 +81,7 @@ pub struct RoutesDirty(Mutex<Option<RoutesScope>>);
 
 impl RoutesDirty {
     /// Marks `services`; past [`ROUTES_DIRTY_MAX`] of them, everything.
-    pub fn mark(&self, services: impl IntoIterator<Item = Uuid>) {
+    pub fn mark(&self, services: impl IntoIterator<Item = ServiceId>) {
         let mut dirty = self.0.lock().expect("not poisoned");
         let scope = dirty.get_or_insert_with(|| RoutesScope::Services(BTreeSet::new()));
         if let RoutesScope::Services(marked) = scope {
@@ -212,8 +212,8 @@ impl Default for Changes {
 impl Changes {
     /// The routes of `services` may have changed (call after the commit): the routing table
     /// looks at them again, here and on the other replicas.
-    pub fn routes_changed(&self, services: impl IntoIterator<Item = Uuid>) {
-        let services: Vec<Uuid> = services.into_iter().collect();
+    pub fn routes_changed(&self, services: impl IntoIterator<Item = ServiceId>) {
+        let services: Vec<ServiceId> = services.into_iter().collect();
         self.routes_dirty.mark(services.iter().copied());
         self.outbox.routes.mark(services);
         self.routes.notify();
@@ -271,7 +271,10 @@ mod tests {
     #[tokio::test]
     async fn route_changes_name_their_services_until_there_are_too_many() {
         let changes = Changes::default();
-        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let (a, b) = (
+            ServiceId(uuid::Uuid::from_u128(1)),
+            ServiceId(uuid::Uuid::from_u128(2)),
+        );
         changes.routes_changed([a]);
         changes.routes_changed([b, a]);
         let named = Some(RoutesScope::Services(BTreeSet::from([a, b])));
@@ -283,7 +286,9 @@ mod tests {
         changes.routes_all_changed();
         changes.routes_changed([b]);
         assert_eq!(changes.routes_dirty.take(), Some(RoutesScope::All));
-        changes.routes_changed((0..=ROUTES_DIRTY_MAX as u128).map(Uuid::from_u128));
+        changes.routes_changed(
+            (0..=ROUTES_DIRTY_MAX as u128).map(|n| ServiceId(uuid::Uuid::from_u128(n))),
+        );
         assert!(matches!(
             changes.routes_dirty.take(),
             Some(RoutesScope::All)

@@ -21,8 +21,9 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::{self as states, DeployedInstanceView};
+use crate::app::projects::scoped::scoped_find;
+use crate::app::projects::services::ServiceSpecView;
 use crate::app::projects::services::spec::ServiceSpec;
-use crate::app::projects::services::{ServiceSpecView, service_find};
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::pagination::{
     OrderedPageParams, Page, PageParams, paginate, paginate_ordered,
@@ -32,6 +33,8 @@ use crate::entity::deployment::DeploymentState;
 use crate::entity::instance::InstanceState;
 use crate::entity::{deployment, instance, service};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::InstanceId;
+use crate::ids::{DeploymentId, ProjectId, ServiceId};
 
 /// What a deployment made from a push records of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -83,14 +86,14 @@ impl DeploymentView {
     ) -> AppResult<Self> {
         let spec: ServiceSpec = serde_json::from_value(m.spec).map_err(AppError::internal)?;
         Ok(Self {
-            id: m.id,
-            project_id: m.project_id,
-            service_id: m.service_id,
+            id: m.id.into(),
+            project_id: m.project_id.into(),
+            service_id: m.service_id.into(),
             number: m.number,
             state: m.state,
             reason: m.reason,
             spec: spec.try_into()?,
-            rollback_of: m.rollback_of,
+            rollback_of: m.rollback_of.map(Into::into),
             push: m
                 .push
                 .map(serde_json::from_value)
@@ -127,8 +130,8 @@ fn read_scope(principal: &Principal) -> Scope {
 
 pub(crate) async fn deployment_find(
     db: &impl ConnectionTrait,
-    service_id: Uuid,
-    id: Uuid,
+    service_id: ServiceId,
+    id: DeploymentId,
 ) -> AppResult<deployment::Model> {
     deployment::Entity::find_by_id(id)
         .filter(deployment::Column::ServiceId.eq(service_id))
@@ -142,8 +145,8 @@ pub(crate) async fn instance_views(
     db: &impl ConnectionTrait,
     rows: Vec<instance::Model>,
 ) -> AppResult<Vec<DeployedInstanceView>> {
-    let replaced: Vec<Uuid> = rows.iter().filter_map(|row| row.replaces).collect();
-    let keys: std::collections::HashMap<Uuid, String> = if replaced.is_empty() {
+    let replaced: Vec<InstanceId> = rows.iter().filter_map(|row| row.replaces).collect();
+    let keys: std::collections::HashMap<InstanceId, String> = if replaced.is_empty() {
         Default::default()
     } else {
         instance::Entity::find()
@@ -167,7 +170,7 @@ pub(crate) async fn instance_views(
 /// providers' copies are deleted by the reconciler); returns how many.
 pub(crate) async fn deployment_instances_remove(
     db: &impl ConnectionTrait,
-    deployment_id: Uuid,
+    deployment_id: DeploymentId,
 ) -> AppResult<u64> {
     Ok(instance::Entity::update_many()
         .col_expr(
@@ -191,7 +194,7 @@ pub(crate) async fn deployment_instances_remove(
 /// again); a new revision, so that its ETag changes with its state.
 pub(crate) async fn deployment_replace_instances(
     db: &impl ConnectionTrait,
-    deployment_id: Uuid,
+    deployment_id: DeploymentId,
 ) -> AppResult<()> {
     deployment::Entity::update_many()
         .col_expr(
@@ -208,6 +211,40 @@ pub(crate) async fn deployment_replace_instances(
         .exec(db)
         .await?;
     Ok(())
+}
+
+/// What a new deployment deploys.
+enum Deploys {
+    /// The service's spec as it is now.
+    CurrentSpec,
+    /// The spec of the last deployment before this one that became healthy (a rollback).
+    RollbackFrom(DeploymentId),
+}
+
+/// The deployment a rollback from deployment `from` of `service_id` goes back to: the last
+/// one before it that became healthy.
+async fn rollback_target(
+    db: &impl ConnectionTrait,
+    service_id: ServiceId,
+    from: DeploymentId,
+) -> AppResult<deployment::Model> {
+    let from = deployment_find(db, service_id, from).await?;
+    deployment::Entity::find()
+        .filter(deployment::Column::ServiceId.eq(service_id))
+        .filter(deployment::Column::Number.lt(from.number))
+        .filter(deployment::Column::HealthyAt.is_not_null())
+        .order_by_desc(deployment::Column::Number)
+        .one(db)
+        .await?
+        .ok_or_else(|| {
+            AppError::new(
+                ErrorCode::NoHealthyDeployment,
+                format!(
+                    "no deployment of this service before #{} became healthy: there is nothing to roll back to",
+                    from.number
+                ),
+            )
+        })
 }
 
 /// Ends a deployment in `state` (`failed`, `cancelled`, `superseded`) with `reason`.
@@ -256,8 +293,8 @@ impl App {
     pub async fn deployment_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
-        service_id: Uuid,
+        project_id: ProjectId,
+        service_id: ServiceId,
         params: OrderedPageParams,
     ) -> AppResult<Page<deployment::Model>> {
         self.project_authorize(
@@ -267,7 +304,7 @@ impl App {
             read_scope(principal),
         )
         .await?;
-        service_find(&self.db, project_id, service_id).await?;
+        scoped_find::<service::Entity>(&self.db, project_id, service_id).await?;
         let select =
             deployment::Entity::find().filter(deployment::Column::ServiceId.eq(service_id));
         let (page, order) = params.split();
@@ -286,9 +323,9 @@ impl App {
     pub async fn deployment_visible(
         &self,
         principal: &Principal,
-        project_id: Uuid,
-        service_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        service_id: ServiceId,
+        id: DeploymentId,
     ) -> AppResult<deployment::Model> {
         self.project_authorize(
             principal,
@@ -297,7 +334,7 @@ impl App {
             read_scope(principal),
         )
         .await?;
-        service_find(&self.db, project_id, service_id).await?;
+        scoped_find::<service::Entity>(&self.db, project_id, service_id).await?;
         deployment_find(&self.db, service_id, id).await
     }
 
@@ -307,7 +344,7 @@ impl App {
     pub async fn deployment_stream_allowed(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
     ) -> AppResult<()> {
         self.project_authorize(
             principal,
@@ -322,7 +359,7 @@ impl App {
     /// Events of a deployment (already authorized) after `after`.
     pub async fn deployment_events(
         &self,
-        id: Uuid,
+        id: DeploymentId,
         after: Option<i64>,
         limit: u64,
     ) -> AppResult<Vec<crate::entity::deployment_event::Model>> {
@@ -331,7 +368,7 @@ impl App {
 
     /// Whether a deployment's event stream has nothing more to come: it finished, and its
     /// instances are all made or all removed.
-    pub async fn deployment_stream_finished(&self, id: Uuid) -> AppResult<bool> {
+    pub async fn deployment_stream_finished(&self, id: DeploymentId) -> AppResult<bool> {
         use sea_orm::PaginatorTrait;
         let Some(found) = deployment::Entity::find_by_id(id).one(&self.db).await? else {
             return Ok(true);
@@ -351,9 +388,9 @@ impl App {
     pub async fn deployment_view(
         &self,
         principal: &Principal,
-        project_id: Uuid,
-        service_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        service_id: ServiceId,
+        id: DeploymentId,
     ) -> AppResult<DeploymentView> {
         let found = self
             .deployment_visible(principal, project_id, service_id, id)
@@ -371,8 +408,8 @@ impl App {
     pub async fn service_instance_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
-        service_id: Uuid,
+        project_id: ProjectId,
+        service_id: ServiceId,
         params: PageParams,
     ) -> AppResult<Page<DeployedInstanceView>> {
         self.project_authorize(
@@ -382,7 +419,7 @@ impl App {
             read_scope(principal),
         )
         .await?;
-        service_find(&self.db, project_id, service_id).await?;
+        scoped_find::<service::Entity>(&self.db, project_id, service_id).await?;
         let select = instance::Entity::find()
             .filter(instance::Column::ServiceId.eq(service_id))
             .filter(states::live());
@@ -397,75 +434,57 @@ impl App {
     pub async fn deployment_create(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
-        service_id: Uuid,
+        project_id: ProjectId,
+        service_id: ServiceId,
     ) -> AppResult<deployment::Model> {
-        let write = self
-            .project_write(ctx, project_id, ProjectRole::Member, Scope::Deploy)
-            .await?;
-        let found = service_find(&write.txn, project_id, service_id).await?;
-        let spec = ServiceSpec::of(&found)?;
-        let created = deployment_insert(
-            &write.txn,
-            Some(ctx.principal.user_id()),
-            &found,
-            spec,
-            None,
-            None,
-        )
-        .await?;
-        write
-            .commit(deployment_audit("deployment.create", &created))
-            .await?;
-        // Unfinished deployments it supersedes lose their instances, routed ones included.
-        self.changes.routes_changed([service_id]);
-        self.deployments_changed();
-        Ok(created)
+        self.deployment_make(ctx, project_id, service_id, Deploys::CurrentSpec)
+            .await
     }
 
     /// Deploys again the spec of the last deployment before `id` that became healthy.
     pub async fn deployment_rollback(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
-        service_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        service_id: ServiceId,
+        id: DeploymentId,
+    ) -> AppResult<deployment::Model> {
+        self.deployment_make(ctx, project_id, service_id, Deploys::RollbackFrom(id))
+            .await
+    }
+
+    /// Queues a deployment of `what`, superseding the service's unfinished ones.
+    async fn deployment_make(
+        &self,
+        ctx: &OpContext,
+        project_id: ProjectId,
+        service_id: ServiceId,
+        what: Deploys,
     ) -> AppResult<deployment::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Deploy)
             .await?;
-        let found = service_find(&write.txn, project_id, service_id).await?;
-        let from = deployment_find(&write.txn, service_id, id).await?;
-        let target = deployment::Entity::find()
-            .filter(deployment::Column::ServiceId.eq(service_id))
-            .filter(deployment::Column::Number.lt(from.number))
-            .filter(deployment::Column::HealthyAt.is_not_null())
-            .order_by_desc(deployment::Column::Number)
-            .one(&write.txn)
-            .await?
-            .ok_or_else(|| {
-                AppError::new(
-                    ErrorCode::NoHealthyDeployment,
-                    format!(
-                        "no deployment of this service before #{} became healthy: there is nothing to roll back to",
-                        from.number
-                    ),
-                )
-            })?;
-        let spec: ServiceSpec =
-            serde_json::from_value(target.spec.clone()).map_err(AppError::internal)?;
+        let found = scoped_find::<service::Entity>(&write.txn, project_id, service_id).await?;
+        let (spec, rollback_of, action) = match what {
+            Deploys::CurrentSpec => (ServiceSpec::of(&found)?, None, "deployment.create"),
+            Deploys::RollbackFrom(id) => {
+                let target = rollback_target(&write.txn, service_id, id).await?;
+                let spec: ServiceSpec =
+                    serde_json::from_value(target.spec.clone()).map_err(AppError::internal)?;
+                (spec, Some(target), "deployment.rollback")
+            }
+        };
         let created = deployment_insert(
             &write.txn,
             Some(ctx.principal.user_id()),
             &found,
             spec,
-            Some(&target),
+            rollback_of.as_ref(),
             None,
         )
         .await?;
-        write
-            .commit(deployment_audit("deployment.rollback", &created))
-            .await?;
+        write.commit(deployment_audit(action, &created)).await?;
+        // Unfinished deployments it supersedes lose their instances, routed ones included.
         self.changes.routes_changed([service_id]);
         self.deployments_changed();
         Ok(created)
@@ -477,14 +496,14 @@ impl App {
     pub async fn deployment_cancel(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
-        service_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        service_id: ServiceId,
+        id: DeploymentId,
     ) -> AppResult<deployment::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Deploy)
             .await?;
-        service_find(&write.txn, project_id, service_id).await?;
+        scoped_find::<service::Entity>(&write.txn, project_id, service_id).await?;
         let found = deployment_find(&write.txn, service_id, id).await?;
         if found.state == DeploymentState::Cancelled {
             drop(write);
@@ -561,7 +580,7 @@ pub(crate) async fn deployment_insert(
     let now = Utc::now();
     let replicas = spec.replicas;
     let created = deployment::ActiveModel {
-        id: Set(Uuid::now_v7()),
+        id: Set(DeploymentId::new()),
         project_id: Set(found.project_id),
         service_id: Set(found.id),
         number: Set(number),

@@ -27,6 +27,7 @@ use crate::entity::evacuation::EvacuationState;
 use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, evacuation, instance, provider};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::InstanceId;
 
 /// An evacuation of a provider, and how far it got.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -172,7 +173,7 @@ impl App {
         if found.state != EvacuationState::Running {
             return Ok(found);
         }
-        let old: Vec<Uuid> = instance::Entity::find()
+        let old: Vec<InstanceId> = instance::Entity::find()
             .filter(instance::Column::Provider.eq(provider_name))
             .all(&txn)
             .await?
@@ -248,12 +249,12 @@ impl App {
             .filter(instance::Column::CreatedAt.lt(found.created_at))
             .all(&txn)
             .await?;
-        let ids: Vec<Uuid> = on_provider.iter().map(|row| row.id).collect();
+        let ids: Vec<InstanceId> = on_provider.iter().map(|row| row.id).collect();
         let replacements = instance::Entity::find()
             .filter(instance::Column::Replaces.is_in(ids))
             .all(&txn)
             .await?;
-        let replaced: HashSet<Uuid> = replacements
+        let replaced: HashSet<InstanceId> = replacements
             .iter()
             .filter(|r| InstanceState::ACTIVE.contains(&r.state))
             .filter_map(|r| r.replaces)

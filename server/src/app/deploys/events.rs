@@ -15,12 +15,12 @@ use sea_orm::{
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
-use uuid::Uuid;
 
 use crate::app::webhooks::messages_enqueue;
 use crate::entity::webhook_message::WebhookEventType;
 use crate::entity::{deployment, deployment_event};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::DeploymentId;
 
 /// What an event of a deployment records: a step of the deployment, or of one of its
 /// instances.
@@ -184,7 +184,7 @@ pub struct EventPage {
 /// Appends an event to `deployment_id` inside the caller's transaction; returns its number.
 pub async fn event_append(
     db: &impl ConnectionTrait,
-    deployment_id: Uuid,
+    deployment_id: DeploymentId,
     kind: DeploymentEventKind,
     message: String,
     details: serde_json::Value,
@@ -230,7 +230,7 @@ pub async fn event_append(
 /// Events of `deployment_id` after `after`, at most `limit`, oldest first.
 pub async fn events_after(
     db: &impl ConnectionTrait,
-    deployment_id: Uuid,
+    deployment_id: DeploymentId,
     after: Option<i64>,
     limit: u64,
 ) -> AppResult<Vec<deployment_event::Model>> {

@@ -29,6 +29,7 @@ use crate::app::deploys::queue;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::entity::{deployment, service};
 use crate::error::{AppError, AppResult};
+use crate::ids::InstanceId;
 
 /// Instances that still exist, or may, at their provider.
 pub fn live() -> Condition {
@@ -61,7 +62,7 @@ impl DeployedInstanceView {
     pub fn new(m: instance::Model, replaces_key: Option<String>) -> Self {
         Self {
             instance_key: m.instance_key,
-            deployment_id: m.deployment_id,
+            deployment_id: m.deployment_id.into(),
             provider: m.provider,
             region: m.region,
             address: m.address,
@@ -113,7 +114,7 @@ pub(crate) async fn instance_insert(
     let replaces = takeover.map(|(old, _)| old);
     let now = Utc::now();
     let row = instance::ActiveModel {
-        id: Set(Uuid::now_v7()),
+        id: Set(InstanceId::new()),
         deployment_id: Set(found.id),
         service_id: Set(found.service_id),
         project_id: Set(found.project_id),

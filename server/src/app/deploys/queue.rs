@@ -25,16 +25,19 @@ use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, QueryTrait, Statement,
 };
-use uuid::Uuid;
 
 use crate::entity::instance;
 use crate::entity::instance::InstanceState;
 use crate::error::AppResult;
+use crate::ids::ProjectId;
 use bulkhead_migrations::INSTANCES_DUE;
 
 /// The turn of the next instance of `project_id` to join the queue: after the project's last
 /// waiting instance, and not before the head of the queue.
-pub async fn dispatch_order_next(db: &impl ConnectionTrait, project_id: Uuid) -> AppResult<i64> {
+pub async fn dispatch_order_next(
+    db: &impl ConnectionTrait,
+    project_id: ProjectId,
+) -> AppResult<i64> {
     let order = Expr::col(instance::Column::DispatchOrder);
     let head = order_bound(db, Func::min(order.clone()), None, "idx_instances_due").await?;
     let last = order_bound(
@@ -56,7 +59,7 @@ pub async fn dispatch_order_next(db: &impl ConnectionTrait, project_id: Uuid) ->
 async fn order_bound(
     db: &impl ConnectionTrait,
     bound: sea_orm::sea_query::FunctionCall,
-    project_id: Option<Uuid>,
+    project_id: Option<ProjectId>,
     index: &str,
 ) -> AppResult<Option<i64>> {
     let mut select = instance::Entity::find()

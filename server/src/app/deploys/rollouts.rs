@@ -14,7 +14,6 @@ use std::time::Duration;
 use chrono::Utc;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
-use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::cluster::leases::Work;
@@ -24,6 +23,7 @@ use crate::entity::deployment::DeploymentState;
 use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, instance};
 use crate::error::{AppError, AppResult};
+use crate::ids::{DeploymentId, ServiceId};
 
 /// How often the reconciler looks at every rolling-out deployment, for one that should have
 /// settled.
@@ -33,12 +33,15 @@ const SWEEP_CHUNK: usize = 500;
 
 /// A deployment that settled: whose routes changed.
 pub struct Settled {
-    pub service_id: Uuid,
+    pub service_id: ServiceId,
 }
 
 /// Settles deployment `id` within `txn` if it is rolling out and every instance it needs is
 /// made, running and healthy; answers what settled.
-pub async fn deployment_settle(txn: &impl ConnectionTrait, id: Uuid) -> AppResult<Option<Settled>> {
+pub async fn deployment_settle(
+    txn: &impl ConnectionTrait,
+    id: DeploymentId,
+) -> AppResult<Option<Settled>> {
     let Some(found) = deployment::Entity::find_by_id(id)
         .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
         .one(txn)
@@ -175,7 +178,7 @@ impl App {
     /// Settles every rolling-out deployment that is done (the reconciler's sweep): read in
     /// bulk, then a write for each one found done.
     pub(crate) async fn deployments_settle_sweep(&self) -> AppResult<()> {
-        let rolling: Vec<(Uuid, serde_json::Value)> = deployment::Entity::find()
+        let rolling: Vec<(DeploymentId, serde_json::Value)> = deployment::Entity::find()
             .select_only()
             .column(deployment::Column::Id)
             .column(deployment::Column::Spec)
@@ -184,21 +187,24 @@ impl App {
             .all(&self.db)
             .await?;
         for chunk in rolling.chunks(SWEEP_CHUNK) {
-            let counts: Vec<(Uuid, InstanceState, InstanceHealth, i64)> = instance::Entity::find()
-                .select_only()
-                .column(instance::Column::DeploymentId)
-                .column(instance::Column::State)
-                .column(instance::Column::Health)
-                .column_as(instance::Column::Id.count(), "count")
-                .filter(instance::Column::DeploymentId.is_in(chunk.iter().map(|(id, _)| *id)))
-                .group_by(instance::Column::DeploymentId)
-                .group_by(instance::Column::State)
-                .group_by(instance::Column::Health)
-                .into_tuple()
-                .all(&self.db)
-                .await?;
-            let mut by_deployment: HashMap<Uuid, Vec<(InstanceState, InstanceHealth, i64)>> =
-                HashMap::new();
+            let counts: Vec<(DeploymentId, InstanceState, InstanceHealth, i64)> =
+                instance::Entity::find()
+                    .select_only()
+                    .column(instance::Column::DeploymentId)
+                    .column(instance::Column::State)
+                    .column(instance::Column::Health)
+                    .column_as(instance::Column::Id.count(), "count")
+                    .filter(instance::Column::DeploymentId.is_in(chunk.iter().map(|(id, _)| *id)))
+                    .group_by(instance::Column::DeploymentId)
+                    .group_by(instance::Column::State)
+                    .group_by(instance::Column::Health)
+                    .into_tuple()
+                    .all(&self.db)
+                    .await?;
+            let mut by_deployment: HashMap<
+                DeploymentId,
+                Vec<(InstanceState, InstanceHealth, i64)>,
+            > = HashMap::new();
             for (id, state, health, count) in counts {
                 by_deployment
                     .entry(id)

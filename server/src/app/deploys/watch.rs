@@ -14,9 +14,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::entity::deployment::DeploymentState;
+use crate::ids::DeploymentId;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 use tokio::sync::watch;
-use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::deploys::deployments::STREAM_MOVING_STATES;
@@ -30,7 +31,7 @@ const CHUNK: usize = 500;
 
 /// What a stream's end depends on: its events, the deployment's state, and whether its
 /// instances are still being made or removed. `None`: the deployment is gone.
-type Mark = Option<(i64, String, i64)>;
+type Mark = Option<(i64, DeploymentState, i64)>;
 
 struct Followed {
     wake: watch::Sender<u64>,
@@ -41,14 +42,14 @@ struct Followed {
 /// The deployments this server's streams follow.
 #[derive(Default)]
 pub struct DeploymentWatch {
-    followed: Mutex<HashMap<Uuid, Followed>>,
+    followed: Mutex<HashMap<DeploymentId, Followed>>,
     /// Reads of events made by this server's streams (also `deployment_stream_reads_total`).
     reads: AtomicU64,
 }
 
 impl DeploymentWatch {
     /// A receiver bumped whenever deployment `id` changes, while it is held.
-    pub fn follow(&self, id: Uuid) -> watch::Receiver<u64> {
+    pub fn follow(&self, id: DeploymentId) -> watch::Receiver<u64> {
         let mut followed = self.followed.lock().expect("not poisoned");
         followed
             .entry(id)
@@ -61,7 +62,7 @@ impl DeploymentWatch {
     }
 
     /// The deployments still followed (those no stream holds any more are forgotten).
-    fn followed_ids(&self) -> Vec<Uuid> {
+    fn followed_ids(&self) -> Vec<DeploymentId> {
         let mut followed = self.followed.lock().expect("not poisoned");
         followed.retain(|_, entry| entry.wake.receiver_count() > 0);
         followed.keys().copied().collect()
@@ -69,7 +70,7 @@ impl DeploymentWatch {
 
     /// Records the marks read, waking the streams whose deployment's mark moved; returns how
     /// many it woke.
-    fn marks_apply(&self, marks: HashMap<Uuid, Mark>) -> usize {
+    fn marks_apply(&self, marks: HashMap<DeploymentId, Mark>) -> usize {
         let mut followed = self.followed.lock().expect("not poisoned");
         let mut woken = 0;
         for (id, mark) in marks {
@@ -129,11 +130,11 @@ impl App {
 /// The marks of `ids`, in two queries per [`CHUNK`].
 async fn deployment_marks(
     db: &impl sea_orm::ConnectionTrait,
-    ids: &[Uuid],
-) -> AppResult<HashMap<Uuid, Mark>> {
-    let mut marks: HashMap<Uuid, Mark> = ids.iter().map(|id| (*id, None)).collect();
+    ids: &[DeploymentId],
+) -> AppResult<HashMap<DeploymentId, Mark>> {
+    let mut marks: HashMap<DeploymentId, Mark> = ids.iter().map(|id| (*id, None)).collect();
     for chunk in ids.chunks(CHUNK) {
-        let rows: Vec<(Uuid, i64, String)> = deployment::Entity::find()
+        let rows: Vec<(DeploymentId, i64, DeploymentState)> = deployment::Entity::find()
             .select_only()
             .column(deployment::Column::Id)
             .column(deployment::Column::EventSeq)
@@ -142,14 +143,14 @@ async fn deployment_marks(
             .into_tuple()
             .all(db)
             .await?;
-        let moving: HashMap<Uuid, i64> = instance::Entity::find()
+        let moving: HashMap<DeploymentId, i64> = instance::Entity::find()
             .select_only()
             .column(instance::Column::DeploymentId)
             .column_as(instance::Column::Id.count(), "moving")
             .filter(instance::Column::DeploymentId.is_in(chunk.iter().copied()))
             .filter(instance::Column::State.is_in(STREAM_MOVING_STATES))
             .group_by(instance::Column::DeploymentId)
-            .into_tuple::<(Uuid, i64)>()
+            .into_tuple::<(DeploymentId, i64)>()
             .all(db)
             .await?
             .into_iter()
@@ -169,12 +170,12 @@ mod tests {
     #[test]
     fn only_the_streams_of_a_deployment_whose_mark_moved_wake() {
         let watch = DeploymentWatch::default();
-        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let (a, b) = (DeploymentId::new(), DeploymentId::new());
         let mut follows_a = watch.follow(a);
         let mut follows_b = watch.follow(b);
         let first = HashMap::from([
-            (a, Some((1, "queued".into(), 0))),
-            (b, Some((1, "queued".into(), 0))),
+            (a, Some((1, DeploymentState::Queued, 0))),
+            (b, Some((1, DeploymentState::Queued, 0))),
         ]);
         assert_eq!(
             watch.marks_apply(first.clone()),
@@ -185,8 +186,8 @@ mod tests {
         follows_b.borrow_and_update();
         assert_eq!(watch.marks_apply(first), 0);
         let moved = HashMap::from([
-            (a, Some((1, "queued".into(), 0))),
-            (b, Some((2, "placing".into(), 1))),
+            (a, Some((1, DeploymentState::Queued, 0))),
+            (b, Some((2, DeploymentState::Placing, 1))),
         ]);
         assert_eq!(watch.marks_apply(moved), 1);
         assert!(!follows_a.has_changed().unwrap());

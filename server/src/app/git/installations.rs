@@ -21,14 +21,17 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::App;
+use crate::app::projects::scoped::scoped_find;
 use crate::app::projects::write::{RevisionBump, Revisioned};
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::outbound_addresses;
-use crate::app::shared::pagination::{Page, PageParams, paginate};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::auth::opaque_token_generate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{git_installation, service};
 use crate::error::{AppError, AppResult};
+use crate::ids::ProjectId;
+use crate::ids::ServiceId;
 
 /// How long the secret before a rotation is still accepted.
 pub const SECRET_OVERLAP: chrono::Duration = chrono::Duration::hours(1);
@@ -228,7 +231,7 @@ pub(crate) fn branch_valid(branch: &str) -> bool {
 /// project's, none twice) and returns them as stored.
 async fn bindings_check(
     db: &impl ConnectionTrait,
-    project_id: Uuid,
+    project_id: ProjectId,
     bindings: Vec<PushBinding>,
 ) -> AppResult<serde_json::Value> {
     if bindings.len() > BINDINGS_MAX {
@@ -258,8 +261,8 @@ async fn bindings_check(
             )));
         }
     }
-    let services: Vec<Uuid> = bindings.iter().map(|b| b.service_id).collect();
-    let found: std::collections::HashSet<Uuid> = service::Entity::find()
+    let services: Vec<ServiceId> = bindings.iter().map(|b| ServiceId(b.service_id)).collect();
+    let found: std::collections::HashSet<ServiceId> = service::Entity::find()
         .filter(service::Column::ProjectId.eq(project_id))
         .filter(service::Column::Id.is_in(services))
         .all(db)
@@ -270,25 +273,13 @@ async fn bindings_check(
     if let Some((i, _)) = bindings
         .iter()
         .enumerate()
-        .find(|(_, b)| !found.contains(&b.service_id))
+        .find(|(_, b)| !found.contains(&ServiceId(b.service_id)))
     {
         return Err(AppError::invalid(format!(
             "`bindings[{i}].service_id` is not a service of this project"
         )));
     }
     serde_json::to_value(&bindings).map_err(AppError::internal)
-}
-
-async fn installation_find(
-    db: &impl ConnectionTrait,
-    project_id: Uuid,
-    id: Uuid,
-) -> AppResult<git_installation::Model> {
-    git_installation::Entity::find_by_id(id)
-        .filter(git_installation::Column::ProjectId.eq(project_id))
-        .one(db)
-        .await?
-        .ok_or_else(|| AppError::not_found("git installation"))
 }
 
 fn installation_audit(action: &'static str, m: &git_installation::Model) -> AuditEntry {
@@ -314,7 +305,7 @@ impl App {
     ) -> AppResult<GitInstallationView> {
         Ok(GitInstallationView {
             id: m.id,
-            project_id: m.project_id,
+            project_id: m.project_id.into(),
             forge: Forge::Github,
             bindings: serde_json::from_value(m.bindings).map_err(AppError::internal)?,
             hook_path: format!("{HOOK_PATH}?installation={}", m.id),
@@ -355,39 +346,28 @@ impl App {
     pub async fn git_installation_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<git_installation::Model>> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        let select = git_installation::Entity::find()
-            .filter(git_installation::Column::ProjectId.eq(project_id));
-        paginate(
-            &self.db,
-            select,
-            git_installation::Column::Id,
-            |m| m.id,
-            &params,
-        )
-        .await
+        self.scoped_list::<git_installation::Entity>(principal, project_id, params)
+            .await
     }
 
     pub async fn git_installation_view(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<git_installation::Model> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        installation_find(&self.db, project_id, id).await
+        self.scoped_view::<git_installation::Entity>(principal, project_id, id)
+            .await
     }
 
     /// Creates an installation with a new secret (returned once).
     pub async fn git_installation_create(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         create: GitInstallationCreate,
     ) -> AppResult<(git_installation::Model, String)> {
         let write = self
@@ -428,7 +408,7 @@ impl App {
     pub async fn git_installation_update(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
         if_match: Option<&str>,
         update: GitInstallationUpdate,
@@ -437,7 +417,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
         let found = write.precondition(
-            installation_find(&write.txn, project_id, id).await?,
+            scoped_find::<git_installation::Entity>(&write.txn, project_id, id).await?,
             if_match,
         )?;
         let mut active = found.clone().into_active_model();
@@ -463,13 +443,13 @@ impl App {
     pub async fn git_installation_secret_rotate(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<(git_installation::Model, String)> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
-        let found = installation_find(&write.txn, project_id, id).await?;
+        let found = scoped_find::<git_installation::Entity>(&write.txn, project_id, id).await?;
         let secret = secret_generate();
         let mut active = found.clone().into_active_model();
         active.previous_secret = Set(Some(found.secret));
@@ -486,7 +466,7 @@ impl App {
     pub async fn git_installation_delete(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
         if_match: Option<&str>,
     ) -> AppResult<()> {
@@ -494,7 +474,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
         let found = write.precondition(
-            installation_find(&write.txn, project_id, id).await?,
+            scoped_find::<git_installation::Entity>(&write.txn, project_id, id).await?,
             if_match,
         )?;
         git_installation::Entity::delete_by_id(found.id)

@@ -37,6 +37,7 @@ use crate::authz::Principal;
 use crate::entity::git_delivery::GitDeliveryState;
 use crate::entity::{git_delivery, git_installation};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::ProjectId;
 
 /// The oldest push accepted, by the forge's `repository.pushed_at` (GitHub lets a delivery be
 /// redelivered for three days).
@@ -279,7 +280,7 @@ impl App {
     pub async fn git_delivery_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         installation_id: Uuid,
         params: OrderedPageParams,
     ) -> AppResult<Page<git_delivery::Model>> {

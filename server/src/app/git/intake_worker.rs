@@ -21,6 +21,7 @@ use crate::app::shared::audit::{AuditEntry, audit_record_system};
 use crate::entity::git_delivery::GitDeliveryState;
 use crate::entity::{deployment, git_delivery, git_installation, project, service};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::ServiceId;
 
 /// Deliveries read per query of the queue.
 const BATCH: u64 = 100;
@@ -255,7 +256,7 @@ enum Claim {
 /// `pushed_at`.
 async fn push_deployed_since(
     db: &impl ConnectionTrait,
-    service_id: Uuid,
+    service_id: ServiceId,
     pushed_at: DateTime<Utc>,
 ) -> AppResult<Option<DeploymentPush>> {
     let last = deployment::Entity::find()

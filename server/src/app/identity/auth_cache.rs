@@ -25,6 +25,7 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::authz::{Principal, ProjectRole};
 use crate::entity::project;
+use crate::ids::ProjectId;
 
 /// How long an entry lives: how soon another process honours a revocation made there when
 /// no change feed tells of it.
@@ -56,7 +57,7 @@ pub struct AuthCache {
     /// By SHA-256 of the bearer string.
     principals: Cache<[u8; 32], Arc<CachedPrincipal>>,
     /// By (user, project).
-    access: Cache<(Uuid, Uuid), Arc<CachedAccess>>,
+    access: Cache<(Uuid, ProjectId), Arc<CachedAccess>>,
 }
 
 impl Default for AuthCache {
@@ -124,7 +125,7 @@ impl AuthCache {
         }
     }
 
-    pub fn access(&self, user_id: Uuid, project_id: Uuid) -> Option<Arc<CachedAccess>> {
+    pub fn access(&self, user_id: Uuid, project_id: ProjectId) -> Option<Arc<CachedAccess>> {
         self.access
             .get(&(user_id, project_id))
             .filter(|entry| Some(entry.generation) == self.usable())
@@ -133,7 +134,7 @@ impl AuthCache {
     pub fn access_insert(
         &self,
         user_id: Uuid,
-        project_id: Uuid,
+        project_id: ProjectId,
         generation: u64,
         project: Option<project::Model>,
         role: Option<ProjectRole>,

@@ -17,11 +17,13 @@ use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::projects::domain_verification::{challenge_name, challenge_value};
+use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
-use crate::app::shared::pagination::{Page, PageParams, paginate};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
 use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
+use crate::ids::{ProjectId, ServiceId};
 
 /// Whether a domain routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -75,8 +77,8 @@ impl From<domain::Model> for DomainView {
         };
         Self {
             id: m.id,
-            project_id: m.project_id,
-            service_id: m.service_id,
+            project_id: m.project_id.into(),
+            service_id: m.service_id.into(),
             status: if m.verified_at.is_some() {
                 DomainStatus::Verified
             } else {
@@ -133,8 +135,8 @@ pub fn hostname_validate(hostname: &str) -> AppResult<String> {
 
 async fn service_of_project(
     db: &impl ConnectionTrait,
-    project_id: Uuid,
-    service_id: Uuid,
+    project_id: ProjectId,
+    service_id: ServiceId,
 ) -> AppResult<()> {
     service::Entity::find_by_id(service_id)
         .filter(service::Column::ProjectId.eq(project_id))
@@ -142,18 +144,6 @@ async fn service_of_project(
         .await?
         .map(|_| ())
         .ok_or_else(|| AppError::invalid("`service_id` is not a service of this project"))
-}
-
-async fn domain_find(
-    db: &impl ConnectionTrait,
-    project_id: Uuid,
-    id: Uuid,
-) -> AppResult<domain::Model> {
-    domain::Entity::find_by_id(id)
-        .filter(domain::Column::ProjectId.eq(project_id))
-        .one(db)
-        .await?
-        .ok_or_else(|| AppError::not_found("domain"))
 }
 
 /// The names `hostname` is under, nearest first, down to two labels (`a.b.example.com`:
@@ -182,13 +172,13 @@ struct Verified {
 /// One read of the verified domains among `hostname` and the names it is under.
 async fn verified_around(
     db: &impl ConnectionTrait,
-    project_id: Uuid,
+    project_id: ProjectId,
     hostname: &str,
 ) -> AppResult<Verified> {
     let parents = hostname_parents(hostname);
     let mut names = parents.clone();
     names.push(hostname);
-    let holders: Vec<(Uuid, String)> = domain::Entity::find()
+    let holders: Vec<(ProjectId, String)> = domain::Entity::find()
         .select_only()
         .column(domain::Column::ProjectId)
         .column(domain::Column::Hostname)
@@ -246,24 +236,21 @@ impl App {
     pub async fn domain_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<domain::Model>> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        let select = domain::Entity::find().filter(domain::Column::ProjectId.eq(project_id));
-        paginate(&self.db, select, domain::Column::Id, |m| m.id, &params).await
+        self.scoped_list::<domain::Entity>(principal, project_id, params)
+            .await
     }
 
     pub async fn domain_view(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<domain::Model> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        domain_find(&self.db, project_id, id).await
+        self.scoped_view::<domain::Entity>(principal, project_id, id)
+            .await
     }
 
     /// Claims `hostname` for a service of the project: pending (or verified at once, under a
@@ -271,14 +258,14 @@ impl App {
     pub async fn domain_create(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         create: DomainCreate,
     ) -> AppResult<domain::Model> {
         let hostname = hostname_validate(&create.hostname)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
-        service_of_project(&write.txn, project_id, create.service_id).await?;
+        service_of_project(&write.txn, project_id, ServiceId(create.service_id)).await?;
         let verified = verified_around(&write.txn, project_id, &hostname).await?;
         if verified.elsewhere {
             return Err(hostname_taken());
@@ -288,7 +275,7 @@ impl App {
         let created = domain::ActiveModel {
             id: Set(Uuid::now_v7()),
             project_id: Set(project_id),
-            service_id: Set(create.service_id),
+            service_id: Set(ServiceId(create.service_id)),
             hostname: Set(hostname),
             verification_token: Set(Some(hex::encode(rand::random::<[u8; 16]>()))),
             verified_at: Set(verified_at),
@@ -317,7 +304,7 @@ impl App {
     pub async fn domain_verify(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<domain::Model> {
         self.project_authorize(
@@ -327,7 +314,7 @@ impl App {
             Scope::Write,
         )
         .await?;
-        let pending = domain_find(&self.db, project_id, id).await?;
+        let pending = scoped_find::<domain::Entity>(&self.db, project_id, id).await?;
         let Some(token) = pending.verification_token.clone() else {
             return Ok(pending);
         };
@@ -345,7 +332,7 @@ impl App {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
-        let current = domain_find(&write.txn, project_id, id).await?;
+        let current = scoped_find::<domain::Entity>(&write.txn, project_id, id).await?;
         if current.verified_at.is_some() {
             return Ok(current);
         }
@@ -371,7 +358,7 @@ impl App {
     pub async fn domain_update(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
         if_match: Option<&str>,
         update: DomainUpdate,
@@ -379,12 +366,14 @@ impl App {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
-        let current =
-            write.precondition(domain_find(&write.txn, project_id, id).await?, if_match)?;
-        service_of_project(&write.txn, project_id, update.service_id).await?;
+        let current = write.precondition(
+            scoped_find::<domain::Entity>(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
+        service_of_project(&write.txn, project_id, ServiceId(update.service_id)).await?;
         let before = current.service_id;
         let mut active: domain::ActiveModel = current.into();
-        active.service_id = Set(update.service_id);
+        active.service_id = Set(ServiceId(update.service_id));
         let updated = write.save(active).await?;
         write
             .commit(domain_audit("domain.update", &updated))
@@ -396,15 +385,17 @@ impl App {
     pub async fn domain_delete(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
         if_match: Option<&str>,
     ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
-        let current =
-            write.precondition(domain_find(&write.txn, project_id, id).await?, if_match)?;
+        let current = write.precondition(
+            scoped_find::<domain::Entity>(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
         domain::Entity::delete_by_id(id).exec(&write.txn).await?;
         write
             .commit(domain_audit("domain.delete", &current))

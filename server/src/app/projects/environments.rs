@@ -1,20 +1,20 @@
 //! Environments of a project (e.g. `production`, `staging`): named groups of services.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Set,
-};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::App;
+use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
-use crate::app::shared::pagination::{Page, PageParams, paginate};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{environment, service};
 use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
+use crate::ids::{EnvironmentId, ProjectId};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EnvironmentView {
@@ -29,8 +29,8 @@ pub struct EnvironmentView {
 impl From<environment::Model> for EnvironmentView {
     fn from(m: environment::Model) -> Self {
         Self {
-            id: m.id,
-            project_id: m.project_id,
+            id: m.id.into(),
+            project_id: m.project_id.into(),
             name: m.name,
             created_at: m.created_at,
             updated_at: m.updated_at,
@@ -50,48 +50,31 @@ pub struct EnvironmentWrite {
     pub name: String,
 }
 
-/// Finds an environment of `project_id` (404 if it belongs to another project).
-pub async fn environment_find(
-    db: &impl ConnectionTrait,
-    project_id: Uuid,
-    id: Uuid,
-) -> AppResult<environment::Model> {
-    environment::Entity::find_by_id(id)
-        .filter(environment::Column::ProjectId.eq(project_id))
-        .one(db)
-        .await?
-        .ok_or_else(|| AppError::not_found("environment"))
-}
-
 impl App {
     pub async fn environment_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<environment::Model>> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        let select =
-            environment::Entity::find().filter(environment::Column::ProjectId.eq(project_id));
-        paginate(&self.db, select, environment::Column::Id, |m| m.id, &params).await
+        self.scoped_list::<environment::Entity>(principal, project_id, params)
+            .await
     }
 
     pub async fn environment_view(
         &self,
         principal: &Principal,
-        project_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        id: EnvironmentId,
     ) -> AppResult<environment::Model> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        environment_find(&self.db, project_id, id).await
+        self.scoped_view::<environment::Entity>(principal, project_id, id)
+            .await
     }
 
     pub async fn environment_create(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         create: EnvironmentWrite,
     ) -> AppResult<environment::Model> {
         let name = slug_validate("name", &create.name)?;
@@ -100,7 +83,7 @@ impl App {
             .await?;
         let now = Utc::now();
         let created = environment::ActiveModel {
-            id: Set(Uuid::now_v7()),
+            id: Set(EnvironmentId::new()),
             project_id: Set(project_id),
             name: Set(name),
             revision: Set(1),
@@ -119,8 +102,8 @@ impl App {
     pub async fn environment_update(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        id: EnvironmentId,
         if_match: Option<&str>,
         update: EnvironmentWrite,
     ) -> AppResult<environment::Model> {
@@ -129,7 +112,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
         let current = write.precondition(
-            environment_find(&write.txn, project_id, id).await?,
+            scoped_find::<environment::Entity>(&write.txn, project_id, id).await?,
             if_match,
         )?;
         let mut active: environment::ActiveModel = current.into();
@@ -145,15 +128,15 @@ impl App {
     pub async fn environment_delete(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        id: EnvironmentId,
         if_match: Option<&str>,
     ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
         let current = write.precondition(
-            environment_find(&write.txn, project_id, id).await?,
+            scoped_find::<environment::Entity>(&write.txn, project_id, id).await?,
             if_match,
         )?;
         let services = service::Entity::find()

@@ -23,6 +23,7 @@ use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project, project_invitation, project_member, user};
 use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
+use crate::ids::ProjectId;
 
 pub const INVITATION_TTL_DAYS: i64 = 7;
 
@@ -47,8 +48,8 @@ impl App {
         &self,
         invitations: Vec<project_invitation::Model>,
     ) -> AppResult<Vec<InvitationView>> {
-        let ids: Vec<Uuid> = invitations.iter().map(|m| m.project_id).collect();
-        let names: HashMap<Uuid, String> = project::Entity::find()
+        let ids: Vec<ProjectId> = invitations.iter().map(|m| m.project_id).collect();
+        let names: HashMap<ProjectId, String> = project::Entity::find()
             .filter(project::Column::Id.is_in(ids))
             .all(&self.db)
             .await?
@@ -60,7 +61,7 @@ impl App {
             .map(|m| {
                 Ok(InvitationView {
                     id: m.id,
-                    project_id: m.project_id,
+                    project_id: m.project_id.into(),
                     project_name: names.get(&m.project_id).cloned().unwrap_or_default(),
                     role: ProjectRole::parse(&m.role)?,
                     email: m.email,
@@ -82,7 +83,7 @@ pub struct InvitationCreate {
 
 async fn invitation_find(
     db: &impl ConnectionTrait,
-    project_id: Uuid,
+    project_id: ProjectId,
     id: Uuid,
 ) -> AppResult<project_invitation::Model> {
     project_invitation::Entity::find_by_id(id)
@@ -110,7 +111,7 @@ impl App {
     pub async fn invitation_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<project_invitation::Model>> {
         self.project_authorize(principal, project_id, ProjectRole::Admin, Scope::Read)
@@ -132,7 +133,7 @@ impl App {
     pub async fn invitation_create(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         create: InvitationCreate,
     ) -> AppResult<project_invitation::Model> {
         let email = email_validate(&create.email)?;
@@ -191,7 +192,7 @@ impl App {
     pub async fn invitation_revoke(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<()> {
         let write = self

@@ -17,6 +17,7 @@ use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{project_member, user};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::ProjectId;
 
 /// A user's membership in a project.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -86,7 +87,7 @@ pub(crate) async fn member_load(
 
 async fn membership_find(
     db: &impl ConnectionTrait,
-    project_id: Uuid,
+    project_id: ProjectId,
     user_id: Uuid,
 ) -> AppResult<project_member::Model> {
     project_member::Entity::find()
@@ -106,7 +107,7 @@ pub(crate) fn role_to_manage(role: ProjectRole) -> ProjectRole {
     }
 }
 
-async fn owners_count(db: &impl ConnectionTrait, project_id: Uuid) -> AppResult<u64> {
+async fn owners_count(db: &impl ConnectionTrait, project_id: ProjectId) -> AppResult<u64> {
     Ok(project_member::Entity::find()
         .filter(project_member::Column::ProjectId.eq(project_id))
         .filter(project_member::Column::Role.eq(ProjectRole::Owner.as_str()))
@@ -118,7 +119,7 @@ impl App {
     pub async fn member_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<MemberView>> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
@@ -147,7 +148,7 @@ impl App {
     pub async fn member_view(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         user_id: Uuid,
     ) -> AppResult<Member> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
@@ -162,7 +163,7 @@ impl App {
     pub async fn member_update(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         user_id: Uuid,
         if_match: Option<&str>,
         update: MemberUpdate,
@@ -200,7 +201,7 @@ impl App {
     pub async fn member_remove(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         user_id: Uuid,
         if_match: Option<&str>,
     ) -> AppResult<()> {

@@ -6,6 +6,7 @@ pub mod domains;
 pub mod environments;
 pub mod invitations;
 pub mod members;
+pub mod scoped;
 pub mod services;
 pub mod write;
 
@@ -26,6 +27,7 @@ use crate::authz::{
 };
 use crate::entity::{project, project_member};
 use crate::error::{AppError, AppResult};
+use crate::ids::ProjectId;
 
 /// A project: the unit of ownership of environments, services and domains.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -40,7 +42,7 @@ pub struct ProjectView {
 impl From<project::Model> for ProjectView {
     fn from(m: project::Model) -> Self {
         Self {
-            id: m.id,
+            id: m.id.into(),
             name: m.name,
             description: m.description,
             created_at: m.created_at,
@@ -89,7 +91,7 @@ impl App {
     pub async fn project_authorize(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         role: ProjectRole,
         scope: Scope,
     ) -> AppResult<project::Model> {
@@ -145,7 +147,11 @@ impl App {
         paginate(&self.db, select, project::Column::Id, |m| m.id, &params).await
     }
 
-    pub async fn project_view(&self, principal: &Principal, id: Uuid) -> AppResult<project::Model> {
+    pub async fn project_view(
+        &self,
+        principal: &Principal,
+        id: ProjectId,
+    ) -> AppResult<project::Model> {
         self.project_authorize(principal, id, ProjectRole::Viewer, Scope::Read)
             .await
     }
@@ -161,7 +167,7 @@ impl App {
         let now = Utc::now();
         let txn = crate::db::begin_write(&self.db).await?;
         let created = project::ActiveModel {
-            id: Set(Uuid::now_v7()),
+            id: Set(ProjectId::new()),
             name: Set(name),
             description: Set(description),
             revision: Set(1),
@@ -190,7 +196,7 @@ impl App {
     pub async fn project_update(
         &self,
         ctx: &OpContext,
-        id: Uuid,
+        id: ProjectId,
         if_match: Option<&str>,
         update: ProjectUpdate,
     ) -> AppResult<project::Model> {
@@ -219,7 +225,7 @@ impl App {
     pub async fn project_delete(
         &self,
         ctx: &OpContext,
-        id: Uuid,
+        id: ProjectId,
         if_match: Option<&str>,
     ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;

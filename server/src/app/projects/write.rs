@@ -12,7 +12,6 @@ use sea_orm::{
     ActiveModelBehavior, ActiveModelTrait, DatabaseTransaction, DbErr, EntityTrait,
     IntoActiveModel, Set,
 };
-use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::shared::audit::{AuditEntry, audit_record};
@@ -21,6 +20,7 @@ use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, ProjectRole, Scope};
 use crate::entity::{domain, environment, project, project_member, service};
 use crate::error::AppResult;
+use crate::ids::ProjectId;
 
 /// A model with a revision (its strong `ETag` is [`crate::app::shared::validate::etag_for`] of it).
 pub trait Revisioned {
@@ -68,7 +68,7 @@ impl App {
     pub async fn project_write<'a>(
         &self,
         ctx: &'a OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         role: ProjectRole,
         scope: Scope,
     ) -> AppResult<ProjectWrite<'a>> {

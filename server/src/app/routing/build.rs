@@ -6,12 +6,12 @@
 use std::collections::{BTreeSet, HashMap};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
-use uuid::Uuid;
 
 use super::RoutesIndex;
 use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{domain, instance};
 use crate::error::AppResult;
+use crate::ids::ServiceId;
 use bulkhead_routing::{Route, RouteChange, Upstream};
 
 /// Past this many services, reading every route costs less than reading theirs.
@@ -33,7 +33,7 @@ pub(super) async fn routes_all(db: &impl ConnectionTrait) -> AppResult<Vec<Route
 pub(super) async fn routes_of_services(
     db: &impl ConnectionTrait,
     index: &RoutesIndex,
-    services: &BTreeSet<Uuid>,
+    services: &BTreeSet<ServiceId>,
 ) -> AppResult<(BTreeSet<String>, Vec<Route>)> {
     let mut looked_at = index.domains_of(services);
     let mut domains = domain::Entity::find()
@@ -56,7 +56,7 @@ pub(super) async fn routes_of_services(
                 .await?,
         );
     }
-    let mut of_services: BTreeSet<Uuid> = services.clone();
+    let mut of_services: BTreeSet<ServiceId> = services.clone();
     of_services.extend(domains.iter().map(|d| d.service_id));
     let instances = routable(instance::Entity::find())
         .filter(instance::Column::ServiceId.is_in(of_services))
@@ -75,7 +75,7 @@ fn routable(select: sea_orm::Select<instance::Entity>) -> sea_orm::Select<instan
 }
 
 fn routes_assemble(domains: Vec<domain::Model>, instances: Vec<instance::Model>) -> Vec<Route> {
-    let mut by_service: HashMap<Uuid, Vec<Upstream>> = HashMap::new();
+    let mut by_service: HashMap<ServiceId, Vec<Upstream>> = HashMap::new();
     for instance in instances {
         by_service
             .entry(instance.service_id)
@@ -101,8 +101,8 @@ fn routes_assemble(domains: Vec<domain::Model>, instances: Vec<instance::Model>)
                 .cloned()
                 .unwrap_or_default(),
             domain: domain.hostname,
-            project_id: domain.project_id,
-            service_id: domain.service_id,
+            project_id: domain.project_id.into(),
+            service_id: domain.service_id.into(),
         })
         .collect()
 }

@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use bulkhead_routing::{Route, RouteChange, RoutingTable};
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
+
+use crate::ids::ServiceId;
 
 /// One route, and its JSON as it appears in the table.
 #[derive(Debug)]
@@ -29,7 +30,7 @@ struct Entry {
 #[derive(Debug, Clone, Default)]
 pub struct RoutesIndex {
     routes: BTreeMap<String, Arc<Entry>>,
-    domains_of: HashMap<Uuid, BTreeSet<String>>,
+    domains_of: HashMap<ServiceId, BTreeSet<String>>,
 }
 
 impl RoutesIndex {
@@ -65,7 +66,10 @@ impl RoutesIndex {
     }
 
     /// The domains routed to any of `services`.
-    pub fn domains_of<'a>(&self, services: impl IntoIterator<Item = &'a Uuid>) -> BTreeSet<String> {
+    pub fn domains_of<'a>(
+        &self,
+        services: impl IntoIterator<Item = &'a ServiceId>,
+    ) -> BTreeSet<String> {
         services
             .into_iter()
             .filter_map(|service| self.domains_of.get(service))
@@ -111,7 +115,7 @@ impl RoutesIndex {
             .expect("a route serializes")
             .into_boxed_str();
         self.domains_of
-            .entry(route.service_id)
+            .entry(ServiceId(route.service_id))
             .or_default()
             .insert(route.domain.clone());
         self.routes
@@ -122,7 +126,7 @@ impl RoutesIndex {
         let Some(old) = self.routes.remove(domain) else {
             return;
         };
-        let service = old.route.service_id;
+        let service = ServiceId(old.route.service_id);
         if let Some(domains) = self.domains_of.get_mut(&service) {
             domains.remove(domain);
             if domains.is_empty() {
@@ -194,16 +198,17 @@ fn change_domain(change: &RouteChange) -> &str {
 mod tests {
     use super::*;
     use bulkhead_routing::Upstream;
+    use uuid::Uuid;
 
-    fn service(n: u128) -> Uuid {
-        Uuid::from_u128(n)
+    fn service(n: u128) -> ServiceId {
+        ServiceId(Uuid::from_u128(n))
     }
 
     fn route(domain: &str, service_n: u128, addresses: &[&str]) -> Route {
         Route {
             domain: domain.into(),
             project_id: Uuid::from_u128(99),
-            service_id: service(service_n),
+            service_id: service(service_n).uuid(),
             upstreams: addresses
                 .iter()
                 .enumerate()

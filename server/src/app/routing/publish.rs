@@ -14,6 +14,7 @@ use crate::app::cluster::changes::RoutesScope;
 use crate::app::cluster::leases::Work;
 use crate::entity::{route, routing_revision};
 use crate::error::{AppError, AppResult};
+use crate::ids::ServiceId;
 use bulkhead_routing::RouteChange;
 
 /// Routes written by one statement at most.
@@ -103,7 +104,7 @@ impl App {
             match change {
                 RouteChange::Set { route } => set.push(route::ActiveModel {
                     domain: Set(route.domain.clone()),
-                    service_id: Set(route.service_id),
+                    service_id: Set(ServiceId(route.service_id)),
                     revision: Set(revision),
                     route: Set(serde_json::to_string(route).map_err(AppError::internal)?),
                 }),

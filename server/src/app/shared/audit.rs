@@ -12,6 +12,7 @@ use crate::app::shared::pagination::{ListOrder, Page, PageParams, paginate_order
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::audit_event;
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::ProjectId;
 
 /// What an audit event records about a change.
 pub struct AuditEntry {
@@ -19,7 +20,7 @@ pub struct AuditEntry {
     pub action: &'static str,
     pub resource_type: &'static str,
     pub resource_id: String,
-    pub project_id: Option<Uuid>,
+    pub project_id: Option<ProjectId>,
     /// Non-secret facts about the change (never secret values).
     pub details: serde_json::Value,
 }
@@ -95,7 +96,7 @@ impl From<audit_event::Model> for AuditEventView {
             action: m.action,
             resource_type: m.resource_type,
             resource_id: m.resource_id,
-            project_id: m.project_id,
+            project_id: m.project_id.map(Into::into),
             request_id: m.request_id,
             details: m.details,
         }
@@ -138,8 +139,13 @@ impl App {
         principal.require_scope(Scope::Read)?;
         let mut select = audit_event::Entity::find();
         if let Some(project_id) = query.project_id {
-            self.project_authorize(principal, project_id, ProjectRole::Admin, Scope::Read)
-                .await?;
+            self.project_authorize(
+                principal,
+                ProjectId(project_id),
+                ProjectRole::Admin,
+                Scope::Read,
+            )
+            .await?;
             select = select.filter(audit_event::Column::ProjectId.eq(project_id));
         } else if !principal.is_admin() {
             select = select.filter(audit_event::Column::ActorUserId.eq(principal.user_id()));

@@ -11,6 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::{DeploymentId, EnvironmentId, InstanceId, ProjectId, ServiceId};
 
 pub const DEFAULT_LIMIT: u64 = 50;
 pub const MAX_LIMIT: u64 = 200;
@@ -148,6 +149,31 @@ impl CursorKey for String {
         String::from_utf8(bytes.to_vec()).ok()
     }
 }
+
+/// A typed id's cursor is its UUID's.
+macro_rules! uuid_cursor {
+    ($($id:ty),*) => {
+        $(
+            impl CursorKey for $id {
+                fn to_cursor(&self) -> Vec<u8> {
+                    self.0.to_cursor()
+                }
+
+                fn from_cursor(bytes: &[u8]) -> Option<Self> {
+                    Uuid::from_cursor(bytes).map(Self)
+                }
+            }
+        )*
+    };
+}
+
+uuid_cursor!(
+    ProjectId,
+    EnvironmentId,
+    ServiceId,
+    DeploymentId,
+    InstanceId
+);
 
 /// Runs `select` for one page, ordered by `id_column`.
 pub async fn paginate<E, C, K>(

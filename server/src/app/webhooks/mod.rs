@@ -21,17 +21,17 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::App;
+use crate::app::projects::scoped::scoped_find;
 use crate::app::projects::write::{RevisionBump, Revisioned};
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::outbound_addresses;
-use crate::app::shared::pagination::{
-    OrderedPageParams, Page, PageParams, paginate, paginate_ordered,
-};
+use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams, paginate_ordered};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::webhook_message::WebhookEventType;
 use crate::entity::webhook_message::WebhookMessageState;
 use crate::entity::{deployment, webhook_endpoint, webhook_message};
 use crate::error::{AppError, AppResult};
+use crate::ids::ProjectId;
 
 /// How long the secret before a rotation still signs messages (beside the new one).
 pub const SECRET_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
@@ -90,7 +90,7 @@ impl TryFrom<webhook_endpoint::Model> for WebhookEndpointView {
         let now = Utc::now();
         Ok(Self {
             id: m.id,
-            project_id: m.project_id,
+            project_id: m.project_id.into(),
             url: m.url,
             event_types: serde_json::from_value(m.event_types).map_err(AppError::internal)?,
             open_until: m.open_until.filter(|until| *until > now),
@@ -197,18 +197,6 @@ fn event_types_value(types: Vec<WebhookEventType>) -> AppResult<serde_json::Valu
     serde_json::to_value(types).map_err(AppError::internal)
 }
 
-async fn endpoint_find(
-    db: &impl ConnectionTrait,
-    project_id: Uuid,
-    id: Uuid,
-) -> AppResult<webhook_endpoint::Model> {
-    webhook_endpoint::Entity::find_by_id(id)
-        .filter(webhook_endpoint::Column::ProjectId.eq(project_id))
-        .one(db)
-        .await?
-        .ok_or_else(|| AppError::not_found("webhook endpoint"))
-}
-
 fn endpoint_audit(action: &'static str, m: &webhook_endpoint::Model) -> AuditEntry {
     AuditEntry {
         action,
@@ -278,39 +266,28 @@ impl App {
     pub async fn webhook_endpoint_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<webhook_endpoint::Model>> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        let select = webhook_endpoint::Entity::find()
-            .filter(webhook_endpoint::Column::ProjectId.eq(project_id));
-        paginate(
-            &self.db,
-            select,
-            webhook_endpoint::Column::Id,
-            |m| m.id,
-            &params,
-        )
-        .await
+        self.scoped_list::<webhook_endpoint::Entity>(principal, project_id, params)
+            .await
     }
 
     pub async fn webhook_endpoint_view(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<webhook_endpoint::Model> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        endpoint_find(&self.db, project_id, id).await
+        self.scoped_view::<webhook_endpoint::Entity>(principal, project_id, id)
+            .await
     }
 
     /// Registers an endpoint with a new secret (returned once).
     pub async fn webhook_endpoint_create(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         create: WebhookEndpointCreate,
     ) -> AppResult<(webhook_endpoint::Model, String)> {
         let url = url_check(&self.settings, &create.url)?;
@@ -358,7 +335,7 @@ impl App {
     pub async fn webhook_endpoint_update(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
         if_match: Option<&str>,
         update: WebhookEndpointUpdate,
@@ -370,8 +347,10 @@ impl App {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
-        let found =
-            write.precondition(endpoint_find(&write.txn, project_id, id).await?, if_match)?;
+        let found = write.precondition(
+            scoped_find::<webhook_endpoint::Entity>(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
         let mut active = found.into_active_model();
         if let Some(url) = url {
             active.url = Set(url);
@@ -392,15 +371,17 @@ impl App {
     pub async fn webhook_endpoint_delete(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
         if_match: Option<&str>,
     ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
-        let found =
-            write.precondition(endpoint_find(&write.txn, project_id, id).await?, if_match)?;
+        let found = write.precondition(
+            scoped_find::<webhook_endpoint::Entity>(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
         webhook_endpoint::Entity::delete_by_id(found.id)
             .exec(&write.txn)
             .await?;
@@ -414,13 +395,13 @@ impl App {
     pub async fn webhook_endpoint_secret_rotate(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<(webhook_endpoint::Model, String)> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
-        let found = endpoint_find(&write.txn, project_id, id).await?;
+        let found = scoped_find::<webhook_endpoint::Entity>(&write.txn, project_id, id).await?;
         let secret = secret_generate();
         let mut active = found.clone().into_active_model();
         active.previous_secret = Set(Some(found.secret));
@@ -437,7 +418,7 @@ impl App {
     pub async fn webhook_message_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         endpoint_id: Uuid,
         params: OrderedPageParams,
     ) -> AppResult<Page<webhook_message::Model>> {
@@ -462,14 +443,14 @@ impl App {
     pub async fn webhook_message_replay(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         endpoint_id: Uuid,
         id: Uuid,
     ) -> AppResult<webhook_message::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
-        endpoint_find(&write.txn, project_id, endpoint_id).await?;
+        scoped_find::<webhook_endpoint::Entity>(&write.txn, project_id, endpoint_id).await?;
         let found = webhook_message::Entity::find_by_id(id)
             .filter(webhook_message::Column::EndpointId.eq(endpoint_id))
             .one(&write.txn)

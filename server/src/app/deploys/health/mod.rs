@@ -36,7 +36,6 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use tokio::sync::{Semaphore, mpsc, watch};
-use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::cluster::leases::Work;
@@ -53,6 +52,8 @@ use crate::entity::deployment::DeploymentState;
 use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, instance};
 use crate::error::{AppError, AppResult};
+use crate::ids::DeploymentId;
+use crate::ids::InstanceId;
 
 /// How often every instance to check is read again (new, gone, changed).
 const SYNC_EVERY: Duration = Duration::from_secs(10);
@@ -72,7 +73,7 @@ const IDLE: Duration = Duration::from_secs(1);
 struct HealthLoop {
     schedule: HealthSchedule,
     /// Deployments' health checks, decoded once (a deployment's spec never changes).
-    specs: HashMap<Uuid, Arc<HealthCheckSpec>>,
+    specs: HashMap<DeploymentId, Arc<HealthCheckSpec>>,
     next_sync: Instant,
     /// A deployment changed: its starting instances are read at this time.
     starting_sync: Option<Instant>,
@@ -83,9 +84,9 @@ struct HealthLoop {
 /// Runs a batch of checks in one task, each holding a permit while it runs;
 /// results go back as they come, those ready together in one message.
 fn checks_run(
-    due: Vec<(Uuid, String, Arc<HealthCheckSpec>)>,
+    due: Vec<(InstanceId, String, Arc<HealthCheckSpec>)>,
     permits: &Arc<Semaphore>,
-    results_tx: &mpsc::Sender<Vec<(Uuid, bool)>>,
+    results_tx: &mpsc::Sender<Vec<(InstanceId, bool)>>,
 ) {
     // Only the health loop takes permits, and it takes no more checks than are free.
     let checks: FuturesUnordered<_> = due
@@ -139,7 +140,7 @@ impl App {
         mut reports: mpsc::Receiver<HealthReport>,
     ) {
         let permits = Arc::new(Semaphore::new(CONCURRENT_CHECKS));
-        let (results_tx, mut results) = mpsc::channel::<Vec<(Uuid, bool)>>(CONCURRENT_CHECKS);
+        let (results_tx, mut results) = mpsc::channel::<Vec<(InstanceId, bool)>>(CONCURRENT_CHECKS);
         let mut deployments = self.changes.deployments.subscribe();
         let mut state = HealthLoop {
             schedule: HealthSchedule::default(),
@@ -237,7 +238,7 @@ impl App {
         };
         state.starting_sync = None;
         let rows = query.all(&self.db).await?;
-        let missing: Vec<Uuid> = rows
+        let missing: Vec<DeploymentId> = rows
             .iter()
             .map(|row| row.deployment_id)
             .filter(|id| !state.specs.contains_key(id))
@@ -256,7 +257,7 @@ impl App {
             }
         }
         if complete {
-            let live: std::collections::HashSet<Uuid> =
+            let live: std::collections::HashSet<DeploymentId> =
                 rows.iter().map(|row| row.deployment_id).collect();
             state.specs.retain(|id, _| live.contains(id));
             state.next_sync = now + SYNC_EVERY;

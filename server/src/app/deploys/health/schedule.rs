@@ -17,8 +17,8 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::ids::InstanceId;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use crate::app::projects::services::spec::HealthCheckSpec;
 use crate::entity::instance;
@@ -66,10 +66,10 @@ pub enum Verdict {
 /// The due times of every checked instance.
 #[derive(Default)]
 pub struct HealthSchedule {
-    entries: HashMap<Uuid, Scheduled>,
-    due: BinaryHeap<Reverse<(Instant, Uuid)>>,
+    entries: HashMap<InstanceId, Scheduled>,
+    due: BinaryHeap<Reverse<(Instant, InstanceId)>>,
     /// Instance keys (as providers report them) to ids.
-    keys: HashMap<String, Uuid>,
+    keys: HashMap<String, InstanceId>,
 }
 
 impl HealthSchedule {
@@ -149,7 +149,7 @@ impl HealthSchedule {
         &mut self,
         now: Instant,
         limit: usize,
-    ) -> Vec<(Uuid, String, Arc<HealthCheckSpec>)> {
+    ) -> Vec<(InstanceId, String, Arc<HealthCheckSpec>)> {
         let mut taken = Vec::new();
         while taken.len() < limit {
             let Some(Reverse((at, id))) = self.due.peek().copied() else {
@@ -181,7 +181,7 @@ impl HealthSchedule {
     /// Records a check's result, schedules the next, and says what it means.
     pub fn record(
         &mut self,
-        id: Uuid,
+        id: InstanceId,
         passed: bool,
         now: Instant,
         wall: DateTime<Utc>,
@@ -242,7 +242,7 @@ impl HealthSchedule {
     }
 
     /// Keeps what was written of an instance (so the same change is not written twice).
-    pub fn row_update(&mut self, id: Uuid, state: InstanceState, health: InstanceHealth) {
+    pub fn row_update(&mut self, id: InstanceId, state: InstanceState, health: InstanceHealth) {
         if let Some(entry) = self.entries.get_mut(&id) {
             entry.row.state = state;
             entry.row.health = health;
@@ -250,7 +250,7 @@ impl HealthSchedule {
     }
 
     /// Stops checking an instance (it failed or left).
-    pub fn remove(&mut self, id: Uuid) {
+    pub fn remove(&mut self, id: InstanceId) {
         if let Some(entry) = self.entries.remove(&id) {
             self.keys.remove(&entry.row.instance_key);
         }
@@ -259,9 +259,9 @@ impl HealthSchedule {
 
 /// Where in its first interval an instance already running is first checked: spread by its
 /// id, so that instances found together are not checked together.
-fn first_offset(id: Uuid, interval: Duration) -> Duration {
+fn first_offset(id: InstanceId, interval: Duration) -> Duration {
     let millis = interval.as_millis().max(1);
-    Duration::from_millis((id.as_u128() % millis) as u64)
+    Duration::from_millis((id.uuid().as_u128() % millis) as u64)
 }
 
 /// What `entry`'s streak means for it, at `now`.
@@ -297,10 +297,10 @@ mod tests {
     fn row(state: InstanceState, health: InstanceHealth) -> instance::Model {
         let now = Utc::now();
         instance::Model {
-            id: Uuid::new_v4(),
-            deployment_id: Uuid::nil(),
-            service_id: Uuid::nil(),
-            project_id: Uuid::nil(),
+            id: InstanceId::new(),
+            deployment_id: Default::default(),
+            service_id: Default::default(),
+            project_id: Default::default(),
             instance_key: "i".into(),
             provider: "gcp".into(),
             region: "r".into(),

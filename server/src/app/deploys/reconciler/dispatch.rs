@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use chrono::{Duration as ChronoDuration, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::cluster::leases::Work;
@@ -18,6 +17,7 @@ use crate::app::shared::backpressure::Wait;
 use crate::entity::instance::InstanceState;
 use crate::entity::{instance, provider};
 use crate::error::{AppError, AppResult};
+use crate::ids::InstanceId;
 
 impl App {
     /// Starts provider operations on the instances at the head of the queue, as far as the
@@ -102,7 +102,7 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
         let rows = admitted.iter().map(|(row, _)| row.clone()).collect();
-        let claimed: HashSet<Uuid> =
+        let claimed: HashSet<InstanceId> =
             queue::claims_take(&txn, rows, &self.reconciler.runner, now, until)
                 .await?
                 .into_iter()
@@ -148,7 +148,7 @@ impl App {
     /// Keeps this runner's claim on instance `id` alive while its operation runs: a claim
     /// lasts only a few seconds, so that the instances of a runner that died are taken up
     /// again soon, and a live runner renews it well before it lapses.
-    async fn instance_claim_renew(self, id: Uuid) {
+    async fn instance_claim_renew(self, id: InstanceId) {
         let ttl = self.reconciler.settings.claim_ttl;
         loop {
             tokio::time::sleep(ttl / 3).await;

@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 mod dispatch;
 mod drain;
@@ -43,6 +42,7 @@ use crate::app::deploys::rollouts::SETTLE_SWEEP_EVERY;
 use crate::app::shared::backpressure::Throttle;
 use crate::config::DeploySettings;
 use crate::error::AppResult;
+use crate::ids::InstanceId;
 
 /// Deployments placed in one pass at most (oldest first; a full batch runs the next pass at
 /// once).
@@ -87,7 +87,7 @@ pub struct Reconciler {
     status: Mutex<ReconcilerStatus>,
     errors: Mutex<VecDeque<String>>,
     /// Instances with an operation running here, and their provider.
-    in_flight: Mutex<HashMap<Uuid, String>>,
+    in_flight: Mutex<HashMap<InstanceId, String>>,
     /// Regions of each provider's plugin, by plugin digest.
     regions: Mutex<HashMap<(String, String), Vec<String>>>,
     drain_rate: Mutex<f64>,
@@ -156,7 +156,7 @@ impl Reconciler {
     }
 
     /// Marks `instance` as having an operation here; false if it already has one.
-    pub(crate) fn op_begin(&self, instance: Uuid, provider: &str) -> bool {
+    pub(crate) fn op_begin(&self, instance: InstanceId, provider: &str) -> bool {
         let mut in_flight = self.in_flight.lock().expect("not poisoned");
         if in_flight.contains_key(&instance) {
             return false;
@@ -167,7 +167,7 @@ impl Reconciler {
         true
     }
 
-    pub(crate) fn op_end(&self, instance: Uuid) {
+    pub(crate) fn op_end(&self, instance: InstanceId) {
         if let Some(provider) = self
             .in_flight
             .lock()

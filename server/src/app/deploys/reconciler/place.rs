@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use chrono::{Duration as ChronoDuration, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
-use uuid::Uuid;
 
 use super::{PLACE_PER_PASS, Reconciler, WAITING_RETRY};
 use crate::app::App;
@@ -22,6 +21,7 @@ use crate::entity::deployment::DeploymentState;
 use crate::entity::instance::InstanceState;
 use crate::entity::{deployment, evacuation, instance, provider, service};
 use crate::error::{AppError, AppResult};
+use crate::ids::DeploymentId;
 
 impl App {
     /// Providers that may take new instances now (enabled, not drained, not evacuated, breaker
@@ -131,7 +131,7 @@ impl App {
         Ok(more)
     }
 
-    async fn deployment_place(&self, id: Uuid, candidates: &[Candidate]) -> AppResult<()> {
+    async fn deployment_place(&self, id: DeploymentId, candidates: &[Candidate]) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
         let Some(found) = deployment::Entity::find_by_id(id)

@@ -16,13 +16,16 @@ use uuid::Uuid;
 pub mod spec;
 
 use crate::app::App;
-use crate::app::projects::environments::environment_find;
+use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
-use crate::app::shared::pagination::{Page, PageParams, paginate};
+use crate::app::shared::pagination::{Page, PageParams};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
+use crate::entity::environment;
 use crate::entity::{instance, service};
 use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
+use crate::ids::EnvironmentId;
+use crate::ids::{ProjectId, ServiceId};
 use crate::secrets::SecretBox;
 use spec::json_or_default;
 use spec::{HealthCheckSpec, PlacementPolicy, ServiceSource, ServiceSpec};
@@ -133,9 +136,9 @@ impl TryFrom<service::Model> for ServiceView {
         Ok(Self {
             placement: json_or_default(&m.placement)?,
             health_check: json_or_default(&m.health_check)?,
-            id: m.id,
-            project_id: m.project_id,
-            environment_id: m.environment_id,
+            id: m.id.into(),
+            project_id: m.project_id.into(),
+            environment_id: m.environment_id.into(),
             name: m.name,
             source: serde_json::from_value(m.source).map_err(AppError::internal)?,
             port: u16::try_from(m.port).map_err(AppError::internal)?,
@@ -271,7 +274,7 @@ fn regions_validate(regions: Vec<String>) -> AppResult<serde_json::Value> {
     serde_json::to_value(regions).map_err(AppError::internal)
 }
 
-fn variable_purpose(service_id: Uuid, name: &str) -> String {
+fn variable_purpose(service_id: ServiceId, name: &str) -> String {
     format!("service-variable:{service_id}:{name}")
 }
 
@@ -282,7 +285,7 @@ fn variables_validate(
     inputs: Vec<VariableInput>,
     existing: &[StoredVariable],
     secrets: &SecretBox,
-    service_id: Uuid,
+    service_id: ServiceId,
 ) -> AppResult<serde_json::Value> {
     if inputs.len() > MAX_VARIABLES {
         return Err(AppError::invalid(format!(
@@ -357,18 +360,6 @@ fn variables_validate(
     serde_json::to_value(stored).map_err(AppError::internal)
 }
 
-pub(crate) async fn service_find(
-    db: &impl sea_orm::ConnectionTrait,
-    project_id: Uuid,
-    id: Uuid,
-) -> AppResult<service::Model> {
-    service::Entity::find_by_id(id)
-        .filter(service::Column::ProjectId.eq(project_id))
-        .one(db)
-        .await?
-        .ok_or_else(|| AppError::not_found("service"))
-}
-
 impl App {
     /// The environment a service's workload gets: every variable, secrets opened. For the
     /// deploy pipeline only; never for an API response, a log or an event.
@@ -383,7 +374,7 @@ impl App {
     /// secrets opened: a workload's environment.
     pub fn variables_open(
         &self,
-        service_id: Uuid,
+        service_id: ServiceId,
         stored: &serde_json::Value,
     ) -> AppResult<std::collections::BTreeMap<String, String>> {
         let variables: Vec<StoredVariable> =
@@ -441,30 +432,27 @@ impl App {
     pub async fn service_list(
         &self,
         principal: &Principal,
-        project_id: Uuid,
+        project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<service::Model>> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        let select = service::Entity::find().filter(service::Column::ProjectId.eq(project_id));
-        paginate(&self.db, select, service::Column::Id, |m| m.id, &params).await
+        self.scoped_list::<service::Entity>(principal, project_id, params)
+            .await
     }
 
     pub async fn service_view(
         &self,
         principal: &Principal,
-        project_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        id: ServiceId,
     ) -> AppResult<service::Model> {
-        self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
-            .await?;
-        service_find(&self.db, project_id, id).await
+        self.scoped_view::<service::Entity>(principal, project_id, id)
+            .await
     }
 
     pub async fn service_create(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
+        project_id: ProjectId,
         create: ServiceCreate,
     ) -> AppResult<service::Model> {
         let name = slug_validate("name", &create.name)?;
@@ -472,12 +460,13 @@ impl App {
         let port = port_validate(create.port)?;
         let replicas = replicas_validate(create.replicas)?;
         let regions = regions_validate(create.regions)?;
-        let id = Uuid::now_v7();
+        let id = ServiceId::new();
+        let environment_id = EnvironmentId(create.environment_id);
         let variables = variables_validate(create.variables, &[], &self.secrets, id)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
-        environment_find(&write.txn, project_id, create.environment_id)
+        scoped_find::<environment::Entity>(&write.txn, project_id, environment_id)
             .await
             .map_err(|_| {
                 AppError::invalid("`environment_id` is not an environment of this project")
@@ -486,7 +475,7 @@ impl App {
         let created = service::ActiveModel {
             id: Set(id),
             project_id: Set(project_id),
-            environment_id: Set(create.environment_id),
+            environment_id: Set(environment_id),
             name: Set(name),
             source: Set(source),
             port: Set(port),
@@ -515,16 +504,18 @@ impl App {
     pub async fn service_update(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        id: ServiceId,
         if_match: Option<&str>,
         update: ServiceUpdate,
     ) -> AppResult<service::Model> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
-        let current =
-            write.precondition(service_find(&write.txn, project_id, id).await?, if_match)?;
+        let current = write.precondition(
+            scoped_find::<service::Entity>(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
         let mut active: service::ActiveModel = current.clone().into();
         if let Some(name) = update.name {
             active.name = Set(slug_validate("name", &name)?);
@@ -563,15 +554,17 @@ impl App {
     pub async fn service_delete(
         &self,
         ctx: &OpContext,
-        project_id: Uuid,
-        id: Uuid,
+        project_id: ProjectId,
+        id: ServiceId,
         if_match: Option<&str>,
     ) -> AppResult<()> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
-        let current =
-            write.precondition(service_find(&write.txn, project_id, id).await?, if_match)?;
+        let current = write.precondition(
+            scoped_find::<service::Entity>(&write.txn, project_id, id).await?,
+            if_match,
+        )?;
         instances_none_live(&write.txn, instance::Column::ServiceId.eq(id)).await?;
         service::Entity::delete_by_id(id).exec(&write.txn).await?;
         write
