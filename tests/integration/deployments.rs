@@ -58,19 +58,13 @@ pub async fn fixture_running(
         ))
         .await;
     let project = s.project_create(&owner, "shop").await;
-    let environment = s
-        .post(
-            &format!("/v1/projects/{project}/environments"),
-            &owner,
-            json!({ "name": "production" }),
-        )
-        .await;
+    let environment = s.environment_create(&owner, &project, "production").await;
     let service = s
-        .post(
-            &format!("/v1/projects/{project}/services"),
+        .service_create(
             &owner,
+            &project,
+            &environment,
             json!({
-                "environment_id": environment.assert_status(201)["id"],
                 "name": "web",
                 "source": { "type": "command", "command": ["python3", "-c", workload] },
                 "port": 8080,
@@ -81,10 +75,6 @@ pub async fn fixture_running(
             }),
         )
         .await;
-    let service = service.assert_status(201)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     Fixture {
         owner,
         project: project.clone(),

@@ -37,6 +37,12 @@ fn spec(key: &str, region: &str) -> InstanceSpec {
     }
 }
 
+/// `file` of the test plugins, loaded on `host` with the default limits.
+fn loaded(host: &PluginHost, file: &str) -> Plugin {
+    host.plugin_load(&plugin_bytes(file), PluginLimits::default())
+        .unwrap_or_else(|err| panic!("{file}: {err}"))
+}
+
 /// A host with the hostile plugin loaded under [`hostile_limits`].
 fn hostile() -> (PluginHost, Plugin) {
     let host = PluginHost::new(None).unwrap();
@@ -62,12 +68,7 @@ fn hostile_limits() -> PluginLimits {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_plugin_answers_every_call() {
     let host = PluginHost::new(None).unwrap();
-    let plugin = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_example.wasm"),
-            PluginLimits::default(),
-        )
-        .unwrap();
+    let plugin = loaded(&host, "bulkhead_plugin_example.wasm");
     assert_eq!(plugin.contract_version, "0.4.0");
     assert_eq!(plugin.digest.len(), 64);
     let env = env("example");
@@ -309,12 +310,7 @@ async fn outbound_http_reaches_only_the_allowlist_and_is_capped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misbehaving_plugin_does_not_slow_another() {
     let host = std::sync::Arc::new(PluginHost::new(None).unwrap());
-    let example = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_example.wasm"),
-            PluginLimits::default(),
-        )
-        .unwrap();
+    let example = loaded(&host, "bulkhead_plugin_example.wasm");
     let hostile = std::sync::Arc::new(
         host.plugin_load(
             &plugin_bytes("bulkhead_plugin_hostile.wasm"),
@@ -670,12 +666,7 @@ async fn one_busy_provider_leaves_room_for_the_others() {
     )
     .await;
 
-    let example = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_example.wasm"),
-            PluginLimits::default(),
-        )
-        .unwrap();
+    let example = loaded(&host, "bulkhead_plugin_example.wasm");
     let quiet = env("example");
     for _ in 0..10 {
         let started = Instant::now();
@@ -703,18 +694,8 @@ async fn one_busy_provider_leaves_room_for_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_2_0_plugin_runs_beside_0_4_0_plugins() {
     let host = PluginHost::new(None).unwrap();
-    let legacy = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_contract_0_2.wasm"),
-            PluginLimits::default(),
-        )
-        .unwrap();
-    let example = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_example.wasm"),
-            PluginLimits::default(),
-        )
-        .unwrap();
+    let legacy = loaded(&host, "bulkhead_plugin_contract_0_2.wasm");
+    let example = loaded(&host, "bulkhead_plugin_example.wasm");
     assert_eq!(legacy.contract_version, "0.2.0");
     assert_eq!(example.contract_version, "0.4.0");
     let mut settings = PluginEnv {
@@ -793,18 +774,8 @@ async fn a_0_2_0_plugin_runs_beside_0_4_0_plugins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_3_0_plugin_runs_beside_0_4_0_plugins() {
     let host = PluginHost::new(None).unwrap();
-    let v03 = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_contract_0_3.wasm"),
-            PluginLimits::default(),
-        )
-        .unwrap();
-    let metal = host
-        .plugin_load(
-            &plugin_bytes("bulkhead_plugin_metal.wasm"),
-            PluginLimits::default(),
-        )
-        .unwrap();
+    let v03 = loaded(&host, "bulkhead_plugin_contract_0_3.wasm");
+    let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
     assert_eq!(v03.contract_version, "0.3.0");
     assert_eq!(metal.contract_version, "0.4.0");
     let mut settings = PluginEnv {

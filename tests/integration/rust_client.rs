@@ -68,6 +68,39 @@ fn etag<T>(answer: &ResponseValue<T>) -> String {
     answer.headers()["etag"].to_str().unwrap().to_owned()
 }
 
+/// Sets a service's replicas (with `If-Match`, as a dashboard does) and deploys them.
+async fn replicas_deploy(
+    client: &Client,
+    project: uuid::Uuid,
+    service: uuid::Uuid,
+    replicas: i32,
+) -> types::DeploymentView {
+    let viewed = client
+        .service_view()
+        .project_id(project)
+        .service_id(service)
+        .send()
+        .await
+        .unwrap();
+    client
+        .service_update()
+        .project_id(project)
+        .service_id(service)
+        .if_match(etag(&viewed))
+        .body_map(|b| b.replicas(Some(replicas)))
+        .send()
+        .await
+        .unwrap();
+    client
+        .deployment_create()
+        .project_id(project)
+        .service_id(service)
+        .send()
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 const WORKLOAD: &str = "import os,http.server as h\nclass H(h.BaseHTTPRequestHandler):\n def do_GET(s):\n  s.send_response(200); s.end_headers(); s.wfile.write(b'ok')\n def log_message(s,*a): pass\nh.HTTPServer(('127.0.0.1',int(os.environ['PORT'])),H).serve_forever()";
 
 async fn the_generated_client_reaches_every_operation(s: TestServer) {
@@ -603,29 +636,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .len(),
         1
     );
-    let viewed = alice_client
-        .service_view()
-        .project_id(project.id)
-        .service_id(service.id)
-        .send()
-        .await
-        .unwrap();
-    alice_client
-        .service_update()
-        .project_id(project.id)
-        .service_id(service.id)
-        .if_match(etag(&viewed))
-        .body_map(|b| b.replicas(Some(1)))
-        .send()
-        .await
-        .unwrap();
-    let deployment = alice_client
-        .deployment_create()
-        .project_id(project.id)
-        .service_id(service.id)
-        .send()
-        .await
-        .unwrap();
+    let deployment = replicas_deploy(&alice_client, project.id, service.id, 1).await;
     eventually("the deployment becomes healthy", async || {
         let now = alice_client
             .deployment_view()
@@ -1113,29 +1124,7 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         (status, problem.code),
         (409, types::ErrorCode::InstancesRunning)
     );
-    let viewed = alice_client
-        .service_view()
-        .project_id(project.id)
-        .service_id(service.id)
-        .send()
-        .await
-        .unwrap();
-    alice_client
-        .service_update()
-        .project_id(project.id)
-        .service_id(service.id)
-        .if_match(etag(&viewed))
-        .body_map(|b| b.replicas(Some(0)))
-        .send()
-        .await
-        .unwrap();
-    alice_client
-        .deployment_create()
-        .project_id(project.id)
-        .service_id(service.id)
-        .send()
-        .await
-        .unwrap();
+    replicas_deploy(&alice_client, project.id, service.id, 0).await;
     eventually("the instances are removed", async || {
         service_instances().await.is_empty()
     })

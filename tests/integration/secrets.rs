@@ -20,29 +20,18 @@ const PROVIDER_SECRET: &str = "provider-secret-51be02";
 /// A project with a service that has a secret variable; returns the service's id.
 async fn service_with_secret(s: &TestServer, token: &str) -> String {
     let project = s.project_create(token, "vault").await;
-    let environment = s
-        .post(
-            &format!("/v1/projects/{project}/environments"),
-            token,
-            json!({ "name": "production" }),
-        )
-        .await;
-    let created = s
-        .post(
-            &format!("/v1/projects/{project}/services"),
-            token,
-            json!({
-                "environment_id": environment.assert_status(201)["id"],
-                "name": "web", "port": 8080,
-                "source": { "type": "artifact", "image": "vault/web:1" },
-                "variables": [{ "name": "DB_PASSWORD", "value": VARIABLE_SECRET, "secret": true }],
-            }),
-        )
-        .await;
-    created.assert_status(201)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    let environment = s.environment_create(token, &project, "production").await;
+    s.service_create(
+        token,
+        &project,
+        &environment,
+        json!({
+            "name": "web", "port": 8080,
+            "source": { "type": "artifact", "image": "vault/web:1" },
+            "variables": [{ "name": "DB_PASSWORD", "value": VARIABLE_SECRET, "secret": true }],
+        }),
+    )
+    .await
 }
 
 /// Every text the database holds, as one string: the SQLite file and its WAL byte for byte,

@@ -40,20 +40,14 @@ async fn token_create(s: &TestServer, creator: &str, scopes: &[&str]) -> String 
 async fn a_secret_stays_secret_when_its_value_is_left_out(s: TestServer) {
     let owner = s.user_with_session("sec-owner@example.com").await;
     let project = s.project_create(&owner, "p").await;
-    let environment = s
-        .post(
-            &format!("/v1/projects/{project}/environments"),
-            &owner,
-            json!({ "name": "production" }),
-        )
-        .await;
-    let environment = environment.assert_status(201)["id"].clone();
+    let environment = s.environment_create(&owner, &project, "production").await;
     let service = s
-        .post(
-            &format!("/v1/projects/{project}/services"),
+        .service_create(
             &owner,
+            &project,
+            &environment,
             json!({
-                "environment_id": environment, "name": "web", "port": 8080,
+                "name": "web", "port": 8080,
                 "source": { "type": "artifact", "image": "shop/web:1" },
                 "variables": [
                     { "name": "DB_PASSWORD", "value": "s3cret-value", "secret": true },
@@ -62,10 +56,7 @@ async fn a_secret_stays_secret_when_its_value_is_left_out(s: TestServer) {
             }),
         )
         .await;
-    let path = format!(
-        "/v1/projects/{project}/services/{}",
-        service.assert_status(201)["id"].as_str().unwrap()
-    );
+    let path = format!("/v1/projects/{project}/services/{service}");
     // The request that revealed the secret: the value left out keeps the value and the flag.
     let kept = s
         .patch(

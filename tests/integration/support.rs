@@ -573,30 +573,47 @@ impl TestServer {
             ))
             .await;
         let id = self.project_create(&owner, name).await;
-        let environment = self
-            .post(
-                &format!("/v1/projects/{id}/environments"),
-                &owner,
-                json!({ "name": "production" }),
-            )
-            .await;
+        let environment = self.environment_create(&owner, &id, "production").await;
         let service = self
-            .post(
-                &format!("/v1/projects/{id}/services"),
+            .service_create(
                 &owner,
+                &id,
+                &environment,
                 json!({
-                    "environment_id": environment.assert_status(201)["id"],
                     "name": "web",
                     "source": { "type": "artifact", "image": "shop/web:1" },
                     "port": 8080,
                 }),
             )
             .await;
-        let service = service.assert_status(201)["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
         ProjectWithService { owner, id, service }
+    }
+
+    /// Creates environment `name` in `project` as `token`; returns its id.
+    pub async fn environment_create(&self, token: &str, project: &str, name: &str) -> String {
+        let made = self
+            .post(
+                &format!("/v1/projects/{project}/environments"),
+                token,
+                json!({ "name": name }),
+            )
+            .await;
+        made.assert_status(201)["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates a service of `body` in `environment` of `project` as `token`; returns its id.
+    pub async fn service_create(
+        &self,
+        token: &str,
+        project: &str,
+        environment: &str,
+        mut body: Value,
+    ) -> String {
+        body["environment_id"] = json!(environment);
+        let made = self
+            .post(&format!("/v1/projects/{project}/services"), token, body)
+            .await;
+        made.assert_status(201)["id"].as_str().unwrap().to_owned()
     }
 
     /// Invites `email` to the project with `role` (as `inviter`) and returns the invitation's id.
