@@ -1,15 +1,18 @@
 //! TLS of every Bulkhead process, on one crypto provider (ring).
 //!
-//! Clients ([`client_config`], and with the `http-client` feature [`http_client_builder`])
-//! verify the server's certificate against the platform's roots, or against a private CA's
-//! certificates only (`--ca-file`, as `curl --cacert` does). There is no way to turn
-//! verification off. Plain HTTP goes to loopback addresses only ([`cleartext_refuse`]): a
+//! Clients ([`client_config_trusting`], and with the `http-client` feature
+//! [`http_client_builder_trusting`]) verify the server's certificate against the platform's
+//! roots, or against a PEM file's certificates only (`--ca-file`, as `curl --cacert` does: a
+//! private CA's, or the server's own self-signed certificate), or by its pinned public key
+//! (`--pin-sha256`, [`PublicKeyPin`]): see [`ServerTrust`]. There is no way to turn
+//! verification off. A refused certificate is told in plain words, with what to do
+//! ([`failure_explained`]). Plain HTTP goes to loopback addresses only ([`cleartext_refuse`]): a
 //! token or a password never crosses a network in clear.
 //!
 //! Servers (feature `tls-server`, [`server`]) serve an axum router over TLS from PEM files, and
 //! re-read them when they change, so that a renewed certificate needs no restart.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -19,8 +22,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+mod pin;
 #[cfg(feature = "tls-server")]
 pub mod server;
+mod verifier;
+
+pub use pin::{PublicKeyPin, PublicKeyPinInvalid};
+use verifier::ServerVerifier;
+pub use verifier::{CertificateRefused, Refusal, ServerTrust, failure_explained};
 
 /// The crypto provider of every TLS connection Bulkhead makes or accepts.
 pub fn crypto_provider() -> Arc<CryptoProvider> {
@@ -35,35 +44,56 @@ pub fn crypto_provider_install() {
 }
 
 /// The configuration of a client that verifies servers against the platform's roots, or, with
-/// `ca_file`, against the certificates of that PEM file only.
+/// `ca_file`, against the certificates of that PEM file only: [`client_config_trusting`].
 pub fn client_config(ca_file: Option<&Path>) -> anyhow::Result<rustls::ClientConfig> {
+    client_config_trusting(&ServerTrust::of(ca_file.map(Path::to_path_buf), None))
+}
+
+/// The configuration of a client that verifies servers as `trust` says. A CA file is read
+/// now: one that is missing or holds no certificate is refused here.
+pub fn client_config_trusting(trust: &ServerTrust) -> anyhow::Result<rustls::ClientConfig> {
     let provider = crypto_provider();
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
-    let verifier: Arc<dyn ServerCertVerifier> = match ca_file {
-        Some(path) => {
+    let verifier = match trust {
+        ServerTrust::PlatformRoots => {
+            ServerVerifier::PlatformRoots(match rustls_platform_verifier::Verifier::new(provider) {
+                Ok(verifier) => Arc::new(verifier),
+                // A machine with no CA certificates can still reach loopback in plain HTTP;
+                // any TLS server is refused, with the reason.
+                Err(err) => Arc::new(NoRoots(err.to_string())),
+            })
+        }
+        ServerTrust::CaFile(path) => {
+            let certificates = certificates_read(path)?;
             let mut roots = rustls::RootCertStore::empty();
-            for certificate in certificates_read(path)? {
-                roots.add(certificate).with_context(|| {
+            for certificate in &certificates {
+                roots.add(certificate.clone()).with_context(|| {
                     format!(
                         "the CA file {} holds an unusable certificate",
                         path.display()
                     )
                 })?;
             }
-            rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
-                .build()?
+            ServerVerifier::CaFile {
+                path: PathBuf::from(path),
+                certificates,
+                chains: rustls::client::WebPkiServerVerifier::builder_with_provider(
+                    roots.into(),
+                    provider.clone(),
+                )
+                .build()?,
+                provider,
+            }
         }
-        None => match rustls_platform_verifier::Verifier::new(provider) {
-            Ok(verifier) => Arc::new(verifier),
-            // A machine with no CA certificates can still reach loopback in plain HTTP; any
-            // TLS server is refused, with the reason.
-            Err(err) => Arc::new(NoRoots(err.to_string())),
+        ServerTrust::PublicKeyPin(pin) => ServerVerifier::PublicKeyPin {
+            pin: *pin,
+            provider,
         },
     };
     let mut config = builder
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
+        .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
@@ -73,6 +103,12 @@ pub fn client_config(ca_file: Option<&Path>) -> anyhow::Result<rustls::ClientCon
 #[cfg(feature = "http-client")]
 pub fn http_client_builder(ca_file: Option<&Path>) -> anyhow::Result<reqwest::ClientBuilder> {
     Ok(reqwest::Client::builder().tls_backend_preconfigured(client_config(ca_file)?))
+}
+
+/// A reqwest client builder whose TLS is [`client_config_trusting`]`(trust)`.
+#[cfg(feature = "http-client")]
+pub fn http_client_builder_trusting(trust: &ServerTrust) -> anyhow::Result<reqwest::ClientBuilder> {
+    Ok(reqwest::Client::builder().tls_backend_preconfigured(client_config_trusting(trust)?))
 }
 
 /// The certificates of a PEM file (a chain, or a CA bundle).
