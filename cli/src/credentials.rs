@@ -11,6 +11,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use bulkhead_common::tls::{PublicKeyPin, ServerTrust};
 use serde::{Deserialize, Serialize};
 
 use super::exit::{Exit, fail};
@@ -24,11 +25,36 @@ pub struct Credentials {
     #[serde(rename = "server")]
     pub servers: ServerList,
     /// The CA file the server was verified with at login (`--ca-file`), used again unless a
-    /// command gives another.
+    /// command gives `--ca-file` or `--pin-sha256`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
+    /// The server's key pinned at login (`--pin-sha256`, in base64), used again unless a
+    /// command gives `--ca-file` or `--pin-sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "pin_text")]
+    pub pin_sha256: Option<PublicKeyPin>,
     #[serde(flatten)]
     pub auth: Auth,
+}
+
+/// A pin in the file as its base64 text.
+mod pin_text {
+    use bulkhead_common::tls::PublicKeyPin;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        pin: &Option<PublicKeyPin>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        pin.map(|pin| pin.to_string()).serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<PublicKeyPin>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| text.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -44,6 +70,21 @@ pub enum Auth {
 }
 
 impl Credentials {
+    /// Credentials issued by `servers`, verified as `trust` says.
+    pub fn new(servers: ServerList, trust: &ServerTrust, auth: Auth) -> Self {
+        Self {
+            servers,
+            ca_file: trust.ca_file().map(Path::to_path_buf),
+            pin_sha256: trust.pin_sha256(),
+            auth,
+        }
+    }
+
+    /// What the servers were verified with at login.
+    pub fn trust(&self) -> ServerTrust {
+        ServerTrust::of(self.ca_file.clone(), self.pin_sha256)
+    }
+
     /// The servers to send these credentials to: those that issued them, or the part of them
     /// that `wanted` (`--server`, `BULKHEAD_URL`) names. A list naming any other server is
     /// refused rather than handed the tokens, so a typo or a hostile URL never receives them.
@@ -181,6 +222,7 @@ mod tests {
         Credentials {
             servers: ServerList::parse(servers).unwrap(),
             ca_file: None,
+            pin_sha256: None,
             auth: Auth::ApiToken {
                 token: "bh_secret".into(),
             },
@@ -247,5 +289,33 @@ mod tests {
         // A file edited to send the tokens in clear is refused.
         let edited = written.replace("https://a", "http://a.example.com");
         assert!(serde_json::from_str::<Credentials>(&edited).is_err());
+    }
+
+    #[test]
+    fn the_pin_given_at_login_is_stored_in_base64_and_trusted_again() {
+        let pin: PublicKeyPin = "daU0xNNUfFv9EdXyQZ2sLalK0gQDerPhq7i55/bk5SE="
+            .parse()
+            .unwrap();
+        let credentials = Credentials::new(
+            ServerList::parse("https://cp.internal:8443").unwrap(),
+            &ServerTrust::PublicKeyPin(pin),
+            Auth::ApiToken {
+                token: "bh_secret".into(),
+            },
+        );
+        let written = serde_json::to_value(&credentials).unwrap();
+        assert_eq!(written["pin_sha256"], pin.to_string());
+        assert!(written.get("ca_file").is_none());
+        let read: Credentials = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(read.trust(), ServerTrust::PublicKeyPin(pin));
+        // A file without either trusts the platform's roots; an edited pin that is none is
+        // refused.
+        assert_eq!(
+            logged_in_to("https://a").trust(),
+            ServerTrust::PlatformRoots
+        );
+        let mut edited = written;
+        edited["pin_sha256"] = "abc".into();
+        assert!(serde_json::from_value::<Credentials>(edited).is_err());
     }
 }

@@ -11,7 +11,7 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use uuid::Uuid;
 
-use super::connection::{Connection, error_chain, problem_text};
+use super::connection::{Connection, problem_text, unreachable_text};
 use super::exit::{Exit, Failure, fail};
 use super::output::OutputFormat;
 
@@ -128,10 +128,7 @@ async fn stream_open(
         }
         let response = request.send().await.map_err(|err| {
             connection.server_move_on("gave no answer");
-            Failure::new(
-                Exit::Unavailable,
-                format!("cannot reach {}: {}", client.baseurl(), error_chain(&err)),
-            )
+            Failure::new(Exit::Unavailable, unreachable_text(client.baseurl(), &err))
         })?;
         let status = response.status().as_u16();
         if connection.args.verbose {

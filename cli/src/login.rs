@@ -46,18 +46,15 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
     let servers = args
         .global
         .servers(args.global.server.clone().unwrap_or_else(default_servers));
-    // Stored as an absolute path: later commands may run from another directory.
-    let ca_file = match &args.global.ca_file {
-        Some(path) => Some(std::path::absolute(path)?),
-        None => None,
-    };
+    // A CA file is stored as an absolute path: later commands may run from another directory.
+    let trust = args.global.trust()?.unwrap_or_default();
     let auth = if args.token_stdin {
         let token = stdin_line("API token")?;
         if reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
             return fail(Exit::InvalidInput, "that is not a token");
         }
         let auth = Auth::ApiToken { token };
-        let clients = clients_make(servers.list(), Some(&auth), ca_file.as_deref())?;
+        let clients = clients_make(servers.list(), Some(&auth), &trust)?;
         servers
             .send(&clients, async |c| c.me_view().send().await)
             .await
@@ -79,7 +76,7 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
                 "stdin is not a terminal: give --password-stdin (or --token-stdin)",
             );
         };
-        let anonymous = clients_make(servers.list(), None, ca_file.as_deref())?;
+        let anonymous = clients_make(servers.list(), None, &trust)?;
         let session = servers
             .send(&anonymous, async |c| {
                 c.session_login()
@@ -95,11 +92,7 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
             refresh_token: session.refresh_token,
         }
     };
-    let path = credentials_save(&Credentials {
-        servers: servers.list().clone(),
-        ca_file,
-        auth,
-    })?;
+    let path = credentials_save(&Credentials::new(servers.list().clone(), &trust, auth))?;
     done(format!(
         "Logged in to {} (credentials in {})",
         servers.list(),
@@ -117,8 +110,8 @@ pub async fn logout(args: LogoutArgs) -> anyhow::Result<()> {
         let servers = args
             .global
             .servers(credentials.server_for(args.global.server.as_ref())?);
-        let ca_file = args.global.ca_file.clone().or(credentials.ca_file.clone());
-        let anonymous = clients_make(servers.list(), None, ca_file.as_deref())?;
+        let trust = args.global.trust()?.unwrap_or_else(|| credentials.trust());
+        let anonymous = clients_make(servers.list(), None, &trust)?;
         let ended = servers
             .send(&anonymous, async |c| {
                 c.session_logout()

@@ -16,7 +16,7 @@ use bulkhead_client::{Client, ClientInfo, Error, Observer, ResponseValue, types}
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::connection::{api_failure, error_chain, failure_of, problem_text};
+use super::connection::{api_failure, error_chain, failure_of, problem_text, unreachable_text};
 use super::exit::{Exit, Failure};
 
 /// The servers a command may use, in the order they are tried: at least one, each an HTTPS
@@ -365,7 +365,7 @@ fn attempt_text(
     answered: Option<StatusCode>,
 ) -> String {
     match error {
-        Error::CommunicationError(err) => format!("cannot reach {server}: {}", error_chain(err)),
+        Error::CommunicationError(err) => unreachable_text(server, err),
         Error::ResponseBodyError(err) => {
             format!("{server}'s answer broke off: {}", error_chain(err))
         }

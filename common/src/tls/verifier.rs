@@ -16,7 +16,7 @@
 //! wrong and what to do, with the pin of the key the server presented, ready to copy.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +48,22 @@ impl ServerTrust {
             (Some(pin), _) => Self::PublicKeyPin(pin),
             (None, Some(path)) => Self::CaFile(path),
             (None, None) => Self::PlatformRoots,
+        }
+    }
+
+    /// The CA file, if that is what is trusted.
+    pub fn ca_file(&self) -> Option<&Path> {
+        match self {
+            Self::CaFile(path) => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The pinned key, if that is what is trusted.
+    pub fn pin_sha256(&self) -> Option<PublicKeyPin> {
+        match self {
+            Self::PublicKeyPin(pin) => Some(*pin),
+            _ => None,
         }
     }
 }

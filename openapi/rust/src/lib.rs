@@ -3,8 +3,8 @@
 //! fails when it is not what the committed document generates, and another when the committed
 //! document is not what the server serves, so the client cannot fall behind the server.
 //!
-//! It speaks HTTPS (rustls, on the platform's roots or a private CA's: [`ClientOptions`]) and
-//! plain HTTP to loopback only.
+//! It speaks HTTPS (rustls, on the platform's roots, a private CA's, or a pinned key:
+//! [`ClientOptions`]) and plain HTTP to loopback only.
 //!
 //! Each operation is a method named by its `operationId`, in the builder style:
 //!
@@ -108,9 +108,12 @@ pub struct ClientOptions {
     /// Sent as `Authorization: Bearer <token>` with every request (an API token or an access
     /// token); marked sensitive, so never shown in debug output.
     pub token: Option<String>,
-    /// A PEM file of the CA certificates to verify the server with (a private CA), instead of
-    /// the platform's roots.
+    /// A PEM file of the CA certificates to verify the server with (a private CA), or of the
+    /// server's own self-signed certificate, instead of the platform's roots.
     pub ca_file: Option<std::path::PathBuf>,
+    /// The server's public key, accepted whatever signed its certificate; when given, neither
+    /// `ca_file` nor the platform's roots are consulted.
+    pub pin_sha256: Option<bulkhead_common::tls::PublicKeyPin>,
     /// Told about each request and its answer.
     pub observer: Observer,
 }
@@ -128,9 +131,9 @@ impl std::fmt::Display for ClientError {
 impl std::error::Error for ClientError {}
 
 impl Client {
-    /// A client of the server at `base_url`: HTTPS, verified against the platform's roots or
-    /// `options.ca_file`; plain HTTP only to loopback (refused otherwise: a token would cross
-    /// the network in clear).
+    /// A client of the server at `base_url`: HTTPS, verified against the platform's roots,
+    /// `options.ca_file` or `options.pin_sha256`; plain HTTP only to loopback (refused
+    /// otherwise: a token would cross the network in clear).
     pub fn with_options(base_url: &str, options: ClientOptions) -> Result<Self, ClientError> {
         bulkhead_common::tls::cleartext_refuse("the server", base_url)
             .map_err(|err| ClientError(err.to_string()))?;
@@ -141,7 +144,8 @@ impl Client {
             value.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, value);
         }
-        let http = bulkhead_common::tls::http_client_builder(options.ca_file.as_deref())
+        let trust = bulkhead_common::tls::ServerTrust::of(options.ca_file, options.pin_sha256);
+        let http = bulkhead_common::tls::http_client_builder_trusting(&trust)
             .map_err(|err| ClientError(format!("{err:#}")))?
             .connect_timeout(std::time::Duration::from_secs(15))
             .default_headers(headers)
