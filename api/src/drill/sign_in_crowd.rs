@@ -126,12 +126,7 @@ impl SignInCrowd {
                 .link(&password_session.access_token, &login(n))
                 .await?;
             if n < CROWD / 2 {
-                let session = match crowd.sign_in_once(&login(n)).await? {
-                    Some(session) => session,
-                    None => {
-                        anyhow::bail!("{}: the forge asked to wait before the outage", login(n))
-                    }
-                };
+                let (session, _, _) = crowd.sign_in_until_done(&login(n)).await?;
                 crowd.signed_in.push(session);
             } else {
                 crowd.signing_in.push(login(n));
@@ -195,14 +190,40 @@ impl SignInCrowd {
         Ok((param("code")?, param("state")?))
     }
 
-    /// Links `login`'s forge account to the user of `access_token`.
+    /// Links `login`'s forge account to the user of `access_token`, trying again after each
+    /// wait the control plane asks for (its calls to the forge keep within the forge's
+    /// limit: a crowd linking at once is told to wait its turn, as a browser would be).
     async fn link(&self, access_token: &str, login: &str) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            match self.link_attempt(access_token, login).await? {
+                None => return Ok(()),
+                Some(wait) => {
+                    anyhow::ensure!(
+                        started.elapsed() < GIVE_UP_AFTER,
+                        "{login} could not link its forge account within {} s",
+                        GIVE_UP_AFTER.as_secs()
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// One attempt at linking: `None` when linked, or how long the control plane asked to
+    /// wait.
+    async fn link_attempt(
+        &self,
+        access_token: &str,
+        login: &str,
+    ) -> anyhow::Result<Option<Duration>> {
         let path = format!("/v1/me/identities/{PROVIDER}");
-        let Answer::Done(start) = self
+        let start = match self
             .post(&format!("{path}/start"), Some(access_token), None)
             .await?
-        else {
-            anyhow::bail!("{login}: linking refused for now");
+        {
+            Answer::Done(start) => start,
+            Answer::Wait(wait) => return Ok(Some(wait)),
         };
         let (code, state) = self.authorize(&start, login).await?;
         match self
@@ -213,15 +234,9 @@ impl SignInCrowd {
             )
             .await?
         {
-            Answer::Done(_) => Ok(()),
-            Answer::Wait(_) => anyhow::bail!("{login}: linking refused for now"),
+            Answer::Done(_) => Ok(None),
+            Answer::Wait(wait) => Ok(Some(wait)),
         }
-    }
-
-    /// One sign-in of `login` through the forge, start to finish: the session, or `None`
-    /// when the control plane asked to wait.
-    async fn sign_in_once(&self, login: &str) -> anyhow::Result<Option<Session>> {
-        Ok(self.sign_in_attempt(login).await?.ok())
     }
 
     /// One sign-in: the session, or how long the control plane asked to wait.
@@ -245,15 +260,15 @@ impl SignInCrowd {
         }
     }
 
-    /// Signs `login` in, trying again after each wait asked for: when it succeeded, and
-    /// the attempts.
-    async fn sign_in_until_done(&self, login: &str) -> anyhow::Result<(Instant, u32)> {
+    /// Signs `login` in, trying again after each wait asked for: the session, when it was
+    /// made, and the attempts.
+    async fn sign_in_until_done(&self, login: &str) -> anyhow::Result<(Session, Instant, u32)> {
         let started = Instant::now();
         let mut attempts = 0;
         loop {
             attempts += 1;
             match self.sign_in_attempt(login).await? {
-                Ok(_) => return Ok((Instant::now(), attempts)),
+                Ok(session) => return Ok((session, Instant::now(), attempts)),
                 Err(wait) => {
                     anyhow::ensure!(
                         started.elapsed() < GIVE_UP_AFTER,
@@ -337,8 +352,12 @@ impl SignInCrowd {
         let (worked, failed) = kept
             .iter()
             .fold((0, 0), |(w, f), (worked, failed)| (w + worked, f + failed));
-        let attempts: u32 = signed_in.iter().map(|(_, attempts)| attempts).sum();
-        let last = signed_in.iter().map(|(at, _)| *at).max().unwrap_or(lifted);
+        let attempts: u32 = signed_in.iter().map(|(_, _, attempts)| attempts).sum();
+        let last = signed_in
+            .iter()
+            .map(|(_, at, _)| *at)
+            .max()
+            .unwrap_or(lifted);
         let after_lifted = last.saturating_duration_since(lifted);
         timeline.note(format!(
             "{} users signed in through the forge in {attempts} attempts, the last {:.1} s after it answered again; {} signed-in users refreshed and read their accounts {worked} times, {failed} failed",
