@@ -1,5 +1,20 @@
 //! Sea-ORM entities: one module per table, mirroring `bulkhead-migrations`. Only data shapes
 //! live here; what the rows mean is decided in [`crate::app`].
+//!
+//! Columns are typed: ids with [`crate::ids`] (`ProjectId`, `ServiceId`, …) and lifecycle
+//! states with enums stored as the strings the API shows (`DeploymentState`, …), so that a
+//! swapped argument or an unknown state does not compile.
+//!
+//! Naming rules of data access, for the queries of each domain (`app/<domain>/`), written
+//! once here:
+//! - resource first, then verb: `instance_transition`, `deployment_find`, `due_head` in
+//!   `deploys::queue` (the module names the resource);
+//! - a function takes the connection it runs on (`db: &impl ConnectionTrait`), so that the
+//!   caller decides whether it runs in a transaction; one that needs a transaction (it locks,
+//!   or must commit with its caller's writes) takes `txn: &DatabaseTransaction` or ends in
+//!   `_in` (`project_authorize_in`);
+//! - a find answers `AppResult<Model>` with 404 for a row that is missing or another
+//!   project's (`projects::scoped::scoped_find`), never `Option` to be checked by each caller.
 
 pub mod api_token;
 pub mod audit_event;
