@@ -223,10 +223,11 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         // Refused at start rather than at the first connection.
         tls.config_load()?;
     }
-    let server = tokio::spawn(bulkhead_common::tls::server::serve(
+    let server = tokio::spawn(bulkhead_common::serve::serve(
         listener,
         router,
         tls.clone(),
+        bulkhead_common::serve::ConnectionLimits::for_this_process(),
         async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         },

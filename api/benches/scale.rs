@@ -76,6 +76,10 @@ fn server_start(dir: &std::path::Path) -> Server {
             ("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN),
             ("BULKHEAD_DEPLOY_CONCURRENCY", "32"),
             ("BULKHEAD_DEPLOY_PROVIDER_RATE", "100000"),
+            // Thousands of services in one project, past what one tenant may hold.
+            ("BULKHEAD_LIMITS", "services_per_project=1000000"),
+            // A thousand watchers from this one address.
+            ("BULKHEAD_MAX_CONNECTIONS_PER_ADDRESS", "100000"),
             ("RUST_LOG", "error"),
         ],
     );

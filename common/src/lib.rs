@@ -10,7 +10,9 @@
 //! - [`metrics`] (feature `metrics`): the process-wide Prometheus recorder;
 //! - [`tls`]: one crypto provider (ring), clients that verify the servers they reach (the
 //!   platform's roots, or a private CA), and (feature `tls-server`) servers whose certificate is
-//!   re-read when its files change.
+//!   re-read when its files change;
+//! - [`serve`] (feature `tls-server`): serving a router with every connection bounded in time
+//!   and number, so that slow or hostile clients cannot take a server down.
 
 pub mod files;
 pub mod health_check;
@@ -20,4 +22,6 @@ pub mod names;
 #[cfg(feature = "process")]
 pub mod process;
 pub mod secret_file;
+#[cfg(feature = "tls-server")]
+pub mod serve;
 pub mod tls;

@@ -114,11 +114,16 @@ pub async fn serve(
             }),
         )
         .with_state(edge);
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
+    let served = bulkhead_common::serve::serve(
+        listener,
+        router,
+        None,
+        bulkhead_common::serve::ConnectionLimits::for_this_process(),
+        async move {
             let _ = stop.wait_for(|stopped| *stopped).await;
-        })
-        .await;
+        },
+    )
+    .await;
     if let Err(err) = served {
         tracing::error!(error = %err, "the edge's status server stopped");
     }

@@ -18,6 +18,8 @@ use ipnet::IpNet;
 use secrecy::SecretString;
 
 use crate::app::identity::sign_in::throttle::LoginLimits;
+use crate::app::shared::limits::{LimitsTable, TenantLimits};
+use bulkhead_common::serve::ConnectionLimits;
 use serde::Deserialize;
 
 /// Flags (and their environment variables) of `bulkhead serve`.
@@ -129,6 +131,21 @@ pub struct ServeArgs {
     /// system's resolvers (`/etc/resolv.conf`).
     #[arg(long, env = "BULKHEAD_DNS_RESOLVER")]
     pub dns_resolver: Option<SocketAddr>,
+    /// A cap on what one tenant creates, as NAME=N (repeat the flag, or separate with commas):
+    /// projects_per_user (default 50), tokens_per_user (50), environments_per_project (20),
+    /// services_per_project (100), domains_per_project (100), git_installations_per_project
+    /// (10), webhook_endpoints_per_project (20), invitations_per_project (50),
+    /// members_per_project (100).
+    #[arg(long = "limit", env = "BULKHEAD_LIMITS", value_delimiter = ',')]
+    pub limits: Option<Vec<String>>,
+    /// Connections open at once; default: the open-file limit (raised to its hard limit) less
+    /// 1024 kept for the database, plugins and outbound calls.
+    #[arg(long, env = "BULKHEAD_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Connections open at once from one client address (an IPv6 /64); the trusted proxies
+    /// count toward --max-connections only.
+    #[arg(long, env = "BULKHEAD_MAX_CONNECTIONS_PER_ADDRESS")]
+    pub max_connections_per_address: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -171,6 +188,9 @@ struct FileSettings {
     advertise_url: Option<String>,
     dns_resolver: Option<SocketAddr>,
     sign_in_providers: Option<Vec<SignInProvider>>,
+    limits: Option<LimitsTable>,
+    max_connections: Option<usize>,
+    max_connections_per_address: Option<usize>,
 }
 
 /// Resolved settings of a running server.
@@ -204,6 +224,10 @@ pub struct Settings {
     pub bootstrap_password: Option<SecretString>,
     /// Login rate limits and the password-hashing cap.
     pub login_limits: LoginLimits,
+    /// Caps on what one tenant creates.
+    pub limits: TenantLimits,
+    /// How many connections are open at once, and how long a slow client is waited for.
+    pub connections: ConnectionLimits,
     /// `BULKHEAD_SECRET_KEY`: the master key of secrets at rest (base64), if set.
     pub secret_key: Option<SecretString>,
     /// The key file of the master key, if not the environment's or the data directory's.
@@ -389,6 +413,29 @@ impl Settings {
                 .transpose()?,
             dns_resolver: args.dns_resolver.or(file.dns_resolver),
             sign_in_providers: sign_in_providers_check(file.sign_in_providers.unwrap_or_default())?,
+            connections: {
+                let mut connections = ConnectionLimits::for_this_process();
+                if let Some(max) = args.max_connections.or(file.max_connections) {
+                    anyhow::ensure!(max > 0, "--max-connections must be at least 1");
+                    connections.max_open = max;
+                }
+                if let Some(max) = args
+                    .max_connections_per_address
+                    .or(file.max_connections_per_address)
+                {
+                    anyhow::ensure!(max > 0, "--max-connections-per-address must be at least 1");
+                    connections.max_per_address = max;
+                }
+                connections
+            },
+            limits: {
+                let mut limits = TenantLimits::default();
+                for (name, value) in file.limits.unwrap_or_default() {
+                    limits.set(&name, value)?;
+                }
+                limits.set_all(args.limits.iter().flatten().map(String::as_str))?;
+                limits
+            },
             login_limits: {
                 let default = LoginLimits::default();
                 LoginLimits {

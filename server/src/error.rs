@@ -100,6 +100,7 @@ error_codes! {
     InvalidSpec = "invalid_spec",
     LastOwner = "last_owner",
     MalformedJson = "malformed_json",
+    LimitReached = "limit_reached",
     MethodNotAllowed = "method_not_allowed",
     NameTaken = "name_taken",
     NoHealthyDeployment = "no_healthy_deployment",
@@ -216,6 +217,7 @@ impl ErrorCode {
             | InstancesRunning
             | LastOwner
             | NameTaken
+            | LimitReached
             | NoHealthyDeployment
             | NothingToRollBack
             | PasswordChanged

@@ -205,10 +205,14 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     routing_ready.map_err(|err| anyhow::anyhow!("building the routing table: {err:?}"))?;
     let tasks = crate::app::background::init::tasks_start(&app, leases_db, advertised);
     let tls = app.settings.tls.clone();
-    let task = tokio::spawn(bulkhead_common::tls::server::serve(
+    let mut connections = app.settings.connections.clone();
+    // A proxy forwards many clients' requests: its connections count toward the total only.
+    connections.exempt = app.settings.trusted_proxies.clone();
+    let task = tokio::spawn(bulkhead_common::serve::serve(
         listener,
         router,
         tls,
+        connections,
         async move {
             let _ = stop.wait_for(|stopped| *stopped).await;
         },

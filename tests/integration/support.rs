@@ -186,6 +186,8 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
             per_account_per_minute: 100_000,
             ..LoginLimits::default()
         },
+        limits: Default::default(),
+        connections: bulkhead_common::serve::ConnectionLimits::for_this_process(),
         secret_key: None,
         secret_key_file: None,
         deploy: DeploySettings {
@@ -339,6 +341,12 @@ impl TestServer {
     pub async fn start(backend: Backend) -> Option<Self> {
         let (database_url, dir) = database_fresh(backend).await?;
         Some(Self::start_on(backend, database_url, dir, |_| {}).await)
+    }
+
+    /// [`Self::start`] with settings adjusted by `adjust`.
+    pub async fn start_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> Option<Self> {
+        let (database_url, dir) = database_fresh(backend).await?;
+        Some(Self::start_on(backend, database_url, dir, adjust).await)
     }
 
     /// Starts a server on an existing database, with settings adjusted by `adjust`.

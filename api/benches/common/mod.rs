@@ -42,6 +42,10 @@ pub async fn server_start(
     })
     .unwrap();
     settings.bundled_plugins = bulkhead_commands::bundled_plugins();
+    // A backlog of thousands of services in one project, past what one tenant may hold.
+    settings.limits.services_per_project = 1_000_000;
+    // A thousand watchers from this one address, past what one client address may open.
+    settings.connections.max_per_address = 100_000;
     adjust(&mut settings);
     std::fs::create_dir_all(&data_dir).unwrap();
     let server = bulkhead::server::start(settings).await.unwrap();
@@ -258,8 +262,18 @@ pub fn serve_process(
     args: &[&std::ffi::OsStr],
     envs: &[(&str, &str)],
 ) -> (std::process::Child, String) {
+    serve_process_of(None, args, envs)
+}
+
+/// [`serve_process`] of `binary` (another build's `bulkhead`), or of this build's.
+#[allow(dead_code)]
+pub fn serve_process_of(
+    binary: Option<&str>,
+    args: &[&std::ffi::OsStr],
+    envs: &[(&str, &str)],
+) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_bulkhead"));
+    let mut command = std::process::Command::new(binary.unwrap_or(env!("CARGO_BIN_EXE_bulkhead")));
     command
         .arg("serve")
         .args(args)

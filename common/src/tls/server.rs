@@ -1,21 +1,16 @@
-//! Serving an axum router over TLS, with the certificate re-read when its files change.
+//! A server's certificate, re-read when its files change.
 //!
-//! [`serve`] takes a bound listener, so that a caller can bind port 0 and learn the address
-//! before serving. With [`ServerTls`], connections are TLS (HTTP/1.1 and HTTP/2 by ALPN) from
-//! the PEM certificate chain and private key it names; every [`RELOAD_INTERVAL`] the files'
-//! size and modification time are compared with what was loaded, and a change is loaded for
-//! the connections that follow. A change that does not load (a key written before its
-//! certificate, say) is logged and tried again; the certificate already loaded stays in use.
-//! Without it, plain HTTP, as behind a proxy that terminates TLS.
+//! [`ServerTls`] names the PEM certificate chain and private key; [`crate::serve::serve`]
+//! compares the files' size and modification time with what was loaded every
+//! [`RELOAD_INTERVAL`], and loads a change for the connections that follow. A change that does
+//! not load (a key written before its certificate, say) is logged and tried again; the
+//! certificate already loaded stays in use.
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use axum_server::tls_rustls::RustlsConfig;
 
 /// How often the certificate's files are checked for a change.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -61,7 +56,7 @@ impl ServerTls {
     }
 
     /// What tells a change of the files: each one's size and modification time.
-    fn stamp(&self) -> Option<[(u64, SystemTime); 2]> {
+    pub(crate) fn stamp(&self) -> Option<[(u64, SystemTime); 2]> {
         let stamp = |path: &Path| {
             let metadata = std::fs::metadata(path).ok()?;
             Some((metadata.len(), metadata.modified().ok()?))
@@ -79,53 +74,4 @@ fn key_privacy_warn(path: &Path) {
     {
         tracing::warn!(key = %path.display(), "the TLS private key may be read by every user of this machine: chmod o-r it");
     }
-}
-
-/// Serves `router` on `listener` until `shutdown` completes, then lets open requests finish.
-/// The router sees each client's address as `ConnectInfo<SocketAddr>`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    tls: Option<ServerTls>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    let Some(tls) = tls else {
-        axum::serve(listener, service)
-            .with_graceful_shutdown(shutdown)
-            .await?;
-        return Ok(());
-    };
-    let mut stamp = tls.stamp();
-    let config = RustlsConfig::from_config(tls.config_load()?);
-    let handle = axum_server::Handle::new();
-    let server =
-        axum_server::from_tcp_rustls(listener.into_std()?, config.clone())?.handle(handle.clone());
-    let reload = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(RELOAD_INTERVAL).await;
-            let now = tls.stamp();
-            if now.is_none() || now == stamp {
-                continue;
-            }
-            match tls.config_load() {
-                Ok(loaded) => {
-                    config.reload_from_config(loaded);
-                    stamp = now;
-                    tracing::info!(certificate = %tls.certificate.display(), "loaded the TLS certificate again: its files changed");
-                }
-                Err(err) => {
-                    tracing::warn!(error = %format!("{err:#}"), "the TLS certificate's files changed but do not load; serving the one loaded before")
-                }
-            }
-        }
-    });
-    let stopper = handle.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        stopper.graceful_shutdown(None);
-    });
-    let served = server.serve(service).await;
-    reload.abort();
-    Ok(served?)
 }

@@ -461,13 +461,14 @@ fn tls_error_explained(error: &rustls::Error) -> String {
     }
 }
 
-/// Real handshakes: a server of [`crate::tls::server::serve`] on 127.0.0.1:0, with certificates
+/// Real handshakes: a server of [`crate::serve::serve`] on 127.0.0.1:0, with certificates
 /// made here (rcgen), and a reqwest client of [`crate::tls::http_client_builder_trusting`], as
 /// the CLI has.
 #[cfg(all(test, feature = "tls-server", feature = "http-client"))]
 mod tests {
     use super::*;
-    use crate::tls::server::{ServerTls, serve};
+    use crate::serve::{ConnectionLimits, serve};
+    use crate::tls::server::ServerTls;
 
     /// A server's certificate and its key.
     struct Identity {
@@ -586,7 +587,14 @@ mod tests {
         tokio::spawn(async move {
             // The files are read when serving starts.
             let _dir = dir;
-            serve(listener, router, Some(tls), std::future::pending()).await
+            serve(
+                listener,
+                router,
+                Some(tls),
+                ConnectionLimits::for_this_process(),
+                std::future::pending(),
+            )
+            .await
         });
         format!("https://127.0.0.1:{port}/")
     }

@@ -9,6 +9,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{ContentBuilder, OpenApi as OpenApiDoc, PathItem, RefOr, ResponseBuilder};
 
 use super::{middleware, plugins};
+use crate::app::shared::limits::{Limit, TenantLimits};
 
 /// Applies every convention to `doc`, the document of all routes.
 pub(super) fn conventions_apply(doc: &mut OpenApiDoc) {
@@ -207,6 +208,63 @@ fn operations_annotate(path: &str, item: &mut PathItem) {
                     )
                 });
         }
+        if method == Method::POST {
+            capped_create_document(path, operation);
+        }
+    }
+}
+
+/// The creates that a tenant limit bounds, with the limits each checks.
+const CAPPED_CREATES: &[(&str, &[Limit])] = &[
+    ("/v1/projects", &[Limit::ProjectsPerUser]),
+    ("/v1/tokens", &[Limit::TokensPerUser]),
+    (
+        "/v1/projects/{project_id}/environments",
+        &[Limit::EnvironmentsPerProject],
+    ),
+    (
+        "/v1/projects/{project_id}/services",
+        &[Limit::ServicesPerProject],
+    ),
+    (
+        "/v1/projects/{project_id}/domains",
+        &[Limit::DomainsPerProject],
+    ),
+    (
+        "/v1/projects/{project_id}/git-installations",
+        &[Limit::GitInstallationsPerProject],
+    ),
+    (
+        "/v1/projects/{project_id}/webhooks",
+        &[Limit::WebhookEndpointsPerProject],
+    ),
+    (
+        "/v1/projects/{project_id}/invitations",
+        &[Limit::MembersPerProject, Limit::InvitationsPerProject],
+    ),
+    (
+        "/v1/me/invitations/{invitation_id}/accept",
+        &[Limit::MembersPerProject],
+    ),
+];
+
+/// Says in the 409 of a capped create which limits refuse it, with their defaults.
+fn capped_create_document(path: &str, operation: &mut utoipa::openapi::path::Operation) {
+    let Some((_, limits)) = CAPPED_CREATES.iter().find(|(capped, _)| *capped == path) else {
+        return;
+    };
+    let defaults = TenantLimits::default();
+    let named: Vec<String> = limits
+        .iter()
+        .map(|limit| format!("`{}` (default {})", limit.name(), defaults.get(*limit)))
+        .collect();
+    if let Some(RefOr::T(response)) = operation.responses.responses.get_mut("409") {
+        response.description = format!(
+            "{}; or `limit_reached`: one more would pass the tenant limit {} (operators set \
+             it with `--limit NAME=N`)",
+            response.description,
+            named.join(" or ")
+        );
     }
 }
 

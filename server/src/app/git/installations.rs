@@ -24,6 +24,7 @@ use crate::app::App;
 use crate::app::projects::scoped::scoped_find;
 use crate::app::projects::write::{RevisionBump, Revisioned};
 use crate::app::shared::audit::AuditEntry;
+use crate::app::shared::limits::Limit;
 use crate::app::shared::outbound_addresses;
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::auth::opaque_token_generate;
@@ -372,6 +373,12 @@ impl App {
     ) -> AppResult<(git_installation::Model, String)> {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
+            .await?;
+        write
+            .room_check::<git_installation::Entity>(
+                &self.settings.limits,
+                Limit::GitInstallationsPerProject,
+            )
             .await?;
         let bindings = bindings_check(&write.txn, project_id, create.bindings).await?;
         let id = Uuid::now_v7();

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::shared::audit::{AuditEntry, audit_record};
+use crate::app::shared::limits::Limit;
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::app::shared::validate::text_validate;
 use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash};
@@ -149,6 +150,28 @@ impl App {
                 (None, Some(family))
             }
         };
+        // The user's row, locked: one user's creates queue here, within the cap.
+        let user_id = ctx.principal.user_id();
+        crate::entity::user::Entity::find_by_id(user_id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?;
+        let now = Utc::now();
+        self.settings
+            .limits
+            .room_check_in(
+                &txn,
+                Limit::TokensPerUser,
+                api_token::Entity::find()
+                    .filter(api_token::Column::UserId.eq(user_id))
+                    .filter(api_token::Column::RevokedAt.is_null())
+                    .filter(
+                        sea_orm::Condition::any()
+                            .add(api_token::Column::ExpiresAt.is_null())
+                            .add(api_token::Column::ExpiresAt.gt(now)),
+                    ),
+            )
+            .await?;
         let expires_at = match (
             create.expires_at,
             parent.as_ref().and_then(|p| p.expires_at),

@@ -19,6 +19,7 @@ use crate::app::App;
 use crate::app::projects::domain_verification::{challenge_name, challenge_value};
 use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
+use crate::app::shared::limits::Limit;
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
@@ -264,6 +265,9 @@ impl App {
         let hostname = hostname_validate(&create.hostname)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        write
+            .room_check::<domain::Entity>(&self.settings.limits, Limit::DomainsPerProject)
             .await?;
         service_of_project(&write.txn, project_id, ServiceId(create.service_id)).await?;
         let verified = verified_around(&write.txn, project_id, &hostname).await?;

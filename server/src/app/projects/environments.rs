@@ -9,6 +9,7 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
+use crate::app::shared::limits::Limit;
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
@@ -80,6 +81,9 @@ impl App {
         let name = slug_validate("name", &create.name)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        write
+            .room_check::<environment::Entity>(&self.settings.limits, Limit::EnvironmentsPerProject)
             .await?;
         let now = Utc::now();
         let created = environment::ActiveModel {

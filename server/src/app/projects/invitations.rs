@@ -9,7 +9,10 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
-use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Select,
+    Set,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -18,6 +21,7 @@ use crate::app::App;
 use crate::app::identity::users::email_validate;
 use crate::app::projects::members::{Member, member_load, role_to_manage};
 use crate::app::shared::audit::{AuditEntry, audit_record};
+use crate::app::shared::limits::Limit;
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
@@ -166,6 +170,19 @@ impl App {
             .filter(project_invitation::Column::ExpiresAt.lte(Utc::now()))
             .exec(&write.txn)
             .await?;
+        let limits = &self.settings.limits;
+        limits
+            .room_check_in(&write.txn, Limit::MembersPerProject, members_of(project_id))
+            .await?;
+        limits
+            .room_check_in(
+                &write.txn,
+                Limit::InvitationsPerProject,
+                project_invitation::Entity::find()
+                    .filter(project_invitation::Column::ProjectId.eq(project_id))
+                    .filter(project_invitation::Column::ExpiresAt.gt(Utc::now())),
+            )
+            .await?;
         let now = Utc::now();
         let invitation = project_invitation::ActiveModel {
             id: Set(Uuid::now_v7()),
@@ -242,6 +259,19 @@ impl App {
         ctx.principal.require_scope(Scope::Write)?;
         let txn = crate::db::begin_write(&self.db).await?;
         let invitation = invitation_mine(&txn, &ctx.principal, id).await?;
+        // The project's row, locked: members join one at a time, within the cap.
+        project::Entity::find_by_id(invitation.project_id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?;
+        self.settings
+            .limits
+            .room_check_in(
+                &txn,
+                Limit::MembersPerProject,
+                members_of(invitation.project_id),
+            )
+            .await?;
         let now = Utc::now();
         let membership = project_member::ActiveModel {
             id: Set(Uuid::now_v7()),
@@ -309,4 +339,9 @@ fn invitation_audit(action: &'static str, invitation: &project_invitation::Model
         project_id: Some(invitation.project_id),
         details: serde_json::json!({ "email": invitation.email, "role": invitation.role }),
     }
+}
+
+/// The members of `project_id`.
+fn members_of(project_id: ProjectId) -> Select<project_member::Entity> {
+    project_member::Entity::find().filter(project_member::Column::ProjectId.eq(project_id))
 }

@@ -12,13 +12,14 @@ pub mod write;
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Query;
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QuerySelect, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::shared::audit::{AuditEntry, audit_record};
+use crate::app::shared::limits::Limit;
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::app::shared::validate::if_match_check;
 use crate::app::shared::validate::text_validate;
@@ -166,6 +167,22 @@ impl App {
         let description = description_validate(&create.description)?;
         let now = Utc::now();
         let txn = crate::db::begin_write(&self.db).await?;
+        let owner = ctx.principal.user_id();
+        // The user's row, locked: one user's creates queue here, within the cap.
+        crate::entity::user::Entity::find_by_id(owner)
+            .lock_exclusive()
+            .one(&txn)
+            .await?;
+        self.settings
+            .limits
+            .room_check_in(
+                &txn,
+                Limit::ProjectsPerUser,
+                project_member::Entity::find()
+                    .filter(project_member::Column::UserId.eq(owner))
+                    .filter(project_member::Column::Role.eq(ProjectRole::Owner.as_str())),
+            )
+            .await?;
         let created = project::ActiveModel {
             id: Set(ProjectId::new()),
             name: Set(name),

@@ -1,4 +1,4 @@
-//! What every domain uses: the audit log, pagination, idempotency keys, input validation,
+//! What every domain uses: the audit log, pagination, idempotency keys, tenant limits, input validation,
 //! throttles (concurrency, rates, retry budgets) and the checks of outbound addresses.
 //!
 //! Uses no domain.
@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod backpressure;
 pub mod idempotency;
+pub mod limits;
 pub mod outbound_addresses;
 pub mod pagination;
 pub mod validate;

@@ -26,6 +26,7 @@ use crate::app::projects::write::{RevisionBump, Revisioned};
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::outbound_addresses;
 use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams, paginate_ordered};
+use crate::app::shared::limits::Limit;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::webhook_message::WebhookEventType;
 use crate::entity::webhook_message::WebhookMessageState;
@@ -35,8 +36,6 @@ use crate::ids::ProjectId;
 
 /// How long the secret before a rotation still signs messages (beside the new one).
 pub const SECRET_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
-/// The most endpoints a project has.
-pub const ENDPOINTS_MAX: u64 = 20;
 
 /// A new endpoint.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -294,18 +293,12 @@ impl App {
         let write = self
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
-        let count = {
-            use sea_orm::PaginatorTrait;
-            webhook_endpoint::Entity::find()
-                .filter(webhook_endpoint::Column::ProjectId.eq(project_id))
-                .count(&write.txn)
-                .await?
-        };
-        if count >= ENDPOINTS_MAX {
-            return Err(AppError::invalid(format!(
-                "a project has at most {ENDPOINTS_MAX} webhook endpoints"
-            )));
-        }
+        write
+            .room_check::<webhook_endpoint::Entity>(
+                &self.settings.limits,
+                Limit::WebhookEndpointsPerProject,
+            )
+            .await?;
         let id = Uuid::now_v7();
         let secret = secret_generate();
         let now = Utc::now();

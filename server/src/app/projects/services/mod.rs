@@ -18,6 +18,7 @@ pub mod spec;
 use crate::app::App;
 use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
+use crate::app::shared::limits::Limit;
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
@@ -465,6 +466,9 @@ impl App {
         let variables = variables_validate(create.variables, &[], &self.secrets, id)?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
+            .await?;
+        write
+            .room_check::<service::Entity>(&self.settings.limits, Limit::ServicesPerProject)
             .await?;
         scoped_find::<environment::Entity>(&write.txn, project_id, environment_id)
             .await
