@@ -34,7 +34,7 @@ pub async fn dev(DevArgs { mut serve }: DevArgs) -> anyhow::Result<()> {
     });
     logging_init(settings.log_format == LogFormat::Json);
     let stop = shutdown_signal()?;
-    std::fs::create_dir_all(&settings.data_dir)?;
+    data_dir_private(&settings.data_dir)?;
     let platform = DevPlatform::start(&settings.data_dir).await?;
     // Domains are verified against the platform's DNS server, unless told otherwise.
     settings.dns_resolver.get_or_insert(platform.dns.dns_addr);
@@ -113,4 +113,22 @@ Stop with Ctrl-C (the agent's workloads are stopped too)."#,
         zone = bulkhead::dev::GCP_ZONE,
         region = bulkhead::dev::AWS_REGION,
     );
+}
+
+/// Creates the data directory so that only its owner may list or read it (0711), or makes it
+/// so if an earlier version or a hand made it 0755: it holds the master key, the database and
+/// the agent's state, and a viewer of the machine could otherwise read what they hold (webhook
+/// URLs carry a secret in their path). Others may still pass through it: the host agent's
+/// workloads, each a user of its own, reach their working directories below it (the files
+/// themselves are 0600, their directories 0700).
+fn data_dir_private(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    const MODE: u32 = 0o711;
+    std::fs::create_dir_all(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+    if mode != MODE {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(MODE))?;
+        tracing::info!(dir = %dir.display(), was = format!("{mode:o}"), "made the data directory 0711: its owner alone may list or read it");
+    }
+    Ok(())
 }

@@ -81,6 +81,7 @@ error_codes! {
     Error = "error",
     EvacuationRunning = "evacuation_running",
     Forbidden = "forbidden",
+    FutureDelivery = "future_delivery",
     HostnameTaken = "hostname_taken",
     IdentityNotLinked = "identity_not_linked",
     IdentityTaken = "identity_taken",
@@ -99,8 +100,8 @@ error_codes! {
     InvalidSignature = "invalid_signature",
     InvalidSpec = "invalid_spec",
     LastOwner = "last_owner",
-    MalformedJson = "malformed_json",
     LimitReached = "limit_reached",
+    MalformedJson = "malformed_json",
     MethodNotAllowed = "method_not_allowed",
     NameTaken = "name_taken",
     NoHealthyDeployment = "no_healthy_deployment",
@@ -216,8 +217,8 @@ impl ErrorCode {
             | IdempotencyInProgress
             | InstancesRunning
             | LastOwner
-            | NameTaken
             | LimitReached
+            | NameTaken
             | NoHealthyDeployment
             | NothingToRollBack
             | PasswordChanged
@@ -238,7 +239,9 @@ impl ErrorCode {
             // `invalid_body`: a body whose values the endpoint does not take (serde's data
             // errors); one that cannot be read at all is `malformed_json`.
             ConfigurationMissing | DomainUnverified | IdempotencyKeyReused | InvalidBody
-            | InvalidRequest | InvalidSpec | PluginRejected | StaleDelivery => K::Invalid,
+            | InvalidRequest | InvalidSpec | PluginRejected | StaleDelivery | FutureDelivery => {
+                K::Invalid
+            }
             TooManyAttempts => K::TooManyRequests,
             Internal | Error => K::Internal,
             PluginFailed

@@ -2,6 +2,7 @@
 //! settings precedence (flag > environment > file), `migrate`, and shutdown on SIGTERM.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -13,7 +14,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
 fn workload_binary() -> &'static Path {
     static COPY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
-        use std::os::unix::fs::PermissionsExt;
         let dir =
             std::env::temp_dir().join(format!("bulkhead-workload-bin-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -238,6 +238,11 @@ async fn migrate_up_down_status() {
 async fn dev_runs_a_complete_local_platform() {
     let dir = tempfile::tempdir().unwrap();
     let token = "dev-platform-test-token-0001";
+    // A data directory made by hand (or an earlier version) with the usual 0755 is made
+    // 0711: it holds the master key and the database; only the agent's workloads pass through.
+    let data_dir = dir.path().join("data/dev");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let (child, addr, _) = serve({
         let mut c = bulkhead(dir.path());
         c.arg("dev").env("BULKHEAD_BOOTSTRAP_TOKEN", token);
@@ -247,6 +252,10 @@ async fn dev_runs_a_complete_local_platform() {
         provider_names(&addr, token).await,
         ["aws", "gcp", "metal"],
         "a default placement lands on the simulated clouds and the agent, never on a demo"
+    );
+    assert_eq!(
+        std::fs::metadata(&data_dir).unwrap().permissions().mode() & 0o777,
+        0o711
     );
     let client = crate::support::http();
     let hello = format!("{} hello", workload_binary().display());
@@ -305,7 +314,7 @@ async fn dev_runs_a_complete_local_platform() {
 /// as root, says that each workload runs as a user of its own.
 #[tokio::test]
 async fn agent_reads_its_token_from_a_private_file() {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
     assert_eq!(
         std::fs::metadata("/proc/self").unwrap().uid(),
         0,

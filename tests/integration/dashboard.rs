@@ -100,6 +100,54 @@ async fn the_pages_are_served_with_strict_security_headers() {
     );
 }
 
+/// The API reference shares the dashboard's origin: a page there that another site could frame,
+/// or that ran an injected script, could reach what the dashboard keeps.
+#[tokio::test]
+async fn the_api_reference_has_the_dashboards_security_headers() {
+    let s = TestServer::start(Backend::Sqlite).await.unwrap();
+    for path in [
+        "/docs/",
+        "/docs/swagger-initializer.js",
+        "/docs/swagger-ui.css",
+    ] {
+        let reply = TestServer::send(s.http.get(s.url(path))).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text);
+        let policy = reply.header("content-security-policy").expect("a CSP");
+        for directive in [
+            "default-src 'self'",
+            "script-src 'self';",
+            "connect-src 'self'",
+            "object-src 'none'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(
+                policy.contains(directive),
+                "{path}: {directive} missing: {policy}"
+            );
+        }
+        assert!(!policy.contains("unsafe-eval"), "{policy}");
+        assert_eq!(
+            reply.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(reply.header("x-frame-options"), Some("DENY"), "{path}");
+        assert_eq!(
+            reply.header("referrer-policy"),
+            Some("no-referrer"),
+            "{path}"
+        );
+        if path == "/docs/" {
+            // Its scripts are files, which `script-src 'self'` lets run.
+            let html = reply.text.to_lowercase();
+            for (at, _) in html.match_indices("<script") {
+                let tag = &html[at..at + html[at..].find('>').unwrap()];
+                assert!(tag.contains(" src="), "an inline script: {tag}");
+            }
+        }
+    }
+}
+
 db_tests!(browser_sessions_keep_the_refresh_token_in_an_http_only_cookie);
 
 async fn browser_sessions_keep_the_refresh_token_in_an_http_only_cookie(s: TestServer) {

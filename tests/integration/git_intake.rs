@@ -278,6 +278,17 @@ async fn pushes_deploy_once_and_forgeries_are_refused(backend: Backend) {
         (422, &json!("stale_delivery")),
         "{problem}"
     );
+    // So is one from the future (it would never turn stale, and every genuine push after it
+    // would be ignored as older): ten minutes ahead, or in the year 33658.
+    for (delivery, pushed_at) in [("d-ahead", now() + 600), ("d-far", 1_000_000_000_000)] {
+        let ahead = push_event("acme/shop", "refs/heads/main", &commit(3), pushed_at);
+        let (status, problem) = push(&s, &installation, &secret, delivery, ahead).await;
+        assert_eq!(
+            (status, &problem["code"]),
+            (422, &json!("future_delivery")),
+            "{problem}"
+        );
+    }
 
     // The forge's other events and refs: ping, an issue, a tag, another branch.
     let ping = br#"{"zen":"Keep it logically awesome.","hook_id":1}"#.to_vec();

@@ -158,6 +158,25 @@ async fn deployment_events_are_signed_retried_and_replayed(backend: Backend) {
     assert!(secret.starts_with("whsec_"));
     let read = s.get(&format!("{endpoints}/{endpoint}"), &member).await;
     assert!(!read.assert_status(200).to_string().contains(&secret));
+    // A member sees the URL's origin only (a chat service's URL carries a secret in its
+    // path), in the endpoint, its list and the audit log; an admin sees it whole.
+    let origin = receiver.url.trim_end_matches("/hook");
+    assert_eq!(read.assert_status(200)["url"], format!("{origin}/…"));
+    let listed = s.get(&endpoints, &member).await;
+    assert_eq!(
+        listed.assert_status(200)["items"][0]["url"],
+        format!("{origin}/…")
+    );
+    let whole = s.get(&format!("{endpoints}/{endpoint}"), &shop.owner).await;
+    assert_eq!(whole.assert_status(200)["url"], receiver.url.as_str());
+    let audit = s
+        .get(
+            &format!("/v1/audit-events?project_id={}", shop.id),
+            &shop.owner,
+        )
+        .await;
+    let audit = audit.assert_status(200).to_string();
+    assert!(!audit.contains("/hook"), "{audit}");
     // An endpoint for healthy deployments only gets none of what follows.
     let healthy_only = s
         .post(

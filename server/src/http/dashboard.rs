@@ -2,12 +2,15 @@
 //! embedded here, so the server needs no Node), served at `/` on the API's own origin, with
 //! the security headers that keep a page holding an access token safe: a Content-Security-Policy
 //! that admits no inline script and no other origin, no framing, no MIME sniffing, no referrer.
+//! The API reference (`/docs/`) shares the origin, and gets the same headers
+//! ([`docs_headers`]).
 
 use std::sync::LazyLock;
 
 use axum::Router;
-use axum::extract::Path;
-use axum::http::{HeaderName, HeaderValue, header};
+use axum::extract::{Path, Request};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use sha2::{Digest, Sha256};
@@ -82,16 +85,39 @@ async fn asset_get(Path(file): Path<String>) -> Response {
 fn asset_response(asset: &Asset) -> Response {
     let mut response = asset.bytes.into_response();
     let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(asset.content_type),
+    );
+    headers.insert(header::ETAG, asset.etag.clone());
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    security_headers_set(headers, CONTENT_SECURITY_POLICY);
+    response
+}
+
+/// The API reference's policy (Swagger UI at `/docs/`, on the dashboard's origin): the same
+/// as the dashboard's, but for the inline styles Swagger UI sets from its script and the fonts
+/// and images it embeds as `data:` URLs. No inline script runs either way.
+pub const DOCS_CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+     font-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; \
+     frame-ancestors 'none'";
+
+/// Gives every answer of `/docs/` the dashboard's security headers (the reference shares the
+/// dashboard's origin: a script injected there could read what the dashboard keeps).
+pub async fn docs_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    security_headers_set(response.headers_mut(), DOCS_CONTENT_SECURITY_POLICY);
+    response
+}
+
+/// The headers that keep a page on the dashboard's origin safe: `policy`, no framing, no MIME
+/// sniffing, no referrer, no opener or embedder from another origin, no powerful features.
+fn security_headers_set(headers: &mut HeaderMap, policy: &'static str) {
     let set = [
         (
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(asset.content_type),
-        ),
-        (header::ETAG, asset.etag.clone()),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        (
             header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+            HeaderValue::from_static(policy),
         ),
         (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
         (
@@ -118,5 +144,4 @@ fn asset_response(asset: &Asset) -> Response {
     for (name, value) in set {
         headers.insert(name, value);
     }
-    response
 }

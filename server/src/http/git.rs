@@ -215,7 +215,7 @@ struct HookParams {
         (status = 401, description = "No installation with this id, or the signature is missing or wrong (`invalid_signature`)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over 1 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Neither JSON nor a form", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The push is more than 72 hours old (`stale_delivery`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The push is more than 72 hours old (`stale_delivery`), or its `repository.pushed_at` is more than 5 minutes ahead of the server's clock (`future_delivery`)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn github_hook_receive(
     State(app): State<App>,

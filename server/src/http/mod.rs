@@ -148,7 +148,10 @@ pub fn router(app: App) -> Router {
             middleware::authenticate,
         ))
         .with_state(app)
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
+        .merge(
+            Router::<()>::from(SwaggerUi::new("/docs").url("/openapi.json", doc))
+                .layer(axum::middleware::from_fn(dashboard::docs_headers)),
+        )
         .merge(dashboard::router());
 
     let cors = CorsLayer::new()

@@ -9,7 +9,8 @@
 //!   id and once by the SHA-256 of its body, so a redelivery, or a captured body replayed
 //!   under a fresh id (the id is not signed), answers 200 `duplicate` and does nothing. A push
 //!   older than [`MAX_AGE`] is refused (422 `stale_delivery`): deliveries are kept at least
-//!   that long, so no replay outlives its record.
+//!   that long, so no replay outlives its record. A push more than [`MAX_AHEAD`] ahead of the
+//!   server's clock is refused too (422 `future_delivery`): it would never turn stale.
 //! - **Work durably.** [`App::push_intake_run`] (on the replica that leads the deploys) turns
 //!   the queued deliveries into deployments, in the order received, one transaction each:
 //!   the delivery is claimed (`queued` → `deployed`) in the same transaction that inserts its
@@ -42,6 +43,11 @@ use crate::ids::ProjectId;
 /// The oldest push accepted, by the forge's `repository.pushed_at` (GitHub lets a delivery be
 /// redelivered for three days).
 pub const MAX_AGE: chrono::Duration = chrono::Duration::hours(72);
+/// How far ahead of this server's clock a push's `repository.pushed_at` may be (the forge's
+/// clock and ours differ a little). A push from further ahead would stay "newest" and never
+/// stale: every genuine push after it would be ignored, and it could be replayed once its
+/// delivery record is purged.
+pub const MAX_AHEAD: chrono::Duration = chrono::Duration::minutes(5);
 /// How long processed deliveries are kept (the delivery log; at least [`MAX_AGE`]).
 pub const KEEP: chrono::Duration = chrono::Duration::days(7);
 /// The condition of `idx_git_deliveries_queued`, word for word (SQLite uses a partial index
@@ -218,6 +224,16 @@ impl App {
                     "the push is from {}, older than the {} hours a delivery is accepted for",
                     stored.pushed_at,
                     MAX_AGE.num_hours()
+                ),
+            ));
+        }
+        if stored.pushed_at - now > MAX_AHEAD {
+            return Err(AppError::new(
+                ErrorCode::FutureDelivery,
+                format!(
+                    "the push is from {}, more than {} minutes ahead of this server's clock ({now})",
+                    stored.pushed_at,
+                    MAX_AHEAD.num_minutes()
                 ),
             ));
         }

@@ -296,7 +296,8 @@ impl App {
             }
             Err(err) => Attempt::Failed {
                 status: None,
-                error: format!("no answer: {err}"),
+                // Without the URL, which members and viewers may not see whole.
+                error: format!("no answer: {}", err.without_url()),
                 retry_after: None,
             },
         }

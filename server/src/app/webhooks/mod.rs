@@ -7,7 +7,9 @@
 //! private setups), holds no user or fragment, and names no private, loopback or link-local
 //! address unless the operator allowed it (`--webhook-allowed-networks`); a name is checked
 //! again, as it resolves, before each attempt. Admins (and owners) of the project manage
-//! endpoints with a `write` token; members and viewers read them and their messages.
+//! endpoints with a `write` token; members and viewers read them and their messages, with each
+//! URL cut to its origin ([`url_shown`]): a chat service's webhook URL carries its secret in
+//! its path. The audit log keeps the cut URL too.
 
 pub mod delivery;
 
@@ -24,14 +26,14 @@ use crate::app::App;
 use crate::app::projects::scoped::scoped_find;
 use crate::app::projects::write::{RevisionBump, Revisioned};
 use crate::app::shared::audit::AuditEntry;
+use crate::app::shared::limits::Limit;
 use crate::app::shared::outbound_addresses;
 use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams, paginate_ordered};
-use crate::app::shared::limits::Limit;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::webhook_message::WebhookEventType;
 use crate::entity::webhook_message::WebhookMessageState;
 use crate::entity::{deployment, webhook_endpoint, webhook_message};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppResult, ErrorKind};
 use crate::ids::ProjectId;
 
 /// How long the secret before a rotation still signs messages (beside the new one).
@@ -69,6 +71,8 @@ pub struct WebhookEndpointUpdate {
 pub struct WebhookEndpointView {
     pub id: Uuid,
     pub project_id: Uuid,
+    /// The URL messages go to. A caller below `admin` in the project sees its origin only,
+    /// followed by `/…` when it has a path or query (which may carry a secret).
     pub url: String,
     /// Empty: all.
     pub event_types: Vec<WebhookEventType>,
@@ -196,13 +200,23 @@ fn event_types_value(types: Vec<WebhookEventType>) -> AppResult<serde_json::Valu
     serde_json::to_value(types).map_err(AppError::internal)
 }
 
+/// `url` as shown to a caller who may not manage the endpoint: its origin, and `/…` in place
+/// of a path or query.
+pub fn url_shown(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) if parsed.path() == "/" && parsed.query().is_none() => url.to_owned(),
+        Ok(parsed) => format!("{}/…", parsed.origin().ascii_serialization()),
+        Err(_) => "…".to_owned(),
+    }
+}
+
 fn endpoint_audit(action: &'static str, m: &webhook_endpoint::Model) -> AuditEntry {
     AuditEntry {
         action,
         resource_type: "webhook_endpoint",
         resource_id: m.id.to_string(),
         project_id: Some(m.project_id),
-        details: serde_json::json!({ "url": m.url, "event_types": m.event_types }),
+        details: serde_json::json!({ "url": url_shown(&m.url), "event_types": m.event_types }),
     }
 }
 
@@ -268,8 +282,31 @@ impl App {
         project_id: ProjectId,
         params: PageParams,
     ) -> AppResult<Page<webhook_endpoint::Model>> {
-        self.scoped_list::<webhook_endpoint::Entity>(principal, project_id, params)
+        let mut page = self
+            .scoped_list::<webhook_endpoint::Entity>(principal, project_id, params)
+            .await?;
+        if !self.webhook_urls_whole(principal, project_id).await? {
+            for endpoint in &mut page.items {
+                endpoint.url = url_shown(&endpoint.url);
+            }
+        }
+        Ok(page)
+    }
+
+    /// Whether `principal` sees endpoints' URLs whole: those who manage the endpoints do.
+    async fn webhook_urls_whole(
+        &self,
+        principal: &Principal,
+        project_id: ProjectId,
+    ) -> AppResult<bool> {
+        match self
+            .project_authorize(principal, project_id, ProjectRole::Admin, Scope::Read)
             .await
+        {
+            Ok(_) => Ok(true),
+            Err(err) if err.kind == ErrorKind::Forbidden => Ok(false),
+            Err(err) => Err(err),
+        }
     }
 
     pub async fn webhook_endpoint_view(
@@ -278,8 +315,13 @@ impl App {
         project_id: ProjectId,
         id: Uuid,
     ) -> AppResult<webhook_endpoint::Model> {
-        self.scoped_view::<webhook_endpoint::Entity>(principal, project_id, id)
-            .await
+        let mut endpoint = self
+            .scoped_view::<webhook_endpoint::Entity>(principal, project_id, id)
+            .await?;
+        if !self.webhook_urls_whole(principal, project_id).await? {
+            endpoint.url = url_shown(&endpoint.url);
+        }
+        Ok(endpoint)
     }
 
     /// Registers an endpoint with a new secret (returned once).
