@@ -2192,6 +2192,8 @@ enum, so that clients match on codes the compiler knows.
         EvacuationRunning,
         #[serde(rename = "forbidden")]
         Forbidden,
+        #[serde(rename = "future_delivery")]
+        FutureDelivery,
         #[serde(rename = "hostname_taken")]
         HostnameTaken,
         #[serde(rename = "identity_not_linked")]
@@ -2228,6 +2230,8 @@ enum, so that clients match on codes the compiler knows.
         InvalidSpec,
         #[serde(rename = "last_owner")]
         LastOwner,
+        #[serde(rename = "limit_reached")]
+        LimitReached,
         #[serde(rename = "malformed_json")]
         MalformedJson,
         #[serde(rename = "method_not_allowed")]
@@ -2329,6 +2333,7 @@ enum, so that clients match on codes the compiler knows.
                 Self::Error => f.write_str("error"),
                 Self::EvacuationRunning => f.write_str("evacuation_running"),
                 Self::Forbidden => f.write_str("forbidden"),
+                Self::FutureDelivery => f.write_str("future_delivery"),
                 Self::HostnameTaken => f.write_str("hostname_taken"),
                 Self::IdentityNotLinked => f.write_str("identity_not_linked"),
                 Self::IdentityTaken => f.write_str("identity_taken"),
@@ -2347,6 +2352,7 @@ enum, so that clients match on codes the compiler knows.
                 Self::InvalidSignature => f.write_str("invalid_signature"),
                 Self::InvalidSpec => f.write_str("invalid_spec"),
                 Self::LastOwner => f.write_str("last_owner"),
+                Self::LimitReached => f.write_str("limit_reached"),
                 Self::MalformedJson => f.write_str("malformed_json"),
                 Self::MethodNotAllowed => f.write_str("method_not_allowed"),
                 Self::NameTaken => f.write_str("name_taken"),
@@ -2416,6 +2422,7 @@ enum, so that clients match on codes the compiler knows.
                 "error" => Ok(Self::Error),
                 "evacuation_running" => Ok(Self::EvacuationRunning),
                 "forbidden" => Ok(Self::Forbidden),
+                "future_delivery" => Ok(Self::FutureDelivery),
                 "hostname_taken" => Ok(Self::HostnameTaken),
                 "identity_not_linked" => Ok(Self::IdentityNotLinked),
                 "identity_taken" => Ok(Self::IdentityTaken),
@@ -2434,6 +2441,7 @@ enum, so that clients match on codes the compiler knows.
                 "invalid_signature" => Ok(Self::InvalidSignature),
                 "invalid_spec" => Ok(Self::InvalidSpec),
                 "last_owner" => Ok(Self::LastOwner),
+                "limit_reached" => Ok(Self::LimitReached),
                 "malformed_json" => Ok(Self::MalformedJson),
                 "method_not_allowed" => Ok(Self::MethodNotAllowed),
                 "name_taken" => Ok(Self::NameTaken),
@@ -8368,6 +8376,8 @@ API token expires no later than that token (and is revoked with it).*/
 with it. It cannot be shown again (rotate it to get a new one).*/
         pub secret: ::std::string::String,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        /**The URL messages go to. A caller below `admin` in the project sees its origin only,
+followed by `/…` when it has a path or query (which may carry a secret).*/
         pub url: ::std::string::String,
     }
     impl WebhookEndpointCreated {
@@ -8524,6 +8534,8 @@ with it. It cannot be shown again (rotate it to get a new one).*/
         >,
         pub project_id: ::uuid::Uuid,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+        /**The URL messages go to. A caller below `admin` in the project sees its origin only,
+followed by `/…` when it has a path or query (which may carry a secret).*/
         pub url: ::std::string::String,
     }
     impl WebhookEndpointView {

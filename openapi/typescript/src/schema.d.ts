@@ -2043,7 +2043,7 @@ export interface components {
          *     `snake_case`, and a unit test checks that this is the code.)
          * @enum {string}
          */
-        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "hostname_taken" | "identity_not_linked" | "identity_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_signature" | "invalid_spec" | "last_owner" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "sign_in_failed" | "sign_in_unavailable" | "stale_delivery" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
+        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "future_delivery" | "hostname_taken" | "identity_not_linked" | "identity_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_signature" | "invalid_spec" | "last_owner" | "limit_reached" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "sign_in_failed" | "sign_in_unavailable" | "stale_delivery" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
         /**
          * @description The state of an evacuation.
          * @enum {string}
@@ -3412,6 +3412,10 @@ export interface components {
             id: string;
             /** Format: uuid */
             project_id: string;
+            /**
+             * @description The URL messages go to. A caller below `admin` in the project sees its origin only,
+             *     followed by `/…` when it has a path or query (which may carry a secret).
+             */
             url: string;
             /** @description Empty: all. */
             event_types: components["schemas"]["WebhookEventType"][];
@@ -5559,7 +5563,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The push is more than 72 hours old (`stale_delivery`) */
+            /** @description The push is more than 72 hours old (`stale_delivery`), or its `repository.pushed_at` is more than 5 minutes ahead of the server's clock (`future_delivery`) */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -6536,7 +6540,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `members_per_project` (default 100) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7415,7 +7419,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `projects_per_user` (default 50) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8019,7 +8023,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `domains_per_project` (default 100) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8759,7 +8763,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `environments_per_project` (default 20) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -9369,7 +9373,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `git_installations_per_project` (default 10) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10226,7 +10230,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `members_per_project` (default 100) or `invitations_per_project` (default 50) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -11053,7 +11057,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `services_per_project` (default 100) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -12508,7 +12512,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `webhook_endpoints_per_project` (default 20) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -16533,7 +16537,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict with existing state */
+            /** @description Conflict with existing state; or `limit_reached`: one more would pass the tenant limit `tokens_per_user` (default 50) (operators set it with `--limit NAME=N`) */
             409: {
                 headers: {
                     [name: string]: unknown;
