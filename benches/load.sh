@@ -4,6 +4,7 @@
 # dashboard lives on lists) against `/healthz` on the same server in the same run, with wrk.
 #
 #   benches/load.sh [DURATION_SECS] [CONNECTIONS]     (defaults: 15 s, 64 connections)
+#   BULKHEAD_BIN=/path/to/bulkhead benches/load.sh …  (another build, e.g. a baseline commit's)
 #
 # Needs wrk, curl and jq (Debian: apt-get install wrk curl jq). Prints a Markdown table.
 set -euo pipefail
@@ -14,10 +15,12 @@ for tool in wrk curl jq; do
   command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install $tool" >&2; exit 2; }
 done
 
-cargo build --release -q -p bulkhead-api
+# BULKHEAD_BIN: another build's binary, to compare two builds in one session.
+binary="${BULKHEAD_BIN:-target/release/bulkhead}"
+[ -n "${BULKHEAD_BIN:-}" ] || cargo build --release -q -p bulkhead-api
 work="$(mktemp -d)"
 admin="bench-admin-token-0123456789"
-BULKHEAD_BOOTSTRAP_TOKEN="$admin" RUST_LOG=warn target/release/bulkhead serve \
+BULKHEAD_BOOTSTRAP_TOKEN="$admin" RUST_LOG=warn "$binary" serve \
   --listen 127.0.0.1:0 --data-dir "$work/data" > "$work/out" 2> "$work/err" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
