@@ -823,6 +823,8 @@ async fn backpressure_server(concurrency: usize) -> (TestServer, DevPlatform, te
         settings.deploy.concurrency = concurrency;
         settings.deploy.provider_rate = 10_000;
         settings.provider_probe_interval = Duration::from_secs(3600);
+        // Backlogs of hundreds of services in one project, past the default limit.
+        settings.limits.services_per_project = 10_000;
     })
     .await;
     let (platform, dir) = platform(&s).await;

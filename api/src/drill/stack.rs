@@ -92,6 +92,10 @@ impl ControlPlane {
             .arg(&self.dir)
             .arg("--provider-probe-interval-ms")
             .arg(PROBE_INTERVAL_MS.to_string())
+            // The API traffic writes an environment every few tens of milliseconds into one
+            // project, and checks that each acknowledged one is kept: a load, not a tenant.
+            .arg("--limit")
+            .arg("environments_per_project=1000000")
             .env("BULKHEAD_BOOTSTRAP_TOKEN", &self.settings.admin_token)
             .env("RUST_LOG", "info,sqlx=warn,sea_orm=warn")
             .stdin(Stdio::null())

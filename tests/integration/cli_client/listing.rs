@@ -8,6 +8,10 @@ crate::db_tests!(lists_longer_than_a_page_say_so_and_all_lists_every_item);
 
 async fn lists_longer_than_a_page_say_so_and_all_lists_every_item(s: TestServer) {
     const PAGE: usize = 200;
+    // More projects than a page, past what one user may own by default.
+    let s = s
+        .restart_with(|settings| settings.limits.projects_per_user = 1_000)
+        .await;
     let token = s.user_with_session("many@example.com").await;
     for n in 0..=PAGE {
         s.project_create(&token, &format!("p{n:03}")).await;
