@@ -182,6 +182,18 @@ pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction,
     db.begin_with_options(options).await
 }
 
+/// Locks row `id` of `E` for the rest of `txn` (`FOR UPDATE` on PostgreSQL; SQLite's write
+/// transaction holds the whole database already), so that writes which check a count under
+/// it (a tenant limit) queue instead of passing it together.
+pub async fn row_lock<E: sea_orm::EntityTrait>(
+    txn: &DatabaseTransaction,
+    id: impl Into<<E::PrimaryKey as sea_orm::PrimaryKeyTrait>::ValueType>,
+) -> Result<(), DbErr> {
+    use sea_orm::QuerySelect;
+    E::find_by_id(id).lock_exclusive().one(txn).await?;
+    Ok(())
+}
+
 /// Applies every pending migration.
 pub async fn migrate_up(db: &DatabaseConnection) -> Result<(), DbErr> {
     Migrator::up(db, None).await

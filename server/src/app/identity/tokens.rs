@@ -152,10 +152,7 @@ impl App {
         };
         // The user's row, locked: one user's creates queue here, within the cap.
         let user_id = ctx.principal.user_id();
-        crate::entity::user::Entity::find_by_id(user_id)
-            .lock_exclusive()
-            .one(&txn)
-            .await?;
+        crate::db::row_lock::<crate::entity::user::Entity>(&txn, user_id).await?;
         let now = Utc::now();
         self.settings
             .limits

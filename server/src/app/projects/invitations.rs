@@ -10,8 +10,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Select,
-    Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Select, Set,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -260,10 +259,7 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         let invitation = invitation_mine(&txn, &ctx.principal, id).await?;
         // The project's row, locked: members join one at a time, within the cap.
-        project::Entity::find_by_id(invitation.project_id)
-            .lock_exclusive()
-            .one(&txn)
-            .await?;
+        crate::db::row_lock::<project::Entity>(&txn, invitation.project_id).await?;
         self.settings
             .limits
             .room_check_in(

@@ -12,7 +12,7 @@ pub mod write;
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Query;
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QuerySelect, Set};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -169,10 +169,7 @@ impl App {
         let txn = crate::db::begin_write(&self.db).await?;
         let owner = ctx.principal.user_id();
         // The user's row, locked: one user's creates queue here, within the cap.
-        crate::entity::user::Entity::find_by_id(owner)
-            .lock_exclusive()
-            .one(&txn)
-            .await?;
+        crate::db::row_lock::<crate::entity::user::Entity>(&txn, owner).await?;
         self.settings
             .limits
             .room_check_in(
