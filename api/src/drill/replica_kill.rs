@@ -52,18 +52,9 @@ impl Drill<'_> {
             latency_ms: AWS_LATENCY_MS,
             ..FaultState::default()
         });
-        let resumed = self.backlog_resume().await?;
-        let started = (queued.len() / 4).max(1);
-        until(
-            "the backlog's first launches",
-            Duration::from_secs(60),
-            async || {
-                let launched = aws.launches_since(resumed).len();
-                Ok((launched >= started && aws.faults.calls().in_flight > 0).then_some(()))
-            },
-        )
-        .await?;
-
+        // The leader is found first, so that nothing stands between the moment calls are seen
+        // under way and the kill (a status read through the balancer takes long enough for a
+        // release build's launches to finish).
         let status = self.cluster_status().await?;
         let leader = leader_of(&status, types::Work::Deploys)
             .ok_or_else(|| anyhow::anyhow!("no replica leads the deploys"))?;
@@ -77,6 +68,17 @@ impl Drill<'_> {
             .iter()
             .position(|replica| replica.address() == leader.address)
             .ok_or_else(|| anyhow::anyhow!("the leader {} is none of the drill's", leader.id))?;
+
+        let resumed = self.backlog_resume().await?;
+        let started = (queued.len() / 4).max(1);
+        let launches_under_way = Instant::now() + Duration::from_secs(60);
+        while aws.launches_since(resumed).len() < started || aws.faults.calls().in_flight == 0 {
+            anyhow::ensure!(
+                Instant::now() < launches_under_way,
+                "the backlog's first launches: not within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         let killed_at = chrono::Utc::now();
         let kill_started = self.timeline.now();
         let calls_in_flight = aws.faults.calls().in_flight;
