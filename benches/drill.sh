@@ -32,8 +32,8 @@ if [ -n "${BULKHEAD_DRILL_POSTGRES:-}" ]; then
   databases+=(postgres)
 fi
 
-echo "| run | database | checks passed | seconds | failed checks |"
-echo "| ---: | --- | ---: | ---: | --- |"
+echo "| run | database | checks passed | seconds | gcp breaker open | dead routes out | backlog drain (set 4/s) | requests failed through Caddy | intake p99 | failed checks |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 failures=0
 for database in "${databases[@]}"; do
   for run in $(seq 1 "$runs"); do
@@ -47,12 +47,20 @@ for database in "${databases[@]}"; do
     report="$reports/$database-$run.json"
     "$BULKHEAD_BIN" drill --output json "${flags[@]}" > "$report" 2> "$reports/$database-$run.log" || true
     if ! jq -e . "$report" >/dev/null 2>&1; then
-      echo "| $run | $database | no report | | see $reports/$database-$run.log |"
+      echo "| $run | $database | no report | | | | | | | see $reports/$database-$run.log |"
       failures=$((failures + 1))
       continue
     fi
     jq -r --arg run "$run" --arg database "$database" '
-      "| \($run) | \($database) | \([.checks[] | select(.passed)] | length) of \(.checks | length) | \(.duration_secs | floor) | \([.checks[] | select(.passed | not) | "\(.name): \(.measured)"] | join("; ")) |"
+      def figure($check; $name): [.checks[] | select(.name == $check) | .figures[$name]] | first;
+      def seconds($check): figure($check; "seconds") | if . == null then "–" else "\(. * 10 | round / 10) s" end;
+      [.checks[] | select(.name | startswith("edge_serves")) | .figures] as $traffic
+      | "| \($run) | \($database) | \([.checks[] | select(.passed)] | length) of \(.checks | length)"
+        + " | \(.duration_secs | floor) | \(seconds("breaker_opens")) | \(seconds("dead_instances_leave_routes"))"
+        + " | \(figure("backlog_drains_at_rate"; "rate") // 0 | . * 100 | round / 100)/s"
+        + " | \([$traffic[].failed] | add) of \([$traffic[].requests] | add)"
+        + " | \(figure("intake_answers_fast"; "p99_ms") // 0 | round) ms"
+        + " | \([.checks[] | select(.passed | not) | "\(.name): \(.measured)"] | join("; ")) |"
     ' "$report"
     if jq -e '.passed' "$report" >/dev/null; then
       rm -f "$report" "$reports/$database-$run.log"
