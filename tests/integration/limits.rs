@@ -22,6 +22,21 @@ fn refused_by(reply: &Reply, limit: &str) {
     assert!(detail.contains(&format!("`{limit}`")), "{detail}");
 }
 
+/// Two creates at `path` with `body(0)` and `body(1)` succeed, the third is refused by `limit`
+/// (set to 2).
+async fn creates_refused_past_two(
+    s: &TestServer,
+    path: &str,
+    token: &str,
+    limit: &str,
+    body: impl Fn(usize) -> serde_json::Value,
+) {
+    for n in 0..2 {
+        s.post(path, token, body(n)).await.assert_status(201);
+    }
+    refused_by(&s.post(path, token, body(2)).await, limit);
+}
+
 async fn each_limit_refuses_one_more_with_its_name(backend: Backend) {
     let Some(s) = TestServer::start_with(backend, |settings| {
         settings
@@ -116,48 +131,30 @@ async fn each_limit_refuses_one_more_with_its_name(backend: Backend) {
         .await,
         "services_per_project",
     );
-    let domains = format!("/v1/projects/{project}/domains");
-    for n in 0..3 {
-        let reply = s
-            .post(
-                &domains,
-                &owner,
-                json!({ "hostname": format!("shop{n}.example.com"), "service_id": web }),
-            )
-            .await;
-        match n {
-            2 => refused_by(&reply, "domains_per_project"),
-            _ => drop(reply.assert_status(201)),
-        }
-    }
-    let installations = format!("/v1/projects/{project}/git-installations");
-    for n in 0..3 {
-        let reply = s
-            .post(
-                &installations,
-                &owner,
-                json!({ "bindings": [{ "repository": format!("acme/r{n}"), "branch": "main", "service_id": web }] }),
-            )
-            .await;
-        match n {
-            2 => refused_by(&reply, "git_installations_per_project"),
-            _ => drop(reply.assert_status(201)),
-        }
-    }
-    let webhooks = format!("/v1/projects/{project}/webhooks");
-    for n in 0..3 {
-        let reply = s
-            .post(
-                &webhooks,
-                &owner,
-                json!({ "url": format!("http://127.0.0.1:9/hook-{n}") }),
-            )
-            .await;
-        match n {
-            2 => refused_by(&reply, "webhook_endpoints_per_project"),
-            _ => drop(reply.assert_status(201)),
-        }
-    }
+    creates_refused_past_two(
+        &s,
+        &format!("/v1/projects/{project}/domains"),
+        &owner,
+        "domains_per_project",
+        |n| json!({ "hostname": format!("shop{n}.example.com"), "service_id": web }),
+    )
+    .await;
+    creates_refused_past_two(
+        &s,
+        &format!("/v1/projects/{project}/git-installations"),
+        &owner,
+        "git_installations_per_project",
+        |n| json!({ "bindings": [{ "repository": format!("acme/r{n}"), "branch": "main", "service_id": web }] }),
+    )
+    .await;
+    creates_refused_past_two(
+        &s,
+        &format!("/v1/projects/{project}/webhooks"),
+        &owner,
+        "webhook_endpoints_per_project",
+        |n| json!({ "url": format!("http://127.0.0.1:9/hook-{n}") }),
+    )
+    .await;
 
     // Pending invitations, and members (the owner is one of the 3).
     let mut sessions = Vec::new();
