@@ -104,6 +104,7 @@ error_codes! {
     MalformedJson = "malformed_json",
     MethodNotAllowed = "method_not_allowed",
     NameTaken = "name_taken",
+    NoCommit = "no_commit",
     NoHealthyDeployment = "no_healthy_deployment",
     NotFound = "not_found",
     NotReady = "not_ready",
@@ -219,6 +220,7 @@ impl ErrorCode {
             | LastOwner
             | LimitReached
             | NameTaken
+            | NoCommit
             | NoHealthyDeployment
             | NothingToRollBack
             | PasswordChanged

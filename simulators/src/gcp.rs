@@ -245,6 +245,23 @@ impl GcpSimulator {
         found
     }
 
+    /// The value of metadata item `key` of each instance that runs, in no particular order
+    /// (`bulkhead-artifact`: what each was asked to run).
+    pub fn instance_metadata(&self, key: &str) -> Vec<String> {
+        let instances = self.sim.instances.lock().expect("not poisoned");
+        instances
+            .values()
+            .filter(|instance| instance.server.is_some())
+            .filter_map(|instance| {
+                instance
+                    .metadata
+                    .iter()
+                    .find(|(name, _)| name == key)
+                    .map(|(_, value)| value.clone())
+            })
+            .collect()
+    }
+
     /// How many access tokens it has issued.
     pub fn tokens_issued(&self) -> usize {
         self.sim.tokens.lock().expect("not poisoned").len()

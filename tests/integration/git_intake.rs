@@ -14,16 +14,200 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::backend_tests;
+use crate::deployments::deployment_wait;
 use crate::support::{
     ADMIN_TOKEN, Backend, ChildServer, ProjectWithService, TestServer, database_fresh, eventually,
+    platform,
 };
+use crate::{backend_tests, db_tests};
 
 backend_tests!(
     pushes_deploy_once_and_forgeries_are_refused,
     pushes_survive_a_sigkill_and_deploy_exactly_once,
     commit_statuses_stay_within_the_forges_limits
 );
+
+db_tests!(a_deployment_deploys_one_commit_and_a_rollback_the_one_before);
+
+/// A push deploys its own commit: the image names it, the provider is given that image; a
+/// deployment by hand deploys the latest pushed commit or the one given; a rollback deploys
+/// its target's commit again. An image that names a commit with none to fill in is refused,
+/// as are unknown placeholders and commits that are not full commit ids.
+async fn a_deployment_deploys_one_commit_and_a_rollback_the_one_before(s: TestServer) {
+    let (platform, _dir) = platform(&s).await;
+    let owner = s
+        .user_with_session(&format!(
+            "pusher-{}@example.com",
+            uuid::Uuid::new_v4().simple()
+        ))
+        .await;
+    let project = s.project_create(&owner, "revisions").await;
+    let environment = s.environment_create(&owner, &project, "production").await;
+    let service_id = s
+        .service_create(
+            &owner,
+            &project,
+            &environment,
+            json!({
+                "name": "web",
+                "source": { "type": "artifact", "image": "ghcr.io/acme/web:{branch}-{short_commit}" },
+                "port": 8080,
+                "placement": { "providers": [{ "name": "gcp" }] },
+                "health_check": { "interval_ms": 200, "start_timeout_secs": 30 },
+            }),
+        )
+        .await;
+    let service = format!("/v1/projects/{project}/services/{service_id}");
+    let deployments = format!("{service}/deployments");
+    let image = |n: u32| format!("ghcr.io/acme/web:main-{}", &sha(n)[..7]);
+    let deploy = async |query: &str| {
+        s.call(
+            Method::POST,
+            &format!("{deployments}{query}"),
+            Some(&owner),
+            None,
+        )
+        .await
+    };
+
+    // Unknown placeholders are refused when the spec is written.
+    for bad in ["acme/web:{sha}", "acme/web:{commit", "acme/web:commit}"] {
+        s.patch(
+            &service,
+            &owner,
+            json!({ "source": { "type": "artifact", "image": bad } }),
+        )
+        .await
+        .assert_problem(422, "invalid_request");
+    }
+    // Nothing pushed yet, no commit given: nothing to fill the image in with.
+    deploy("").await.assert_problem(409, "no_commit");
+    for bad in ["abc1234".to_owned(), "A".repeat(40), format!("{}0", sha(1))] {
+        deploy(&format!("?commit={bad}"))
+            .await
+            .assert_problem(422, "invalid_request");
+    }
+    deploy(&format!("?commit={}&extra=1", sha(1)))
+        .await
+        .assert_problem(400, "invalid_query");
+    // Another tenant cannot deploy it, commit or not.
+    let other = s.project_with_service("other").await;
+    let at_commit = format!("{deployments}?commit={}", sha(1));
+    s.call(Method::POST, &at_commit, Some(&other.owner), None)
+        .await
+        .assert_problem(404, "not_found");
+
+    let created = s
+        .post(
+            &format!("/v1/projects/{project}/git-installations"),
+            &owner,
+            json!({ "bindings": [{ "repository": "acme/web", "branch": "main", "service_id": service_id }] }),
+        )
+        .await;
+    let created = created.assert_status(201).clone();
+    let installation = created["id"].as_str().unwrap().to_owned();
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let running = async |n: u32| {
+        eventually(&format!("gcp runs only {}", image(n)), async || {
+            let artifacts = platform.gcp.instance_metadata("bulkhead-artifact");
+            let commits = platform
+                .gcp
+                .instance_metadata("bulkhead-env-BULKHEAD_GIT_COMMIT");
+            !artifacts.is_empty()
+                && artifacts.iter().all(|a| *a == image(n))
+                && commits.len() == artifacts.len()
+                && commits.iter().all(|c| *c == sha(n))
+        })
+        .await;
+    };
+    let list = async || {
+        let page = s.get(&format!("{deployments}?order=desc"), &owner).await;
+        page.assert_status(200)["items"].as_array().unwrap().clone()
+    };
+
+    // Two pushes: each deploys its own commit, and the provider is given its image.
+    for n in [1, 2] {
+        let event = push_event("Acme/Web", "refs/heads/main", &sha(n), now() + i64::from(n));
+        let (status, _) = push(&s, &installation, &secret, &format!("p-{n}"), event).await;
+        assert_eq!(status, 202);
+        eventually("the push deploys", async || {
+            list().await.len() == n as usize
+        })
+        .await;
+        let made = list().await[0].clone();
+        assert_eq!(made["revision"]["commit"], sha(n), "{made}");
+        assert_eq!(made["revision"]["branch"], "main");
+        assert_eq!(made["image"], image(n));
+        assert_eq!(
+            made["spec"]["source"]["image"],
+            "ghcr.io/acme/web:{branch}-{short_commit}"
+        );
+        deployment_wait(
+            &s,
+            &service,
+            made["id"].as_str().unwrap(),
+            "healthy",
+            Duration::from_secs(60),
+        )
+        .await;
+        running(n).await;
+    }
+
+    // By hand: the latest pushed commit, then one given (on the service's one branch).
+    let latest = deploy("").await.assert_status(201).clone();
+    assert_eq!(latest["revision"]["commit"], sha(2), "{latest}");
+    assert_eq!(latest["image"], image(2));
+    let events = s
+        .get(
+            &format!("{deployments}/{}/events", latest["id"].as_str().unwrap()),
+            &owner,
+        )
+        .await;
+    let queued = &events.assert_status(200)["items"][0];
+    assert!(
+        queued["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("commit {} of `main`", &sha(2)[..7])),
+        "{queued}"
+    );
+    let given = deploy(&format!("?commit={}", sha(3)))
+        .await
+        .assert_status(201)
+        .clone();
+    assert_eq!(given["revision"]["commit"], sha(3));
+    assert_eq!(given["revision"]["branch"], "main");
+    let given_id = given["id"].as_str().unwrap().to_owned();
+    deployment_wait(&s, &service, &given_id, "healthy", Duration::from_secs(60)).await;
+    running(3).await;
+
+    // A rollback from it runs the commit before it again, whatever was pushed since.
+    let rollback = s
+        .call(
+            Method::POST,
+            &format!("{deployments}/{given_id}/rollback"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    let rollback = rollback.assert_status(201).clone();
+    assert_eq!(rollback["revision"]["commit"], sha(2), "{rollback}");
+    assert_eq!(rollback["image"], image(2));
+    deployment_wait(
+        &s,
+        &service,
+        rollback["id"].as_str().unwrap(),
+        "healthy",
+        Duration::from_secs(60),
+    )
+    .await;
+    running(2).await;
+}
+
+/// A commit id whose digits are all `n`'s (so that its short form tells it apart too).
+fn sha(n: u32) -> String {
+    format!("{n:x}").repeat(40)[..40].to_owned()
+}
 
 /// `X-Hub-Signature-256` of `body` under `secret`, computed here as GitHub does.
 pub fn signature(secret: &str, body: &[u8]) -> String {

@@ -943,6 +943,64 @@ the concurrency and the per-provider rates.*/
                 })
         }
     }
+    ///`DeploymentCreateCommit`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct DeploymentCreateCommit(::std::string::String);
+    impl ::std::ops::Deref for DeploymentCreateCommit {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<DeploymentCreateCommit> for ::std::string::String {
+        fn from(value: DeploymentCreateCommit) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for DeploymentCreateCommit {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^([0-9a-f]{40}|[0-9a-f]{64})$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^([0-9a-f]{40}|[0-9a-f]{64})$\"".into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for DeploymentCreateCommit {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for DeploymentCreateCommit {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for DeploymentCreateCommit {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
     ///`DeploymentCreateIdempotencyKey`
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
@@ -1320,6 +1378,9 @@ instances.*/
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub healthy_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
         pub id: ::uuid::Uuid,
+        ///The image providers are given (an `artifact` source, its commit filled in).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub image: ::std::option::Option<::std::string::String>,
         ///Its instances (in a list of deployments: absent).
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub instances: ::std::option::Option<::std::vec::Vec<DeployedInstanceView>>,
@@ -1331,6 +1392,10 @@ instances.*/
         pub push: ::std::option::Option<DeploymentPush>,
         ///Why it is in its state, when that needs saying.
         pub reason: ::std::string::String,
+        /**The commit it deploys, when one is known: its push's, the one given, or the latest
+pushed to a bound branch when it was made; a rollback's is the one it goes back to.*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub revision: ::std::option::Option<SourceRevision>,
         ///The deployment whose spec this one deploys again.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub rollback_of: ::std::option::Option<::uuid::Uuid>,
@@ -2238,6 +2303,8 @@ enum, so that clients match on codes the compiler knows.
         MethodNotAllowed,
         #[serde(rename = "name_taken")]
         NameTaken,
+        #[serde(rename = "no_commit")]
+        NoCommit,
         #[serde(rename = "no_healthy_deployment")]
         NoHealthyDeployment,
         #[serde(rename = "not_found")]
@@ -2356,6 +2423,7 @@ enum, so that clients match on codes the compiler knows.
                 Self::MalformedJson => f.write_str("malformed_json"),
                 Self::MethodNotAllowed => f.write_str("method_not_allowed"),
                 Self::NameTaken => f.write_str("name_taken"),
+                Self::NoCommit => f.write_str("no_commit"),
                 Self::NoHealthyDeployment => f.write_str("no_healthy_deployment"),
                 Self::NotFound => f.write_str("not_found"),
                 Self::NotReady => f.write_str("not_ready"),
@@ -2445,6 +2513,7 @@ enum, so that clients match on codes the compiler knows.
                 "malformed_json" => Ok(Self::MalformedJson),
                 "method_not_allowed" => Ok(Self::MethodNotAllowed),
                 "name_taken" => Ok(Self::NameTaken),
+                "no_commit" => Ok(Self::NoCommit),
                 "no_healthy_deployment" => Ok(Self::NoHealthyDeployment),
                 "not_found" => Ok(Self::NotFound),
                 "not_ready" => Ok(Self::NotReady),
@@ -6734,14 +6803,20 @@ not.*/
         ///A packaged artifact, e.g. an OCI image reference.
         #[serde(rename = "artifact")]
         Artifact {
-            ///Up to 500 characters, not all blank.
+            /**Up to 500 characters, not all blank. It may name the deployed commit:
+`{commit}`, `{short_commit}` (its first 7 digits) and `{branch}` (characters
+other than letters, digits, `_`, `.` and `-` written as `-`) are filled in per
+deployment; other braces are refused.*/
             image: ServiceSourceImage,
         },
         ///A command line run on the host, as separate arguments.
         #[serde(rename = "command")]
         Command { command: ::std::vec::Vec<::std::string::String> },
     }
-    ///Up to 500 characters, not all blank.
+    /**Up to 500 characters, not all blank. It may name the deployed commit:
+`{commit}`, `{short_commit}` (its first 7 digits) and `{branch}` (characters
+other than letters, digits, `_`, `.` and `-` written as `-`) are filled in per
+deployment; other braces are refused.*/
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
     pub struct ServiceSourceImage(::std::string::String);
@@ -7174,6 +7249,81 @@ the signature over the exact bytes of `table`, not over a re-serialization).*/
     impl SignedSnapshotDoc {
         pub fn builder() -> builder::SignedSnapshotDoc {
             Default::default()
+        }
+    }
+    ///The exact revision of a service's code a deployment deploys.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct SourceRevision {
+        ///The branch it was pushed to, when known (a push, or the service's bound branch).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub branch: ::std::option::Option<::std::string::String>,
+        ///The full commit id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+        pub commit: SourceRevisionCommit,
+        ///The repository (`owner/name`), when known.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub repository: ::std::option::Option<::std::string::String>,
+    }
+    impl SourceRevision {
+        pub fn builder() -> builder::SourceRevision {
+            Default::default()
+        }
+    }
+    ///The full commit id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct SourceRevisionCommit(::std::string::String);
+    impl ::std::ops::Deref for SourceRevisionCommit {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<SourceRevisionCommit> for ::std::string::String {
+        fn from(value: SourceRevisionCommit) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for SourceRevisionCommit {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^([0-9a-f]{40}|[0-9a-f]{64})$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^([0-9a-f]{40}|[0-9a-f]{64})$\"".into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for SourceRevisionCommit {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for SourceRevisionCommit {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for SourceRevisionCommit {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
         }
     }
     ///How an activation ended.
@@ -10556,6 +10706,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::string::String,
             >,
             id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            image: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
             instances: ::std::result::Result<
                 ::std::option::Option<::std::vec::Vec<super::DeployedInstanceView>>,
                 ::std::string::String,
@@ -10567,6 +10721,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::string::String,
             >,
             reason: ::std::result::Result<::std::string::String, ::std::string::String>,
+            revision: ::std::result::Result<
+                ::std::option::Option<super::SourceRevision>,
+                ::std::string::String,
+            >,
             rollback_of: ::std::result::Result<
                 ::std::option::Option<::uuid::Uuid>,
                 ::std::string::String,
@@ -10586,11 +10744,13 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     finished_at: Ok(Default::default()),
                     healthy_at: Ok(Default::default()),
                     id: Err("no value supplied for id".to_string()),
+                    image: Ok(Default::default()),
                     instances: Ok(Default::default()),
                     number: Err("no value supplied for number".to_string()),
                     project_id: Err("no value supplied for project_id".to_string()),
                     push: Ok(Default::default()),
                     reason: Err("no value supplied for reason".to_string()),
+                    revision: Ok(Default::default()),
                     rollback_of: Ok(Default::default()),
                     service_id: Err("no value supplied for service_id".to_string()),
                     spec: Err("no value supplied for spec".to_string()),
@@ -10648,6 +10808,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 self.id = value
                     .try_into()
                     .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn image<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.image = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for image: {e}")
+                    });
                 self
             }
             pub fn instances<T>(mut self, value: T) -> Self
@@ -10709,6 +10881,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     .try_into()
                     .map_err(|e| {
                         format!("error converting supplied value for reason: {e}")
+                    });
+                self
+            }
+            pub fn revision<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::SourceRevision>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.revision = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for revision: {e}")
                     });
                 self
             }
@@ -10783,11 +10967,13 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     finished_at: value.finished_at?,
                     healthy_at: value.healthy_at?,
                     id: value.id?,
+                    image: value.image?,
                     instances: value.instances?,
                     number: value.number?,
                     project_id: value.project_id?,
                     push: value.push?,
                     reason: value.reason?,
+                    revision: value.revision?,
                     rollback_of: value.rollback_of?,
                     service_id: value.service_id?,
                     spec: value.spec?,
@@ -10803,11 +10989,13 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     finished_at: Ok(value.finished_at),
                     healthy_at: Ok(value.healthy_at),
                     id: Ok(value.id),
+                    image: Ok(value.image),
                     instances: Ok(value.instances),
                     number: Ok(value.number),
                     project_id: Ok(value.project_id),
                     push: Ok(value.push),
                     reason: Ok(value.reason),
+                    revision: Ok(value.revision),
                     rollback_of: Ok(value.rollback_of),
                     service_id: Ok(value.service_id),
                     spec: Ok(value.spec),
@@ -20556,6 +20744,89 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct SourceRevision {
+            branch: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            commit: ::std::result::Result<
+                super::SourceRevisionCommit,
+                ::std::string::String,
+            >,
+            repository: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for SourceRevision {
+            fn default() -> Self {
+                Self {
+                    branch: Ok(Default::default()),
+                    commit: Err("no value supplied for commit".to_string()),
+                    repository: Ok(Default::default()),
+                }
+            }
+        }
+        impl SourceRevision {
+            pub fn branch<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.branch = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for branch: {e}")
+                    });
+                self
+            }
+            pub fn commit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::SourceRevisionCommit>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commit = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for commit: {e}")
+                    });
+                self
+            }
+            pub fn repository<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.repository = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for repository: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SourceRevision> for super::SourceRevision {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SourceRevision,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    branch: value.branch?,
+                    commit: value.commit?,
+                    repository: value.repository?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SourceRevision> for SourceRevision {
+            fn from(value: super::SourceRevision) -> Self {
+                Self {
+                    branch: Ok(value.branch),
+                    commit: Ok(value.commit),
+                    repository: Ok(value.repository),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct TaskStatus {
             activations: ::std::result::Result<i64, ::std::string::String>,
             consecutive_failures: ::std::result::Result<i32, ::std::string::String>,
@@ -24534,20 +24805,25 @@ let response = client.deployment_list()
     pub fn deployment_list(&self) -> builder::DeploymentList<'_> {
         builder::DeploymentList::new(self)
     }
-    /**Deploy the service's current spec (members and above; a `deploy` token may). It is queued,
-placed and rolled out make-before-break by the reconciler; follow it with its events. A
-deployment still rolling out is superseded by this one
+    /**Deploy the service's current spec (members and above; a `deploy` token may) at a commit:
+`commit`, or the latest pushed to a branch the service is bound to. It is queued, placed
+and rolled out make-before-break by the reconciler; follow it with its events. A
+deployment still rolling out is superseded by this one. An image that names the commit
+(`{commit}`) with no commit to fill in answers 409 `no_commit`
 
 Sends a `POST` request to `/v1/projects/{project_id}/services/{service_id}/deployments`
 
 Arguments:
 - `project_id`: Project id
 - `service_id`: Service id
+- `commit`: The commit to deploy: a full commit id (40 or 64 lowercase hex digits). Without it,
+the latest commit pushed to a branch the service is bound to, if there is one.
 - `idempotency_key`: Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409
 ```ignore
 let response = client.deployment_create()
     .project_id(project_id)
     .service_id(service_id)
+    .commit(commit)
     .idempotency_key(idempotency_key)
     .send()
     .await;
@@ -37127,6 +37403,7 @@ pub mod builder {
         client: &'a super::Client,
         project_id: Result<::uuid::Uuid, String>,
         service_id: Result<::uuid::Uuid, String>,
+        commit: Result<Option<types::DeploymentCreateCommit>, String>,
         idempotency_key: Result<Option<types::DeploymentCreateIdempotencyKey>, String>,
     }
     impl<'a> DeploymentCreate<'a> {
@@ -37135,6 +37412,7 @@ pub mod builder {
                 client: client,
                 project_id: Err("project_id was not initialized".to_string()),
                 service_id: Err("service_id was not initialized".to_string()),
+                commit: Ok(None),
                 idempotency_key: Ok(None),
             }
         }
@@ -37160,6 +37438,19 @@ pub mod builder {
                 });
             self
         }
+        pub fn commit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::DeploymentCreateCommit>,
+        {
+            self.commit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `DeploymentCreateCommit` for commit failed"
+                        .to_string()
+                });
+            self
+        }
         pub fn idempotency_key<V>(mut self, value: V) -> Self
         where
             V: std::convert::TryInto<types::DeploymentCreateIdempotencyKey>,
@@ -37177,9 +37468,10 @@ pub mod builder {
         pub async fn send(
             self,
         ) -> Result<ResponseValue<types::DeploymentView>, Error<types::Problem>> {
-            let Self { client, project_id, service_id, idempotency_key } = self;
+            let Self { client, project_id, service_id, commit, idempotency_key } = self;
             let project_id = project_id.map_err(Error::InvalidRequest)?;
             let service_id = service_id.map_err(Error::InvalidRequest)?;
+            let commit = commit.map_err(Error::InvalidRequest)?;
             let idempotency_key = idempotency_key.map_err(Error::InvalidRequest)?;
             let url = format!(
                 "{}/v1/projects/{}/services/{}/deployments", client.baseurl,
@@ -37205,6 +37497,7 @@ pub mod builder {
                     ::reqwest::header::ACCEPT,
                     ::reqwest::header::HeaderValue::from_static("application/json"),
                 )
+                .query(&progenitor_client::QueryParam::new("commit", &commit))
                 .headers(header_map)
                 .build()?;
             let info = OperationInfo {

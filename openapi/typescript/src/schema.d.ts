@@ -927,9 +927,11 @@ export interface paths {
         get: operations["deployment_list"];
         put?: never;
         /**
-         * Deploy the service's current spec (members and above; a `deploy` token may). It is queued,
-         *     placed and rolled out make-before-break by the reconciler; follow it with its events. A
-         *     deployment still rolling out is superseded by this one.
+         * Deploy the service's current spec (members and above; a `deploy` token may) at a commit:
+         *     `commit`, or the latest pushed to a branch the service is bound to. It is queued, placed
+         *     and rolled out make-before-break by the reconciler; follow it with its events. A
+         *     deployment still rolling out is superseded by this one. An image that names the commit
+         *     (`{commit}`) with no commit to fill in answers 409 `no_commit`.
          */
         post: operations["deployment_create"];
         delete?: never;
@@ -1895,6 +1897,9 @@ export interface components {
             reason: string;
             /** @description The spec deployed (secret values withheld). */
             spec: components["schemas"]["ServiceSpecView"];
+            revision?: components["schemas"]["SourceRevision"] | null;
+            /** @description The image providers are given (an `artifact` source, its commit filled in). */
+            image?: string | null;
             /**
              * Format: uuid
              * @description The deployment whose spec this one deploys again.
@@ -2043,7 +2048,7 @@ export interface components {
          *     `snake_case`, and a unit test checks that this is the code.)
          * @enum {string}
          */
-        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "future_delivery" | "hostname_taken" | "identity_not_linked" | "identity_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_signature" | "invalid_spec" | "last_owner" | "limit_reached" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "sign_in_failed" | "sign_in_unavailable" | "stale_delivery" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
+        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "future_delivery" | "hostname_taken" | "identity_not_linked" | "identity_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_signature" | "invalid_spec" | "last_owner" | "limit_reached" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_commit" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "sign_in_failed" | "sign_in_unavailable" | "stale_delivery" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
         /**
          * @description The state of an evacuation.
          * @enum {string}
@@ -3064,7 +3069,12 @@ export interface components {
         };
         /** @description What a service runs. */
         ServiceSource: {
-            /** @description Up to 500 characters, not all blank. */
+            /**
+             * @description Up to 500 characters, not all blank. It may name the deployed commit:
+             *     `{commit}`, `{short_commit}` (its first 7 digits) and `{branch}` (characters
+             *     other than letters, digits, `_`, `.` and `-` written as `-`) are filled in per
+             *     deployment; other braces are refused.
+             */
             image: string;
             /** @enum {string} */
             type: "artifact";
@@ -3179,6 +3189,15 @@ export interface components {
             /** @description Ed25519 over the bytes of `table` as they appear in the document, base64. */
             signature: string;
             table: components["schemas"]["RoutingTable"];
+        };
+        /** @description The exact revision of a service's code a deployment deploys. */
+        SourceRevision: {
+            /** @description The full commit id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits. */
+            commit: string;
+            /** @description The branch it was pushed to, when known (a push, or the service's bound branch). */
+            branch?: string | null;
+            /** @description The repository (`owner/name`), when known. */
+            repository?: string | null;
         };
         /**
          * @description How an activation ended.
@@ -11601,7 +11620,13 @@ export interface operations {
     };
     deployment_create: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description The commit to deploy: a full commit id (40 or 64 lowercase hex digits). Without it,
+                 *     the latest commit pushed to a branch the service is bound to, if there is one.
+                 */
+                commit?: string;
+            };
             header?: {
                 /** @description Makes a retry safe: the same key and body replay the stored response (with `Idempotent-Replayed: true`), the same key with another body is 422, the same key while the first request runs is 409 */
                 "idempotency-key"?: string;

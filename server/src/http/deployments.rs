@@ -14,7 +14,7 @@ use super::sse::{
 };
 use super::{created, tagged};
 use crate::app::App;
-use crate::app::deploys::deployments::DeploymentView;
+use crate::app::deploys::deployments::{DeploymentCreate, DeploymentView};
 use crate::app::deploys::events::{DeploymentEventView, EventPage, EventParams};
 use crate::app::deploys::instances::DeployedInstanceView;
 use crate::app::shared::pagination::{OrderedPageParams, Page, PageParams};
@@ -55,18 +55,23 @@ async fn deployment_list(
     })
 }
 
-/// Deploy the service's current spec (members and above; a `deploy` token may). It is queued,
-/// placed and rolled out make-before-break by the reconciler; follow it with its events. A
-/// deployment still rolling out is superseded by this one.
+/// Deploy the service's current spec (members and above; a `deploy` token may) at a commit:
+/// `commit`, or the latest pushed to a branch the service is bound to. It is queued, placed
+/// and rolled out make-before-break by the reconciler; follow it with its events. A
+/// deployment still rolling out is superseded by this one. An image that names the commit
+/// (`{commit}`) with no commit to fill in answers 409 `no_commit`.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/services/{service_id}/deployments", tag = "deployments",
-    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id")),
+    params(("project_id" = Uuid, Path, description = "Project id"), ("service_id" = Uuid, Path, description = "Service id"), DeploymentCreate),
     responses((status = 201, body = DeploymentView, headers(("Location" = String), ("ETag" = String)))))]
 async fn deployment_create(
     State(app): State<App>,
     Scoped(ctx, _): Scoped<DeployScope>,
     ApiPath((project_id, service_id)): ApiPath<(ProjectId, ServiceId)>,
+    ApiQuery(request): ApiQuery<DeploymentCreate>,
 ) -> AppResult<Response> {
-    let made = app.deployment_create(&ctx, project_id, service_id).await?;
+    let made = app
+        .deployment_create(&ctx, project_id, service_id, request)
+        .await?;
     deployment_created(project_id, service_id, made)
 }
 

@@ -15,7 +15,7 @@ use sea_orm::{
     QuerySelect, Set,
 };
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::app::App;
@@ -23,6 +23,7 @@ use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::{self as states, DeployedInstanceView};
 use crate::app::projects::scoped::scoped_find;
 use crate::app::projects::services::ServiceSpecView;
+use crate::app::projects::services::revision::{SHORT_COMMIT_LEN, SourceRevision};
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::pagination::{
@@ -51,6 +52,29 @@ pub struct DeploymentPush {
     pub pushed_at: DateTime<Utc>,
 }
 
+impl DeploymentPush {
+    /// The revision it deploys.
+    pub fn revision(&self) -> SourceRevision {
+        SourceRevision {
+            commit: self.commit.clone(),
+            branch: Some(self.branch.clone()),
+            repository: Some(self.repository.clone()),
+        }
+    }
+}
+
+/// What to deploy: the service's current spec, at one commit (query parameters, so that a
+/// deployment without one stays a bodiless `POST`).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeploymentCreate {
+    /// The commit to deploy: a full commit id (40 or 64 lowercase hex digits). Without it,
+    /// the latest commit pushed to a branch the service is bound to, if there is one.
+    #[param(pattern = "^([0-9a-f]{40}|[0-9a-f]{64})$")]
+    pub commit: Option<String>,
+}
+
 /// A deployment.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeploymentView {
@@ -65,6 +89,11 @@ pub struct DeploymentView {
     pub reason: String,
     /// The spec deployed (secret values withheld).
     pub spec: ServiceSpecView,
+    /// The commit it deploys, when one is known: its push's, the one given, or the latest
+    /// pushed to a bound branch when it was made; a rollback's is the one it goes back to.
+    pub revision: Option<SourceRevision>,
+    /// The image providers are given (an `artifact` source, its commit filled in).
+    pub image: Option<String>,
     /// The deployment whose spec this one deploys again.
     pub rollback_of: Option<Uuid>,
     /// The push it was made from (a git installation's delivery), if one.
@@ -85,7 +114,11 @@ impl DeploymentView {
         instances: Option<Vec<DeployedInstanceView>>,
     ) -> AppResult<Self> {
         let spec: ServiceSpec = serde_json::from_value(m.spec).map_err(AppError::internal)?;
+        // Checked when it was made: a spec that no longer resolves shows no image.
+        let image = spec.image().ok().flatten();
         Ok(Self {
+            revision: spec.revision.clone(),
+            image,
             id: m.id.into(),
             project_id: m.project_id.into(),
             service_id: m.service_id.into(),
@@ -214,9 +247,9 @@ pub(crate) async fn deployment_replace_instances(
 }
 
 /// What a new deployment deploys.
-enum Deploys {
-    /// The service's spec as it is now.
-    CurrentSpec,
+pub(crate) enum Deploys {
+    /// The service's spec as it is now, at a commit if one is known.
+    CurrentSpec(Option<SourceRevision>),
     /// The spec of the last deployment before this one that became healthy (a rollback).
     RollbackFrom(DeploymentId),
 }
@@ -430,17 +463,6 @@ impl App {
         })
     }
 
-    /// Queues a deployment of the service's current spec.
-    pub async fn deployment_create(
-        &self,
-        ctx: &OpContext,
-        project_id: ProjectId,
-        service_id: ServiceId,
-    ) -> AppResult<deployment::Model> {
-        self.deployment_make(ctx, project_id, service_id, Deploys::CurrentSpec)
-            .await
-    }
-
     /// Deploys again the spec of the last deployment before `id` that became healthy.
     pub async fn deployment_rollback(
         &self,
@@ -453,8 +475,9 @@ impl App {
             .await
     }
 
-    /// Queues a deployment of `what`, superseding the service's unfinished ones.
-    async fn deployment_make(
+    /// Queues a deployment of `what`, superseding the service's unfinished ones. An image
+    /// that names a commit the deployment has not is refused (`no_commit`).
+    pub(crate) async fn deployment_make(
         &self,
         ctx: &OpContext,
         project_id: ProjectId,
@@ -466,7 +489,11 @@ impl App {
             .await?;
         let found = scoped_find::<service::Entity>(&write.txn, project_id, service_id).await?;
         let (spec, rollback_of, action) = match what {
-            Deploys::CurrentSpec => (ServiceSpec::of(&found)?, None, "deployment.create"),
+            Deploys::CurrentSpec(revision) => {
+                let mut spec = ServiceSpec::of(&found)?;
+                spec.revision = revision;
+                (spec, None, "deployment.create")
+            }
             Deploys::RollbackFrom(id) => {
                 let target = rollback_target(&write.txn, service_id, id).await?;
                 let spec: ServiceSpec =
@@ -544,7 +571,8 @@ impl App {
 
 /// Inserts deployment `number + 1` of `found` with `spec`, superseding the deployments of the
 /// service that have not finished (their new instances are removed; the last healthy
-/// deployment keeps serving until this one is healthy).
+/// deployment keeps serving until this one is healthy). A spec whose image names a commit it
+/// has not is refused (`no_commit`) before anything is written.
 pub(crate) async fn deployment_insert(
     db: &impl ConnectionTrait,
     created_by: Option<Uuid>,
@@ -553,6 +581,7 @@ pub(crate) async fn deployment_insert(
     rollback_of: Option<&deployment::Model>,
     push: Option<&DeploymentPush>,
 ) -> AppResult<deployment::Model> {
+    spec.artifact()?;
     let number = deployment::Entity::find()
         .filter(deployment::Column::ServiceId.eq(found.id))
         .select_only()
@@ -579,6 +608,18 @@ pub(crate) async fn deployment_insert(
     }
     let now = Utc::now();
     let replicas = spec.replicas;
+    let at_commit = spec
+        .revision
+        .as_ref()
+        .map(|revision| {
+            let short = &revision.commit[..SHORT_COMMIT_LEN];
+            match &revision.branch {
+                Some(branch) => format!(", commit {short} of `{branch}`"),
+                None => format!(", commit {short}"),
+            }
+        })
+        .unwrap_or_default();
+    let commit = spec.revision.as_ref().map(|r| r.commit.clone());
     let created = deployment::ActiveModel {
         id: Set(DeploymentId::new()),
         project_id: Set(found.project_id),
@@ -606,7 +647,7 @@ pub(crate) async fn deployment_insert(
     .await?;
     let message = match rollback_of {
         Some(target) => format!(
-            "deployment #{number} of {} queued: {replicas} replica(s), rolling back to the spec of #{}",
+            "deployment #{number} of {} queued: {replicas} replica(s), rolling back to the spec of #{}{at_commit}",
             found.name, target.number
         ),
         None => match push {
@@ -618,7 +659,7 @@ pub(crate) async fn deployment_insert(
                 push.repository
             ),
             None => format!(
-                "deployment #{number} of {} queued: {replicas} replica(s)",
+                "deployment #{number} of {} queued: {replicas} replica(s){at_commit}",
                 found.name
             ),
         },
@@ -628,7 +669,11 @@ pub(crate) async fn deployment_insert(
         created.id,
         DeploymentEventKind::DeploymentQueued,
         message,
-        serde_json::json!({ "replicas": replicas, "rollback_of": rollback_of.map(|d| d.number) }),
+        serde_json::json!({
+            "replicas": replicas,
+            "rollback_of": rollback_of.map(|d| d.number),
+            "commit": commit,
+        }),
     )
     .await?;
     Ok(deployment::Entity::find_by_id(created.id)

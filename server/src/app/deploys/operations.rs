@@ -100,11 +100,20 @@ impl App {
             .ok_or_else(|| AppError::internal("instance of a missing deployment"))?;
         let spec: ServiceSpec =
             serde_json::from_value(found.spec.clone()).map_err(AppError::internal)?;
-        let env = self.variables_open(found.service_id, &spec.variables)?;
+        let mut env = self.variables_open(found.service_id, &spec.variables)?;
+        // The commit it runs, for the workload to report (a variable of the service wins).
+        if let Some(revision) = &spec.revision {
+            env.entry("BULKHEAD_GIT_COMMIT".into())
+                .or_insert_with(|| revision.commit.clone());
+            if let Some(branch) = &revision.branch {
+                env.entry("BULKHEAD_GIT_BRANCH".into())
+                    .or_insert_with(|| branch.clone());
+            }
+        }
         let instance_spec = InstanceSpec {
             instance_key: row.instance_key.clone(),
             region: row.region.clone(),
-            artifact: spec.artifact(),
+            artifact: spec.artifact()?,
             port: spec.port,
             env: env.into_iter().collect(),
             labels: vec![

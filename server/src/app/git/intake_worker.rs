@@ -150,7 +150,8 @@ impl App {
                 ));
                 continue;
             }
-            let spec = ServiceSpec::of(&found)?;
+            let mut spec = ServiceSpec::of(&found)?;
+            spec.revision = Some(push.revision());
             let created = deployment_insert(&txn, None, &found, spec, None, Some(&push)).await?;
             status_owed(
                 &txn,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+pub mod revision;
 pub mod spec;
 
 use crate::app::App;
@@ -237,6 +238,9 @@ fn source_validate(source: ServiceSource) -> AppResult<serde_json::Value> {
             return Err(AppError::invalid(
                 "`source.command` arguments must be at most 4096 bytes, without NUL",
             ));
+        }
+        ServiceSource::Artifact { image } => {
+            revision::image_template_validate(image)?;
         }
         _ => {}
     }

@@ -9,6 +9,7 @@ use bulkhead_common::health_check::HealthCheckValues;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::app::projects::services::revision::{SourceRevision, image_resolve};
 use crate::app::shared::validate::slug_validate;
 use crate::entity::service;
 use crate::error::{AppError, AppResult};
@@ -20,7 +21,10 @@ use crate::plugins::HealthCheck;
 pub enum ServiceSource {
     /// A packaged artifact, e.g. an OCI image reference.
     Artifact {
-        /// Up to 500 characters, not all blank.
+        /// Up to 500 characters, not all blank. It may name the deployed commit:
+        /// `{commit}`, `{short_commit}` (its first 7 digits) and `{branch}` (characters
+        /// other than letters, digits, `_`, `.` and `-` written as `-`) are filled in per
+        /// deployment; other braces are refused.
         #[schema(min_length = 1, max_length = 500, pattern = "\\S")]
         image: String,
     },
@@ -43,6 +47,10 @@ pub struct ServiceSpec {
     pub variables: serde_json::Value,
     pub placement: PlacementPolicy,
     pub health_check: HealthCheckSpec,
+    /// The commit it deploys, when one is known (a push, a commit given, the latest push of
+    /// the bound branch); a rollback keeps the one it goes back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<SourceRevision>,
 }
 
 impl ServiceSpec {
@@ -55,14 +63,24 @@ impl ServiceSpec {
             variables: service.variables.clone(),
             placement: json_or_default(&service.placement)?,
             health_check: json_or_default(&service.health_check)?,
+            revision: None,
         })
     }
 
-    /// What a provider runs: the image, or the command line (shell-quoted).
-    pub fn artifact(&self) -> String {
+    /// What a provider runs: the image with its commit filled in, or the command line
+    /// (shell-quoted). `no_commit` when the image names a commit this spec has not.
+    pub fn artifact(&self) -> AppResult<String> {
         match &self.source {
-            ServiceSource::Artifact { image } => image.clone(),
-            ServiceSource::Command { command } => shell_words::join(command),
+            ServiceSource::Artifact { image } => image_resolve(image, self.revision.as_ref()),
+            ServiceSource::Command { command } => Ok(shell_words::join(command)),
+        }
+    }
+
+    /// The image a provider is given, for an `artifact` source.
+    pub fn image(&self) -> AppResult<Option<String>> {
+        match &self.source {
+            ServiceSource::Artifact { .. } => self.artifact().map(Some),
+            ServiceSource::Command { .. } => Ok(None),
         }
     }
 }
