@@ -17,12 +17,18 @@ use super::resolve;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   bulkhead deploy -p shop -s web                 # follows the rollout; exit 0 when healthy
-  bulkhead deploy -p shop -s web --detach        # prints the deployment and returns")]
+  bulkhead deploy -p shop -s web --detach        # prints the deployment and returns
+  bulkhead deploy -p shop -s web --commit 3f9a1c0e...  # that commit (full id)
+
+Without --commit, a service bound to a branch deploys the latest commit pushed to it.")]
 pub struct DeployArgs {
     #[command(flatten)]
     global: GlobalArgs,
     #[command(flatten)]
     target: ServiceTarget,
+    /// The commit to deploy (its full id); an image naming `{commit}` gets it filled in.
+    #[arg(long)]
+    commit: Option<String>,
     /// Return once the deployment is queued instead of following it.
     #[arg(long)]
     detach: bool,
@@ -102,13 +108,19 @@ pub enum DeploymentsAction {
 }
 
 impl Row for types::DeploymentView {
-    const HEADER: &'static [&'static str] =
-        &["ID", "NUMBER", "STATE", "REASON", "CREATED", "FINISHED"];
+    const HEADER: &'static [&'static str] = &[
+        "ID", "NUMBER", "STATE", "COMMIT", "REASON", "CREATED", "FINISHED",
+    ];
     fn row(&self) -> Vec<String> {
         vec![
             self.id.to_string(),
             self.number.to_string(),
             self.state.to_string(),
+            optional(
+                self.revision
+                    .as_ref()
+                    .map(|revision| revision.commit.chars().take(7).collect::<String>()),
+            ),
             self.reason.clone(),
             self.created_at.to_rfc3339(),
             optional(self.finished_at.map(|at| at.to_rfc3339())),
@@ -133,13 +145,30 @@ impl ServiceTarget {
 pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
     let target = args.target.resolve(&connection).await?;
+    let commit = match args
+        .commit
+        .as_deref()
+        .map(types::DeploymentCreateCommit::try_from)
+        .transpose()
+    {
+        Ok(commit) => commit,
+        Err(_) => {
+            return fail(
+                Exit::Usage,
+                "--commit must be a full commit id: 40 or 64 lowercase hex digits",
+            );
+        }
+    };
     let created = connection
         .call(async |c| {
-            c.deployment_create()
+            let mut create = c
+                .deployment_create()
                 .project_id(target.project)
-                .service_id(target.service)
-                .send()
-                .await
+                .service_id(target.service);
+            if let Some(commit) = &commit {
+                create = create.commit(commit.clone());
+            }
+            create.send().await
         })
         .await?;
     settle(&connection, &target, created, args.detach).await

@@ -115,6 +115,32 @@ async fn a_user_deploys_from_scratch_with_the_cli(s: TestServer) {
         followed.stdout
     );
 
+    // At a commit given by its full id (a short one is a usage error, sent nowhere).
+    let refused = cli.run("deploy -p shop -s web --commit 3f9a1c0").await;
+    assert!(
+        refused.exits(2).contains("full commit id"),
+        "{}",
+        refused.stderr
+    );
+    let commit = "3f9a1c0e".repeat(5);
+    let at_commit = cli
+        .run(&format!("deploy -p shop -s web --commit {commit}"))
+        .await;
+    assert!(
+        at_commit.ok().contains("commit 3f9a1c0"),
+        "{}",
+        at_commit.stdout
+    );
+    let deployments = cli.run("deployments list -p shop -s web").await;
+    assert!(
+        deployments
+            .ok()
+            .lines()
+            .any(|line| line.contains(" 3f9a1c0 ") && line.contains("healthy")),
+        "{}",
+        deployments.stdout
+    );
+
     // Providers as a member sees them: state and health, not the reasons.
     let providers = cli.run("providers list").await;
     let metal = row(providers.ok(), "metal").expect("metal is listed");
