@@ -40,6 +40,7 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
   );
   const [selected, setSelected] = useState<string | undefined>(undefined);
   const [editing, setEditing] = useState(false);
+  const [commit, setCommit] = useState("");
   const action = useAction();
 
   const canDeploy = atLeast(role, "member", me);
@@ -71,12 +72,14 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
 
   const deploy = (): void => {
     void action.run(async () => {
+      const given = commit.trim();
       const d = await must(
         api.POST("/v1/projects/{project_id}/services/{service_id}/deployments", {
-          params: { path, header: { "idempotency-key": idempotencyKey() } },
+          params: { path, query: given === "" ? {} : { commit: given }, header: { "idempotency-key": idempotencyKey() } },
         }),
       );
       setSelected(d.id);
+      setCommit("");
       deployments.reload();
     }, "Deployment queued.");
   };
@@ -112,6 +115,13 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
       <p class="muted small">Your role: {me?.is_admin ? "platform administrator" : known ? role ?? "none" : "…"}</p>
       {canDeploy ? (
         <div class="toolbar" role="group" aria-label="Deployment actions">
+          <Field
+            label="Commit (optional)"
+            value={commit}
+            onInput={setCommit}
+            placeholder="latest pushed"
+            hint="A full commit id; empty: the latest commit pushed to a bound branch."
+          />
           <button type="button" class="primary" disabled={!ready || action.busy} onClick={deploy}>
             Deploy
           </button>
@@ -139,7 +149,7 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
         {deployments.data === undefined ? (
           <Loading what="deployments" />
         ) : (
-          <Table label="Deployments" head={["#", "State", "Reason", "Created", "Healthy", "Finished", "Events"]} empty={list.length === 0} emptyText="Not deployed yet.">
+          <Table label="Deployments" head={["#", "State", "Commit", "Reason", "Created", "Healthy", "Finished", "Events"]} empty={list.length === 0} emptyText="Not deployed yet.">
             {list.map((d) => (
               <tr key={d.id} aria-current={shown?.id === d.id ? "true" : undefined}>
                 <th scope="row">
@@ -148,6 +158,16 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
                 </th>
                 <td>
                   <StateText value={d.state} />
+                </td>
+                <td>
+                  {d.revision ? (
+                    <code title={`${d.revision.commit}${d.image ? ` · ${d.image}` : ""}`}>
+                      {d.revision.commit.slice(0, 7)}
+                      {d.revision.branch ? ` (${d.revision.branch})` : ""}
+                    </code>
+                  ) : (
+                    <span class="muted">—</span>
+                  )}
                 </td>
                 <td>{d.reason}</td>
                 <td>
