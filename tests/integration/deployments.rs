@@ -51,19 +51,9 @@ pub async fn fixture_running(
     workload: &str,
     health_path: &str,
 ) -> Fixture {
-    let owner = s
-        .user_with_session(&format!(
-            "deployer-{}@example.com",
-            uuid::Uuid::new_v4().simple()
-        ))
-        .await;
-    let project = s.project_create(&owner, "shop").await;
-    let environment = s.environment_create(&owner, &project, "production").await;
-    let service = s
-        .service_create(
-            &owner,
-            &project,
-            &environment,
+    let made = s
+        .project_with_service_of(
+            "shop",
             json!({
                 "name": "web",
                 "source": { "type": "command", "command": ["python3", "-c", workload] },
@@ -76,9 +66,9 @@ pub async fn fixture_running(
         )
         .await;
     Fixture {
-        owner,
-        project: project.clone(),
-        service: format!("/v1/projects/{project}/services/{service}"),
+        owner: made.owner,
+        service: format!("/v1/projects/{}/services/{}", made.id, made.service),
+        project: made.id,
     }
 }
 

@@ -35,19 +35,9 @@ db_tests!(a_deployment_deploys_one_commit_and_a_rollback_the_one_before);
 /// as are unknown placeholders and commits that are not full commit ids.
 async fn a_deployment_deploys_one_commit_and_a_rollback_the_one_before(s: TestServer) {
     let (platform, _dir) = platform(&s).await;
-    let owner = s
-        .user_with_session(&format!(
-            "pusher-{}@example.com",
-            uuid::Uuid::new_v4().simple()
-        ))
-        .await;
-    let project = s.project_create(&owner, "revisions").await;
-    let environment = s.environment_create(&owner, &project, "production").await;
-    let service_id = s
-        .service_create(
-            &owner,
-            &project,
-            &environment,
+    let made = s
+        .project_with_service_of(
+            "revisions",
             json!({
                 "name": "web",
                 "source": { "type": "artifact", "image": "ghcr.io/acme/web:{branch}-{short_commit}" },
@@ -57,6 +47,7 @@ async fn a_deployment_deploys_one_commit_and_a_rollback_the_one_before(s: TestSe
             }),
         )
         .await;
+    let (owner, project, service_id) = (made.owner, made.id, made.service);
     let service = format!("/v1/projects/{project}/services/{service_id}");
     let deployments = format!("{service}/deployments");
     let image = |n: u32| format!("ghcr.io/acme/web:main-{}", &sha(n)[..7]);

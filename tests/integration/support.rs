@@ -574,6 +574,19 @@ impl TestServer {
     /// A new user's project `name` with an environment and one service (an artifact, never
     /// deployed here): its owner's session, its id and the service's id.
     pub async fn project_with_service(&self, name: &str) -> ProjectWithService {
+        self.project_with_service_of(
+            name,
+            json!({
+                "name": "web",
+                "source": { "type": "artifact", "image": "shop/web:1" },
+                "port": 8080,
+            }),
+        )
+        .await
+    }
+
+    /// [`Self::project_with_service`] with the service `service` (a create's body).
+    pub async fn project_with_service_of(&self, name: &str, service: Value) -> ProjectWithService {
         let owner = self
             .user_with_session(&format!(
                 "{name}-{}@example.com",
@@ -583,16 +596,7 @@ impl TestServer {
         let id = self.project_create(&owner, name).await;
         let environment = self.environment_create(&owner, &id, "production").await;
         let service = self
-            .service_create(
-                &owner,
-                &id,
-                &environment,
-                json!({
-                    "name": "web",
-                    "source": { "type": "artifact", "image": "shop/web:1" },
-                    "port": 8080,
-                }),
-            )
+            .service_create(&owner, &id, &environment, service)
             .await;
         ProjectWithService { owner, id, service }
     }
