@@ -4,7 +4,7 @@
 
 use futures::future::join_all;
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::backend_tests;
 use crate::support::{Backend, Reply, TestServer};
@@ -204,6 +204,43 @@ async fn each_limit_refuses_one_more_with_its_name(backend: Backend) {
     );
     // The second project has room of its own.
     s.environment_create(&owner, &second, "production").await;
+
+    // What each cap allows and what is held, as users read them before a create is refused.
+    let held = |view: &Value, name: &str| {
+        let limits = view["limits"].as_array().unwrap();
+        let limit = limits
+            .iter()
+            .find(|limit| limit["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {view}"));
+        (
+            limit["used"].as_u64().unwrap(),
+            limit["max"].as_u64().unwrap(),
+        )
+    };
+    let mine = s.get("/v1/me/limits", &owner).await;
+    let mine = mine.assert_status(200).clone();
+    assert_eq!(mine["limits"].as_array().unwrap().len(), 2, "{mine}");
+    assert_eq!(held(&mine, "projects_per_user"), (2, 2));
+    assert_eq!(held(&mine, "tokens_per_user"), (2, 2));
+    let limits = format!("/v1/projects/{project}/limits");
+    let project_held = s.get(&limits, &owner).await;
+    let project_held = project_held.assert_status(200).clone();
+    for (name, used, max) in [
+        ("environments_per_project", 2, 2),
+        ("services_per_project", 2, 2),
+        ("domains_per_project", 2, 2),
+        ("git_installations_per_project", 2, 2),
+        ("webhook_endpoints_per_project", 2, 2),
+        ("invitations_per_project", 1, 2),
+        ("members_per_project", 3, 3),
+    ] {
+        assert_eq!(held(&project_held, name), (used, max), "{name}");
+    }
+    // A member (a viewer) reads them; another tenant cannot tell the project exists.
+    s.get(&limits, &sessions[0]).await.assert_status(200);
+    s.get(&limits, &other)
+        .await
+        .assert_problem(404, "not_found");
 }
 
 async fn concurrent_creates_stay_within_their_limit(backend: Backend) {

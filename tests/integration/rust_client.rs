@@ -196,6 +196,8 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
     let alice_client = reached.client(&s, &renewed.access_token);
     let me = alice_client.me_view().send().await.unwrap();
     assert_eq!(me.id, alice.id);
+    let mine = alice_client.me_limits().send().await.unwrap();
+    assert!(mine.limits.iter().any(|l| l.name == "projects_per_user"));
     let me = alice_client
         .me_update()
         .if_match(etag(&me))
@@ -312,6 +314,13 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
         .send()
         .await
         .unwrap();
+    let held = alice_client
+        .project_limits()
+        .project_id(project.id)
+        .send()
+        .await
+        .unwrap();
+    assert!(held.limits.iter().all(|l| l.used <= l.max));
     let project = alice_client
         .project_update()
         .project_id(project.id)

@@ -3792,6 +3792,90 @@ and not ending with `-`.*/
             Default::default()
         }
     }
+    ///Whose rows a cap counts.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum LimitHolder {
+        #[serde(rename = "user")]
+        User,
+        #[serde(rename = "project")]
+        Project,
+    }
+    impl ::std::fmt::Display for LimitHolder {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::User => f.write_str("user"),
+                Self::Project => f.write_str("project"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for LimitHolder {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "user" => Ok(Self::User),
+                "project" => Ok(Self::Project),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for LimitHolder {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for LimitHolder {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///One cap, and how much of it is held.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct LimitView {
+        ///What it counts (`projects`, `API tokens`, `services`, ...).
+        pub counts: ::std::string::String,
+        ///The most allowed; a create past it answers 409 `limit_reached`.
+        pub max: i64,
+        ///Its name, as operators set it (`--limit NAME=N`, `[limits]`).
+        pub name: ::std::string::String,
+        ///Whose rows it counts.
+        pub per: LimitHolder,
+        ///How many are held now.
+        pub used: i64,
+    }
+    impl LimitView {
+        pub fn builder() -> builder::LimitView {
+            Default::default()
+        }
+    }
+    ///Caps and their use.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct LimitsView {
+        pub limits: ::std::vec::Vec<LimitView>,
+    }
+    impl LimitsView {
+        pub fn builder() -> builder::LimitsView {
+            Default::default()
+        }
+    }
     ///The order of a list that can be read either way (by id, so by creation time).
     #[derive(
         ::serde::Deserialize,
@@ -14268,6 +14352,153 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct LimitView {
+            counts: ::std::result::Result<::std::string::String, ::std::string::String>,
+            max: ::std::result::Result<i64, ::std::string::String>,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            per: ::std::result::Result<super::LimitHolder, ::std::string::String>,
+            used: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for LimitView {
+            fn default() -> Self {
+                Self {
+                    counts: Err("no value supplied for counts".to_string()),
+                    max: Err("no value supplied for max".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    per: Err("no value supplied for per".to_string()),
+                    used: Err("no value supplied for used".to_string()),
+                }
+            }
+        }
+        impl LimitView {
+            pub fn counts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.counts = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for counts: {e}")
+                    });
+                self
+            }
+            pub fn max<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for max: {e}")
+                    });
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for name: {e}")
+                    });
+                self
+            }
+            pub fn per<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::LimitHolder>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.per = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for per: {e}")
+                    });
+                self
+            }
+            pub fn used<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.used = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for used: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LimitView> for super::LimitView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LimitView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    counts: value.counts?,
+                    max: value.max?,
+                    name: value.name?,
+                    per: value.per?,
+                    used: value.used?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LimitView> for LimitView {
+            fn from(value: super::LimitView) -> Self {
+                Self {
+                    counts: Ok(value.counts),
+                    max: Ok(value.max),
+                    name: Ok(value.name),
+                    per: Ok(value.per),
+                    used: Ok(value.used),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct LimitsView {
+            limits: ::std::result::Result<
+                ::std::vec::Vec<super::LimitView>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for LimitsView {
+            fn default() -> Self {
+                Self {
+                    limits: Err("no value supplied for limits".to_string()),
+                }
+            }
+        }
+        impl LimitsView {
+            pub fn limits<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::LimitView>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.limits = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for limits: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LimitsView> for super::LimitsView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LimitsView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { limits: value.limits? })
+            }
+        }
+        impl ::std::convert::From<super::LimitsView> for LimitsView {
+            fn from(value: super::LimitsView) -> Self {
+                Self { limits: Ok(value.limits) }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct LoginRequest {
             email: ::std::result::Result<::std::string::String, ::std::string::String>,
             password: ::std::result::Result<
@@ -23985,6 +24216,18 @@ let response = client.me_invitation_accept()
     pub fn me_invitation_accept(&self) -> builder::MeInvitationAccept<'_> {
         builder::MeInvitationAccept::new(self)
     }
+    /**The per-user caps (projects owned, API tokens held) with what the caller holds of each
+
+Sends a `GET` request to `/v1/me/limits`
+
+```ignore
+let response = client.me_limits()
+    .send()
+    .await;
+```*/
+    pub fn me_limits(&self) -> builder::MeLimits<'_> {
+        builder::MeLimits::new(self)
+    }
     /**Whether the caller must accept the current terms of service
 
 Sends a `GET` request to `/v1/me/terms`
@@ -24599,6 +24842,22 @@ let response = client.invitation_revoke()
 ```*/
     pub fn invitation_revoke(&self) -> builder::InvitationRevoke<'_> {
         builder::InvitationRevoke::new(self)
+    }
+    /**The per-project caps (environments, services, domains, members, ...) with what the project
+holds of each (viewers and above)
+
+Sends a `GET` request to `/v1/projects/{project_id}/limits`
+
+Arguments:
+- `project_id`: Project id
+```ignore
+let response = client.project_limits()
+    .project_id(project_id)
+    .send()
+    .await;
+```*/
+    pub fn project_limits(&self) -> builder::ProjectLimits<'_> {
+        builder::ProjectLimits::new(self)
     }
     /**List a project's members
 
@@ -30024,6 +30283,103 @@ pub mod builder {
                     )
                 }
                 422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::me_limits`]
+
+[`Client::me_limits`]: super::Client::me_limits*/
+    #[derive(Debug, Clone)]
+    pub struct MeLimits<'a> {
+        client: &'a super::Client,
+    }
+    impl<'a> MeLimits<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self { client: client }
+        }
+        ///Sends a `GET` request to `/v1/me/limits`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::LimitsView>, Error<types::Problem>> {
+            let Self { client } = self;
+            let url = format!("{}/v1/me/limits", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "me_limits",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,
@@ -35530,6 +35886,129 @@ pub mod builder {
                     )
                 }
                 409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::project_limits`]
+
+[`Client::project_limits`]: super::Client::project_limits*/
+    #[derive(Debug, Clone)]
+    pub struct ProjectLimits<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+    }
+    impl<'a> ProjectLimits<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/limits`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::LimitsView>, Error<types::Problem>> {
+            let Self { client, project_id } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/limits", client.baseurl, encode_path(& project_id
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "project_limits",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

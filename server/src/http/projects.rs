@@ -1,5 +1,6 @@
 //! `/v1/projects`: projects.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -9,6 +10,7 @@ use utoipa_axum::routes;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
+use crate::app::projects::limits::LimitsView;
 use crate::app::projects::{ProjectCreate, ProjectUpdate, ProjectView};
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
@@ -19,6 +21,20 @@ pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(project_list, project_create))
         .routes(routes!(project_view, project_update, project_delete))
+        .routes(routes!(project_limits))
+}
+
+/// The per-project caps (environments, services, domains, members, ...) with what the project
+/// holds of each (viewers and above).
+#[utoipa::path(get, path = "/v1/projects/{project_id}/limits", tag = "projects",
+    params(("project_id" = Uuid, Path, description = "Project id")),
+    responses((status = 200, body = LimitsView)))]
+async fn project_limits(
+    State(app): State<App>,
+    principal: Principal,
+    ApiPath(project_id): ApiPath<ProjectId>,
+) -> AppResult<Json<LimitsView>> {
+    Ok(Json(app.project_limits(&principal, project_id).await?))
 }
 
 /// List the projects the caller is a member of (all projects for administrators).

@@ -13,6 +13,7 @@ use super::{created, tagged};
 use crate::app::App;
 use crate::app::identity::terms::{TermsAccept, TermsAcceptanceView, TermsStatus};
 use crate::app::identity::users::{MeUpdate, UserCreate, UserUpdate, UserView};
+use crate::app::projects::limits::LimitsView;
 use crate::app::shared::pagination::{Page, PageParams};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
@@ -20,10 +21,17 @@ use crate::error::AppResult;
 pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(me_view, me_update))
+        .routes(routes!(me_limits))
         .routes(routes!(me_terms_status))
         .routes(routes!(me_terms_acceptance_list, me_terms_accept))
         .routes(routes!(user_list, user_create))
         .routes(routes!(user_view, user_update))
+}
+
+/// The per-user caps (projects owned, API tokens held) with what the caller holds of each.
+#[utoipa::path(get, path = "/v1/me/limits", tag = "users", responses((status = 200, body = LimitsView)))]
+async fn me_limits(State(app): State<App>, principal: Principal) -> AppResult<Json<LimitsView>> {
+    Ok(Json(app.me_limits(&principal).await?))
 }
 
 /// The caller's own account.

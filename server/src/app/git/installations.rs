@@ -375,10 +375,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
         write
-            .room_check::<git_installation::Entity>(
-                &self.settings.limits,
-                Limit::GitInstallationsPerProject,
-            )
+            .room_check(&self.settings.limits, Limit::GitInstallationsPerProject)
             .await?;
         let bindings = bindings_check(&write.txn, project_id, create.bindings).await?;
         let id = Uuid::now_v7();

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::shared::audit::{AuditEntry, audit_record};
-use crate::app::shared::limits::Limit;
+use crate::app::shared::limits::{Holder, Limit};
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::app::shared::validate::text_validate;
 use crate::auth::{API_TOKEN_PREFIX, opaque_token_generate, opaque_token_hash};
@@ -153,21 +153,9 @@ impl App {
         // The user's row, locked: one user's creates queue here, within the cap.
         let user_id = ctx.principal.user_id();
         crate::db::row_lock::<crate::entity::user::Entity>(&txn, user_id).await?;
-        let now = Utc::now();
         self.settings
             .limits
-            .room_check_in(
-                &txn,
-                Limit::TokensPerUser,
-                api_token::Entity::find()
-                    .filter(api_token::Column::UserId.eq(user_id))
-                    .filter(api_token::Column::RevokedAt.is_null())
-                    .filter(
-                        sea_orm::Condition::any()
-                            .add(api_token::Column::ExpiresAt.is_null())
-                            .add(api_token::Column::ExpiresAt.gt(now)),
-                    ),
-            )
+            .room_check_held(&txn, Limit::TokensPerUser, Holder::User(user_id))
             .await?;
         let expires_at = match (
             create.expires_at,

@@ -267,7 +267,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
         write
-            .room_check::<domain::Entity>(&self.settings.limits, Limit::DomainsPerProject)
+            .room_check(&self.settings.limits, Limit::DomainsPerProject)
             .await?;
         service_of_project(&write.txn, project_id, ServiceId(create.service_id)).await?;
         let verified = verified_around(&write.txn, project_id, &hostname).await?;

@@ -83,7 +83,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
         write
-            .room_check::<environment::Entity>(&self.settings.limits, Limit::EnvironmentsPerProject)
+            .room_check(&self.settings.limits, Limit::EnvironmentsPerProject)
             .await?;
         let now = Utc::now();
         let created = environment::ActiveModel {

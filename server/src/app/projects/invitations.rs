@@ -9,9 +9,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Select, Set,
-};
+use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -20,7 +18,7 @@ use crate::app::App;
 use crate::app::identity::users::email_validate;
 use crate::app::projects::members::{Member, member_load, role_to_manage};
 use crate::app::shared::audit::{AuditEntry, audit_record};
-use crate::app::shared::limits::Limit;
+use crate::app::shared::limits::{Holder, Limit};
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
@@ -169,18 +167,11 @@ impl App {
             .filter(project_invitation::Column::ExpiresAt.lte(Utc::now()))
             .exec(&write.txn)
             .await?;
-        let limits = &self.settings.limits;
-        limits
-            .room_check_in(&write.txn, Limit::MembersPerProject, members_of(project_id))
+        write
+            .room_check(&self.settings.limits, Limit::MembersPerProject)
             .await?;
-        limits
-            .room_check_in(
-                &write.txn,
-                Limit::InvitationsPerProject,
-                project_invitation::Entity::find()
-                    .filter(project_invitation::Column::ProjectId.eq(project_id))
-                    .filter(project_invitation::Column::ExpiresAt.gt(Utc::now())),
-            )
+        write
+            .room_check(&self.settings.limits, Limit::InvitationsPerProject)
             .await?;
         let now = Utc::now();
         let invitation = project_invitation::ActiveModel {
@@ -262,10 +253,10 @@ impl App {
         crate::db::row_lock::<project::Entity>(&txn, invitation.project_id).await?;
         self.settings
             .limits
-            .room_check_in(
+            .room_check_held(
                 &txn,
                 Limit::MembersPerProject,
-                members_of(invitation.project_id),
+                Holder::Project(invitation.project_id),
             )
             .await?;
         let now = Utc::now();
@@ -335,9 +326,4 @@ fn invitation_audit(action: &'static str, invitation: &project_invitation::Model
         project_id: Some(invitation.project_id),
         details: serde_json::json!({ "email": invitation.email, "role": invitation.role }),
     }
-}
-
-/// The members of `project_id`.
-fn members_of(project_id: ProjectId) -> Select<project_member::Entity> {
-    project_member::Entity::find().filter(project_member::Column::ProjectId.eq(project_id))
 }

@@ -5,6 +5,7 @@ pub mod domain_verification;
 pub mod domains;
 pub mod environments;
 pub mod invitations;
+pub mod limits;
 pub mod members;
 pub mod scoped;
 pub mod services;
@@ -19,7 +20,7 @@ use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::shared::audit::{AuditEntry, audit_record};
-use crate::app::shared::limits::Limit;
+use crate::app::shared::limits::{Holder, Limit};
 use crate::app::shared::pagination::{Page, PageParams, paginate};
 use crate::app::shared::validate::if_match_check;
 use crate::app::shared::validate::text_validate;
@@ -172,13 +173,7 @@ impl App {
         crate::db::row_lock::<crate::entity::user::Entity>(&txn, owner).await?;
         self.settings
             .limits
-            .room_check_in(
-                &txn,
-                Limit::ProjectsPerUser,
-                project_member::Entity::find()
-                    .filter(project_member::Column::UserId.eq(owner))
-                    .filter(project_member::Column::Role.eq(ProjectRole::Owner.as_str())),
-            )
+            .room_check_held(&txn, Limit::ProjectsPerUser, Holder::User(owner))
             .await?;
         let created = project::ActiveModel {
             id: Set(ProjectId::new()),

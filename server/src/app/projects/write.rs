@@ -9,14 +9,13 @@
 
 use chrono::Utc;
 use sea_orm::{
-    ActiveModelBehavior, ActiveModelTrait, ColumnTrait, DatabaseTransaction, DbErr, EntityTrait,
-    FromQueryResult, IntoActiveModel, QueryFilter, Set,
+    ActiveModelBehavior, ActiveModelTrait, DatabaseTransaction, DbErr, EntityTrait,
+    IntoActiveModel, Set,
 };
 
 use crate::app::App;
-use crate::app::projects::scoped::ProjectScoped;
 use crate::app::shared::audit::{AuditEntry, audit_record};
-use crate::app::shared::limits::{Limit, TenantLimits};
+use crate::app::shared::limits::{Holder, Limit, TenantLimits};
 use crate::app::shared::validate::if_match_check;
 use crate::authz::project_authorize_in;
 use crate::authz::{OpContext, ProjectRole, Scope};
@@ -99,18 +98,12 @@ impl ProjectWrite<'_> {
         active.update(&self.txn).await
     }
 
-    /// Checks that the project holds fewer rows of `E` than `limit` allows (409
+    /// Checks that the project holds fewer of what `limit` counts than it allows (409
     /// `limit_reached`); the project's row is locked, so concurrent creates queue here.
-    pub async fn room_check<E: ProjectScoped>(
-        &self,
-        limits: &TenantLimits,
-        limit: Limit,
-    ) -> AppResult<()>
-    where
-        E::Model: FromQueryResult + Send + Sync,
-    {
-        let held = E::find().filter(E::project_column().eq(self.project.id));
-        limits.room_check_in(&self.txn, limit, held).await
+    pub async fn room_check(&self, limits: &TenantLimits, limit: Limit) -> AppResult<()> {
+        limits
+            .room_check_held(&self.txn, limit, Holder::Project(self.project.id))
+            .await
     }
 
     /// Records `entry` in the audit log and commits the change with it.

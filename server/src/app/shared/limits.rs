@@ -9,11 +9,20 @@
 //!
 //! A cap is checked inside the create's write transaction, after the row that serializes
 //! creates of its kind is locked (the project for per-project caps, the user for per-user
-//! ones), so concurrent creates cannot pass it together.
+//! ones), so concurrent creates cannot pass it together. What each cap counts is said once
+//! ([`Limit::held`]): by the creates it refuses, and to users who ask how close they are.
 
-use sea_orm::{ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait, Select};
+use chrono::Utc;
+use sea_orm::{ColumnTrait, Condition, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use uuid::Uuid;
 
+use crate::authz::ProjectRole;
+use crate::entity::{
+    api_token, domain, environment, git_installation, project_invitation, project_member, service,
+    webhook_endpoint,
+};
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::ProjectId;
 
 /// One cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +66,92 @@ impl Limit {
         }
     }
 
+    /// Whether it counts a project's rows (otherwise a user's).
+    pub const fn per_project(self) -> bool {
+        !matches!(self, Limit::ProjectsPerUser | Limit::TokensPerUser)
+    }
+
+    /// What it counts: "projects", "API tokens", ...
+    pub const fn counts(self) -> &'static str {
+        self.counted().0
+    }
+
+    /// How many rows it counts for `holder` now: what a create checks against the cap.
+    pub async fn held(self, db: &impl ConnectionTrait, holder: Holder) -> AppResult<u64> {
+        let now = Utc::now();
+        let count = match (self, holder) {
+            (Limit::ProjectsPerUser, Holder::User(user)) => {
+                project_member::Entity::find()
+                    .filter(project_member::Column::UserId.eq(user))
+                    .filter(project_member::Column::Role.eq(ProjectRole::Owner.as_str()))
+                    .count(db)
+                    .await?
+            }
+            (Limit::TokensPerUser, Holder::User(user)) => {
+                api_token::Entity::find()
+                    .filter(api_token::Column::UserId.eq(user))
+                    .filter(api_token::Column::RevokedAt.is_null())
+                    .filter(
+                        Condition::any()
+                            .add(api_token::Column::ExpiresAt.is_null())
+                            .add(api_token::Column::ExpiresAt.gt(now)),
+                    )
+                    .count(db)
+                    .await?
+            }
+            (Limit::EnvironmentsPerProject, Holder::Project(project)) => {
+                environment::Entity::find()
+                    .filter(environment::Column::ProjectId.eq(project))
+                    .count(db)
+                    .await?
+            }
+            (Limit::ServicesPerProject, Holder::Project(project)) => {
+                service::Entity::find()
+                    .filter(service::Column::ProjectId.eq(project))
+                    .count(db)
+                    .await?
+            }
+            (Limit::DomainsPerProject, Holder::Project(project)) => {
+                domain::Entity::find()
+                    .filter(domain::Column::ProjectId.eq(project))
+                    .count(db)
+                    .await?
+            }
+            (Limit::GitInstallationsPerProject, Holder::Project(project)) => {
+                git_installation::Entity::find()
+                    .filter(git_installation::Column::ProjectId.eq(project))
+                    .count(db)
+                    .await?
+            }
+            (Limit::WebhookEndpointsPerProject, Holder::Project(project)) => {
+                webhook_endpoint::Entity::find()
+                    .filter(webhook_endpoint::Column::ProjectId.eq(project))
+                    .count(db)
+                    .await?
+            }
+            (Limit::InvitationsPerProject, Holder::Project(project)) => {
+                project_invitation::Entity::find()
+                    .filter(project_invitation::Column::ProjectId.eq(project))
+                    .filter(project_invitation::Column::ExpiresAt.gt(now))
+                    .count(db)
+                    .await?
+            }
+            (Limit::MembersPerProject, Holder::Project(project)) => {
+                project_member::Entity::find()
+                    .filter(project_member::Column::ProjectId.eq(project))
+                    .count(db)
+                    .await?
+            }
+            (limit, holder) => {
+                return Err(AppError::internal(format!(
+                    "the limit `{}` does not count {holder:?}",
+                    limit.name()
+                )));
+            }
+        };
+        Ok(count)
+    }
+
     /// What it counts, and whose: ("projects", "you own").
     const fn counted(self) -> (&'static str, &'static str) {
         match self {
@@ -71,6 +166,13 @@ impl Limit {
             Limit::MembersPerProject => ("members", "this project has"),
         }
     }
+}
+
+/// Whose rows a cap counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    User(Uuid),
+    Project(ProjectId),
 }
 
 /// How much one tenant may hold (see the module's docs).
@@ -177,19 +279,14 @@ impl TenantLimits {
         ))
     }
 
-    /// Counts the rows of `held` and checks that one more fits `limit`.
-    pub async fn room_check_in<E>(
+    /// Counts what `limit` counts for `holder` and checks that one more fits.
+    pub async fn room_check_held(
         &self,
         db: &impl ConnectionTrait,
         limit: Limit,
-        held: Select<E>,
-    ) -> AppResult<()>
-    where
-        E: EntityTrait,
-        E::Model: FromQueryResult + Send + Sync,
-    {
-        let count = held.count(db).await?;
-        self.room_check(limit, count)
+        holder: Holder,
+    ) -> AppResult<()> {
+        self.room_check(limit, limit.held(db, holder).await?)
     }
 }
 

@@ -336,10 +336,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Admin, Scope::Write)
             .await?;
         write
-            .room_check::<webhook_endpoint::Entity>(
-                &self.settings.limits,
-                Limit::WebhookEndpointsPerProject,
-            )
+            .room_check(&self.settings.limits, Limit::WebhookEndpointsPerProject)
             .await?;
         let id = Uuid::now_v7();
         let secret = secret_generate();

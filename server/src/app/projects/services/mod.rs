@@ -472,7 +472,7 @@ impl App {
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
         write
-            .room_check::<service::Entity>(&self.settings.limits, Limit::ServicesPerProject)
+            .room_check(&self.settings.limits, Limit::ServicesPerProject)
             .await?;
         scoped_find::<environment::Entity>(&write.txn, project_id, environment_id)
             .await
