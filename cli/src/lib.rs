@@ -15,6 +15,7 @@ mod deployments;
 mod domains;
 pub mod exit;
 mod follow;
+mod limits;
 mod listing;
 mod login;
 mod members;
@@ -57,6 +58,8 @@ pub enum ClientCommand {
     Routes(routes::RoutesArgs),
     /// Your API tokens.
     Tokens(tokens::TokensArgs),
+    /// The caps on what you (or a project) may hold, and how much is used.
+    Limits(limits::LimitsArgs),
     /// The control plane's replicas and the leader of each kind of background work.
     Status(status::StatusArgs),
 }
@@ -77,6 +80,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Providers(args) => providers::providers(args).await,
         ClientCommand::Routes(args) => routes::routes(args).await,
         ClientCommand::Tokens(args) => tokens::tokens(args).await,
+        ClientCommand::Limits(args) => limits::limits(args).await,
         ClientCommand::Status(args) => status::status(args).await,
     }
 }

@@ -115,6 +115,20 @@ async fn a_user_deploys_from_scratch_with_the_cli(s: TestServer) {
         followed.stdout
     );
 
+    // The caps, with what is used: the project's, and the user's own.
+    let limits = cli.run("limits -p shop").await;
+    let services = row(limits.ok(), "services_per_project").unwrap();
+    assert!(
+        services
+            .split_whitespace()
+            .eq(["services_per_project", "services", "1", "100"]),
+        "{}",
+        limits.stdout
+    );
+    let mine = cli.run("limits --output json").await.json();
+    assert_eq!(mine["limits"][0]["name"], "projects_per_user", "{mine}");
+    assert_eq!(mine["limits"][0]["used"], 1, "{mine}");
+
     // At a commit given by its full id (a short one is a usage error, sent nowhere).
     let refused = cli.run("deploy -p shop -s web --commit 3f9a1c0").await;
     assert!(
