@@ -315,6 +315,14 @@ await step("a domain added in the UI shows its DNS challenge", async () => {
   const text = await row.innerText();
   check(text.includes(`_bulkhead-challenge.${hostname}`) && /pending/.test(text), `the domain row lacks its challenge: ${text.replace(/\s+/g, " ")}`);
   check((await row.getByRole("button", { name: `Verify ${hostname}` }).count()) === 1, "no Verify button");
+  // The project's caps, with what it holds: its one service of the default 100.
+  const services = page
+    .getByRole("region", { name: "Limits table" })
+    .getByRole("row")
+    .filter({ has: page.getByRole("rowheader", { name: /^services / }) });
+  await services.waitFor();
+  const held = (await services.innerText()).replace(/\s+/g, " ").trim();
+  check(/^services \(services_per_project\) 1 100$/.test(held), `the services limit row says: ${held}`);
 });
 
 await step("an API token's secret is shown once, with a copy button; then revoked", async () => {

@@ -75,7 +75,37 @@ export function Project({ projectId }: { projectId: string }): JSX.Element {
       <Domains projectId={projectId} services={(services.data?.items ?? []).map((s) => ({ id: s.id, name: s.name }))} canWrite={canWrite} />
       <Members projectId={projectId} canAdmin={canAdmin} myId={me?.id} />
       {canAdmin ? <Invitations projectId={projectId} /> : null}
+      <Limits projectId={projectId} />
     </>
+  );
+}
+
+/** The project's caps, with what it holds of each: a create past one is refused. */
+function Limits(props: { projectId: string }): JSX.Element {
+  const limits = usePoll(
+    (headers) => api.GET("/v1/projects/{project_id}/limits", { params: { path: { project_id: props.projectId } }, headers }),
+    [props.projectId],
+    30_000,
+  );
+  return (
+    <Section title="Limits">
+      <ProblemAlert problem={limits.error} />
+      {limits.data === undefined ? (
+        <Loading what="limits" />
+      ) : (
+        <Table label="Limits" head={["Counts", "Used", "Most allowed"]}>
+          {limits.data.limits.map((l) => (
+            <tr key={l.name}>
+              <th scope="row">
+                {l.counts} <span class="muted small">({l.name})</span>
+              </th>
+              <td>{l.used >= l.max ? <strong>{l.used} (full)</strong> : l.used}</td>
+              <td>{l.max}</td>
+            </tr>
+          ))}
+        </Table>
+      )}
+    </Section>
   );
 }
 
