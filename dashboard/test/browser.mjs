@@ -64,6 +64,10 @@ async function step(name, fn) {
     failed++;
     results.push([name, false]);
     console.log(`not ok - ${name}: ${String(e?.message ?? e).split("\n").slice(0, 6).join(" ")}`);
+    // Where the page was when it failed: for a failure seen only under load.
+    const headings = await page.locator("h1").allInnerTexts().catch(() => []);
+    const alerts = await page.getByRole("alert").allInnerTexts().catch(() => []);
+    console.log(`# at ${page.url()}; h1: ${JSON.stringify(headings)}; alerts: ${JSON.stringify(alerts)}`);
     return false;
   }
 }
