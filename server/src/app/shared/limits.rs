@@ -100,34 +100,30 @@ impl Limit {
                     .await?
             }
             (Limit::EnvironmentsPerProject, Holder::Project(project)) => {
-                environment::Entity::find()
-                    .filter(environment::Column::ProjectId.eq(project))
-                    .count(db)
+                project_rows::<environment::Entity>(db, environment::Column::ProjectId, project)
                     .await?
             }
             (Limit::ServicesPerProject, Holder::Project(project)) => {
-                service::Entity::find()
-                    .filter(service::Column::ProjectId.eq(project))
-                    .count(db)
-                    .await?
+                project_rows::<service::Entity>(db, service::Column::ProjectId, project).await?
             }
             (Limit::DomainsPerProject, Holder::Project(project)) => {
-                domain::Entity::find()
-                    .filter(domain::Column::ProjectId.eq(project))
-                    .count(db)
-                    .await?
+                project_rows::<domain::Entity>(db, domain::Column::ProjectId, project).await?
             }
             (Limit::GitInstallationsPerProject, Holder::Project(project)) => {
-                git_installation::Entity::find()
-                    .filter(git_installation::Column::ProjectId.eq(project))
-                    .count(db)
-                    .await?
+                project_rows::<git_installation::Entity>(
+                    db,
+                    git_installation::Column::ProjectId,
+                    project,
+                )
+                .await?
             }
             (Limit::WebhookEndpointsPerProject, Holder::Project(project)) => {
-                webhook_endpoint::Entity::find()
-                    .filter(webhook_endpoint::Column::ProjectId.eq(project))
-                    .count(db)
-                    .await?
+                project_rows::<webhook_endpoint::Entity>(
+                    db,
+                    webhook_endpoint::Column::ProjectId,
+                    project,
+                )
+                .await?
             }
             (Limit::InvitationsPerProject, Holder::Project(project)) => {
                 project_invitation::Entity::find()
@@ -137,10 +133,12 @@ impl Limit {
                     .await?
             }
             (Limit::MembersPerProject, Holder::Project(project)) => {
-                project_member::Entity::find()
-                    .filter(project_member::Column::ProjectId.eq(project))
-                    .count(db)
-                    .await?
+                project_rows::<project_member::Entity>(
+                    db,
+                    project_member::Column::ProjectId,
+                    project,
+                )
+                .await?
             }
             (limit, holder) => {
                 return Err(AppError::internal(format!(
@@ -166,6 +164,19 @@ impl Limit {
             Limit::MembersPerProject => ("members", "this project has"),
         }
     }
+}
+
+/// How many rows of `E` have `project` in `column`.
+async fn project_rows<E>(
+    db: &impl ConnectionTrait,
+    column: E::Column,
+    project: ProjectId,
+) -> AppResult<u64>
+where
+    E: EntityTrait,
+    E::Model: sea_orm::FromQueryResult + Send + Sync,
+{
+    Ok(E::find().filter(column.eq(project)).count(db).await?)
 }
 
 /// Whose rows a cap counts.
