@@ -12,8 +12,14 @@ export function currentRoute(): string[] {
 export function useRoute(): string[] {
   const [route, setRoute] = useState(currentRoute);
   useEffect(() => {
-    const on = (): void => setRoute(currentRoute());
+    const on = (): void => {
+      const now = currentRoute();
+      setRoute((shown) => (shown.join("/") === now.join("/") ? shown : now));
+    };
     window.addEventListener("hashchange", on);
+    // The hash may have changed between the first render and this subscription (a link
+    // followed as the page appears): its event is gone, so look once now.
+    on();
     return () => window.removeEventListener("hashchange", on);
   }, []);
   return route;
