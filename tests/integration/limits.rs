@@ -236,6 +236,21 @@ async fn each_limit_refuses_one_more_with_its_name(backend: Backend) {
     ] {
         assert_eq!(held(&project_held, name), (used, max), "{name}");
     }
+    // A token without `read` (deploy only) reads neither.
+    let deploy_only = s
+        .post(
+            "/v1/tokens",
+            &other,
+            json!({ "name": "ci", "scopes": ["deploy"] }),
+        )
+        .await;
+    let deploy_only = deploy_only.assert_status(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.get("/v1/me/limits", &deploy_only)
+        .await
+        .assert_problem(403, "insufficient_scope");
     // A member (a viewer) reads them; another tenant cannot tell the project exists.
     s.get(&limits, &sessions[0]).await.assert_status(200);
     s.get(&limits, &other)

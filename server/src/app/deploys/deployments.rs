@@ -23,7 +23,7 @@ use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::{self as states, DeployedInstanceView};
 use crate::app::projects::scoped::scoped_find;
 use crate::app::projects::services::ServiceSpecView;
-use crate::app::projects::services::revision::{SHORT_COMMIT_LEN, SourceRevision};
+use crate::app::projects::services::revision::SourceRevision;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::pagination::{
@@ -612,7 +612,7 @@ pub(crate) async fn deployment_insert(
         .revision
         .as_ref()
         .map(|revision| {
-            let short = &revision.commit[..SHORT_COMMIT_LEN];
+            let short = revision.short_commit();
             match &revision.branch {
                 Some(branch) => format!(", commit {short} of `{branch}`"),
                 None => format!(", commit {short}"),

@@ -84,11 +84,7 @@ async fn revision_to_deploy(
             .one(db)
             .await?;
         if let Some(pushed) = pushed {
-            return Ok(Some(SourceRevision {
-                commit,
-                branch: Some(pushed.branch),
-                repository: Some(pushed.repository),
-            }));
+            return Ok(Some(delivery_revision(pushed)));
         }
     }
     let only = match bindings.as_slice() {
@@ -100,6 +96,15 @@ async fn revision_to_deploy(
         branch: only.map(|b| b.branch.clone()),
         repository: only.map(|b| b.repository.clone()),
     }))
+}
+
+/// The revision a delivery pushed.
+fn delivery_revision(pushed: git_delivery::Model) -> SourceRevision {
+    SourceRevision {
+        commit: pushed.commit_sha,
+        branch: Some(pushed.branch),
+        repository: Some(pushed.repository),
+    }
 }
 
 /// The deliveries of `binding`'s repository and branch to `installation`.
@@ -135,14 +140,7 @@ async fn latest_push(
             .one(db)
             .await?;
         if let Some(pushed) = pushed {
-            consider(
-                pushed.pushed_at,
-                SourceRevision {
-                    commit: pushed.commit_sha,
-                    branch: Some(pushed.branch),
-                    repository: Some(pushed.repository),
-                },
-            );
+            consider(pushed.pushed_at, delivery_revision(pushed));
         }
     }
     if !bindings.is_empty() {

@@ -29,7 +29,12 @@ pub struct SourceRevision {
 }
 
 impl SourceRevision {
-    /// A commit given by hand (`POST …/deployments {"commit": …}`), checked: a full commit id.
+    /// Its first [`SHORT_COMMIT_LEN`] digits (`{short_commit}`, events, tables).
+    pub fn short_commit(&self) -> &str {
+        &self.commit[..SHORT_COMMIT_LEN.min(self.commit.len())]
+    }
+
+    /// A commit given by hand (`POST …/deployments?commit=…`), checked: a full commit id.
     pub fn commit_validate(commit: &str) -> AppResult<()> {
         let hex = commit
             .bytes()
@@ -70,8 +75,7 @@ pub fn image_resolve(image: &str, revision: Option<&SourceRevision>) -> AppResul
                 };
                 match name {
                     "commit" => resolved.push_str(&revision.commit),
-                    "short_commit" => resolved
-                        .push_str(&revision.commit[..SHORT_COMMIT_LEN.min(revision.commit.len())]),
+                    "short_commit" => resolved.push_str(revision.short_commit()),
                     _ => {
                         let Some(branch) = &revision.branch else {
                             return Err(AppError::new(
