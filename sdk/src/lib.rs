@@ -1,5 +1,5 @@
 //! The SDK for Bulkhead provider plugins: WebAssembly components of the
-//! `bulkhead:provider@0.4.0` contract ([`CONTRACT_VERSION`]), written in Rust.
+//! `bulkhead:provider@0.5.0` contract ([`CONTRACT_VERSION`]), written in Rust.
 //!
 //! A plugin is a type that implements [`Provider`], exported with [`export_provider!`]:
 //!
@@ -80,14 +80,15 @@ use std::str::FromStr;
 pub use bindings::bulkhead::provider::host::LogLevel;
 pub use bindings::bulkhead::provider::types::{
     ConfigKey, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState,
-    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
+    LogLine, LogPage, LogRequest, LogStream, ProviderError, ProviderInfo, RateLimit,
+    WorkloadHealth,
 };
 pub use serde;
 
 /// The version of the `bulkhead:provider` contract this SDK builds plugins for. The component
-/// carries it in its export's name (`bulkhead:provider/adapter@0.4.0`): Bulkhead checks it when
+/// carries it in its export's name (`bulkhead:provider/adapter@0.5.0`): Bulkhead checks it when
 /// it loads the plugin, and refuses a version it does not support, naming the ones it does.
-pub const CONTRACT_VERSION: &str = "0.4.0";
+pub const CONTRACT_VERSION: &str = "0.5.0";
 
 impl InstanceSpec {
     /// A spec with no environment and no labels (tests, mostly).
@@ -163,6 +164,54 @@ pub trait Provider {
 
     /// Every instance made for the control plane.
     fn list() -> Result<Vec<Instance>, ProviderError>;
+
+    /// A page of the output of the instance of `instance_key`, for a plugin that declares the
+    /// `logs` capability. The default has no logs.
+    fn logs(instance_key: String, request: LogRequest) -> Result<LogPage, ProviderError> {
+        let _ = (instance_key, request);
+        Err(ProviderError::InvalidSpec(
+            "this plugin has no logs (no `logs` capability)".into(),
+        ))
+    }
+}
+
+impl LogRequest {
+    /// A request for the lines after `after` (none: the newest lines), at most `max_lines`
+    /// of them and 64 KiB.
+    pub fn new(after: Option<String>, max_lines: u32) -> Self {
+        Self {
+            after,
+            since_ms: None,
+            max_lines,
+            max_bytes: 64 * 1024,
+        }
+    }
+
+    /// The lines of `lines` (oldest first) that fit the request's bounds, from the first: at
+    /// most `max_lines`, and `max_bytes` of text in all (a first line longer than that is cut).
+    pub fn bounded(&self, lines: impl IntoIterator<Item = LogLine>) -> Vec<LogLine> {
+        let mut page = Vec::new();
+        let mut bytes = 0usize;
+        let max_bytes = self.max_bytes as usize;
+        for mut line in lines {
+            if page.len() >= self.max_lines as usize {
+                break;
+            }
+            if bytes + line.text.len() > max_bytes {
+                if !page.is_empty() {
+                    break;
+                }
+                let mut cut = max_bytes;
+                while !line.text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                line.text.truncate(cut);
+            }
+            bytes += line.text.len();
+            page.push(line);
+        }
+        page
+    }
 }
 
 /// Adapts a [`Provider`] to the generated bindings. Used by [`export_provider!`].
@@ -192,6 +241,10 @@ impl<P: Provider> bindings::exports::bulkhead::provider::adapter::Guest for Adap
 
     fn list() -> Result<Vec<Instance>, ProviderError> {
         P::list()
+    }
+
+    fn logs(instance_key: String, request: LogRequest) -> Result<LogPage, ProviderError> {
+        P::logs(instance_key, request)
     }
 }
 

@@ -8,7 +8,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use bulkhead::plugins::{
-    HealthStatus, InstanceSpec, PluginEnv, PluginError, PluginHost, PluginLimits, ProviderError,
+    HealthStatus, InstanceSpec, LogRequest, LogStream, PluginEnv, PluginError, PluginHost,
+    PluginLimits, ProviderError,
 };
 
 use crate::support::{ADMIN_TOKEN, Backend, TestServer, plugins_dir};
@@ -110,7 +111,7 @@ async fn the_sdk_readme_takes_a_new_author_from_nothing_to_an_uploaded_plugin() 
         .find_map(|line| serde_json::from_str(line).ok())
         .expect("the upload's answer");
     assert_eq!(uploaded["name"], "my-provider", "{uploaded}");
-    assert_eq!(uploaded["contract_version"], "0.4.0");
+    assert_eq!(uploaded["contract_version"], "0.5.0");
     assert_eq!(uploaded["config"][0]["name"], "endpoint");
     assert_eq!(uploaded["config"][0]["required"], true);
 
@@ -278,7 +279,7 @@ async fn the_python_example_builds_and_answers_every_call() {
     let plugin = host
         .plugin_load(&wasm, limits)
         .expect("the host accepts it");
-    assert_eq!(plugin.contract_version, "0.4.0");
+    assert_eq!(plugin.contract_version, "0.5.0");
     let mut settings = PluginEnv {
         provider: "python".into(),
         ..Default::default()
@@ -320,6 +321,37 @@ async fn the_python_example_builds_and_answers_every_call() {
         .unwrap();
     assert_eq!(made.provider_id, "py-web-1");
     assert_eq!(made.address.as_deref(), Some("127.0.0.1:8080"));
+    // Its logs: what it noted of the instance, numbered.
+    let request = |after: Option<&str>| LogRequest {
+        after: after.map(str::to_owned),
+        since_ms: None,
+        max_lines: 10,
+        max_bytes: 1000,
+    };
+    let page = host
+        .plugin_logs(&plugin, &env, "web-1".into(), request(None))
+        .await
+        .unwrap();
+    assert_eq!(page.lines.len(), 1, "{page:?}");
+    assert_eq!(page.lines[0].text, "provisioned in us");
+    assert_eq!(page.lines[0].stream, LogStream::System);
+    assert_eq!(page.next, "1");
+    let empty = host
+        .plugin_logs(&plugin, &env, "web-1".into(), request(Some("1")))
+        .await
+        .unwrap();
+    assert!(empty.lines.is_empty());
+    assert_eq!(empty.next, "1");
+    let bad = host
+        .plugin_logs(&plugin, &env, "web-1".into(), request(Some("x")))
+        .await;
+    assert!(
+        matches!(
+            &bad,
+            Err(PluginError::Provider(ProviderError::InvalidSpec(_)))
+        ),
+        "{bad:?}"
+    );
     let refused = host.plugin_provision(&plugin, &env, spec("mars")).await;
     assert!(
         matches!(&refused, Err(PluginError::Provider(ProviderError::InvalidSpec(m))) if m.contains("mars")),

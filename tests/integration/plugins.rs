@@ -8,8 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bulkhead::plugins::{
-    Allowlist, HealthCheck, HealthStatus, InstanceSpec, InstanceState, Plugin, PluginEnv,
-    PluginError, PluginHost, PluginLimits, PluginRejection, ProviderError, WorkloadHealth,
+    Allowlist, HealthCheck, HealthStatus, InstanceSpec, InstanceState, LogRequest, Plugin,
+    PluginEnv, PluginError, PluginHost, PluginLimits, PluginRejection, ProviderError,
+    WorkloadHealth,
 };
 
 use crate::support::plugin_bytes;
@@ -69,7 +70,7 @@ fn hostile_limits() -> PluginLimits {
 async fn example_plugin_answers_every_call() {
     let host = PluginHost::new(None).unwrap();
     let plugin = loaded(&host, "bulkhead_plugin_example.wasm");
-    assert_eq!(plugin.contract_version, "0.4.0");
+    assert_eq!(plugin.contract_version, "0.5.0");
     assert_eq!(plugin.digest.len(), 64);
     let env = env("example");
 
@@ -212,7 +213,7 @@ fn binaries_that_are_not_providers_are_refused() {
     let Err(PluginRejection::UnsupportedVersion { found, .. }) = future else {
         panic!("a component for a newer contract version was accepted")
     };
-    assert_eq!(found, "0.5.0");
+    assert_eq!(found, "0.6.0");
 }
 
 /// What the hostile plugin reports after `deprovision(url)` fetched (or failed to fetch) `url`.
@@ -373,11 +374,11 @@ fn plugin_cli_inspects_and_calls() {
     let text = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.status.success(), "{text}");
     assert!(
-        text.contains("contract: bulkhead:provider@0.4.0") && text.contains("verdict:  accepted"),
+        text.contains("contract: bulkhead:provider@0.5.0") && text.contains("verdict:  accepted"),
         "{text}"
     );
     assert!(
-        text.contains("exports:  bulkhead:provider/adapter@0.4.0"),
+        text.contains("exports:  bulkhead:provider/adapter@0.5.0"),
         "{text}"
     );
     assert!(text.contains("sha256:"), "{text}");
@@ -690,14 +691,14 @@ async fn one_busy_provider_leaves_room_for_the_others() {
 }
 
 /// A component built for contract 0.2.0 from the WIT as published (no SDK), loaded and called
-/// beside 0.4.0 plugins on one host: every call answers, adapted to the newest contract.
+/// beside 0.5.0 plugins on one host: every call answers, adapted to the newest contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_2_0_plugin_runs_beside_0_4_0_plugins() {
+async fn a_0_2_0_plugin_runs_beside_0_5_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let legacy = loaded(&host, "bulkhead_plugin_contract_0_2.wasm");
     let example = loaded(&host, "bulkhead_plugin_example.wasm");
     assert_eq!(legacy.contract_version, "0.2.0");
-    assert_eq!(example.contract_version, "0.4.0");
+    assert_eq!(example.contract_version, "0.5.0");
     let mut settings = PluginEnv {
         provider: "legacy".into(),
         ..Default::default()
@@ -768,16 +769,16 @@ async fn a_0_2_0_plugin_runs_beside_0_4_0_plugins() {
     assert_eq!(legacy.stats.provider_errors.load(Relaxed), 4);
 }
 
-/// A component built for contract 0.3.0 from the WIT as published (no SDK), beside 0.4.0
+/// A component built for contract 0.3.0 from the WIT as published (no SDK), beside 0.5.0
 /// plugins: what 0.3.0 added (declared configuration, the host's cache, `forbidden`) works,
 /// and its instances are `unchecked`, so the control plane checks them itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_3_0_plugin_runs_beside_0_4_0_plugins() {
+async fn a_0_3_0_plugin_runs_beside_0_5_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let v03 = loaded(&host, "bulkhead_plugin_contract_0_3.wasm");
     let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
     assert_eq!(v03.contract_version, "0.3.0");
-    assert_eq!(metal.contract_version, "0.4.0");
+    assert_eq!(metal.contract_version, "0.5.0");
     let mut settings = PluginEnv {
         provider: "v03".into(),
         ..Default::default()
@@ -835,6 +836,90 @@ async fn a_0_3_0_plugin_runs_beside_0_4_0_plugins() {
     let listed = host.plugin_list(&v03, &settings).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].health, WorkloadHealth::Unchecked);
+}
+
+/// A component built for contract 0.4.0 from the WIT as published (no SDK), beside 0.5.0
+/// plugins: what 0.4.0 added (the health check in the spec, the instance's health) goes both
+/// ways, and it has no logs although it claims the capability, while metal's (0.5.0) answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_4_0_plugin_runs_beside_0_5_0_plugins() {
+    let host = PluginHost::new(None).unwrap();
+    let v04 = loaded(&host, "bulkhead_plugin_contract_0_4.wasm");
+    let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
+    assert_eq!(v04.contract_version, "0.4.0");
+    assert_eq!(metal.contract_version, "0.5.0");
+    let settings = Arc::new(PluginEnv {
+        provider: "v04".into(),
+        ..Default::default()
+    });
+
+    let info = host.plugin_info(&v04, &settings).await.unwrap();
+    assert_eq!(info.name, "v04");
+    assert!(info.capabilities.iter().any(|c| c == "logs"));
+    let info = host.plugin_info(&metal, &env("metal")).await.unwrap();
+    assert!(info.capabilities.iter().any(|c| c == "logs"));
+    let report = host.plugin_health(&v04, &settings).await.unwrap();
+    assert_eq!(report.message, "contract 0.4.0 plugin");
+
+    let mut checked = spec("web-1", "v04");
+    checked.health_check = Some(HealthCheck {
+        path: "/ready".into(),
+        interval_ms: 1000,
+        timeout_ms: 500,
+        healthy_threshold: 1,
+        unhealthy_threshold: 3,
+    });
+    let made = host
+        .plugin_provision(&v04, &settings, checked)
+        .await
+        .unwrap();
+    assert_eq!(
+        made.provider_id, "v04-web-1-checked/ready",
+        "the check reached it"
+    );
+    assert_eq!(made.health, WorkloadHealth::Healthy);
+    let made = host
+        .plugin_provision(&v04, &settings, spec("web-2", "v04"))
+        .await
+        .unwrap();
+    assert_eq!(made.health, WorkloadHealth::Unchecked);
+    let found = host
+        .plugin_describe(&v04, &settings, "web-1".into())
+        .await
+        .unwrap();
+    assert_eq!(found.health, WorkloadHealth::Pending);
+    let listed = host.plugin_list(&v04, &settings).await.unwrap();
+    assert_eq!(listed[0].health, WorkloadHealth::Unhealthy);
+    let locked = host
+        .plugin_deprovision(&v04, &settings, "locked".into())
+        .await;
+    assert!(
+        matches!(&locked, Err(PluginError::Provider(ProviderError::Forbidden(m))) if m == "v04 refusal"),
+        "{locked:?}"
+    );
+
+    let calls_before = v04.stats.ok.load(Relaxed) + v04.stats.provider_errors.load(Relaxed);
+    let logs = host
+        .plugin_logs(
+            &v04,
+            &settings,
+            "web-1".into(),
+            LogRequest {
+                after: None,
+                since_ms: None,
+                max_lines: 10,
+                max_bytes: 1000,
+            },
+        )
+        .await;
+    assert!(
+        matches!(&logs, Err(PluginError::Provider(ProviderError::InvalidSpec(m))) if m.contains("0.4.0")),
+        "{logs:?}"
+    );
+    assert_eq!(
+        v04.stats.ok.load(Relaxed) + v04.stats.provider_errors.load(Relaxed),
+        calls_before + 1
+    );
 }
 
 /// `POST` bodies go out with a `Content-Length`: a real HTTP/1.1 server that does not accept

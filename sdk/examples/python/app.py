@@ -1,14 +1,18 @@
-"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.4.0).
+"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.5.0).
 
 Its "cloud" is its configuration, like the Rust `example` plugin: `regions` (comma-separated,
 default `local`) and `address` (where instances answer). It shows the parts of the contract a
 plugin in another language uses: the exported `Adapter`, the host's configuration, logging and
-cache, typed errors raised as `Err(...)`, and declared configuration.
+cache, typed errors raised as `Err(...)`, declared configuration, and logs (each instance's
+"output" is what the plugin noted about it, kept in the host's cache and numbered: the cursor
+is the number of the last line read).
 
 Build (see sdk/README.md): componentize-py --wit-path ../../wit --world provider componentize app -o provider.wasm
 """
 
-from typing import List
+import json
+import time
+from typing import List, Optional
 
 from componentize_py_types import Err
 from wit_world import exports
@@ -20,6 +24,10 @@ from wit_world.imports.bulkhead_provider_types import (
     Instance,
     InstanceSpec,
     InstanceState,
+    LogLine,
+    LogPage,
+    LogRequest,
+    LogStream,
     ProviderError_InvalidSpec,
     ProviderError_Misconfigured,
     ProviderInfo,
@@ -44,13 +52,25 @@ def instance(key: str, region: str) -> Instance:
     )
 
 
+def noted(key: str) -> list:
+    """What the plugin noted about instance `key`: [number, time in ms, text], oldest first."""
+    return json.loads((host.cache_get("log/" + key) or b"[]").decode())
+
+
+def note(key: str, text: str) -> None:
+    lines = noted(key)
+    number = lines[-1][0] + 1 if lines else 1
+    lines.append([number, int(time.time() * 1000), text])
+    host.cache_set("log/" + key, json.dumps(lines[-100:]).encode(), 86400)
+
+
 class Adapter(exports.Adapter):
     def info(self) -> ProviderInfo:
         return ProviderInfo(
             name="python-example",
             version="0.1.0",
             regions=regions(),
-            capabilities=[],
+            capabilities=["logs"],
             config=[
                 ConfigKey(name="address", required=True, secret=False,
                           description="Where instances answer (host:port)"),
@@ -71,6 +91,7 @@ class Adapter(exports.Adapter):
         if spec.region not in regions():
             raise Err(ProviderError_InvalidSpec("unknown region `%s`" % spec.region))
         host.log(host.LogLevel.INFO, "provisioning %s in %s" % (spec.instance_key, spec.region))
+        note(spec.instance_key, "provisioned in %s" % spec.region)
         return instance(spec.instance_key, spec.region)
 
     def deprovision(self, instance_key: str) -> None:
@@ -81,3 +102,30 @@ class Adapter(exports.Adapter):
 
     def list(self) -> List[Instance]:
         return []
+
+    def logs(self, instance_key: str, request: LogRequest) -> LogPage:
+        lines = noted(instance_key)
+        after: Optional[int] = None
+        if request.after is not None:
+            try:
+                after = int(request.after)
+            except ValueError:
+                raise Err(ProviderError_InvalidSpec("`%s` is not a cursor of this plugin" % request.after))
+            lines = [line for line in lines if line[0] > after]
+        elif request.since_ms is not None:
+            lines = [line for line in lines if line[1] >= request.since_ms]
+        else:
+            lines = lines[-request.max_lines:]
+        page = lines[: request.max_lines]
+        if page:
+            cursor = str(page[-1][0])
+        elif after is not None:
+            cursor = str(after)
+        else:
+            everything = noted(instance_key)
+            cursor = str(everything[-1][0] if everything else 0)
+        return LogPage(
+            lines=[LogLine(time_ms=t, stream=LogStream.SYSTEM, text=text[: request.max_bytes]) for _, t, text in page],
+            next=cursor,
+            gap=False,
+        )

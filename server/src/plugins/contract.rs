@@ -2,25 +2,39 @@
 //! bindings of each (from `sdk/wit/`, where each published version is kept as published), and
 //! the adaptation of older versions to the newest, which the rest of the host speaks.
 //!
-//! A plugin built for 0.2.0 or 0.3.0 keeps working unchanged: its answers are converted to
-//! 0.4.0 types (its instances' health is `unchecked`, so the host checks them itself; a 0.2.0
-//! plugin declares no configuration, and its errors are a subset of the newer ones), its
-//! imports are served by the same host functions. Adding a version: a new module here, a
-//! variant of [`AdapterPre`], `adapt_shared!` for the version it replaces as the newest, and
-//! the conversions that differ.
+//! A plugin built for 0.2.0, 0.3.0 or 0.4.0 keeps working unchanged: its answers are converted
+//! to 0.5.0 types (it has no logs; before 0.4.0 its instances' health is `unchecked`, so the
+//! host checks them itself; a 0.2.0 plugin declares no configuration, and its errors are a
+//! subset of the newer ones), its imports are served by the same host functions. Adding a
+//! version: a new module here, a variant of [`AdapterPre`], `adapt_shared!` and the
+//! conversions that differ for the version it replaces as the newest.
 
 use wasmtime::Store;
 
 use super::PluginState;
 
 /// The newest contract: what the host speaks internally.
-pub mod v0_4 {
+pub mod v0_5 {
     wasmtime::component::bindgen!({
         path: "../sdk/wit",
         world: "provider",
         exports: { default: async },
         // For `bulkhead plugin call --output json`.
         additional_derives: [serde::Serialize],
+        with: {
+            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+        },
+    });
+}
+
+/// Contract 0.4.0, as published (`sdk/wit/0.4.0/`).
+pub mod v0_4 {
+    wasmtime::component::bindgen!({
+        path: "../sdk/wit/0.4.0",
+        world: "provider",
+        exports: { default: async },
         with: {
             "wasi:http": wasmtime_wasi_http::p2::bindings::http,
             "wasi:io": wasmtime_wasi::p2::bindings::io,
@@ -57,13 +71,14 @@ pub mod v0_2 {
     });
 }
 
-use v0_4::bulkhead::provider::types as newest;
+use v0_5::bulkhead::provider::types as newest;
 
 /// Versions of the contract this host can load, oldest first.
-pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.2.0", "0.3.0", "0.4.0"];
+pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.2.0", "0.3.0", "0.4.0", "0.5.0"];
 
 /// A component pre-instantiated for the contract version it was built for.
 pub enum AdapterPre {
+    V0_5(v0_5::ProviderPre<PluginState>),
     V0_4(v0_4::ProviderPre<PluginState>),
     V0_3(v0_3::ProviderPre<PluginState>),
     V0_2(v0_2::ProviderPre<PluginState>),
@@ -77,6 +92,7 @@ pub enum Call {
     Deprovision(String),
     Describe(String),
     List,
+    Logs(String, newest::LogRequest),
 }
 
 impl Call {
@@ -89,6 +105,7 @@ impl Call {
             Call::Deprovision(_) => "deprovision",
             Call::Describe(_) => "describe",
             Call::List => "list",
+            Call::Logs(..) => "logs",
         }
     }
 }
@@ -100,15 +117,22 @@ pub enum Answer {
     Instance(newest::Instance),
     Done,
     Instances(Vec<newest::Instance>),
+    Logs(newest::LogPage),
 }
 
 type Outcome = wasmtime::Result<Result<Answer, newest::ProviderError>>;
 
 /// The calls of an older version's adapter, its answers converted (`Into`) to the newest
-/// contract's.
+/// contract's; `$version` has no logs.
 macro_rules! call_adapted {
-    ($pre:expr, $store:expr, $call:expr) => {{
+    ($pre:expr, $store:expr, $call:expr, $version:literal) => {{
         let store = $store;
+        if let Call::Logs(..) = $call {
+            return Ok(Err(newest::ProviderError::InvalidSpec(format!(
+                "a plugin of contract {} has no logs",
+                $version
+            ))));
+        }
         let instance = $pre.instantiate_async(&mut *store).await?;
         let adapter = instance.bulkhead_provider_adapter();
         let result = match $call {
@@ -133,6 +157,7 @@ macro_rules! call_adapted {
                 .call_list(&mut *store)
                 .await?
                 .map(|all| Answer::Instances(all.into_iter().map(Into::into).collect())),
+            Call::Logs(..) => unreachable!("answered above"),
         };
         Ok(result.map_err(Into::into))
     }};
@@ -143,7 +168,7 @@ impl AdapterPre {
     /// answer to the newest contract.
     pub async fn call(&self, store: &mut Store<PluginState>, call: Call) -> Outcome {
         match self {
-            AdapterPre::V0_4(pre) => {
+            AdapterPre::V0_5(pre) => {
                 let instance = pre.instantiate_async(&mut *store).await?;
                 let adapter = instance.bulkhead_provider_adapter();
                 Ok(match call {
@@ -162,32 +187,75 @@ impl AdapterPre {
                         .await?
                         .map(Answer::Instance),
                     Call::List => adapter.call_list(store).await?.map(Answer::Instances),
+                    Call::Logs(key, request) => adapter
+                        .call_logs(store, &key, &request)
+                        .await?
+                        .map(Answer::Logs),
                 })
             }
-            AdapterPre::V0_3(pre) => call_adapted!(pre, store, call),
-            AdapterPre::V0_2(pre) => call_adapted!(pre, store, call),
+            AdapterPre::V0_4(pre) => call_adapted!(pre, store, call, "0.4.0"),
+            AdapterPre::V0_3(pre) => call_adapted!(pre, store, call, "0.3.0"),
+            AdapterPre::V0_2(pre) => call_adapted!(pre, store, call, "0.2.0"),
         }
     }
 }
 
-/// The records and enums that 0.2.0 and 0.3.0 share with the newest contract, converted to
-/// it: `$old` is the older version's module.
+/// The records and enums that every older version shares with the newest contract, converted
+/// to it: `$old` is the older version's module.
 macro_rules! adapt_shared {
     ($old:ident) => {
+        impl From<$old::bulkhead::provider::host::LogLevel> for NewLevel {
+            fn from(level: $old::bulkhead::provider::host::LogLevel) -> Self {
+                use $old::bulkhead::provider::host::LogLevel as Old;
+                match level {
+                    Old::Trace => NewLevel::Trace,
+                    Old::Debug => NewLevel::Debug,
+                    Old::Info => NewLevel::Info,
+                    Old::Warn => NewLevel::Warn,
+                    Old::Error => NewLevel::Error,
+                }
+            }
+        }
+
+        impl From<$old::bulkhead::provider::types::HealthStatus> for newest::HealthStatus {
+            fn from(status: $old::bulkhead::provider::types::HealthStatus) -> Self {
+                use $old::bulkhead::provider::types::HealthStatus as Old;
+                match status {
+                    Old::Healthy => newest::HealthStatus::Healthy,
+                    Old::Degraded => newest::HealthStatus::Degraded,
+                    Old::Unavailable => newest::HealthStatus::Unavailable,
+                }
+            }
+        }
+
         impl From<$old::bulkhead::provider::types::HealthReport> for newest::HealthReport {
             fn from(report: $old::bulkhead::provider::types::HealthReport) -> Self {
-                use $old::bulkhead::provider::types::HealthStatus as Old;
                 Self {
-                    status: match report.status {
-                        Old::Healthy => newest::HealthStatus::Healthy,
-                        Old::Degraded => newest::HealthStatus::Degraded,
-                        Old::Unavailable => newest::HealthStatus::Unavailable,
-                    },
+                    status: report.status.into(),
                     message: report.message,
                 }
             }
         }
 
+        impl From<$old::bulkhead::provider::types::InstanceState> for newest::InstanceState {
+            fn from(state: $old::bulkhead::provider::types::InstanceState) -> Self {
+                use $old::bulkhead::provider::types::InstanceState as Old;
+                match state {
+                    Old::Pending => newest::InstanceState::Pending,
+                    Old::Running => newest::InstanceState::Running,
+                    Old::Stopping => newest::InstanceState::Stopping,
+                    Old::Stopped => newest::InstanceState::Stopped,
+                    Old::Failed => newest::InstanceState::Failed,
+                }
+            }
+        }
+    };
+}
+
+/// The records that 0.2.0 and 0.3.0 (before health checks) share with the newest contract,
+/// converted to it: `$old` is the older version's module.
+macro_rules! adapt_before_health_checks {
+    ($old:ident) => {
         /// The spec less the health check: plugins of this version cannot check workloads.
         impl From<newest::InstanceSpec> for $old::bulkhead::provider::types::InstanceSpec {
             fn from(spec: newest::InstanceSpec) -> Self {
@@ -204,92 +272,122 @@ macro_rules! adapt_shared {
 
         impl From<$old::bulkhead::provider::types::Instance> for newest::Instance {
             fn from(instance: $old::bulkhead::provider::types::Instance) -> Self {
-                use $old::bulkhead::provider::types::InstanceState as Old;
                 Self {
                     instance_key: instance.instance_key,
                     provider_id: instance.provider_id,
                     region: instance.region,
-                    state: match instance.state {
-                        Old::Pending => newest::InstanceState::Pending,
-                        Old::Running => newest::InstanceState::Running,
-                        Old::Stopping => newest::InstanceState::Stopping,
-                        Old::Stopped => newest::InstanceState::Stopped,
-                        Old::Failed => newest::InstanceState::Failed,
-                    },
+                    state: instance.state.into(),
                     address: instance.address,
                     health: newest::WorkloadHealth::Unchecked,
-                }
-            }
-        }
-
-        impl From<$old::bulkhead::provider::host::LogLevel> for NewLevel {
-            fn from(level: $old::bulkhead::provider::host::LogLevel) -> Self {
-                use $old::bulkhead::provider::host::LogLevel as Old;
-                match level {
-                    Old::Trace => NewLevel::Trace,
-                    Old::Debug => NewLevel::Debug,
-                    Old::Info => NewLevel::Info,
-                    Old::Warn => NewLevel::Warn,
-                    Old::Error => NewLevel::Error,
                 }
             }
         }
     };
 }
 
-use v0_4::bulkhead::provider::host::LogLevel as NewLevel;
+use v0_5::bulkhead::provider::host::LogLevel as NewLevel;
+adapt_shared!(v0_4);
 adapt_shared!(v0_3);
 adapt_shared!(v0_2);
+adapt_before_health_checks!(v0_3);
+adapt_before_health_checks!(v0_2);
 
-/// 0.3.0 → 0.4.0: the same records, less what 0.4.0 added.
-mod adapt_0_3 {
+/// The errors and the information that 0.3.0 and 0.4.0 share with the newest contract.
+macro_rules! adapt_info_and_errors {
+    ($old:ident) => {
+        impl From<$old::bulkhead::provider::types::ProviderInfo> for newest::ProviderInfo {
+            fn from(info: $old::bulkhead::provider::types::ProviderInfo) -> Self {
+                Self {
+                    name: info.name,
+                    version: info.version,
+                    regions: info.regions,
+                    capabilities: info.capabilities,
+                    config: info
+                        .config
+                        .into_iter()
+                        .map(|key| newest::ConfigKey {
+                            name: key.name,
+                            required: key.required,
+                            secret: key.secret,
+                            description: key.description,
+                        })
+                        .collect(),
+                }
+            }
+        }
+
+        impl From<$old::bulkhead::provider::types::ProviderError> for newest::ProviderError {
+            fn from(error: $old::bulkhead::provider::types::ProviderError) -> Self {
+                use newest::ProviderError as New;
+                use $old::bulkhead::provider::types::ProviderError as Old;
+                match error {
+                    Old::Unauthorized(m) => New::Unauthorized(m),
+                    Old::Forbidden(m) => New::Forbidden(m),
+                    Old::Misconfigured(m) => New::Misconfigured(m),
+                    Old::AccountSuspended(m) => New::AccountSuspended(m),
+                    Old::RateLimited(limit) => New::RateLimited(newest::RateLimit {
+                        retry_after_secs: limit.retry_after_secs,
+                        message: limit.message,
+                    }),
+                    Old::QuotaExceeded(m) => New::QuotaExceeded(m),
+                    Old::NotFound(m) => New::NotFound(m),
+                    Old::InvalidSpec(m) => New::InvalidSpec(m),
+                    Old::Unavailable(m) => New::Unavailable(m),
+                    Old::Internal(m) => New::Internal(m),
+                }
+            }
+        }
+    };
+}
+
+adapt_info_and_errors!(v0_4);
+adapt_info_and_errors!(v0_3);
+
+/// 0.4.0 → 0.5.0: the same records; 0.4.0 has no logs.
+mod adapt_0_4 {
     use super::newest;
-    use super::v0_3::bulkhead::provider::types as old;
+    use super::v0_4::bulkhead::provider::types as old;
 
-    impl From<old::ProviderInfo> for newest::ProviderInfo {
-        fn from(info: old::ProviderInfo) -> Self {
+    impl From<newest::InstanceSpec> for old::InstanceSpec {
+        fn from(spec: newest::InstanceSpec) -> Self {
             Self {
-                name: info.name,
-                version: info.version,
-                regions: info.regions,
-                capabilities: info.capabilities,
-                config: info
-                    .config
-                    .into_iter()
-                    .map(|key| newest::ConfigKey {
-                        name: key.name,
-                        required: key.required,
-                        secret: key.secret,
-                        description: key.description,
-                    })
-                    .collect(),
+                instance_key: spec.instance_key,
+                region: spec.region,
+                artifact: spec.artifact,
+                port: spec.port,
+                env: spec.env,
+                labels: spec.labels,
+                health_check: spec.health_check.map(|check| old::HealthCheck {
+                    path: check.path,
+                    interval_ms: check.interval_ms,
+                    timeout_ms: check.timeout_ms,
+                    healthy_threshold: check.healthy_threshold,
+                    unhealthy_threshold: check.unhealthy_threshold,
+                }),
             }
         }
     }
 
-    impl From<old::ProviderError> for newest::ProviderError {
-        fn from(error: old::ProviderError) -> Self {
-            use newest::ProviderError as New;
-            match error {
-                old::ProviderError::Unauthorized(m) => New::Unauthorized(m),
-                old::ProviderError::Forbidden(m) => New::Forbidden(m),
-                old::ProviderError::Misconfigured(m) => New::Misconfigured(m),
-                old::ProviderError::AccountSuspended(m) => New::AccountSuspended(m),
-                old::ProviderError::RateLimited(limit) => New::RateLimited(newest::RateLimit {
-                    retry_after_secs: limit.retry_after_secs,
-                    message: limit.message,
-                }),
-                old::ProviderError::QuotaExceeded(m) => New::QuotaExceeded(m),
-                old::ProviderError::NotFound(m) => New::NotFound(m),
-                old::ProviderError::InvalidSpec(m) => New::InvalidSpec(m),
-                old::ProviderError::Unavailable(m) => New::Unavailable(m),
-                old::ProviderError::Internal(m) => New::Internal(m),
+    impl From<old::Instance> for newest::Instance {
+        fn from(instance: old::Instance) -> Self {
+            Self {
+                instance_key: instance.instance_key,
+                provider_id: instance.provider_id,
+                region: instance.region,
+                state: instance.state.into(),
+                address: instance.address,
+                health: match instance.health {
+                    old::WorkloadHealth::Unchecked => newest::WorkloadHealth::Unchecked,
+                    old::WorkloadHealth::Pending => newest::WorkloadHealth::Pending,
+                    old::WorkloadHealth::Healthy => newest::WorkloadHealth::Healthy,
+                    old::WorkloadHealth::Unhealthy => newest::WorkloadHealth::Unhealthy,
+                },
             }
         }
     }
 }
 
-/// 0.2.0 → 0.4.0: the same records, less what 0.3.0 and 0.4.0 added.
+/// 0.2.0 → 0.5.0: the same records, less what 0.3.0 and later added.
 mod adapt_0_2 {
     use super::newest;
     use super::v0_2::bulkhead::provider::types as old;

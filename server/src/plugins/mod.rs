@@ -39,14 +39,15 @@ use wasmtime::{
 };
 
 pub use contract::SUPPORTED_CONTRACT_VERSIONS;
-use contract::{AdapterPre, Answer, Call, v0_2, v0_3, v0_4};
+use contract::{AdapterPre, Answer, Call, v0_2, v0_3, v0_4, v0_5};
 pub use outbound::{Allowlist, HostPattern, address_restricted, endpoint_patterns};
 pub use provider_cache::ProviderCache;
 pub use sandbox::PluginState;
 
-pub use self::contract::v0_4::bulkhead::provider::types::{
+pub use self::contract::v0_5::bulkhead::provider::types::{
     ConfigKey, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState,
-    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
+    LogLine, LogPage, LogRequest, LogStream, ProviderError, ProviderInfo, RateLimit,
+    WorkloadHealth,
 };
 
 /// The export a plugin must have (with a supported version after `@`).
@@ -142,7 +143,7 @@ pub enum PluginRejection {
     )]
     WrongWorld(String),
     #[error(
-        "the component targets contract version {found}, but this host supports {supported} (build it with bulkhead-sdk of the same minor version, e.g. 0.4.x for 0.4.0)"
+        "the component targets contract version {found}, but this host supports {supported} (build it with bulkhead-sdk of the same minor version, e.g. 0.5.x for 0.5.0)"
     )]
     UnsupportedVersion { found: String, supported: String },
     #[error("the component needs imports the host does not grant: {0}")]
@@ -245,41 +246,25 @@ impl PluginHost {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|err| anyhow::anyhow!("link WASI HTTP: {err}"))?;
         // Every supported contract version's host interface, side by side.
-        v0_4::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
-            &mut linker,
-            |state| state,
-        )
-        .and_then(|()| {
-            v0_4::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
-                &mut linker,
-                |state| state,
-            )
-        })
-        .and_then(|()| {
-            v0_3::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
-                &mut linker,
-                |state| state,
-            )
-        })
-        .and_then(|()| {
-            v0_3::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
-                &mut linker,
-                |state| state,
-            )
-        })
-        .and_then(|()| {
-            v0_2::bulkhead::provider::types::add_to_linker::<PluginState, HasSelf<PluginState>>(
-                &mut linker,
-                |state| state,
-            )
-        })
-        .and_then(|()| {
-            v0_2::bulkhead::provider::host::add_to_linker::<PluginState, HasSelf<PluginState>>(
-                &mut linker,
-                |state| state,
-            )
-        })
-        .map_err(|err| anyhow::anyhow!("link the host interfaces: {err}"))?;
+        macro_rules! link_contract {
+            ($version:ident) => {
+                $version::bulkhead::provider::types::add_to_linker::<
+                    PluginState,
+                    HasSelf<PluginState>,
+                >(&mut linker, |state| state)
+                .and_then(|()| {
+                    $version::bulkhead::provider::host::add_to_linker::<
+                        PluginState,
+                        HasSelf<PluginState>,
+                    >(&mut linker, |state| state)
+                })
+            };
+        }
+        link_contract!(v0_5)
+            .and_then(|()| link_contract!(v0_4))
+            .and_then(|()| link_contract!(v0_3))
+            .and_then(|()| link_contract!(v0_2))
+            .map_err(|err| anyhow::anyhow!("link the host interfaces: {err}"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (stop, weak) = (ticker_stop.clone(), engine.weak());
@@ -327,7 +312,8 @@ impl PluginHost {
         let pre = match contract_version.as_str() {
             "0.2.0" => AdapterPre::V0_2(v0_2::ProviderPre::new(instance_pre).map_err(wrong_world)?),
             "0.3.0" => AdapterPre::V0_3(v0_3::ProviderPre::new(instance_pre).map_err(wrong_world)?),
-            _ => AdapterPre::V0_4(v0_4::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+            "0.4.0" => AdapterPre::V0_4(v0_4::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+            _ => AdapterPre::V0_5(v0_5::ProviderPre::new(instance_pre).map_err(wrong_world)?),
         };
         Ok(Plugin {
             digest,
@@ -428,6 +414,26 @@ impl PluginHost {
             Answer::Instances(instances) => Some(instances),
             _ => None,
         })
+        .await
+    }
+
+    /// A page of the output of the instance of `key` (contract 0.5.0's `logs`).
+    pub async fn plugin_logs(
+        &self,
+        plugin: &Plugin,
+        env: &Arc<PluginEnv>,
+        key: String,
+        request: LogRequest,
+    ) -> Result<LogPage, PluginError> {
+        self.call_answering(
+            plugin,
+            env,
+            Call::Logs(key, request),
+            |answer| match answer {
+                Answer::Logs(page) => Some(page),
+                _ => None,
+            },
+        )
         .await
     }
 

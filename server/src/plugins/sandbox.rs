@@ -12,9 +12,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::PluginEnv;
-use super::contract::{v0_2, v0_3, v0_4};
+use super::contract::{v0_2, v0_3, v0_4, v0_5};
 use super::outbound::{CallRequests, OutboundPolicy};
-use v0_4::bulkhead::provider::host::{Host, LogLevel};
+use v0_5::bulkhead::provider::host::{Host, LogLevel};
 
 /// Per-call store data.
 pub struct PluginState {
@@ -127,6 +127,7 @@ impl WasiHttpView for PluginState {
     }
 }
 
+impl v0_5::bulkhead::provider::types::Host for PluginState {}
 impl v0_4::bulkhead::provider::types::Host for PluginState {}
 impl v0_3::bulkhead::provider::types::Host for PluginState {}
 impl v0_2::bulkhead::provider::types::Host for PluginState {}
@@ -164,28 +165,43 @@ impl Host for PluginState {
     }
 }
 
-/// Contract 0.3.0's host interface: the same functions.
-impl v0_3::bulkhead::provider::host::Host for PluginState {
-    fn log(&mut self, level: v0_3::bulkhead::provider::host::LogLevel, message: String) {
-        Host::log(self, level.into(), message)
-    }
+/// The host interface of contracts 0.3.0 and 0.4.0: the same functions.
+macro_rules! host_with_cache {
+    ($version:ident) => {
+        impl $version::bulkhead::provider::host::Host for PluginState {
+            fn log(
+                &mut self,
+                level: $version::bulkhead::provider::host::LogLevel,
+                message: String,
+            ) {
+                Host::log(self, level.into(), message)
+            }
 
-    fn config_get(&mut self, key: String) -> Option<String> {
-        Host::config_get(self, key)
-    }
+            fn config_get(&mut self, key: String) -> Option<String> {
+                Host::config_get(self, key)
+            }
 
-    fn secret_get(&mut self, key: String) -> Option<String> {
-        Host::secret_get(self, key)
-    }
+            fn secret_get(&mut self, key: String) -> Option<String> {
+                Host::secret_get(self, key)
+            }
 
-    fn cache_get(&mut self, key: String) -> Option<Vec<u8>> {
-        Host::cache_get(self, key)
-    }
+            fn cache_get(&mut self, key: String) -> Option<Vec<u8>> {
+                Host::cache_get(self, key)
+            }
 
-    fn cache_set(&mut self, key: String, value: Vec<u8>, ttl_secs: u32) -> Result<(), String> {
-        Host::cache_set(self, key, value, ttl_secs)
-    }
+            fn cache_set(
+                &mut self,
+                key: String,
+                value: Vec<u8>,
+                ttl_secs: u32,
+            ) -> Result<(), String> {
+                Host::cache_set(self, key, value, ttl_secs)
+            }
+        }
+    };
 }
+host_with_cache!(v0_4);
+host_with_cache!(v0_3);
 
 /// Contract 0.2.0's host interface: the same functions (it has no cache).
 impl v0_2::bulkhead::provider::host::Host for PluginState {
