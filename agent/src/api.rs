@@ -9,14 +9,17 @@
 //!   used. A workload with a check shows its `health` (`pending`, `healthy`, `unhealthy`).
 //! - `GET /v1/workloads/{key}`, `GET /v1/workloads` (`{"items": [...]}`),
 //!   `DELETE /v1/workloads/{key}` (204, also when already deleted),
-//!   `GET /v1/workloads/{key}/logs` (`{"key", "lines": [...]}`), `GET /v1/capacity`.
+//!   `GET /v1/workloads/{key}/logs` (`?after=&since_ms=&limit=&max_bytes=&wait_ms=`, answering
+//!   `{"key", "lines": [{"seq", "time_ms", "stream", "text"}], "next", "gap"}`),
+//!   `GET /v1/capacity`.
 //! - `GET /healthz`, the only route without authentication.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Request, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +28,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+use crate::logs::{self, LogPage, LogQuery};
 use crate::spec::{HealthCheck, NewWorkload, valid_key};
 use crate::supervisor::{Capacity, Put, Supervisor, SupervisorError, WorkloadView};
 
@@ -262,22 +266,64 @@ async fn delete_workload(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// What `GET /v1/workloads/{key}/logs` reads.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsParams {
+    /// The lines after this number (a page's `next`).
+    after: Option<u64>,
+    /// Without `after`: the first lines at or after this time (ms since the Unix epoch).
+    since_ms: Option<u64>,
+    /// At most this many lines (1 to 1000; 1000 by default).
+    limit: Option<usize>,
+    /// At most this much text (1 MiB by default and at most).
+    max_bytes: Option<usize>,
+    /// When there is nothing after `after` yet, wait up to this many milliseconds for a line
+    /// (at most 30000).
+    wait_ms: Option<u64>,
+}
+
+/// The longest a logs request waits for a line.
+const LOGS_WAIT_MAX: Duration = Duration::from_secs(30);
+
 #[derive(Serialize)]
 struct Logs {
     key: String,
-    /// Oldest first: the workload's stdout and stderr, and the agent's own lines about it
-    /// (prefixed `[bulkhead-agent]`).
-    lines: Vec<String>,
+    #[serde(flatten)]
+    page: LogPage,
 }
 
 async fn workload_logs(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    params: Result<Query<LogsParams>, QueryRejection>,
 ) -> Result<Json<Logs>, Problem> {
-    match state.supervisor.logs(&key).await {
+    let Query(params) = params.map_err(|rejection| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            rejection.body_text(),
+        )
+    })?;
+    let limit = params.limit.unwrap_or(logs::MAX_LINES);
+    if !(1..=logs::MAX_LINES).contains(&limit) {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("limit must be 1 to {}", logs::MAX_LINES),
+        ));
+    }
+    let query = LogQuery {
+        after: params.after,
+        since_ms: params.since_ms,
+        limit,
+        max_bytes: params.max_bytes.unwrap_or(logs::MAX_BYTES),
+    };
+    let wait = Duration::from_millis(params.wait_ms.unwrap_or(0)).min(LOGS_WAIT_MAX);
+    match state.supervisor.logs(&key, query, wait).await {
         None => Err(Problem::not_found(&key)),
         Some(Err(err)) => Err(Problem::internal(format!("reading the log: {err}"))),
-        Some(Ok(lines)) => Ok(Json(Logs { key, lines })),
+        Some(Ok(page)) => Ok(Json(Logs { key, page })),
     }
 }
 

@@ -27,7 +27,7 @@ pub(crate) struct Launch<'a> {
     pub port: u16,
     pub work_dir: &'a Path,
     /// Where its stdout and stderr go (opened for appending).
-    pub output: File,
+    pub output: (File, File),
     /// The user (and group: the same number) it runs as; `None`: the agent's own.
     pub uid: Option<u32>,
     /// The network namespace it runs in (see `network`); `None`: the agent's.
@@ -62,8 +62,8 @@ pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
         .env("TMPDIR", launch.work_dir)
         .current_dir(launch.work_dir)
         .stdin(Stdio::null())
-        .stdout(launch.output.try_clone()?)
-        .stderr(launch.output)
+        .stdout(launch.output.0)
+        .stderr(launch.output.1)
         .process_group(0)
         .kill_on_drop(false);
     let uid = launch.uid;

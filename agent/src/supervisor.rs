@@ -37,7 +37,7 @@ use tokio::sync::watch;
 
 use crate::health;
 use crate::isolation::{self, Isolation, UidRange};
-use crate::logs::LogDir;
+use crate::logs::{self, LogDir, LogPage, LogQuery};
 use crate::network::{NetworkIsolation, WorkloadNetwork};
 use crate::ports;
 use crate::process::{self, Launch};
@@ -406,7 +406,7 @@ pub(crate) struct Supervisor {
     /// Where the search for a free uid starts (see [`AgentState::uid_next`]).
     uid_next: Mutex<u32>,
     store: StateStore,
-    logs: LogDir,
+    logs: Arc<LogDir>,
 }
 
 impl Supervisor {
@@ -442,7 +442,7 @@ impl Supervisor {
             workloads: Mutex::new(BTreeMap::new()),
             uid_next: Mutex::new(state.uid_next.unwrap_or(0)),
             store,
-            logs: LogDir::new(data_dir)?,
+            logs: Arc::new(LogDir::new(data_dir)?),
         });
         let uids = supervisor.uids_resume(&state.workloads)?;
         let mut resumed = Vec::new();
@@ -627,7 +627,8 @@ impl Supervisor {
         if workload.health_check.is_some() {
             tokio::spawn(self.clone().check(workload.clone()));
         }
-        tokio::spawn(self.clone().observe(workload));
+        tokio::spawn(self.clone().observe(workload.clone()));
+        tokio::spawn(self.clone().collect_output(workload));
     }
 
     /// Starts the workload `key`, or returns it if it exists.
@@ -716,6 +717,7 @@ impl Supervisor {
             tokio::spawn(self.clone().check(workload.clone()));
         }
         tokio::spawn(self.clone().observe(workload.clone()));
+        tokio::spawn(self.clone().collect_output(workload.clone()));
         let view = workload.view(&self.advertise_host);
         self.persist_detached().await;
         Ok(Put::Created(view))
@@ -741,16 +743,37 @@ impl Supervisor {
         }
     }
 
-    /// The last lines of the workload's output; `None` when there is no such workload.
-    pub(crate) async fn logs(&self, key: &str) -> Option<std::io::Result<Vec<String>>> {
+    /// The lines of the workload's output that `query` asks for, waiting up to `wait` for one
+    /// when there is none yet; `None` when there is no such workload.
+    pub(crate) async fn logs(
+        &self,
+        key: &str,
+        query: LogQuery,
+        wait: Duration,
+    ) -> Option<std::io::Result<LogPage>> {
         self.find(key)?;
-        let logs = self.logs.clone();
-        let key = key.to_owned();
-        Some(
-            tokio::task::spawn_blocking(move || logs.tail(&key))
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut appended = self.logs.subscribe();
+        loop {
+            appended.borrow_and_update();
+            let logs = self.logs.clone();
+            let owned = key.to_owned();
+            let page = tokio::task::spawn_blocking(move || logs.read(&owned, query))
                 .await
-                .unwrap_or_else(|err| Err(std::io::Error::other(err))),
-        )
+                .unwrap_or_else(|err| Err(std::io::Error::other(err)));
+            let waiting = page.as_ref().is_ok_and(|page| page.lines.is_empty())
+                && tokio::time::Instant::now() < deadline
+                && self.find(key).is_some();
+            if !waiting {
+                return Some(page);
+            }
+            if tokio::time::timeout_at(deadline, appended.changed())
+                .await
+                .is_err()
+            {
+                return Some(page);
+            }
+        }
     }
 
     /// Stops the workload and forgets it; a workload that does not exist is already deleted.
@@ -888,7 +911,7 @@ impl Supervisor {
                     })
                     .transpose()
             })
-            .and_then(|netns| Ok((netns, self.logs.open_output(key)?)))
+            .and_then(|netns| Ok((netns, self.logs.open_outputs(key)?)))
             .and_then(|(netns, output)| {
                 process::spawn(Launch {
                     argv: &workload.argv,
@@ -1064,7 +1087,33 @@ impl Supervisor {
         status.healthy = None;
     }
 
-    /// Probes the workload's health and keeps its log bounded, until supervision ends.
+    /// Collects the workload's output into its log, until supervision ends (and once more
+    /// then, for its last lines).
+    async fn collect_output(self: Arc<Self>, workload: Arc<Workload>) {
+        let mut control = workload.control.subscribe();
+        loop {
+            let ended = tokio::select! {
+                () = tokio::time::sleep(logs::COLLECT_INTERVAL) => false,
+                _ = until_not_run(&mut control) => true,
+            };
+            let logs = self.logs.clone();
+            let key = workload.key.clone();
+            let collected = tokio::task::spawn_blocking(move || logs.collect(&key))
+                .await
+                .unwrap_or_else(|err| Err(std::io::Error::other(err)));
+            if let Err(err) = collected {
+                tracing::warn!(
+                    key = workload.key,
+                    "collecting the workload's output failed: {err}"
+                );
+            }
+            if ended {
+                return;
+            }
+        }
+    }
+
+    /// Probes the workload's health, until supervision ends.
     async fn observe(self: Arc<Self>, workload: Arc<Workload>) {
         let mut control = workload.control.subscribe();
         loop {
@@ -1079,12 +1128,6 @@ impl Supervisor {
             tokio::select! {
                 () = tokio::time::sleep(interval) => {}
                 _ = until_not_run(&mut control) => return,
-            }
-            if let Err(err) = self.logs.rotate_if_large(&workload.key) {
-                tracing::warn!(
-                    key = workload.key,
-                    "rotating the workload's log failed: {err}"
-                );
             }
             let Some(generation) = workload.probed_generation() else {
                 continue;

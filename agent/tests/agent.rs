@@ -320,20 +320,53 @@ async fn a_workload_runs_answers_and_is_restarted_when_killed() {
 
     let (status, logs) = client.get("/v1/workloads/web/logs").await;
     assert_eq!(status, StatusCode::OK);
-    let lines: Vec<&str> = logs["lines"]
+    let of_stream =
+        |stream: &str, text: &str| {
+            logs["lines"].as_array().unwrap().iter().any(|line| {
+                line["stream"] == stream && line["text"].as_str().unwrap().contains(text)
+            })
+        };
+    assert!(of_stream("system", "killed by signal 9"), "{logs}");
+    // python's own output, on its stderr.
+    assert!(of_stream("stderr", "\"GET / HTTP/1.1\""), "{logs}");
+    let seqs: Vec<u64> = logs["lines"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|line| line.as_str().unwrap())
+        .map(|line| line["seq"].as_u64().unwrap())
         .collect();
     assert!(
-        lines.iter().any(|line| line.contains("killed by signal 9")),
-        "{lines:?}"
+        seqs.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "{seqs:?}"
     );
+    assert_eq!(logs["next"], json!(seqs.last().unwrap()));
+
+    // Following: a reader waiting after the last line gets the next one as it is printed.
+    let next = logs["next"].as_u64().unwrap();
+    let started = Instant::now();
+    let following = format!("/v1/workloads/web/logs?after={next}&wait_ms=10000");
+    let follow = client.get(&following);
+    let request = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(answers(&address).await);
+    };
+    let ((status, followed), ()) = tokio::join!(follow, request);
+    assert_eq!(status, StatusCode::OK);
+    let waited = started.elapsed();
     assert!(
-        lines.iter().any(|line| line.contains("\"GET / HTTP/1.1\"")),
-        "python's own output: {lines:?}"
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+        "{waited:?}"
     );
+    let first = &followed["lines"][0];
+    assert_eq!(first["seq"], json!(next + 1), "{followed}");
+    assert!(
+        first["text"].as_str().unwrap().contains("GET /"),
+        "{followed}"
+    );
+    let (status, bad) = client.get("/v1/workloads/web/logs?limit=0").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    let (status, bad) = client.get("/v1/workloads/web/logs?after=-1").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
 
     let second_pid = pid_of(&view);
     agent.shutdown_and_stop_workloads().await;
@@ -610,7 +643,7 @@ async fn bad_requests_are_problems_and_a_missing_program_fails() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|line| line == &json!(expected))
+            .any(|line| line["text"] == json!(expected))
         {
             break;
         }
@@ -681,6 +714,7 @@ report = {
     'token_file': read(os.environ['TOKEN_FILE']),
     'state_file': read(os.environ['STATE_FILE']),
     'other_log': read(os.environ['OTHER_LOG']),
+    'other_lines': read(os.environ['OTHER_LINES']),
     'own_log': read(os.environ['OWN_LOG']),
     'own_log_through_proc': read('/proc/self/fd/1'),
     'agent_environ': read('/proc/%s/environ' % os.environ['AGENT_PID']),
@@ -703,7 +737,7 @@ async fn report_of(client: &Client, key: &str) -> Value {
     loop {
         let (_, logs) = client.get(&format!("/v1/workloads/{key}/logs")).await;
         let report = logs["lines"].as_array().unwrap().iter().find_map(|line| {
-            let json = line.as_str()?.strip_prefix("REPORT ")?;
+            let json = line["text"].as_str()?.strip_prefix("REPORT ")?;
             Some(serde_json::from_str(json).unwrap())
         });
         if let Some(report) = report {
@@ -746,7 +780,7 @@ async fn workloads_cannot_read_the_token_the_state_or_each_others_logs() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{other}");
-    let other_log = data_dir.join("logs/other.log");
+    let other_log = data_dir.join("logs/other.out");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !std::fs::read_to_string(&other_log)
         .unwrap_or_default()
@@ -771,7 +805,8 @@ async fn workloads_cannot_read_the_token_the_state_or_each_others_logs() {
         "TOKEN_FILE": token_file,
         "STATE_FILE": state_file,
         "OTHER_LOG": other_log,
-        "OWN_LOG": data_dir.join("logs/prying.log"),
+        "OTHER_LINES": data_dir.join("logs/other.lines"),
+        "OWN_LOG": data_dir.join("logs/prying.lines"),
         "AGENT_PID": std::process::id().to_string(),
         "OTHER_PID": pid_of(&other).to_string(),
         "OTHER_DIR": data_dir.join("workloads/other"),
@@ -807,6 +842,7 @@ async fn workloads_cannot_read_the_token_the_state_or_each_others_logs() {
         "token_file",
         "state_file",
         "other_log",
+        "other_lines",
         "own_log",
         "own_log_through_proc",
         "agent_environ",
@@ -855,7 +891,9 @@ async fn the_data_directory_is_the_agents_and_workload_directories_their_own() {
     assert_eq!(mode(&data_dir.join("agent-state.json")), 0o600);
     assert_eq!(mode(&data_dir.join("agent.lock")), 0o600);
     assert_eq!(mode(&data_dir.join("logs")), 0o700);
-    assert_eq!(mode(&data_dir.join("logs/quiet.log")), 0o600);
+    for file in ["quiet.out", "quiet.err", "quiet.lines", "quiet.pos"] {
+        assert_eq!(mode(&data_dir.join("logs").join(file)), 0o600, "{file}");
+    }
     assert_eq!(mode(&data_dir.join("workloads")), 0o711);
     assert_eq!(mode(&data_dir.join("workloads/quiet")), 0o700);
     assert_eq!(
@@ -868,7 +906,8 @@ async fn the_data_directory_is_the_agents_and_workload_directories_their_own() {
         "",
         "agent-state.json",
         "logs",
-        "logs/quiet.log",
+        "logs/quiet.out",
+        "logs/quiet.lines",
         "workloads",
     ] {
         assert_eq!(
@@ -884,7 +923,8 @@ async fn the_data_directory_is_the_agents_and_workload_directories_their_own() {
     for (path, loose) in [
         ("", 0o777),
         ("logs", 0o755),
-        ("logs/quiet.log", 0o644),
+        ("logs/quiet.out", 0o644),
+        ("logs/quiet.lines", 0o644),
         ("workloads", 0o777),
     ] {
         std::fs::set_permissions(data_dir.join(path), std::fs::Permissions::from_mode(loose))
@@ -893,7 +933,8 @@ async fn the_data_directory_is_the_agents_and_workload_directories_their_own() {
     let agent = restart_agent(&data_dir, 4, uids).await;
     assert_eq!(mode(&data_dir), 0o711);
     assert_eq!(mode(&data_dir.join("logs")), 0o700);
-    assert_eq!(mode(&data_dir.join("logs/quiet.log")), 0o600);
+    assert_eq!(mode(&data_dir.join("logs/quiet.out")), 0o600);
+    assert_eq!(mode(&data_dir.join("logs/quiet.lines")), 0o600);
     assert_eq!(mode(&data_dir.join("workloads")), 0o711);
     let pid = pid_of(&view);
     agent.shutdown_and_stop_workloads().await;
@@ -931,11 +972,13 @@ async fn a_deleted_workload_takes_its_leftovers_along_and_frees_its_uid() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let escaped = loop {
         let (_, logs) = client.get("/v1/workloads/leaving/logs").await;
-        let found = logs["lines"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find_map(|line| line.as_str()?.strip_prefix("escaped ")?.parse::<u32>().ok());
+        let found = logs["lines"].as_array().unwrap().iter().find_map(|line| {
+            line["text"]
+                .as_str()?
+                .strip_prefix("escaped ")?
+                .parse::<u32>()
+                .ok()
+        });
         if let Some(pid) = found {
             break pid;
         }
@@ -961,7 +1004,9 @@ async fn a_deleted_workload_takes_its_leftovers_along_and_frees_its_uid() {
         "another workload's process lives on"
     );
     assert!(!dir.path().join("workloads/leaving").exists());
-    assert!(!dir.path().join("logs/leaving.log").exists());
+    for file in ["out", "err", "lines", "pos"] {
+        assert!(!dir.path().join(format!("logs/leaving.{file}")).exists());
+    }
 
     // The range holds two uids: the next workload gets the one given back.
     let (status, next) = client.put("next", "sleep 300").await;

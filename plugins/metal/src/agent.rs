@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use bulkhead_sdk::http::{Request, Response};
-use bulkhead_sdk::{HealthCheck, ProviderError};
+use bulkhead_sdk::{HealthCheck, LogLine, LogRequest, LogStream, ProviderError};
 use serde::{Deserialize, Serialize};
 
 /// A workload as the agent shows it (the fields the plugin uses).
@@ -52,6 +52,38 @@ struct WorkloadCheck<'a> {
     timeout_ms: u32,
     healthy_threshold: u32,
     unhealthy_threshold: u32,
+}
+
+/// A page of a workload's output as the agent answers it.
+#[derive(Debug, Deserialize)]
+pub struct LogsPage {
+    pub lines: Vec<AgentLine>,
+    /// The number of the last line, to read on after.
+    pub next: u64,
+    pub gap: bool,
+}
+
+/// A line of a workload's output as the agent keeps it.
+#[derive(Debug, Deserialize)]
+pub struct AgentLine {
+    pub time_ms: u64,
+    /// `stdout`, `stderr` or `system`.
+    pub stream: String,
+    pub text: String,
+}
+
+impl From<AgentLine> for LogLine {
+    fn from(line: AgentLine) -> Self {
+        Self {
+            time_ms: line.time_ms,
+            stream: match line.stream.as_str() {
+                "stderr" => LogStream::Stderr,
+                "system" => LogStream::System,
+                _ => LogStream::Stdout,
+            },
+            text: line.text,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -120,6 +152,35 @@ impl Agent<'_> {
     /// `GET /v1/workloads/{key}`; `None` when the agent does not have it.
     pub fn find(&self, key: &str) -> Result<Option<Workload>, ProviderError> {
         let response = self.send(Request::get(self.workload_url(key)))?;
+        if response.status == 404 {
+            return Ok(None);
+        }
+        self.checked(response)?
+            .json()
+            .map(Some)
+            .map_err(|err| self.blame(err))
+    }
+
+    /// `GET /v1/workloads/{key}/logs` from the line after `after` (or from `request`'s time,
+    /// or the newest lines); `None` when the agent does not have the workload.
+    pub fn logs(
+        &self,
+        key: &str,
+        after: Option<u64>,
+        request: &LogRequest,
+    ) -> Result<Option<LogsPage>, ProviderError> {
+        let mut url = format!(
+            "{}/logs?limit={}&max_bytes={}",
+            self.workload_url(key),
+            request.max_lines.clamp(1, 1000),
+            request.max_bytes.max(1)
+        );
+        if let Some(after) = after {
+            url.push_str(&format!("&after={after}"));
+        } else if let Some(since) = request.since_ms {
+            url.push_str(&format!("&since_ms={since}"));
+        }
+        let response = self.send(Request::get(url))?;
         if response.status == 404 {
             return Ok(None);
         }

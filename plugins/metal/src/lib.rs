@@ -25,6 +25,10 @@
 //! - A 401 from any agent is `unauthorized` (the token is wrong); every agent full is
 //!   `quota-exceeded`; no agent reachable is `unavailable`.
 //!
+//! - Logs (capability `logs`): the agent keeps each workload's output as numbered lines; the
+//!   cursor is the number of the last line read. The agent that answered is remembered in the
+//!   provider's cache for a day, so that following an instance asks that agent only.
+//!
 //! The agents are asked one after the other, within the call's deadline (10 s, 2 s for
 //! `health`), so the fleet one provider serves should stay small or respond fast.
 
@@ -32,8 +36,8 @@ pub mod agent;
 
 use agent::{Agent, Placed, Workload};
 use bulkhead_sdk::{
-    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
-    ProviderError, ProviderInfo, WorkloadHealth,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, LogPage,
+    LogRequest, Provider, ProviderError, ProviderInfo, WorkloadHealth,
 };
 
 pub struct Metal;
@@ -184,8 +188,9 @@ impl Provider for Metal {
             name: "metal".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             regions: regions(),
-            // The agents check workloads where they run, with the service's health check.
-            capabilities: vec!["health-checks".into()],
+            // The agents check workloads where they run, with the service's health check, and
+            // keep their output.
+            capabilities: vec!["health-checks".into(), "logs".into()],
             config: vec![
                 ConfigKey::required("agents", "Comma-separated URLs of the host agents"),
                 ConfigKey::optional("regions", "Comma-separated regions (default local)"),
@@ -357,6 +362,56 @@ impl Provider for Metal {
         }
     }
 
+    fn logs(instance_key: String, request: LogRequest) -> Result<LogPage, ProviderError> {
+        if !valid_key(&instance_key) {
+            return Err(ProviderError::NotFound(format!(
+                "no instance `{instance_key}`"
+            )));
+        }
+        let after = request
+            .after
+            .as_deref()
+            .map(|cursor| {
+                cursor.parse::<u64>().map_err(|_| {
+                    ProviderError::InvalidSpec(format!("`{cursor}` is not a cursor of metal's"))
+                })
+            })
+            .transpose()?;
+        let fleet = Fleet::from_config()?;
+        let remembered = format!("agent-of/{instance_key}");
+        let known = bulkhead_sdk::cache::get_string(&remembered);
+        // The agent that answered last first, then the others.
+        let mut agents: Vec<Agent<'_>> = fleet.agents().collect();
+        agents.sort_by_key(|agent| Some(agent.url) != known.as_deref());
+        let mut failures = Failures::default();
+        for agent in agents {
+            match agent.logs(&instance_key, after, &request) {
+                Ok(Some(page)) => {
+                    if Some(agent.url) != known.as_deref() {
+                        let day = std::time::Duration::from_secs(24 * 3600);
+                        let _ = bulkhead_sdk::cache::set(&remembered, agent.url.as_bytes(), day);
+                    }
+                    return Ok(LogPage {
+                        lines: page.lines.into_iter().map(Into::into).collect(),
+                        next: page.next.to_string(),
+                        gap: page.gap,
+                    });
+                }
+                Ok(None) => {}
+                Err(err) => failures.absorb(err)?,
+            }
+        }
+        if failures.is_empty() {
+            Err(ProviderError::NotFound(format!(
+                "no agent runs `{instance_key}`"
+            )))
+        } else {
+            Err(failures.into_error(&format!(
+                "`{instance_key}` is on no reachable agent, and some could not be asked"
+            )))
+        }
+    }
+
     fn list() -> Result<Vec<Instance>, ProviderError> {
         let fleet = Fleet::from_config()?;
         let region = default_region();
@@ -488,6 +543,28 @@ mod tests {
                 200,
                 &json!({"items": agent.workloads.values().collect::<Vec<_>>()}),
             ),
+            (Method::Get, path) if path.contains("/logs?") => {
+                let key = path.strip_prefix("/v1/workloads/").unwrap();
+                let (key, query) = key.split_once("/logs?").unwrap();
+                if !agent.workloads.contains_key(key) {
+                    return Ok(problem(404, "not_found"));
+                }
+                let after: u64 = query
+                    .split('&')
+                    .find_map(|pair| pair.strip_prefix("after="))
+                    .map_or(0, |after| after.parse().unwrap());
+                let lines: Vec<Value> = (after + 1..=3)
+                    .map(|seq| {
+                        let stream = ["system", "stdout", "stderr"][seq as usize - 1];
+                        json!({"seq": seq, "time_ms": 1_000 + seq, "stream": stream,
+                               "text": format!("line {seq}")})
+                    })
+                    .collect();
+                Response::json_body(
+                    200,
+                    &json!({"key": key, "lines": lines, "next": 3, "gap": false}),
+                )
+            }
             (method, path) => {
                 let key = path.strip_prefix("/v1/workloads/").unwrap().to_owned();
                 match method {
@@ -676,6 +753,63 @@ mod tests {
                 .iter()
                 .any(|(_, line)| line.contains("does not make health checks"))
         );
+    }
+
+    #[test]
+    fn logs_come_from_the_agent_that_runs_the_instance_remembered_for_the_next_page() {
+        let fleet = fleet(&[("http://a:7070", 2), ("http://b:7070", 2)]);
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://b:7070")
+            .unwrap()
+            .workloads
+            .insert("web-1".into(), workload("web-1", "running", 40000));
+        assert!(Metal::info().capabilities.contains(&"logs".to_owned()));
+
+        let page = Metal::logs("web-1".into(), LogRequest::new(None, 100)).unwrap();
+        let streams: Vec<_> = page.lines.iter().map(|line| line.stream).collect();
+        use bulkhead_sdk::LogStream::*;
+        assert_eq!(streams, [System, Stdout, Stderr]);
+        assert_eq!(page.lines[2].text, "line 3");
+        assert_eq!(page.lines[0].time_ms, 1_001);
+        assert_eq!(page.next, "3");
+        let asked: Vec<String> = fleet.borrow_mut().requests.drain(..).map(|r| r.1).collect();
+        assert!(
+            asked[0].starts_with("http://a:7070/v1/workloads/web-1/logs?"),
+            "{asked:?}"
+        );
+        assert!(
+            asked[1].starts_with("http://b:7070/v1/workloads/web-1/logs?"),
+            "{asked:?}"
+        );
+
+        // The next page asks the agent that answered, from the cursor.
+        let page = Metal::logs("web-1".into(), LogRequest::new(Some("1".into()), 100)).unwrap();
+        assert_eq!(page.lines.len(), 2);
+        let asked: Vec<String> = fleet.borrow_mut().requests.drain(..).map(|r| r.1).collect();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert!(asked[0].starts_with("http://b:7070/") && asked[0].ends_with("&after=1"));
+
+        assert!(matches!(
+            Metal::logs("web-1".into(), LogRequest::new(Some("x".into()), 10)),
+            Err(ProviderError::InvalidSpec(_))
+        ));
+        assert!(matches!(
+            Metal::logs("web-9".into(), LogRequest::new(None, 10)),
+            Err(ProviderError::NotFound(_))
+        ));
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://a:7070")
+            .unwrap()
+            .unreachable = true;
+        assert!(matches!(
+            Metal::logs("web-9".into(), LogRequest::new(None, 10)),
+            Err(ProviderError::Unavailable(_))
+        ));
+        testing::cache_clear();
     }
 
     #[test]
