@@ -1,7 +1,8 @@
-//! The AWS EC2 simulator: exactly the subset of the EC2 Query API (version `2016-11-15`) that
-//! the `aws` provider plugin speaks — `RunInstances`, `DescribeInstances`,
-//! `TerminateInstances` and `DescribeAvailabilityZones` — answered in EC2's XML shapes, behind
-//! real AWS Signature Version 4 verification (service `ec2`, the simulator's region).
+//! The AWS EC2 (and CloudWatch Logs) simulator: exactly the subset of the EC2 Query API
+//! (version `2016-11-15`) that the `aws` provider plugin speaks — `RunInstances`,
+//! `DescribeInstances`, `TerminateInstances` and `DescribeAvailabilityZones` — answered in
+//! EC2's XML shapes, behind real AWS Signature Version 4 verification (service `ec2`, the
+//! simulator's region).
 //!
 //! What EC2 checks is checked here too: the `Authorization` header's structure, the access key
 //! id (`AuthFailure`), the request date (`RequestExpired` when more than 5 minutes off), the
@@ -20,7 +21,15 @@
 //! Faults ([`crate::faults`]) apply to authenticated calls, as EC2 reports them: a suspended
 //! account is `Blocked` (403), throttling is `RequestLimitExceeded` (503, with `Retry-After`),
 //! failing is `InternalError` (500); latency delays every call.
+//!
+//! The same endpoint answers CloudWatch Logs' `GetLogEvents` ([`logs`]): a `POST /` naming
+//! its operation in `X-Amz-Target` (JSON protocol, signed for the service `logs`) reads what
+//! the instances printed, from the log group [`LOG_GROUP`] and its streams `ID/stdout` and
+//! `ID/stderr`. Configure the plugin's `logs_endpoint` with the same URL. What an instance
+//! prints is kept after it is terminated: [`AwsSimulator::instance_output`] reads it and adds
+//! lines.
 
+mod logs;
 mod signature;
 
 use std::collections::{BTreeMap, HashMap};
@@ -38,7 +47,9 @@ use axum::routing::post;
 
 use crate::RunningSimulator;
 use crate::faults::Faults;
-use crate::instances::InstanceServer;
+use crate::instances::{InstanceServer, Output, OutputStream};
+
+pub use logs::LOG_GROUP;
 
 /// The API version the simulator speaks.
 pub const API_VERSION: &str = "2016-11-15";
@@ -95,9 +106,10 @@ impl AwsSimulator {
             faults: faults.clone(),
             ec2: Mutex::new(Ec2::default()),
             launching: tokio::sync::Mutex::new(()),
+            log_streams: Mutex::default(),
         });
         let router = Router::new()
-            .route("/", post(ec2_endpoint).get(ec2_endpoint))
+            .route("/", post(endpoint).get(ec2_endpoint))
             .with_state(shared.clone())
             .layer(axum::middleware::from_fn_with_state(
                 faults.clone(),
@@ -161,6 +173,44 @@ impl AwsSimulator {
         })
     }
 
+    /// What the live instance tagged `bulkhead-key=KEY` printed (the streams
+    /// `ID/stdout` and `ID/stderr` of [`LOG_GROUP`]); `None` when there is none. The handle
+    /// reads the lines ([`Output::lines`]) and adds some ([`Output::print`]).
+    pub fn instance_output(&self, key: &str) -> Option<Output> {
+        self.live_instances(|live| {
+            live.filter(|instance| {
+                instance
+                    .tags
+                    .iter()
+                    .any(|(name, value)| name == "bulkhead-key" && value == key)
+            })
+            .max_by_key(|instance| instance.launch_time)
+            .map(|instance| instance.output.clone())
+        })
+    }
+
+    /// Makes the live instance tagged `bulkhead-key=KEY` print `text` on `stream`. Returns
+    /// whether there was one.
+    pub fn instance_print(&self, key: &str, stream: OutputStream, text: &str) -> bool {
+        self.instance_output(key)
+            .map(|output| output.print(stream, text))
+            .is_some()
+    }
+
+    /// The EC2 id of the live instance tagged `bulkhead-key=KEY` (its log streams' prefix).
+    pub fn instance_id(&self, key: &str) -> Option<String> {
+        self.live_instances(|live| {
+            live.filter(|instance| {
+                instance
+                    .tags
+                    .iter()
+                    .any(|(name, value)| name == "bulkhead-key" && value == key)
+            })
+            .max_by_key(|instance| instance.launch_time)
+            .map(|instance| instance.id.clone())
+        })
+    }
+
     /// `read` of the instances not terminated.
     fn live_instances<T>(
         &self,
@@ -198,6 +248,9 @@ struct Shared {
     /// Serializes `RunInstances`, so that two calls with one `ClientToken` make one instance
     /// (the instance's server is started between two uses of `ec2`).
     launching: tokio::sync::Mutex<()>,
+    /// What each instance printed, by instance id: its log streams, kept after it is
+    /// terminated (and forgotten by EC2).
+    log_streams: Mutex<BTreeMap<String, Output>>,
 }
 
 #[derive(Default)]
@@ -270,6 +323,8 @@ struct Ec2Instance {
     tags: Vec<(String, String)>,
     /// The instance's HTTP server; `None` once terminated.
     server: Option<InstanceServer>,
+    /// What its workload printed (kept once terminated).
+    output: Output,
     terminated_at: Option<Instant>,
 }
 
@@ -342,6 +397,22 @@ impl IntoResponse for Ec2Error {
     }
 }
 
+/// `POST /`: a CloudWatch Logs call when it names its operation in `X-Amz-Target` (JSON
+/// protocol), else an EC2 Query API call.
+async fn endpoint(
+    State(sim): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if headers.contains_key("x-amz-target") {
+        logs::endpoint(&sim, &method, &uri, &headers, &body).await
+    } else {
+        ec2_endpoint(State(sim), method, uri, headers, body).await
+    }
+}
+
 /// `POST /` (and `GET /`): one EC2 Query API call.
 async fn ec2_endpoint(
     State(sim): State<Arc<Shared>>,
@@ -355,6 +426,7 @@ async fn ec2_endpoint(
         signature::verify(
             &sim.credentials,
             &sim.region,
+            signature::SERVICE,
             &method,
             &uri,
             &headers,
@@ -678,6 +750,11 @@ async fn run_instances(sim: &Shared, params: &[(String, String)]) -> Result<Stri
     let SocketAddr::V4(addr) = server.addr else {
         unreachable!("instances listen on IPv4 loopback addresses")
     };
+    let output = server.output().clone();
+    sim.log_streams
+        .lock()
+        .expect("not poisoned")
+        .insert(id.clone(), output.clone());
     let instance = Ec2Instance {
         id: id.clone(),
         reservation_id: format!("r-{}", &hex_id()[..17]),
@@ -689,6 +766,7 @@ async fn run_instances(sim: &Shared, params: &[(String, String)]) -> Result<Stri
         client_token: launch.client_token.clone().unwrap_or_default(),
         tags: launch.tags,
         server: Some(server),
+        output,
         terminated_at: None,
     };
     tracing::info!(instance = %id, address = %addr, "EC2 simulator launched an instance");
@@ -1074,6 +1152,7 @@ mod tests {
                 secret_access_key: signing.secret.into(),
             },
             signing.region,
+            signature::SERVICE,
             &url,
             &[("content-type", content_type)],
             body.as_bytes(),
@@ -1479,6 +1558,240 @@ mod tests {
         assert_eq!(text_of(&reused, "instanceId"), [id.as_str()]);
         assert_eq!(text_of(&reused, "name"), ["terminated"]);
         assert_eq!(sim.instance_count(), 1);
+    }
+
+    /// A CloudWatch Logs call signed for `service` (the right one is `logs`).
+    async fn logs_call_as(
+        sim: &AwsSimulator,
+        target: &str,
+        body: &serde_json::Value,
+        service: &str,
+        akid: &str,
+    ) -> (u16, HeaderMap, serde_json::Value) {
+        let content_type = "application/x-amz-json-1.1";
+        let url = format!("{}/", sim.url());
+        let body = body.to_string();
+        let headers = [("content-type", content_type), ("x-amz-target", target)];
+        let signing = signature::sign_for_test(
+            &AwsCredentials {
+                access_key_id: akid.into(),
+                secret_access_key: SECRET.into(),
+            },
+            REGION,
+            service,
+            &url,
+            &headers,
+            body.as_bytes(),
+            SystemTime::now(),
+        );
+        let mut request = crate::test_http().post(url).body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        for (name, value) in signing {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, headers, response.json().await.unwrap())
+    }
+
+    async fn get_log_events(
+        sim: &AwsSimulator,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let (status, _, answer) =
+            logs_call_as(sim, "Logs_20140328.GetLogEvents", &body, "logs", AKID).await;
+        (status, answer)
+    }
+
+    fn messages(answer: &serde_json::Value) -> Vec<String> {
+        answer["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|event| event["message"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn log_events_are_read_forward_backward_and_from_the_newest() {
+        let sim = start().await;
+        let (status, made) = ec2(&sim, &run_params("web-1", "web-1", "0")).await;
+        assert_eq!(status, 200, "{made}");
+        let id = sim.instance_id("web-1").unwrap();
+        let output = sim.instance_output("web-1").unwrap();
+        let at = SystemTime::now() + Duration::from_secs(1);
+        for n in 0..10 {
+            // Pairs of lines share a millisecond.
+            let time = at + Duration::from_millis(n / 2);
+            output.print_at(time, OutputStream::Stdout, &format!("out {n}"));
+        }
+        assert!(sim.instance_print("web-1", OutputStream::Stderr, "err 0"));
+        let stdout = format!("{id}/stdout");
+        let mut expected = vec![output.lines()[0].text.clone()];
+        expected.extend((0..10).map(|n| format!("out {n}")));
+
+        // From the head, three at a time, until the forward token comes back unchanged.
+        let mut read = Vec::new();
+        let mut query = serde_json::json!({
+            "logGroupName": LOG_GROUP, "logStreamName": stdout, "startFromHead": true, "limit": 3,
+        });
+        loop {
+            let (status, page) = get_log_events(&sim, query.clone()).await;
+            assert_eq!(status, 200, "{page}");
+            let next = page["nextForwardToken"].as_str().unwrap().to_owned();
+            assert!(next.starts_with("f/") && next.ends_with("/s"), "{next}");
+            if query["nextToken"].as_str() == Some(next.as_str()) {
+                assert!(messages(&page).is_empty());
+                break;
+            }
+            read.extend(messages(&page));
+            query["nextToken"] = serde_json::json!(next);
+        }
+        assert_eq!(read, expected);
+        // A line printed later is read from the last token.
+        output.print_at(at + Duration::from_secs(1), OutputStream::Stdout, "late");
+        let (_, page) = get_log_events(&sim, query.clone()).await;
+        assert_eq!(messages(&page), ["late"]);
+        let event = &page["events"][0];
+        assert!(event["timestamp"].as_u64().unwrap() <= event["ingestionTime"].as_u64().unwrap());
+
+        // Without a token and not from the head: the newest, oldest first; then backward.
+        let newest = serde_json::json!({
+            "logGroupName": LOG_GROUP, "logStreamName": stdout, "limit": 2,
+        });
+        let (_, page) = get_log_events(&sim, newest.clone()).await;
+        assert_eq!(messages(&page), ["out 9", "late"]);
+        let mut back = newest.clone();
+        back["nextToken"] = page["nextBackwardToken"].clone();
+        let (_, page) = get_log_events(&sim, back).await;
+        assert_eq!(messages(&page), ["out 7", "out 8"]);
+        // From a time on.
+        let since = at.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + 4;
+        let mut from = newest.clone();
+        from["startTime"] = serde_json::json!(since);
+        from["startFromHead"] = serde_json::json!(true);
+        let (_, page) = get_log_events(&sim, from).await;
+        assert_eq!(messages(&page), ["out 8", "out 9"]);
+
+        let mut stderr = newest.clone();
+        stderr["logStreamName"] = serde_json::json!(format!("{id}/stderr"));
+        let (_, page) = get_log_events(&sim, stderr).await;
+        assert_eq!(messages(&page), ["err 0"]);
+
+        // Streams outlive their instance.
+        let (status, _) = ec2(
+            &sim,
+            &[
+                ("Action", "TerminateInstances"),
+                ("Version", API_VERSION),
+                ("InstanceId.1", &id),
+            ],
+        )
+        .await;
+        assert_eq!(status, 200);
+        let (_, page) = get_log_events(&sim, newest).await;
+        assert_eq!(messages(&page), ["out 9", "late"]);
+    }
+
+    #[tokio::test]
+    async fn logs_calls_are_refused_as_cloudwatch_logs_refuses_them() {
+        let sim = start().await;
+        let (status, _) = ec2(&sim, &run_params("web-1", "web-1", "0")).await;
+        assert_eq!(status, 200);
+        let id = sim.instance_id("web-1").unwrap();
+        let ok =
+            serde_json::json!({"logGroupName": LOG_GROUP, "logStreamName": format!("{id}/stdout")});
+        let target = "Logs_20140328.GetLogEvents";
+        let kind = |answer: &serde_json::Value| answer["__type"].as_str().unwrap().to_owned();
+
+        for (field, value, expected) in [
+            (
+                "logGroupName",
+                serde_json::json!("other"),
+                "ResourceNotFoundException",
+            ),
+            (
+                "logStreamName",
+                serde_json::json!("i-0/stdout"),
+                "ResourceNotFoundException",
+            ),
+            (
+                "logStreamName",
+                serde_json::json!(format!("{id}/system")),
+                "ResourceNotFoundException",
+            ),
+            (
+                "limit",
+                serde_json::json!(10_001),
+                "InvalidParameterException",
+            ),
+            (
+                "nextToken",
+                serde_json::json!("f/1/s"),
+                "InvalidParameterException",
+            ),
+        ] {
+            let mut bad = ok.clone();
+            bad[field] = value;
+            let (status, answer) = get_log_events(&sim, bad).await;
+            assert_eq!(
+                (status, kind(&answer)),
+                (400, expected.to_owned()),
+                "{field}"
+            );
+        }
+        let (_, answer) = get_log_events(&sim, serde_json::json!({"logGroupName": "x"})).await;
+        assert_eq!(kind(&answer), "InvalidParameterException");
+
+        let (status, _, answer) = logs_call_as(&sim, target, &ok, "ec2", AKID).await;
+        assert_eq!(
+            (status, kind(&answer)),
+            (400, "InvalidSignatureException".to_owned())
+        );
+        let (status, _, answer) = logs_call_as(&sim, target, &ok, "logs", "AKIDOTHER").await;
+        assert_eq!(
+            (status, kind(&answer)),
+            (400, "UnrecognizedClientException".to_owned())
+        );
+        let (status, _, answer) =
+            logs_call_as(&sim, "Logs_20140328.DeleteLogGroup", &ok, "logs", AKID).await;
+        assert_eq!(
+            (status, kind(&answer)),
+            (400, "UnknownOperationException".to_owned())
+        );
+
+        sim.faults.set(crate::faults::FaultState {
+            suspended: true,
+            ..Default::default()
+        });
+        let (status, answer) = get_log_events(&sim, ok.clone()).await;
+        assert_eq!(
+            (status, kind(&answer)),
+            (400, "AccessDeniedException".to_owned())
+        );
+        assert!(answer["message"].as_str().unwrap().contains("blocked"));
+        sim.faults.set(crate::faults::FaultState {
+            rate_limited_secs: Some(4),
+            ..Default::default()
+        });
+        let (status, headers, answer) = logs_call_as(&sim, target, &ok, "logs", AKID).await;
+        assert_eq!(
+            (status, kind(&answer)),
+            (400, "ThrottlingException".to_owned())
+        );
+        assert_eq!(headers.get("retry-after").unwrap(), "4");
+        sim.faults.set(crate::faults::FaultState {
+            failing: true,
+            ..Default::default()
+        });
+        let (status, answer) = get_log_events(&sim, ok).await;
+        assert_eq!(
+            (status, kind(&answer)),
+            (500, "ServiceUnavailableException".to_owned())
+        );
     }
 
     #[tokio::test]

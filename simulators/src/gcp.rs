@@ -28,11 +28,17 @@
 //!
 //!   Another project than the simulator's → 404; zones are any name shaped like a GCP zone
 //!   (`us-central1-a`), others → 404.
+//! - Cloud Logging, `POST /v2/entries:list` ([`logging`]): what the instances printed, one
+//!   entry per line (`projects/P/logs/stdout` or `.../stderr`, resource `gce_instance`), with
+//!   the filter subset, ordering and paging the plugin uses. The token must carry a logging
+//!   scope (`logging.read`, `logging.admin`, or a `cloud-platform` one); errors are in Google's
+//!   newer shape (`status` and `ErrorInfo` details).
 //!
 //! Instances are real ([`crate::instances`]): each serves HTTP on its own loopback address, on
 //! the port of its metadata item `bulkhead-port` (default 8080), and that address is its
 //! `networkIP`. Deleting an instance stops its server. [`GcpSimulator::terminate`] stops one
-//! as if it crashed (status `TERMINATED`).
+//! as if it crashed (status `TERMINATED`). What an instance prints is kept after it is deleted
+//! (as Cloud Logging keeps it): [`GcpSimulator::instance_output`] reads it and adds lines.
 //!
 //! Faults ([`crate::faults`]), rendered as Google does; the token endpoint and the API are
 //! both affected, consistently:
@@ -44,8 +50,15 @@
 //! | `rate_limited_secs` | 429 `{"error":"rate_limit_exceeded"}` + `Retry-After` | 429 `rateLimitExceeded`, `RESOURCE_EXHAUSTED` + `Retry-After` |
 //! | `suspended` | 400 `{"error":"invalid_grant","error_description":"Account disabled"}` (no new tokens) | 403 `projectSuspended`, `PERMISSION_DENIED` ("Project P cannot accept requests while it is suspended.") for tokens issued before |
 //!
+//! Cloud Logging renders the same faults in its own words: 503 `UNAVAILABLE`, 429
+//! `RESOURCE_EXHAUSTED` (reason `RATE_LIMIT_EXCEEDED`, `Retry-After`), and for a suspended
+//! project 403 `PERMISSION_DENIED` with reason `CONSUMER_SUSPENDED` ("Permission denied:
+//! Consumer 'projects/P' has been suspended.").
+//!
 //! The billing-disabled variants (`accountDisabled`, `billingDisabled`) are not simulated: one
 //! `suspended` fault maps to `projectSuspended`. The plugin understands all three.
+
+mod logging;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -66,7 +79,9 @@ use serde_json::{Value, json};
 
 use crate::RunningSimulator;
 use crate::faults::Faults;
-use crate::instances::InstanceServer;
+use crate::instances::{InstanceServer, Output, OutputStream};
+
+pub use logging::LOGGING_READ_SCOPE;
 
 /// The OAuth scope of the Compute Engine API.
 pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -147,6 +162,7 @@ impl GcpSimulator {
             instances: Mutex::default(),
             operations: Mutex::default(),
             request_ids: Mutex::default(),
+            logs: Mutex::default(),
         });
         let compute = "/compute/v1/projects/{project}";
         let router = Router::new()
@@ -168,6 +184,7 @@ impl GcpSimulator {
                 &format!("{compute}/aggregated/instances"),
                 get(instances_aggregated),
             )
+            .route("/v2/entries:list", post(logging::entries_list))
             .with_state(sim.clone())
             .layer(axum::middleware::from_fn_with_state(
                 faults.clone(),
@@ -245,6 +262,34 @@ impl GcpSimulator {
         found
     }
 
+    /// What the instance of the control plane's instance key `key` (its `bulkhead-key`
+    /// label) printed, in any state; `None` when there is no such instance. The handle reads
+    /// the lines ([`Output::lines`]) and adds some ([`Output::print`]), which
+    /// `entries:list` then serves.
+    pub fn instance_output(&self, key: &str) -> Option<Output> {
+        let instances = self.sim.instances.lock().expect("not poisoned");
+        instances
+            .values()
+            .find(|instance| instance.labels.get("bulkhead-key").map(String::as_str) == Some(key))
+            .map(|instance| instance.output.clone())
+    }
+
+    /// Makes the instance of key `key` print `text` on `stream`. Returns whether there was one.
+    pub fn instance_print(&self, key: &str, stream: OutputStream, text: &str) -> bool {
+        self.instance_output(key)
+            .map(|output| output.print(stream, text))
+            .is_some()
+    }
+
+    /// The numeric id of the instance of key `key` (the `instance_id` of its log entries).
+    pub fn instance_id(&self, key: &str) -> Option<u64> {
+        let instances = self.sim.instances.lock().expect("not poisoned");
+        instances
+            .values()
+            .find(|instance| instance.labels.get("bulkhead-key").map(String::as_str) == Some(key))
+            .map(|instance| instance.id)
+    }
+
     /// The value of metadata item `key` of each instance that runs, in no particular order
     /// (`bulkhead-artifact`: what each was asked to run).
     pub fn instance_metadata(&self, key: &str) -> Vec<String> {
@@ -297,6 +342,18 @@ struct Sim {
     operations: Mutex<HashMap<(String, String), Value>>,
     /// `requestId` of an insert → (zone, operation name).
     request_ids: Mutex<HashMap<String, (String, String)>>,
+    /// What each instance printed, by instance id; kept when the instance is deleted.
+    logs: Mutex<BTreeMap<u64, logging::InstanceLog>>,
+}
+
+/// Why a call was refused before its API looked at it.
+enum Refusal {
+    Failing,
+    RateLimited(u32),
+    MissingCredentials,
+    InvalidCredentials,
+    InsufficientScopes,
+    Suspended,
 }
 
 struct IssuedToken {
@@ -319,6 +376,8 @@ struct SimInstance {
     ip: String,
     /// The instance's workload; `None` once terminated.
     server: Option<InstanceServer>,
+    /// What its workload printed (kept once terminated).
+    output: Output,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -343,10 +402,7 @@ async fn token(
             "rate_limit_exceeded",
             "Rate Limit Exceeded",
         );
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            secs.to_string().parse().expect("digits"),
-        );
+        retry_after(&mut response, secs);
         return response;
     }
     let Ok(Form(form)) = form else {
@@ -547,31 +603,36 @@ impl Sim {
         project: &str,
         write: bool,
     ) -> Result<String, Response> {
+        let allowed: &[&str] = if write {
+            &[COMPUTE_SCOPE, CLOUD_PLATFORM_SCOPE]
+        } else {
+            &[
+                COMPUTE_SCOPE,
+                CLOUD_PLATFORM_SCOPE,
+                COMPUTE_READONLY_SCOPE,
+                CLOUD_PLATFORM_READONLY_SCOPE,
+            ]
+        };
+        let email = self
+            .authorize(headers, allowed)
+            .await
+            .map_err(|refusal| self.compute_refusal(refusal))?;
+        if project != self.project {
+            return Err(not_found(&format!("projects/{project}")));
+        }
+        Ok(email)
+    }
+
+    /// What every API call goes through, in Google's order: faults, then the bearer token
+    /// and whether one of its scopes is `allowed`, then the project's suspension. Returns the
+    /// caller's email; each API renders a refusal in its own style.
+    async fn authorize(&self, headers: &HeaderMap, allowed: &[&str]) -> Result<String, Refusal> {
         let faults = self.faults.apply().await;
         if faults.failing {
-            return Err(google_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "UNAVAILABLE",
-                "backendError",
-                "Internal error. Please try again or contact Google Support.",
-            ));
+            return Err(Refusal::Failing);
         }
         if let Some(secs) = faults.rate_limited_secs {
-            let mut response = google_error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "RESOURCE_EXHAUSTED",
-                "rateLimitExceeded",
-                &format!(
-                    "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of \
-                     service 'compute.googleapis.com' for consumer 'project:{}'.",
-                    self.project
-                ),
-            );
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                secs.to_string().parse().expect("digits"),
-            );
-            return Err(response);
+            return Err(Refusal::RateLimited(secs));
         }
         let bearer = headers
             .get(header::AUTHORIZATION)
@@ -581,47 +642,73 @@ impl Sim {
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             });
         let Some(bearer) = bearer else {
-            return Err(unauthenticated(
+            return Err(Refusal::MissingCredentials);
+        };
+        let (email, scoped) = {
+            let tokens = self.tokens.lock().expect("not poisoned");
+            match tokens.get(bearer) {
+                Some(token) if token.expires > Instant::now() => {
+                    let scoped = token
+                        .scopes
+                        .iter()
+                        .any(|scope| allowed.contains(&scope.as_str()));
+                    (token.email.clone(), scoped)
+                }
+                _ => return Err(Refusal::InvalidCredentials),
+            }
+        };
+        if !scoped {
+            return Err(Refusal::InsufficientScopes);
+        }
+        if faults.suspended {
+            return Err(Refusal::Suspended);
+        }
+        Ok(email)
+    }
+
+    /// A refusal as the Compute API words it.
+    fn compute_refusal(&self, refusal: Refusal) -> Response {
+        match refusal {
+            Refusal::Failing => google_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                "backendError",
+                "Internal error. Please try again or contact Google Support.",
+            ),
+            Refusal::RateLimited(secs) => {
+                let mut response = google_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "RESOURCE_EXHAUSTED",
+                    "rateLimitExceeded",
+                    &format!(
+                        "Quota exceeded for quota metric 'Queries' and limit 'Queries per \
+                         minute' of service 'compute.googleapis.com' for consumer 'project:{}'.",
+                        self.project
+                    ),
+                );
+                retry_after(&mut response, secs);
+                response
+            }
+            Refusal::MissingCredentials => unauthenticated(
                 "required",
                 "Request is missing required authentication credential. Expected OAuth 2 access \
                  token, login cookie or other valid authentication credential. See \
                  https://developers.google.com/identity/sign-in/web/devconsole-project.",
-            ));
-        };
-        let (email, allowed) = {
-            let tokens = self.tokens.lock().expect("not poisoned");
-            match tokens.get(bearer) {
-                Some(token) if token.expires > Instant::now() => {
-                    let allowed = token.scopes.iter().any(|scope| {
-                        scope == COMPUTE_SCOPE
-                            || scope == CLOUD_PLATFORM_SCOPE
-                            || (!write
-                                && (scope == COMPUTE_READONLY_SCOPE
-                                    || scope == CLOUD_PLATFORM_READONLY_SCOPE))
-                    });
-                    (token.email.clone(), allowed)
-                }
-                _ => {
-                    return Err(unauthenticated(
-                        "authError",
-                        "Request had invalid authentication credentials. Expected OAuth 2 access \
-                         token, login cookie or other valid authentication credential. See \
-                         https://developers.google.com/identity/sign-in/web/devconsole-project.",
-                    ));
-                }
-            }
-        };
-        if !allowed {
-            return Err(google_error_with(
+            ),
+            Refusal::InvalidCredentials => unauthenticated(
+                "authError",
+                "Request had invalid authentication credentials. Expected OAuth 2 access \
+                 token, login cookie or other valid authentication credential. See \
+                 https://developers.google.com/identity/sign-in/web/devconsole-project.",
+            ),
+            Refusal::InsufficientScopes => google_error_with(
                 StatusCode::FORBIDDEN,
                 "PERMISSION_DENIED",
                 "insufficientPermissions",
                 "Request had insufficient authentication scopes.",
                 "Insufficient Permission",
-            ));
-        }
-        if faults.suspended {
-            return Err(google_error(
+            ),
+            Refusal::Suspended => google_error(
                 StatusCode::FORBIDDEN,
                 "PERMISSION_DENIED",
                 "projectSuspended",
@@ -629,12 +716,8 @@ impl Sim {
                     "Project {} cannot accept requests while it is suspended.",
                     self.project
                 ),
-            ));
+            ),
         }
-        if project != self.project {
-            return Err(not_found(&format!("projects/{project}")));
-        }
-        Ok(email)
     }
 
     fn zone_url(&self, zone: &str) -> String {
@@ -857,11 +940,20 @@ async fn instance_insert(
         }
     };
     let id = random_id();
+    let output = server.output().clone();
     {
         let mut instances = sim.instances.lock().expect("not poisoned");
         if instances.contains_key(&key) {
             return already_exists();
         }
+        sim.logs.lock().expect("not poisoned").insert(
+            id,
+            logging::InstanceLog {
+                zone: zone.clone(),
+                output: output.clone(),
+                insert_prefix: random_hex(6),
+            },
+        );
         instances.insert(
             key,
             SimInstance {
@@ -877,6 +969,7 @@ async fn instance_insert(
                 created: rfc3339(SystemTime::now()),
                 ip: server.addr.ip().to_string(),
                 server: Some(server),
+                output,
             },
         );
     }
@@ -1289,6 +1382,13 @@ fn google_error_with(
         "status": status,
     }});
     (code, Json(body)).into_response()
+}
+
+fn retry_after(response: &mut Response, secs: u32) {
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        secs.to_string().parse().expect("digits"),
+    );
 }
 
 fn unauthenticated(reason: &str, message: &str) -> Response {
@@ -1936,6 +2036,218 @@ mod tests {
         assert!(recovered.status().is_success());
         let (status, _, _) = call(reqwest::Method::GET, zone_url(&sim), Some(&token), None).await;
         assert_eq!(status, 200);
+    }
+
+    async fn logging_token(sim: &GcpSimulator) -> String {
+        let mut both = claims(sim);
+        both["scope"] = json!(format!("{COMPUTE_SCOPE} {LOGGING_READ_SCOPE}"));
+        let (status, body) = exchange(sim, &assertion(&account().1, &both)).await;
+        assert_eq!(status, 200, "{body}");
+        body["access_token"].as_str().unwrap().to_owned()
+    }
+
+    async fn entries_list(sim: &GcpSimulator, token: Option<&str>, body: Value) -> (u16, Value) {
+        let (status, _, answer) = call(
+            reqwest::Method::POST,
+            format!("{}/v2/entries:list", sim.url()),
+            token,
+            Some(&body),
+        )
+        .await;
+        (status, answer)
+    }
+
+    /// Every page of a query, each entry's text.
+    async fn entries_all(sim: &GcpSimulator, token: &str, query: Value) -> Vec<Value> {
+        let mut entries = Vec::new();
+        let mut query = query;
+        loop {
+            let (status, page) = entries_list(sim, Some(token), query.clone()).await;
+            assert_eq!(status, 200, "{page}");
+            entries.extend(page["entries"].as_array().cloned().unwrap_or_default());
+            match page["nextPageToken"].as_str() {
+                Some(next) => query["pageToken"] = json!(next),
+                None => return entries,
+            }
+        }
+    }
+
+    fn texts(entries: &[Value]) -> Vec<String> {
+        entries
+            .iter()
+            .map(|entry| entry["textPayload"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn instance_output_is_listed_as_log_entries_page_by_page() {
+        let sim = simulator().await;
+        let token = logging_token(&sim).await;
+        let (status, _, _) = call(
+            reqwest::Method::POST,
+            format!("{}/instances", zone_url(&sim)),
+            Some(&token),
+            Some(&instance_body("web-1", 0)),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let id = sim.instance_id("web-1").unwrap();
+        let output = sim.instance_output("web-1").unwrap();
+        // Lines in threes that share a timestamp, and a line to stderr.
+        let start = SystemTime::now() + Duration::from_secs(1);
+        for n in 0..24 {
+            let at = start + Duration::from_millis(n / 3);
+            output.print_at(at, OutputStream::Stdout, &format!("line {n}"));
+        }
+        assert!(sim.instance_print("web-1", OutputStream::Stderr, "oops"));
+        // The stderr line is printed now, before the others' (future) time.
+        let mut expected = vec![output.lines()[0].text.clone(), "oops".to_owned()];
+        expected.extend((0..24).map(|n| format!("line {n}")));
+
+        let filter =
+            format!("resource.type=\"gce_instance\" AND resource.labels.instance_id=\"{id}\"");
+        let query = json!({
+            "resourceNames": [format!("projects/{PROJECT}")],
+            "filter": filter,
+            "orderBy": "timestamp asc",
+            "pageSize": 4,
+        });
+        let entries = entries_all(&sim, &token, query.clone()).await;
+        assert_eq!(texts(&entries), expected);
+        let ids: std::collections::BTreeSet<&str> = entries
+            .iter()
+            .map(|entry| entry["insertId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), entries.len(), "insertIds are unique");
+        let first = &entries[0];
+        assert_eq!(first["logName"], format!("projects/{PROJECT}/logs/stdout"));
+        assert_eq!(first["severity"], "INFO");
+        assert_eq!(first["resource"]["type"], "gce_instance");
+        assert_eq!(first["resource"]["labels"]["instance_id"], id.to_string());
+        assert_eq!(first["resource"]["labels"]["zone"], ZONE);
+        assert_eq!(first["resource"]["labels"]["project_id"], PROJECT);
+        let timestamp = first["timestamp"].as_str().unwrap();
+        assert!(
+            timestamp.ends_with('Z') && timestamp.len() == 30,
+            "{timestamp}"
+        );
+        assert!(first["receiveTimestamp"].as_str().unwrap() > timestamp);
+        assert_eq!(
+            entries[1]["logName"],
+            format!("projects/{PROJECT}/logs/stderr")
+        );
+        assert_eq!(entries[1]["severity"], "ERROR");
+
+        // Newest first, and from a timestamp on (inclusive or not).
+        let mut newest = query.clone();
+        newest["orderBy"] = json!("timestamp desc");
+        newest["pageSize"] = json!(2);
+        let (_, page) = entries_list(&sim, Some(&token), newest).await;
+        assert_eq!(
+            texts(page["entries"].as_array().unwrap()),
+            ["line 23", "line 22"]
+        );
+        assert!(page["nextPageToken"].is_string());
+        let shared = entries[5]["timestamp"].as_str().unwrap().to_owned();
+        let mut since = query.clone();
+        since["filter"] = json!(format!("{filter} AND timestamp>=\"{shared}\""));
+        let from = texts(&entries_all(&sim, &token, since.clone()).await);
+        assert_eq!(from, expected[5..]);
+        since["filter"] = json!(format!("{filter} AND timestamp>\"{shared}\""));
+        let after = texts(&entries_all(&sim, &token, since).await);
+        assert_eq!(after, expected[8..]);
+
+        // An instance's logs outlive it.
+        let (status, _, _) = call(
+            reqwest::Method::DELETE,
+            format!("{}/instances/web-1", zone_url(&sim)),
+            Some(&token),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200);
+        let kept = texts(&entries_all(&sim, &token, query).await);
+        assert_eq!(kept, expected);
+    }
+
+    #[tokio::test]
+    async fn entries_list_refuses_as_cloud_logging_does() {
+        let sim = simulator().await;
+        let token = logging_token(&sim).await;
+        let project = format!("projects/{PROJECT}");
+        let ok = json!({"resourceNames": [project], "filter": "resource.type=\"gce_instance\""});
+        let (status, body) = entries_list(&sim, Some(&token), ok.clone()).await;
+        assert_eq!((status, body), (200, json!({})));
+
+        for (field, value) in [
+            ("filter", json!("severity>=ERROR")),
+            ("orderBy", json!("insertId asc")),
+            ("pageSize", json!(1001)),
+            ("pageToken", json!("bm9wZQ")),
+            ("resourceNames", json!([])),
+        ] {
+            let mut bad = ok.clone();
+            bad[field] = value;
+            let (status, body) = entries_list(&sim, Some(&token), bad).await;
+            assert_eq!(status, 400, "{field}: {body}");
+            assert_eq!(body["error"]["status"], "INVALID_ARGUMENT");
+        }
+        let mut elsewhere = ok.clone();
+        elsewhere["resourceNames"] = json!(["projects/someone-elses"]);
+        let (status, body) = entries_list(&sim, Some(&token), elsewhere).await;
+        assert_eq!(
+            (status, &body["error"]["status"]),
+            (403, &json!("PERMISSION_DENIED"))
+        );
+
+        let (status, body) = entries_list(&sim, None, ok.clone()).await;
+        assert_eq!(
+            (status, &body["error"]["status"]),
+            (401, &json!("UNAUTHENTICATED"))
+        );
+        let (status, _) = entries_list(&sim, Some("ya29.nope"), ok.clone()).await;
+        assert_eq!(status, 401);
+        // A token for Compute only may not read logs.
+        let compute_only = access_token(&sim).await;
+        let (status, body) = entries_list(&sim, Some(&compute_only), ok.clone()).await;
+        assert_eq!(status, 403);
+        assert_eq!(
+            body["error"]["details"][0]["reason"],
+            "ACCESS_TOKEN_SCOPE_INSUFFICIENT"
+        );
+
+        sim.faults.set(FaultState {
+            suspended: true,
+            ..FaultState::default()
+        });
+        let (status, body) = entries_list(&sim, Some(&token), ok.clone()).await;
+        assert_eq!(status, 403);
+        assert_eq!(body["error"]["status"], "PERMISSION_DENIED");
+        assert_eq!(body["error"]["details"][0]["reason"], "CONSUMER_SUSPENDED");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("suspended")
+        );
+        sim.faults.set(FaultState {
+            rate_limited_secs: Some(9),
+            ..FaultState::default()
+        });
+        let (status, body) = entries_list(&sim, Some(&token), ok.clone()).await;
+        assert_eq!(
+            (status, &body["error"]["status"]),
+            (429, &json!("RESOURCE_EXHAUSTED"))
+        );
+        sim.faults.set(FaultState {
+            failing: true,
+            ..FaultState::default()
+        });
+        let (status, body) = entries_list(&sim, Some(&token), ok.clone()).await;
+        assert_eq!(
+            (status, &body["error"]["status"]),
+            (503, &json!("UNAVAILABLE"))
+        );
     }
 
     #[test]

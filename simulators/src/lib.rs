@@ -4,7 +4,9 @@
 //! Each simulator implements exactly the subset of its API that the plugin uses and checks
 //! what the real service checks (token signatures, request signatures). Its instances are
 //! real: each serves HTTP on its own loopback address ([`instances`]), answering with its id,
-//! so that routing and health checks can be exercised. Faults are injected through an admin
+//! so that routing and health checks can be exercised, and prints (its address, an access log,
+//! what a test adds), which the cloud's logging API serves (GCP's Cloud Logging
+//! `entries:list`, AWS's CloudWatch Logs `GetLogEvents`). Faults are injected through an admin
 //! endpoint ([`faults`]): account suspended (as that cloud reports it), rate limited, added
 //! latency, failing with 5xx, and recovery. [`dns`] answers the TXT records that prove a
 //! domain's ownership. [`forge`] is the part of GitHub that Bulkhead calls (commit statuses,

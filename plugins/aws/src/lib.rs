@@ -3,17 +3,31 @@
 //! every request signed with AWS Signature Version 4 ([`sigv4`]) and every answer read as XML
 //! by `roxmltree` ([`xml`]).
 //!
-//! Configuration: `regions` (comma-separated, default `us-east-1`), `endpoint` (default
-//! `https://ec2.{region}.amazonaws.com`; when set, used for every region — e.g. the EC2
-//! simulator's `http://127.0.0.1:PORT`), `image_id` (default `ami-0bulkhead`) and
-//! `instance_type` (default `t3.micro`). Secrets: `access_key_id` and `secret_access_key`.
+//! Configuration:
+//!
+//! | key | default | |
+//! | --- | --- | --- |
+//! | `regions` | `us-east-1` | comma-separated |
+//! | `endpoint` | `https://ec2.{region}.amazonaws.com` | when set, used for every region (e.g. the simulator's `http://127.0.0.1:PORT`) |
+//! | `logs_endpoint` | `https://logs.{region}.amazonaws.com` | CloudWatch Logs, for `logs`; when set, used for every region |
+//! | `log_group` | `bulkhead-instances` | the log group of the instances' streams `ID/stdout` and `ID/stderr` |
+//! | `image_id` | `ami-0bulkhead` | |
+//! | `instance_type` | `t3.micro` | |
+//!
+//! Secrets: `access_key_id` and `secret_access_key`.
 //!
 //! Instances carry the tags `bulkhead-key` (the instance key), `bulkhead-managed=true`,
 //! `bulkhead-port` (the workload's port) and `bulkhead-artifact`, plus the spec's labels.
 //! `provision` is idempotent through EC2's `ClientToken` (the instance key); `describe`,
 //! `deprovision` and `list` find instances by those tags. EC2's error codes map onto the
 //! contract's errors ([`map_error`]).
+//!
+//! Capability `logs`: an instance's output is read from CloudWatch Logs ([`logs`]), where the
+//! CloudWatch agent ships it: the streams `INSTANCE-ID/stdout` and `INSTANCE-ID/stderr` of the
+//! log group `log_group`, read with `GetLogEvents` (JSON protocol, signed for `logs`) and
+//! merged by time. CloudWatch Logs' error codes map through the same [`map_error`].
 
+pub mod logs;
 pub mod sigv4;
 pub mod xml;
 
@@ -21,8 +35,8 @@ use std::time::SystemTime;
 
 use bulkhead_sdk::http::{Request, form_encode};
 use bulkhead_sdk::{
-    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
-    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, LogPage,
+    LogRequest, Provider, ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
 
 use sigv4::Credentials;
@@ -62,11 +76,17 @@ fn regions() -> Vec<String> {
 
 /// The EC2 endpoint of `region`: the configured `endpoint`, or AWS's regional one.
 fn endpoint(region: &str) -> String {
-    match bulkhead_sdk::config("endpoint") {
+    service_endpoint("endpoint", "ec2", region)
+}
+
+/// The endpoint of AWS service `service` in `region`: the configuration `key` when set (for
+/// every region), or AWS's regional one.
+fn service_endpoint(key: &str, service: &str, region: &str) -> String {
+    match bulkhead_sdk::config(key) {
         Some(endpoint) if !endpoint.trim().is_empty() => {
             endpoint.trim().trim_end_matches('/').to_owned()
         }
-        _ => format!("https://ec2.{region}.amazonaws.com"),
+        _ => format!("https://{service}.{region}.amazonaws.com"),
     }
 }
 
@@ -109,22 +129,34 @@ impl From<ProviderError> for Failure {
     }
 }
 
-/// The contract error for EC2 error `code` (HTTP `status`, `message`).
+/// The contract error for an AWS error `code` (HTTP `status`, `message`): EC2's, and those of
+/// the JSON-protocol services (CloudWatch Logs).
 pub fn map_error(
     status: u16,
     code: &str,
     message: String,
     retry_after_secs: Option<u32>,
 ) -> ProviderError {
+    let says_blocked = {
+        let text = message.to_lowercase();
+        text.contains("blocked") || text.contains("suspended")
+    };
     match code {
+        "Blocked" | "OptInRequired" | "PendingVerification" => {
+            ProviderError::AccountSuspended(message)
+        }
+        "AccessDeniedException" if says_blocked => ProviderError::AccountSuspended(message),
         "AuthFailure"
         | "UnauthorizedOperation"
         | "SignatureDoesNotMatch"
         | "MissingAuthenticationToken"
-        | "InvalidClientTokenId" => ProviderError::Unauthorized(message),
-        "Blocked" | "OptInRequired" | "PendingVerification" => {
-            ProviderError::AccountSuspended(message)
-        }
+        | "InvalidClientTokenId"
+        | "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "IncompleteSignatureException"
+        | "MissingAuthenticationTokenException"
+        | "ExpiredTokenException" => ProviderError::Unauthorized(message),
         "RequestLimitExceeded" | "Throttling" | "ThrottlingException" => {
             ProviderError::RateLimited(RateLimit {
                 retry_after_secs: retry_after_secs.unwrap_or(DEFAULT_RETRY_AFTER_SECS),
@@ -134,11 +166,29 @@ pub fn map_error(
         "InsufficientInstanceCapacity" | "InstanceLimitExceeded" | "VcpuLimitExceeded" => {
             ProviderError::QuotaExceeded(message)
         }
-        "InvalidInstanceID.NotFound" => ProviderError::NotFound(message),
+        "InvalidInstanceID.NotFound" | "ResourceNotFoundException" => {
+            ProviderError::NotFound(message)
+        }
+        "ServiceUnavailableException" => ProviderError::Unavailable(message),
         code if code.starts_with("Invalid") || code == "MissingParameter" => {
             ProviderError::InvalidSpec(message)
         }
         _ if (500..600).contains(&status) => ProviderError::Unavailable(message),
+        _ => ProviderError::Internal(message),
+    }
+}
+
+/// The contract error of an answer that is not AWS speaking (a proxy, a load balancer), by its
+/// status alone.
+fn status_error(response: &bulkhead_sdk::http::Response, message: String) -> ProviderError {
+    match response.status {
+        429 => ProviderError::RateLimited(RateLimit {
+            retry_after_secs: response
+                .retry_after_secs()
+                .unwrap_or(DEFAULT_RETRY_AFTER_SECS),
+            message,
+        }),
+        500..=599 => ProviderError::Unavailable(message),
         _ => ProviderError::Internal(message),
     }
 }
@@ -191,17 +241,7 @@ fn call(
             response.status,
             excerpt()
         );
-        let error = match response.status {
-            429 => ProviderError::RateLimited(RateLimit {
-                retry_after_secs: response
-                    .retry_after_secs()
-                    .unwrap_or(DEFAULT_RETRY_AFTER_SECS),
-                message,
-            }),
-            500..=599 => ProviderError::Unavailable(message),
-            _ => ProviderError::Internal(message),
-        };
-        return Err(error.into());
+        return Err(status_error(&response, message).into());
     };
     let detail = document
         .as_ref()
@@ -423,12 +463,22 @@ impl Provider for Aws {
             name: "aws".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             regions: regions(),
-            capabilities: vec![],
+            capabilities: vec!["logs".into()],
             config: vec![
                 ConfigKey::optional("regions", "Comma-separated regions (default us-east-1)"),
                 ConfigKey::optional(
                     "endpoint",
                     "EC2 endpoint for every region (default https://ec2.{region}.amazonaws.com)",
+                ),
+                ConfigKey::optional(
+                    "logs_endpoint",
+                    "CloudWatch Logs endpoint for every region (default \
+                     https://logs.{region}.amazonaws.com)",
+                ),
+                ConfigKey::optional(
+                    "log_group",
+                    "The CloudWatch Logs group of the instances' output (default \
+                     bulkhead-instances)",
                 ),
                 ConfigKey::secret("access_key_id", "The IAM access key id"),
                 ConfigKey::secret("secret_access_key", "The IAM secret access key"),
@@ -584,6 +634,25 @@ impl Provider for Aws {
                 "no EC2 instance for `{instance_key}`"
             ))),
         }
+    }
+
+    /// A page of the instance's output, from CloudWatch Logs ([`logs`]).
+    fn logs(instance_key: String, request: LogRequest) -> Result<LogPage, ProviderError> {
+        let credentials = credentials()?;
+        let cursor = request
+            .after
+            .as_deref()
+            .map(logs::Cursor::parse)
+            .transpose()?;
+        let newest = instances_of(&credentials, &instance_key)?
+            .into_iter()
+            .max_by(|(_, a), (_, b)| a.launch_time.cmp(&b.launch_time));
+        let Some((region, instance)) = newest else {
+            return Err(ProviderError::NotFound(format!(
+                "no EC2 instance for `{instance_key}`"
+            )));
+        };
+        logs::logs(&credentials, &region, &instance.id, cursor, &request)
     }
 
     fn list() -> Result<Vec<Instance>, ProviderError> {

@@ -15,6 +15,7 @@ const NS: &str = "xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"";
 
 fn configure() {
     testing::set_config("endpoint", "http://127.0.0.1:9000");
+    testing::set_config("logs_endpoint", "http://127.0.0.1:9000");
     testing::set_config("regions", "us-west-2");
     testing::set_secret("access_key_id", "AKIDTEST");
     testing::set_secret("secret_access_key", SECRET);
@@ -723,4 +724,324 @@ mod documented_answers {
             "EC2 DescribeAvailabilityZones in us-west-2: InvalidInstanceID.NotFound (HTTP 400): The instance ID 'i-1a2b3c4d' does not exist"
         );
     }
+}
+
+/// A fake CloudWatch Logs, written apart from the plugin: streams of (timestamp, message);
+/// a forward token is `f/INDEX`, the index of the next event to read.
+type FakeStreams = Rc<RefCell<std::collections::BTreeMap<String, Vec<(u64, String)>>>>;
+
+const INSTANCE: &str = "i-0123456789abcdef0";
+
+fn fake_logs(streams: FakeStreams) -> Rc<RefCell<Vec<Request>>> {
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let record = seen.clone();
+    testing::set_http_handler(move |request| {
+        record.borrow_mut().push(request.clone());
+        if request.header_value("x-amz-target").is_none() {
+            let item = instance_item(INSTANCE, "running", "2026-05-01T10:00:00.000Z", "web-1");
+            return Ok(describe_answer(&[item]));
+        }
+        assert_eq!(
+            request.header_value("x-amz-target"),
+            Some("Logs_20140328.GetLogEvents")
+        );
+        assert_eq!(
+            request.header_value("content-type"),
+            Some("application/x-amz-json-1.1")
+        );
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        if body["logGroupName"] != "bulkhead-instances" {
+            return Ok(logs_error(
+                "ResourceNotFoundException",
+                "The specified log group does not exist.",
+            ));
+        }
+        let streams = streams.borrow();
+        let Some(events) = streams.get(body["logStreamName"].as_str().unwrap()) else {
+            return Ok(logs_error(
+                "ResourceNotFoundException",
+                "The specified log stream does not exist.",
+            ));
+        };
+        let limit = body["limit"].as_u64().unwrap() as usize;
+        assert!((1..=10_000).contains(&limit));
+        let start = match body["nextToken"].as_str() {
+            Some(token) => token.strip_prefix("f/").unwrap().parse().unwrap(),
+            None if body["startFromHead"] == true => {
+                let since = body["startTime"].as_u64().unwrap_or(0);
+                events.iter().take_while(|(at, _)| *at < since).count()
+            }
+            None => events.len().saturating_sub(limit),
+        };
+        let page: Vec<_> = events.iter().skip(start).take(limit).collect();
+        let answer = serde_json::json!({
+            "events": page.iter().map(|(at, message)| serde_json::json!({
+                "timestamp": at, "message": message, "ingestionTime": at + 1,
+            })).collect::<Vec<_>>(),
+            "nextForwardToken": format!("f/{}", start + page.len()),
+            "nextBackwardToken": format!("b/{start}"),
+        });
+        Ok(Response::new(200, answer.to_string()))
+    });
+    seen
+}
+
+fn logs_error(kind: &str, message: &str) -> Response {
+    Response::new(
+        400,
+        serde_json::json!({"__type": kind, "message": message}).to_string(),
+    )
+}
+
+fn streams_of(stdout: &[(u64, &str)], stderr: &[(u64, &str)]) -> FakeStreams {
+    let owned = |events: &[(u64, &str)]| -> Vec<(u64, String)> {
+        events
+            .iter()
+            .map(|(at, text)| (*at, (*text).to_owned()))
+            .collect()
+    };
+    Rc::new(RefCell::new(std::collections::BTreeMap::from([
+        (format!("{INSTANCE}/stdout"), owned(stdout)),
+        (format!("{INSTANCE}/stderr"), owned(stderr)),
+    ])))
+}
+
+/// Every page from `after` on, `max_lines` (and `max_bytes`) at a time.
+fn read_all(after: Option<String>, max_lines: u32, max_bytes: u32) -> (Vec<String>, String) {
+    let mut texts = Vec::new();
+    let mut cursor = after;
+    for _ in 0..100 {
+        let mut request = LogRequest::new(cursor.clone(), max_lines);
+        request.max_bytes = max_bytes;
+        let page = Aws::logs("web-1".into(), request).unwrap();
+        assert!(page.lines.len() <= max_lines as usize);
+        assert!(page.lines.iter().map(|line| line.text.len()).sum::<usize>() <= max_bytes as usize);
+        assert!(page.next.len() <= 1000);
+        assert!(page.lines.windows(2).all(|w| w[0].time_ms <= w[1].time_ms));
+        if page.lines.is_empty() {
+            assert_eq!(Some(&page.next), cursor.as_ref());
+            return (texts, page.next);
+        }
+        texts.extend(page.lines.into_iter().map(|line| line.text));
+        cursor = Some(page.next);
+    }
+    panic!("the pages never ended");
+}
+
+#[test]
+fn logs_merge_both_streams_by_time_and_page_without_repeats_or_losses() {
+    configure();
+    assert!(Aws::info().capabilities.contains(&"logs".to_owned()));
+    let streams = streams_of(
+        &[
+            (1, "o1"),
+            (2, "o2a"),
+            (2, "o2b"),
+            (3, "o3"),
+            (5, "o5"),
+            (8, "o8"),
+        ],
+        &[(2, "e2"), (4, "e4a"), (4, "e4b"), (9, "e9")],
+    );
+    let seen = fake_logs(streams.clone());
+
+    // The newest three, oldest first.
+    let page = Aws::logs("web-1".into(), LogRequest::new(None, 3)).unwrap();
+    let texts: Vec<&str> = page.lines.iter().map(|line| line.text.as_str()).collect();
+    assert_eq!(texts, ["o5", "o8", "e9"]);
+    use bulkhead_sdk::LogStream::*;
+    let kinds: Vec<_> = page.lines.iter().map(|line| line.stream).collect();
+    assert_eq!(kinds, [Stdout, Stdout, Stderr]);
+    assert_eq!(page.lines[2].time_ms, 9);
+    assert_eq!(page.next, "a1|t:f/6~0|t:f/4~0");
+
+    // The requests: signed for CloudWatch Logs in the instance's region, both streams.
+    let requests: Vec<Request> = seen.borrow().iter().skip(1).cloned().collect();
+    assert_eq!(requests.len(), 2);
+    for (request, stream) in requests.iter().zip(["stdout", "stderr"]) {
+        assert_eq!(request.url, "http://127.0.0.1:9000/");
+        let authorization = request.header_value("authorization").unwrap();
+        assert!(
+            authorization.contains("/us-west-2/logs/aws4_request"),
+            "{authorization}"
+        );
+        assert!(authorization.contains("x-amz-target"), "{authorization}");
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(body["logStreamName"], format!("{INSTANCE}/{stream}"));
+        assert_eq!(body["startFromHead"], false);
+        assert_eq!(body["limit"], 3);
+    }
+
+    // Nothing new: the same cursor back. Then new lines on both streams, read one page of
+    // two at a time.
+    let (texts, _) = read_all(Some(page.next.clone()), 2, 1000);
+    assert!(texts.is_empty());
+    streams
+        .borrow_mut()
+        .get_mut(&format!("{INSTANCE}/stdout"))
+        .unwrap()
+        .extend(
+            [(10, "o10"), (12, "o12"), (12, "o12b"), (15, "o15")].map(|(at, t)| (at, t.to_owned())),
+        );
+    streams
+        .borrow_mut()
+        .get_mut(&format!("{INSTANCE}/stderr"))
+        .unwrap()
+        .extend([(11, "e11"), (12, "e12"), (20, "e20")].map(|(at, t)| (at, t.to_owned())));
+    let (texts, _) = read_all(Some(page.next), 2, 1000);
+    assert_eq!(texts, ["o10", "e11", "o12", "o12b", "e12", "o15", "e20"]);
+
+    // From a time on, three at a time: every line once, in time order.
+    let mut request = LogRequest::new(None, 3);
+    request.since_ms = Some(4);
+    let page = Aws::logs("web-1".into(), request).unwrap();
+    let mut texts: Vec<String> = page.lines.into_iter().map(|line| line.text).collect();
+    assert_eq!(texts, ["e4a", "e4b", "o5"]);
+    let (rest, _) = read_all(Some(page.next), 3, 1000);
+    texts.extend(rest);
+    assert_eq!(
+        texts,
+        [
+            "e4a", "e4b", "o5", "o8", "e9", "o10", "e11", "o12", "o12b", "e12", "o15", "e20"
+        ]
+    );
+}
+
+#[test]
+fn logs_respect_the_bounds_and_lose_nothing() {
+    configure();
+    let out: Vec<(u64, String)> = (0..30).map(|n| (n * 2, format!("out-{n:02}"))).collect();
+    let err: Vec<(u64, String)> = (0..30)
+        .map(|n| (n * 2 + 1, format!("err-{n:02}")))
+        .collect();
+    let streams: FakeStreams = Rc::new(RefCell::new(std::collections::BTreeMap::from([
+        (format!("{INSTANCE}/stdout"), out),
+        (format!("{INSTANCE}/stderr"), err),
+    ])));
+    fake_logs(streams);
+    let mut expected = Vec::new();
+    for n in 0..30 {
+        expected.push(format!("out-{n:02}"));
+        expected.push(format!("err-{n:02}"));
+    }
+    // Byte-bound pages (three lines of six bytes fit in 20) and line-bound ones.
+    for (lines, bytes) in [(100, 20), (7, 1000), (1, 1000), (1000, 1 << 20)] {
+        let (texts, _) = read_all(Some("a1|s:0~0|s:0~0".into()), lines, bytes);
+        assert_eq!(texts, expected, "{lines} lines, {bytes} bytes");
+    }
+    // The newest that fit: counted from the newest.
+    let mut newest = LogRequest::new(None, 100);
+    newest.max_bytes = 20;
+    let page = Aws::logs("web-1".into(), newest.clone()).unwrap();
+    let texts: Vec<&str> = page.lines.iter().map(|line| line.text.as_str()).collect();
+    assert_eq!(texts, ["err-28", "out-29", "err-29"]);
+    newest.max_bytes = 3;
+    let page = Aws::logs("web-1".into(), newest).unwrap();
+    assert_eq!(page.lines.len(), 1);
+    assert_eq!(page.lines[0].text, "err");
+}
+
+#[test]
+fn logs_errors_map_like_the_other_calls() {
+    configure();
+    // Streams not made yet read as empty.
+    fake_logs(Rc::new(RefCell::new(std::collections::BTreeMap::new())));
+    let page = Aws::logs("web-1".into(), LogRequest::new(None, 10)).unwrap();
+    assert!(page.lines.is_empty());
+    let (texts, _) = read_all(Some(page.next), 10, 1000);
+    assert!(texts.is_empty());
+    // Another log group, which does not exist.
+    testing::set_config("log_group", "elsewhere");
+    assert!(matches!(
+        Aws::logs("web-1".into(), LogRequest::new(None, 10)),
+        Err(ProviderError::NotFound(m)) if m.contains("log group")
+    ));
+    testing::set_config("log_group", "");
+
+    let answer_with = |status: u16, kind: &str, message: &str| {
+        let body = serde_json::json!({"__type": kind, "message": message}).to_string();
+        testing::set_http_handler(move |request| {
+            if request.header_value("x-amz-target").is_none() {
+                let item = instance_item(INSTANCE, "running", "2026-05-01T10:00:00.000Z", "web-1");
+                return Ok(describe_answer(&[item]));
+            }
+            let mut response = Response::new(status, body.clone());
+            response.headers.push(("retry-after".into(), "12".into()));
+            Ok(response)
+        });
+        Aws::logs("web-1".into(), LogRequest::new(None, 10)).unwrap_err()
+    };
+    use ProviderError as E;
+    let blocked = answer_with(
+        400,
+        "AccessDeniedException",
+        "This account is currently blocked and not recognized as a valid account.",
+    );
+    assert!(matches!(blocked, E::AccountSuspended(_)), "{blocked:?}");
+    let denied = answer_with(
+        400,
+        "AccessDeniedException",
+        "User is not authorized to perform: logs:GetLogEvents",
+    );
+    assert!(matches!(denied, E::Unauthorized(_)), "{denied:?}");
+    for kind in [
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "com.amazonaws.logs#MissingAuthenticationTokenException",
+    ] {
+        let refused = answer_with(400, kind, "no");
+        assert!(matches!(refused, E::Unauthorized(_)), "{kind}: {refused:?}");
+    }
+    let throttled = answer_with(400, "ThrottlingException", "Rate exceeded");
+    assert!(
+        matches!(&throttled, E::RateLimited(limit) if limit.retry_after_secs == 12),
+        "{throttled:?}"
+    );
+    let down = answer_with(500, "ServiceUnavailableException", "later");
+    assert!(matches!(down, E::Unavailable(_)), "{down:?}");
+    let invalid = answer_with(400, "InvalidParameterException", "bad token");
+    assert!(matches!(invalid, E::InvalidSpec(_)), "{invalid:?}");
+    testing::set_http_handler(|request| {
+        if request.header_value("x-amz-target").is_none() {
+            let item = instance_item(INSTANCE, "running", "2026-05-01T10:00:00.000Z", "web-1");
+            return Ok(describe_answer(&[item]));
+        }
+        Ok(Response::new(502, "<html>bad gateway</html>"))
+    });
+    assert!(matches!(
+        Aws::logs("web-1".into(), LogRequest::new(None, 10)),
+        Err(E::Unavailable(_))
+    ));
+
+    // No instance: not found, without reading logs. A cursor not of aws's: invalid.
+    let seen = fake_ec2(|_, _| describe_answer(&[]));
+    assert!(matches!(
+        Aws::logs("web-9".into(), LogRequest::new(None, 10)),
+        Err(E::NotFound(_))
+    ));
+    assert!(
+        seen.borrow()
+            .iter()
+            .all(|r| r.header_value("x-amz-target").is_none())
+    );
+    assert!(matches!(
+        Aws::logs("web-1".into(), LogRequest::new(Some("g1".into()), 10)),
+        Err(E::InvalidSpec(_))
+    ));
+}
+
+#[test]
+fn the_default_logs_endpoint_is_the_regions_own() {
+    configure();
+    testing::set_config("endpoint", "");
+    testing::set_config("logs_endpoint", "");
+    let seen = fake_logs(streams_of(&[], &[]));
+    Aws::logs("web-1".into(), LogRequest::new(None, 10)).unwrap();
+    let urls: Vec<String> = seen.borrow().iter().map(|r| r.url.clone()).collect();
+    assert_eq!(urls[0], "https://ec2.us-west-2.amazonaws.com/");
+    assert_eq!(urls[1], "https://logs.us-west-2.amazonaws.com/");
+    testing::set_config("logs_endpoint", "http://127.0.0.1:9001/");
+    Aws::logs("web-1".into(), LogRequest::new(None, 10)).unwrap();
+    assert_eq!(seen.borrow().last().unwrap().url, "http://127.0.0.1:9001/");
+    testing::set_config("logs_endpoint", "");
 }

@@ -8,6 +8,7 @@
 //! | `project` | required | the project id |
 //! | `regions` | `us-central1-a` | comma-separated **zones** instances may be placed in |
 //! | `compute_endpoint` | `https://compute.googleapis.com` | |
+//! | `logging_endpoint` | `https://logging.googleapis.com` | Cloud Logging, for `logs` |
 //! | `token_uri` | `https://oauth2.googleapis.com/token` | as in the service-account key |
 //! | `machine_type` | `e2-small` | a name, or a `zones/…/machineTypes/…` URL |
 //! | `source_image` | `projects/cos-cloud/global/images/family/cos-stable` | the boot disk's image |
@@ -18,8 +19,12 @@
 //! assertion's `kid`).
 //!
 //! Authentication is OAuth 2.0's JWT-bearer grant: an RS256-signed assertion (`iss` the
-//! account, `scope` Compute, `aud` the token URI, valid an hour) is exchanged at `token_uri` for
-//! an access token, sent as a bearer token.
+//! account, `scope` Compute and `logging.read`, `aud` the token URI, valid an hour) is
+//! exchanged at `token_uri` for an access token, sent as a bearer token.
+//!
+//! Capability `logs`: an instance's output is read from Cloud Logging ([`logs`]): the entries
+//! of its `gce_instance` resource, the logs `stdout` and `stderr` as the workload's streams,
+//! with cursors that neither repeat nor lose entries that share a timestamp.
 //!
 //! Instances are named after their instance key and labelled `bulkhead-managed=true` and
 //! `bulkhead-key=KEY` (plus the spec's labels, sanitised to GCP's label rules); the workload's
@@ -27,8 +32,8 @@
 //! `bulkhead-env-NAME`). Provisioning is idempotent: a 409 `alreadyExists` on insert returns
 //! the instance already there. Only instances labelled with the key are described or deleted.
 //!
-//! Google's errors are mapped to the contract's: a suspended project or disabled account or
-//! billing → `account-suspended`; other 401/403 → `unauthorized`; `quotaExceeded` →
+//! Google's errors are mapped to the contract's (Compute's and Cloud Logging's alike): a
+//! suspended project or consumer, or a disabled account or billing → `account-suspended`; other 401/403 → `unauthorized`; `quotaExceeded` →
 //! `quota-exceeded`; 429 / `rateLimitExceeded` / `RESOURCE_EXHAUSTED` → `rate-limited`
 //! (`Retry-After`, default 5 s); 404 → `not-found`; 400 → `invalid-spec`; 5xx → `unavailable`.
 //! The private key, assertions and access tokens never appear in errors or logs.
@@ -40,9 +45,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use bulkhead_sdk::http::{Request, Response, form_encode};
 use bulkhead_sdk::{
-    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, Provider,
-    ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, LogPage,
+    LogRequest, Provider, ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
+mod logs;
+
 use rsa::pkcs1::DecodeRsaPrivateKey;
 use rsa::pkcs8::DecodePrivateKey;
 use rsa::sha2::Sha256;
@@ -54,9 +61,12 @@ pub struct Gcp;
 
 /// The OAuth scope of the Compute Engine API.
 pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
+/// The OAuth scope that reads Cloud Logging (for `logs`).
+pub const LOGGING_READ_SCOPE: &str = "https://www.googleapis.com/auth/logging.read";
 const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 const DEFAULT_ZONE: &str = "us-central1-a";
 const DEFAULT_COMPUTE_ENDPOINT: &str = "https://compute.googleapis.com";
+const DEFAULT_LOGGING_ENDPOINT: &str = "https://logging.googleapis.com";
 const DEFAULT_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
 const DEFAULT_MACHINE_TYPE: &str = "e2-small";
 const DEFAULT_SOURCE_IMAGE: &str = "projects/cos-cloud/global/images/family/cos-stable";
@@ -89,6 +99,7 @@ struct Settings {
     project: String,
     zones: Vec<String>,
     compute_endpoint: String,
+    logging_endpoint: String,
     token_uri: String,
     machine_type: String,
     source_image: String,
@@ -119,6 +130,9 @@ impl Settings {
             project,
             zones: zones(),
             compute_endpoint: config_or("compute_endpoint", DEFAULT_COMPUTE_ENDPOINT)
+                .trim_end_matches('/')
+                .to_owned(),
+            logging_endpoint: config_or("logging_endpoint", DEFAULT_LOGGING_ENDPOINT)
                 .trim_end_matches('/')
                 .to_owned(),
             token_uri: config_or("token_uri", DEFAULT_TOKEN_URI),
@@ -342,7 +356,7 @@ fn sign_assertion(
     }
     let claims = json!({
         "iss": client_email,
-        "scope": COMPUTE_SCOPE,
+        "scope": format!("{COMPUTE_SCOPE} {LOGGING_READ_SCOPE}"),
         "aud": token_uri,
         "iat": now,
         "exp": now + ASSERTION_LIFETIME_SECS,
@@ -484,6 +498,7 @@ fn api_error(what: &str, response: &Response) -> ProviderError {
     let billing_off = said.to_lowercase().contains("billing")
         && (said.to_lowercase().contains("disabled") || said.to_lowercase().contains("enable"));
     if has("projectsuspended")
+        || has("consumersuspended")
         || has("accountdisabled")
         || has("billingdisabled")
         || (refused && billing_off)
@@ -842,11 +857,15 @@ impl Provider for Gcp {
             name: "gcp".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             regions: zones(),
-            capabilities: vec![],
+            capabilities: vec!["logs".into()],
             config: vec![
                 ConfigKey::required("project", "The Google Cloud project id"),
                 ConfigKey::optional("regions", "Comma-separated zones (default us-central1-a)"),
                 ConfigKey::optional("compute_endpoint", "Default https://compute.googleapis.com"),
+                ConfigKey::optional(
+                    "logging_endpoint",
+                    "Cloud Logging, for logs (default https://logging.googleapis.com)",
+                ),
                 ConfigKey::optional("token_uri", "Default https://oauth2.googleapis.com/token"),
                 ConfigKey::optional("machine_type", "Default e2-small"),
                 ConfigKey::optional("source_image", "The boot disk's image (default COS stable)"),
@@ -999,6 +1018,11 @@ impl Provider for Gcp {
         )))
     }
 
+    /// A page of the instance's output, from Cloud Logging ([`logs`]).
+    fn logs(instance_key: String, request: LogRequest) -> Result<LogPage, ProviderError> {
+        logs::logs(&instance_key, &request)
+    }
+
     /// Every instance labelled `bulkhead-managed=true`, in any zone of the project.
     fn list() -> Result<Vec<Instance>, ProviderError> {
         let client = Client::new()?;
@@ -1050,6 +1074,7 @@ mod tests {
     const TEST_KEY: &str = include_str!("test-key.pem");
     const EMAIL: &str = "bulkhead@shop-prod.iam.gserviceaccount.com";
     const ENDPOINT: &str = "http://compute.test";
+    const LOGGING: &str = "http://logging.test";
     const TOKEN_URI: &str = "http://oauth.test/token";
     const TOKEN: &str = "ya29.test-token";
 
@@ -1060,6 +1085,7 @@ mod tests {
         testing::set_config("project", "shop-prod");
         testing::set_config("regions", "us-central1-a, europe-west1-b");
         testing::set_config("compute_endpoint", ENDPOINT);
+        testing::set_config("logging_endpoint", LOGGING);
         testing::set_config("token_uri", TOKEN_URI);
         testing::set_secret("client_email", EMAIL);
         testing::set_secret("private_key", TEST_KEY);
@@ -1214,7 +1240,10 @@ mod tests {
         assert_eq!(header, json!({"alg": "RS256", "typ": "JWT"}));
         let claims: Value = serde_json::from_slice(&b64_decode(parts[1])).unwrap();
         assert_eq!(claims["iss"], EMAIL);
-        assert_eq!(claims["scope"], COMPUTE_SCOPE);
+        assert_eq!(
+            claims["scope"],
+            format!("{COMPUTE_SCOPE} {LOGGING_READ_SCOPE}")
+        );
         assert_eq!(claims["aud"], TOKEN_URI);
         let iat = claims["iat"].as_u64().unwrap();
         assert!(iat.abs_diff(unix_now()) < 60);
@@ -1403,6 +1432,311 @@ mod tests {
             Err(ProviderError::InvalidSpec(_))
         ));
         assert!(seen.borrow().requests.is_empty());
+    }
+
+    /// A fake Cloud Logging, written apart from the plugin: entries (timestamp, insertId, log,
+    /// text) of the instance, filtered by `timestamp>=`, ordered, paged by offset.
+    type FakeLog = Rc<RefCell<Vec<(String, String, String, String)>>>;
+
+    fn fake_logging(log: FakeLog) -> Rc<RefCell<Seen>> {
+        fake(move |request| {
+            if !request.url.starts_with(LOGGING) {
+                return Response::json_body(200, &instance_json("web-1", "RUNNING"));
+            }
+            assert_eq!(request.url, format!("{LOGGING}/v2/entries:list"));
+            let body: Value = serde_json::from_slice(&request.body).unwrap();
+            assert_eq!(body["resourceNames"], json!(["projects/shop-prod"]));
+            let filter = body["filter"].as_str().unwrap();
+            assert!(filter.starts_with(
+                "resource.type=\"gce_instance\" AND \
+                 resource.labels.instance_id=\"7425158321839422921\""
+            ));
+            let since = filter
+                .split_once("timestamp>=\"")
+                .map(|(_, rest)| rest.trim_end_matches('"').to_owned());
+            let mut entries: Vec<_> = log
+                .borrow()
+                .iter()
+                .filter(|(time, ..)| since.as_ref().is_none_or(|since| time >= since))
+                .cloned()
+                .collect();
+            entries.sort();
+            if body["orderBy"] == "timestamp desc" {
+                entries.reverse();
+            }
+            let size = body["pageSize"].as_u64().unwrap() as usize;
+            assert!((1..=1000).contains(&size));
+            let start: usize = body["pageToken"].as_str().map_or(0, |t| t.parse().unwrap());
+            let page: Vec<Value> = entries
+                .iter()
+                .skip(start)
+                .take(size)
+                .map(|(time, id, log, text)| {
+                    json!({"timestamp": time, "insertId": id, "textPayload": text,
+                           "logName": format!("projects/shop-prod/logs/{log}")})
+                })
+                .collect();
+            let mut answer = json!({"entries": page});
+            if start + size < entries.len() {
+                answer["nextPageToken"] = json!((start + size).to_string());
+            }
+            Response::json_body(200, &answer)
+        })
+    }
+
+    fn entry(second: u32, id: &str, log: &str, text: &str) -> (String, String, String, String) {
+        (
+            format!("2026-05-01T10:00:{second:02}.000000500Z"),
+            id.into(),
+            log.into(),
+            text.into(),
+        )
+    }
+
+    /// Every page from `after` on, `max_lines` at a time.
+    fn read_all(after: Option<String>, max_lines: u32) -> (Vec<String>, String) {
+        let mut texts = Vec::new();
+        let mut cursor = after;
+        loop {
+            let page =
+                Gcp::logs("web-1".into(), LogRequest::new(cursor.clone(), max_lines)).unwrap();
+            assert!(page.lines.len() <= max_lines as usize);
+            assert!(page.next.len() <= 1000);
+            if page.lines.is_empty() {
+                assert_eq!(Some(&page.next), cursor.as_ref());
+                return (texts, page.next);
+            }
+            texts.extend(page.lines.into_iter().map(|line| line.text));
+            cursor = Some(page.next);
+        }
+    }
+
+    #[test]
+    fn logs_page_through_cloud_logging_without_repeats_or_losses() {
+        configure();
+        testing::cache_clear();
+        assert!(Gcp::info().capabilities.contains(&"logs".to_owned()));
+        // Lines in threes sharing a timestamp, their insertIds not in printing order.
+        let log: FakeLog = Rc::new(RefCell::new(Vec::new()));
+        for n in 0..12u32 {
+            let stream = if n % 4 == 3 { "stderr" } else { "stdout" };
+            let id = format!("{}-{n:02}", ["c", "a", "b"][n as usize % 3]);
+            log.borrow_mut()
+                .push(entry(n / 3, &id, stream, &format!("line {n}")));
+        }
+        log.borrow_mut()
+            .push(entry(5, "z", "syslog", "kernel says hi"));
+        let seen = fake_logging(log.clone());
+        // Google's order among equal timestamps is by insertId: a, b, c.
+        let ordered = |range: std::ops::Range<u32>| -> Vec<String> {
+            let mut lines: Vec<(u32, String, String)> = range
+                .map(|n| {
+                    (
+                        n / 3,
+                        ["c", "a", "b"][n as usize % 3].to_owned(),
+                        format!("line {n}"),
+                    )
+                })
+                .collect();
+            lines.sort();
+            lines.into_iter().map(|(.., text)| text).collect()
+        };
+
+        // The newest: the last four, oldest first.
+        let page = Gcp::logs("web-1".into(), LogRequest::new(None, 4)).unwrap();
+        let texts: Vec<&str> = page.lines.iter().map(|line| line.text.as_str()).collect();
+        assert_eq!(texts, ["line 10", "line 11", "line 9", "kernel says hi"]);
+        use bulkhead_sdk::LogStream::*;
+        let streams: Vec<_> = page.lines.iter().map(|line| line.stream).collect();
+        assert_eq!(streams, [Stdout, Stderr, Stdout, System]);
+        assert_eq!(page.lines[0].time_ms, 1_777_629_603_000);
+        assert_eq!(page.next, "g1|2026-05-01T10:00:05.000000500Z|ids:z");
+        assert!(!page.gap);
+        let bodies = seen.borrow().bodies.clone();
+        let asked: Value = serde_json::from_slice(bodies.last().unwrap()).unwrap();
+        assert_eq!(asked["orderBy"], "timestamp desc");
+        assert_eq!(asked["pageSize"], 4);
+
+        // Nothing new: the same cursor back.
+        let (texts, _) = read_all(Some(page.next.clone()), 3);
+        assert!(texts.is_empty());
+        // New lines, two of them at the cursor's own timestamp.
+        log.borrow_mut()
+            .push(entry(5, "y", "stdout", "same time, smaller id"));
+        log.borrow_mut()
+            .push(entry(5, "zz", "stdout", "same time, greater id"));
+        log.borrow_mut().push(entry(6, "q", "stdout", "later"));
+        let (texts, last) = read_all(Some(page.next), 1);
+        assert_eq!(
+            texts,
+            ["same time, smaller id", "same time, greater id", "later"]
+        );
+        assert_eq!(last, "g1|2026-05-01T10:00:06.000000500Z|ids:q");
+
+        // From the first line kept, two at a time: every line once, in Google's order.
+        let (texts, _) = read_all(Some("g1".into()), 2);
+        let mut expected = ordered(0..12);
+        expected.extend(
+            [
+                "same time, smaller id",
+                "kernel says hi",
+                "same time, greater id",
+                "later",
+            ]
+            .map(str::to_owned),
+        );
+        assert_eq!(texts, expected);
+
+        // From a time on.
+        let since = rfc3339_ms("2026-05-01T10:00:03Z");
+        let mut request = LogRequest::new(None, 3);
+        request.since_ms = Some(since);
+        let page = Gcp::logs("web-1".into(), request).unwrap();
+        let texts: Vec<String> = page.lines.into_iter().map(|line| line.text).collect();
+        assert_eq!(texts, ordered(9..12));
+        let (rest, _) = read_all(Some(page.next), 50);
+        assert_eq!(rest.len(), 4);
+    }
+
+    fn rfc3339_ms(text: &str) -> u64 {
+        (logs::rfc3339_nanos(text).unwrap() / 1_000_000) as u64
+    }
+
+    #[test]
+    fn logs_respect_the_byte_bound_and_lose_nothing() {
+        configure();
+        testing::cache_clear();
+        let log: FakeLog = Rc::new(RefCell::new(Vec::new()));
+        for n in 0..6u32 {
+            log.borrow_mut().push(entry(
+                n,
+                &format!("i{n}"),
+                "stdout",
+                &"x".repeat(10 + n as usize),
+            ));
+        }
+        fake_logging(log);
+        // Newest: what fits 30 bytes, counted from the newest (15 + 14).
+        let mut newest = LogRequest::new(None, 10);
+        newest.max_bytes = 30;
+        let page = Gcp::logs("web-1".into(), newest.clone()).unwrap();
+        let sizes: Vec<usize> = page.lines.iter().map(|line| line.text.len()).collect();
+        assert_eq!(sizes, [14, 15]);
+        // A single line longer than the bound is cut.
+        newest.max_bytes = 4;
+        let page = Gcp::logs("web-1".into(), newest).unwrap();
+        assert_eq!(page.lines.len(), 1);
+        assert_eq!(page.lines[0].text, "xxxx");
+
+        // From the start, 25 bytes a page: every line, whole, once.
+        let mut cursor = Some("g1".to_owned());
+        let mut sizes = Vec::new();
+        for _ in 0..10 {
+            let mut request = LogRequest::new(cursor.clone(), 10);
+            request.max_bytes = 25;
+            let page = Gcp::logs("web-1".into(), request).unwrap();
+            if page.lines.is_empty() {
+                break;
+            }
+            assert!(page.lines.iter().map(|line| line.text.len()).sum::<usize>() <= 25);
+            sizes.extend(page.lines.iter().map(|line| line.text.len()));
+            cursor = Some(page.next);
+        }
+        assert_eq!(sizes, [10, 11, 12, 13, 14, 15]);
+    }
+
+    #[test]
+    fn logs_errors_map_like_the_other_calls() {
+        configure();
+        testing::cache_clear();
+        let logging_answers = |answer: fn() -> Response| {
+            fake(move |request| {
+                if request.url.starts_with(LOGGING) {
+                    answer()
+                } else {
+                    Response::json_body(200, &instance_json("web-1", "RUNNING"))
+                }
+            });
+            Gcp::logs("web-1".into(), LogRequest::new(None, 10)).unwrap_err()
+        };
+        let suspended = logging_answers(|| {
+            Response::json_body(
+                403,
+                &json!({"error": {"code": 403, "status": "PERMISSION_DENIED",
+                    "message": "Permission denied: Consumer 'projects/shop-prod' has been suspended.",
+                    "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                 "reason": "CONSUMER_SUSPENDED", "domain": "googleapis.com"}]}}),
+            )
+        });
+        assert!(
+            matches!(suspended, ProviderError::AccountSuspended(_)),
+            "{suspended:?}"
+        );
+        let unscoped = logging_answers(|| {
+            Response::json_body(
+                403,
+                &json!({"error": {"code": 403, "status": "PERMISSION_DENIED",
+                    "message": "Request had insufficient authentication scopes.",
+                    "details": [{"reason": "ACCESS_TOKEN_SCOPE_INSUFFICIENT"}]}}),
+            )
+        });
+        assert!(
+            matches!(unscoped, ProviderError::Unauthorized(_)),
+            "{unscoped:?}"
+        );
+        let refused = logging_answers(|| {
+            Response::json_body(
+                401,
+                &json!({"error": {"code": 401, "status": "UNAUTHENTICATED",
+                "message": "Request had invalid authentication credentials."}}),
+            )
+        });
+        assert!(
+            matches!(refused, ProviderError::Unauthorized(_)),
+            "{refused:?}"
+        );
+        let throttled = logging_answers(|| {
+            let mut response = Response::json_body(
+                429,
+                &json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota"}}),
+            );
+            response.headers.push(("retry-after".into(), "11".into()));
+            response
+        });
+        assert!(
+            matches!(&throttled, ProviderError::RateLimited(limit) if limit.retry_after_secs == 11),
+            "{throttled:?}"
+        );
+        let down = logging_answers(|| Response::new(503, "upstream unavailable"));
+        assert!(matches!(down, ProviderError::Unavailable(_)), "{down:?}");
+        let bad_filter = logging_answers(|| {
+            Response::json_body(
+                400,
+                &json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                "message": "Unparseable filter"}}),
+            )
+        });
+        assert!(
+            matches!(bad_filter, ProviderError::InvalidSpec(_)),
+            "{bad_filter:?}"
+        );
+
+        // No instance: not found, without asking Cloud Logging.
+        let seen = fake(|_| google_error(404, "NOT_FOUND", "notFound", "not found"));
+        assert!(matches!(
+            Gcp::logs("web-9".into(), LogRequest::new(None, 10)),
+            Err(ProviderError::NotFound(_))
+        ));
+        assert!(
+            seen.borrow()
+                .requests
+                .iter()
+                .all(|(_, url)| url.starts_with(ENDPOINT))
+        );
+        assert!(matches!(
+            Gcp::logs("web-1".into(), LogRequest::new(Some("7".into()), 10)),
+            Err(ProviderError::InvalidSpec(_))
+        ));
     }
 
     #[test]

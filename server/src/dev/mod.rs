@@ -155,6 +155,7 @@ impl DevPlatform {
                         ("project", GCP_PROJECT.into()),
                         ("regions", GCP_ZONE.into()),
                         ("compute_endpoint", self.gcp.url()),
+                        ("logging_endpoint", self.gcp.url()),
                         ("token_uri", self.gcp.token_url()),
                     ]),
                     secrets(&[
@@ -166,7 +167,11 @@ impl DevPlatform {
             (
                 "aws",
                 update(
-                    map(&[("endpoint", self.aws.url()), ("regions", AWS_REGION.into())]),
+                    map(&[
+                        ("endpoint", self.aws.url()),
+                        ("logs_endpoint", self.aws.url()),
+                        ("regions", AWS_REGION.into()),
+                    ]),
                     secrets(&[
                         ("access_key_id", self.aws_credentials.0.clone()),
                         ("secret_access_key", self.aws_credentials.1.clone()),
@@ -228,14 +233,33 @@ impl DevPlatform {
 }
 
 /// The demo workload (`bulkhead hello`): answers every request on `port` with
-/// `{"instance": name, "port": port}`, until the process is stopped.
+/// `{"instance": name, "port": port}`, until the process is stopped, and prints what it does
+/// like an app would: a line when it starts, and one per request (`GET /path 200`) on stdout;
+/// a request under `/fail` answers 500 and is printed on stderr.
 pub async fn hello_serve(port: u16, name: String) -> anyhow::Result<()> {
     let body = serde_json::json!({ "instance": name, "port": port }).to_string() + "\n";
-    let router = axum::Router::new().fallback(move || {
+    let router = axum::Router::new().fallback(move |request: axum::extract::Request| {
         let body = body.clone();
-        async move { ([(http::header::CONTENT_TYPE, "application/json")], body) }
+        async move {
+            let path = request.uri().path();
+            if path.starts_with("/fail") {
+                eprintln!("{} {path} 500", request.method());
+                return (
+                    http::StatusCode::INTERNAL_SERVER_ERROR,
+                    [(http::header::CONTENT_TYPE, "application/json")],
+                    body,
+                );
+            }
+            println!("{} {path} 200", request.method());
+            (
+                http::StatusCode::OK,
+                [(http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+        }
     });
     let listener = tokio::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await?;
+    println!("hello {name} listening on port {port}");
     axum::serve(listener, router).await?;
     Ok(())
 }

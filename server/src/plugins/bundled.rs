@@ -41,14 +41,21 @@ const FIRST_SETTINGS: &[FirstSettings] = &[
     FirstSettings {
         provider: "aws",
         config: &[("regions", "us-east-1")],
-        // The EC2 endpoint of each configured region, nothing else of AWS; an operator who
-        // adds a region adds its endpoint too.
-        allowlist: &["ec2.us-east-1.amazonaws.com:443"],
+        // The EC2 and CloudWatch Logs endpoints of each configured region, nothing else of
+        // AWS; an operator who adds a region adds its endpoints too.
+        allowlist: &[
+            "ec2.us-east-1.amazonaws.com:443",
+            "logs.us-east-1.amazonaws.com:443",
+        ],
     },
     FirstSettings {
         provider: "gcp",
         config: &[("regions", "us-central1-a")],
-        allowlist: &["compute.googleapis.com:443", "oauth2.googleapis.com:443"],
+        allowlist: &[
+            "compute.googleapis.com:443",
+            "oauth2.googleapis.com:443",
+            "logging.googleapis.com:443",
+        ],
     },
     FirstSettings {
         provider: "metal",

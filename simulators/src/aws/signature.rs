@@ -23,8 +23,8 @@ use subtle::ConstantTimeEq;
 
 use super::{AwsCredentials, Ec2Error};
 
-/// The service every credential scope must name.
-const SERVICE: &str = "ec2";
+/// The service EC2's credential scopes name (CloudWatch Logs' is `logs`).
+pub(super) const SERVICE: &str = "ec2";
 /// How far the request date may be from the simulator's clock.
 const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
 /// `X-Amz-Date`: ISO 8601 basic format, UTC.
@@ -107,10 +107,13 @@ fn mismatch() -> Ec2Error {
 }
 
 /// Checks the request's SigV4 signature as EC2 does, for the account `credentials` in
-/// `region`, at time `now`.
+/// `region` and the API `service` (`ec2`, `logs`), at time `now`. The refusals are EC2's
+/// codes; an API of another protocol renders them in its own (CloudWatch Logs' JSON).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn verify(
     credentials: &AwsCredentials,
     region: &str,
+    service: &str,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -136,7 +139,7 @@ pub(super) fn verify(
         ));
     }
     let (amz_date_header, signed_at) = request_date(headers, now)?;
-    scope_check(&auth, region, amz_date_header)?;
+    scope_check(&auth, region, service, amz_date_header)?;
 
     // Only the headers the client says it signed take part, with every value received.
     let mut signed: Vec<(&str, &str)> = Vec::new();
@@ -153,7 +156,7 @@ pub(super) fn verify(
     let expected = expected_signature(
         credentials,
         region,
-        SERVICE,
+        service,
         signed_at,
         Received {
             method: method.as_str(),
@@ -203,12 +206,13 @@ fn request_date(headers: &HeaderMap, now: SystemTime) -> Result<(&str, SystemTim
     Ok((text, signed_at))
 }
 
-/// The credential scope must be `YYYYMMDD/region/ec2/aws4_request` (the day of the
+/// The credential scope must be `YYYYMMDD/region/service/aws4_request` (the day of the
 /// `X-Amz-Date`), and the signed headers sorted, without duplicates, and include `host` and
 /// `x-amz-date`.
 fn scope_check(
     auth: &Authorization<'_>,
     region: &str,
+    service: &str,
     amz_date_header: &str,
 ) -> Result<(), Ec2Error> {
     let day = &amz_date_header[..8];
@@ -224,9 +228,9 @@ fn scope_check(
             auth.region
         )));
     }
-    if auth.service != SERVICE {
+    if auth.service != service {
         return Err(Ec2Error::signature_mismatch(format!(
-            "Credential should be scoped to correct service: '{SERVICE}'. Got '{}'.",
+            "Credential should be scoped to correct service: '{service}'. Got '{}'.",
             auth.service
         )));
     }
@@ -323,6 +327,7 @@ fn aws_sign(
 pub(super) fn sign_for_test(
     credentials: &AwsCredentials,
     region: &str,
+    service: &str,
     url: &str,
     headers: &[(&str, &str)],
     body: &[u8],
@@ -338,7 +343,7 @@ pub(super) fn sign_for_test(
     let signed = aws_sign(
         credentials,
         region,
-        SERVICE,
+        service,
         at,
         SigningSettings::default(),
         signable,
@@ -465,6 +470,7 @@ mod tests {
         let signing = sign_for_test(
             &account(),
             REGION,
+            SERVICE,
             &format!("http://{HOST}/"),
             &[("content-type", CONTENT_TYPE)],
             BODY,
@@ -481,7 +487,17 @@ mod tests {
 
     fn check(headers: &HeaderMap, body: &[u8], now: SystemTime) -> Result<(), &'static str> {
         let uri = Uri::from_static("/");
-        verify(&account(), REGION, &Method::POST, &uri, headers, body, now).map_err(|e| e.code)
+        verify(
+            &account(),
+            REGION,
+            SERVICE,
+            &Method::POST,
+            &uri,
+            headers,
+            body,
+            now,
+        )
+        .map_err(|e| e.code)
     }
 
     #[test]
@@ -532,12 +548,22 @@ mod tests {
         assert_eq!(check(&rehosted, BODY, now), Err("SignatureDoesNotMatch"));
         // Another method or path.
         let uri = Uri::from_static("/");
-        let got = verify(&account(), REGION, &Method::GET, &uri, &headers, BODY, now);
+        let got = verify(
+            &account(),
+            REGION,
+            SERVICE,
+            &Method::GET,
+            &uri,
+            &headers,
+            BODY,
+            now,
+        );
         assert_eq!(got.map_err(|e| e.code), Err("SignatureDoesNotMatch"));
         let elsewhere = Uri::from_static("/other");
         let got = verify(
             &account(),
             REGION,
+            SERVICE,
             &Method::POST,
             &elsewhere,
             &headers,
@@ -548,7 +574,16 @@ mod tests {
         // Another secret.
         let mut stranger = account();
         stranger.secret_access_key = "not-the-secret".into();
-        let got = verify(&stranger, REGION, &Method::POST, &uri, &headers, BODY, now);
+        let got = verify(
+            &stranger,
+            REGION,
+            SERVICE,
+            &Method::POST,
+            &uri,
+            &headers,
+            BODY,
+            now,
+        );
         assert_eq!(got.map_err(|e| e.code), Err("SignatureDoesNotMatch"));
     }
 
@@ -564,6 +599,7 @@ mod tests {
         let got = verify(
             &account(),
             "us-east-1",
+            SERVICE,
             &Method::POST,
             &Uri::from_static("/"),
             &headers,
