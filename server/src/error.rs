@@ -106,6 +106,7 @@ error_codes! {
     NameTaken = "name_taken",
     NoCommit = "no_commit",
     NoHealthyDeployment = "no_healthy_deployment",
+    NoLogs = "no_logs",
     NotFound = "not_found",
     NotReady = "not_ready",
     NothingToRollBack = "nothing_to_roll_back",
@@ -222,6 +223,7 @@ impl ErrorCode {
             | NameTaken
             | NoCommit
             | NoHealthyDeployment
+            | NoLogs
             | NothingToRollBack
             | PasswordChanged
             | PluginExists

@@ -127,6 +127,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         leases: Arc::new(Leases::new(replica)),
         routing: Arc::default(),
         deployment_watch: Arc::default(),
+        log_followers: Arc::default(),
         known_addresses: Arc::default(),
         challenges: Arc::new(ChallengeResolver::new(settings.dns_resolver)?),
         forge: Arc::new(ForgeCalls::new(&settings.webhook_allowed_networks)?),

@@ -25,6 +25,7 @@ mod edge;
 mod git_intake;
 mod instance_health;
 mod limits;
+mod logs;
 mod members;
 mod migrations;
 mod ops;

@@ -2307,6 +2307,8 @@ enum, so that clients match on codes the compiler knows.
         NoCommit,
         #[serde(rename = "no_healthy_deployment")]
         NoHealthyDeployment,
+        #[serde(rename = "no_logs")]
+        NoLogs,
         #[serde(rename = "not_found")]
         NotFound,
         #[serde(rename = "not_ready")]
@@ -2425,6 +2427,7 @@ enum, so that clients match on codes the compiler knows.
                 Self::NameTaken => f.write_str("name_taken"),
                 Self::NoCommit => f.write_str("no_commit"),
                 Self::NoHealthyDeployment => f.write_str("no_healthy_deployment"),
+                Self::NoLogs => f.write_str("no_logs"),
                 Self::NotFound => f.write_str("not_found"),
                 Self::NotReady => f.write_str("not_ready"),
                 Self::NothingToRollBack => f.write_str("nothing_to_roll_back"),
@@ -2515,6 +2518,7 @@ enum, so that clients match on codes the compiler knows.
                 "name_taken" => Ok(Self::NameTaken),
                 "no_commit" => Ok(Self::NoCommit),
                 "no_healthy_deployment" => Ok(Self::NoHealthyDeployment),
+                "no_logs" => Ok(Self::NoLogs),
                 "not_found" => Ok(Self::NotFound),
                 "not_ready" => Ok(Self::NotReady),
                 "nothing_to_roll_back" => Ok(Self::NothingToRollBack),
@@ -3931,6 +3935,163 @@ and not ending with `-`.*/
             value.parse()
         }
     }
+    ///One line an instance printed.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct LogLineView {
+        pub deployment_id: ::uuid::Uuid,
+        pub instance_key: ::std::string::String,
+        pub stream: LogStreamName,
+        pub text: ::std::string::String,
+        ///When its provider recorded it.
+        pub time: ::chrono::DateTime<::chrono::offset::Utc>,
+    }
+    impl LogLineView {
+        pub fn builder() -> builder::LogLineView {
+            Default::default()
+        }
+    }
+    ///A page of a service's logs.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct LogPageView {
+        /**Instances whose lines between the cursor and this page are no longer kept by their
+provider.*/
+        pub gaps: ::std::vec::Vec<::std::string::String>,
+        ///Oldest first.
+        pub lines: ::std::vec::Vec<LogLineView>,
+        ///Instances left out of this page, and why; their lines come once they can be read.
+        pub missing: ::std::vec::Vec<LogsMissing>,
+        ///Where to read on from: give it as `cursor` (or follow).
+        pub next_cursor: ::std::string::String,
+    }
+    impl LogPageView {
+        pub fn builder() -> builder::LogPageView {
+            Default::default()
+        }
+    }
+    ///An event of a service's log stream (Server-Sent Events): `logs`, whose `data` is a page of lines as JSON, sent when there are new lines or the instances left out change
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct LogStreamEvent {
+        ///The event's payload, as JSON
+        pub data: ::std::string::String,
+        pub event: LogStreamEventEvent,
+        ///The page's `next_cursor`: send the last one seen as `Last-Event-ID` to resume
+        pub id: ::std::string::String,
+    }
+    impl LogStreamEvent {
+        pub fn builder() -> builder::LogStreamEvent {
+            Default::default()
+        }
+    }
+    ///`LogStreamEventEvent`
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum LogStreamEventEvent {
+        #[serde(rename = "logs")]
+        Logs,
+    }
+    impl ::std::fmt::Display for LogStreamEventEvent {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Logs => f.write_str("logs"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for LogStreamEventEvent {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "logs" => Ok(Self::Logs),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for LogStreamEventEvent {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for LogStreamEventEvent {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    ///Where a line came from.
+    #[derive(
+        ::serde::Deserialize,
+        ::serde::Serialize,
+        Clone,
+        Copy,
+        Debug,
+        Eq,
+        Hash,
+        Ord,
+        PartialEq,
+        PartialOrd
+    )]
+    pub enum LogStreamName {
+        #[serde(rename = "stdout")]
+        Stdout,
+        #[serde(rename = "stderr")]
+        Stderr,
+        #[serde(rename = "system")]
+        System,
+    }
+    impl ::std::fmt::Display for LogStreamName {
+        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            match *self {
+                Self::Stdout => f.write_str("stdout"),
+                Self::Stderr => f.write_str("stderr"),
+                Self::System => f.write_str("system"),
+            }
+        }
+    }
+    impl ::std::str::FromStr for LogStreamName {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            match value {
+                "stdout" => Ok(Self::Stdout),
+                "stderr" => Ok(Self::Stderr),
+                "system" => Ok(Self::System),
+                _ => Err("invalid value".into()),
+            }
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for LogStreamName {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for LogStreamName {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
     ///Credentials of a password login.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
@@ -3940,6 +4101,21 @@ and not ending with `-`.*/
     }
     impl LoginRequest {
         pub fn builder() -> builder::LoginRequest {
+            Default::default()
+        }
+    }
+    ///An instance whose lines are not in the page, and why.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct LogsMissing {
+        /**The problem code its provider's call came to (`provider_account_suspended`,
+`provider_unavailable`, `no_logs`, ...).*/
+        pub code: ErrorCode,
+        pub detail: ::std::string::String,
+        pub instance_key: ::std::string::String,
+        pub provider: ::std::string::String,
+    }
+    impl LogsMissing {
+        pub fn builder() -> builder::LogsMissing {
             Default::default()
         }
     }
@@ -6869,6 +7045,114 @@ not.*/
         }
     }
     impl<'de> ::serde::Deserialize<'de> for ServiceCreateName {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///`ServiceLogsCursor`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ServiceLogsCursor(::std::string::String);
+    impl ::std::ops::Deref for ServiceLogsCursor {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ServiceLogsCursor> for ::std::string::String {
+        fn from(value: ServiceLogsCursor) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ServiceLogsCursor {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 65536usize {
+                return Err("longer than 65536 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ServiceLogsCursor {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ServiceLogsCursor {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ServiceLogsCursor {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///`ServiceLogsInstance`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ServiceLogsInstance(::std::string::String);
+    impl ::std::ops::Deref for ServiceLogsInstance {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ServiceLogsInstance> for ::std::string::String {
+        fn from(value: ServiceLogsInstance) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ServiceLogsInstance {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 63usize {
+                return Err("longer than 63 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ServiceLogsInstance {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ServiceLogsInstance {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ServiceLogsInstance {
         fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
         where
             D: ::serde::Deserializer<'de>,
@@ -14499,6 +14783,297 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct LogLineView {
+            deployment_id: ::std::result::Result<::uuid::Uuid, ::std::string::String>,
+            instance_key: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            stream: ::std::result::Result<super::LogStreamName, ::std::string::String>,
+            text: ::std::result::Result<::std::string::String, ::std::string::String>,
+            time: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for LogLineView {
+            fn default() -> Self {
+                Self {
+                    deployment_id: Err(
+                        "no value supplied for deployment_id".to_string(),
+                    ),
+                    instance_key: Err("no value supplied for instance_key".to_string()),
+                    stream: Err("no value supplied for stream".to_string()),
+                    text: Err("no value supplied for text".to_string()),
+                    time: Err("no value supplied for time".to_string()),
+                }
+            }
+        }
+        impl LogLineView {
+            pub fn deployment_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::uuid::Uuid>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deployment_id = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for deployment_id: {e}")
+                    });
+                self
+            }
+            pub fn instance_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.instance_key = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for instance_key: {e}")
+                    });
+                self
+            }
+            pub fn stream<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::LogStreamName>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.stream = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for stream: {e}")
+                    });
+                self
+            }
+            pub fn text<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.text = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for text: {e}")
+                    });
+                self
+            }
+            pub fn time<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.time = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for time: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LogLineView> for super::LogLineView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LogLineView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    deployment_id: value.deployment_id?,
+                    instance_key: value.instance_key?,
+                    stream: value.stream?,
+                    text: value.text?,
+                    time: value.time?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LogLineView> for LogLineView {
+            fn from(value: super::LogLineView) -> Self {
+                Self {
+                    deployment_id: Ok(value.deployment_id),
+                    instance_key: Ok(value.instance_key),
+                    stream: Ok(value.stream),
+                    text: Ok(value.text),
+                    time: Ok(value.time),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct LogPageView {
+            gaps: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            lines: ::std::result::Result<
+                ::std::vec::Vec<super::LogLineView>,
+                ::std::string::String,
+            >,
+            missing: ::std::result::Result<
+                ::std::vec::Vec<super::LogsMissing>,
+                ::std::string::String,
+            >,
+            next_cursor: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for LogPageView {
+            fn default() -> Self {
+                Self {
+                    gaps: Err("no value supplied for gaps".to_string()),
+                    lines: Err("no value supplied for lines".to_string()),
+                    missing: Err("no value supplied for missing".to_string()),
+                    next_cursor: Err("no value supplied for next_cursor".to_string()),
+                }
+            }
+        }
+        impl LogPageView {
+            pub fn gaps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.gaps = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for gaps: {e}")
+                    });
+                self
+            }
+            pub fn lines<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::LogLineView>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lines = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for lines: {e}")
+                    });
+                self
+            }
+            pub fn missing<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::LogsMissing>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.missing = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for missing: {e}")
+                    });
+                self
+            }
+            pub fn next_cursor<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.next_cursor = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for next_cursor: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LogPageView> for super::LogPageView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LogPageView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    gaps: value.gaps?,
+                    lines: value.lines?,
+                    missing: value.missing?,
+                    next_cursor: value.next_cursor?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LogPageView> for LogPageView {
+            fn from(value: super::LogPageView) -> Self {
+                Self {
+                    gaps: Ok(value.gaps),
+                    lines: Ok(value.lines),
+                    missing: Ok(value.missing),
+                    next_cursor: Ok(value.next_cursor),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct LogStreamEvent {
+            data: ::std::result::Result<::std::string::String, ::std::string::String>,
+            event: ::std::result::Result<
+                super::LogStreamEventEvent,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for LogStreamEvent {
+            fn default() -> Self {
+                Self {
+                    data: Err("no value supplied for data".to_string()),
+                    event: Err("no value supplied for event".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                }
+            }
+        }
+        impl LogStreamEvent {
+            pub fn data<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.data = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for data: {e}")
+                    });
+                self
+            }
+            pub fn event<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::LogStreamEventEvent>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.event = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for event: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LogStreamEvent> for super::LogStreamEvent {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LogStreamEvent,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    data: value.data?,
+                    event: value.event?,
+                    id: value.id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LogStreamEvent> for LogStreamEvent {
+            fn from(value: super::LogStreamEvent) -> Self {
+                Self {
+                    data: Ok(value.data),
+                    event: Ok(value.event),
+                    id: Ok(value.id),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct LoginRequest {
             email: ::std::result::Result<::std::string::String, ::std::string::String>,
             password: ::std::result::Result<
@@ -14556,6 +15131,102 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 Self {
                     email: Ok(value.email),
                     password: Ok(value.password),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct LogsMissing {
+            code: ::std::result::Result<super::ErrorCode, ::std::string::String>,
+            detail: ::std::result::Result<::std::string::String, ::std::string::String>,
+            instance_key: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            provider: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for LogsMissing {
+            fn default() -> Self {
+                Self {
+                    code: Err("no value supplied for code".to_string()),
+                    detail: Err("no value supplied for detail".to_string()),
+                    instance_key: Err("no value supplied for instance_key".to_string()),
+                    provider: Err("no value supplied for provider".to_string()),
+                }
+            }
+        }
+        impl LogsMissing {
+            pub fn code<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ErrorCode>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.code = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for code: {e}")
+                    });
+                self
+            }
+            pub fn detail<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.detail = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for detail: {e}")
+                    });
+                self
+            }
+            pub fn instance_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.instance_key = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for instance_key: {e}")
+                    });
+                self
+            }
+            pub fn provider<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.provider = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for provider: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LogsMissing> for super::LogsMissing {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LogsMissing,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    code: value.code?,
+                    detail: value.detail?,
+                    instance_key: value.instance_key?,
+                    provider: value.provider?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LogsMissing> for LogsMissing {
+            fn from(value: super::LogsMissing) -> Self {
+                Self {
+                    code: Ok(value.code),
+                    detail: Ok(value.detail),
+                    instance_key: Ok(value.instance_key),
+                    provider: Ok(value.provider),
                 }
             }
         }
@@ -25209,6 +25880,46 @@ let response = client.service_instance_list()
 ```*/
     pub fn service_instance_list(&self) -> builder::ServiceInstanceList<'_> {
         builder::ServiceInstanceList::new(self)
+    }
+    /**A service's logs: the lines its instances printed (those that exist at their providers),
+merged by time, oldest first: the newest lines, or from `since`, or after `cursor`. An
+instance whose provider cannot be read now (suspended, unavailable, without logs) is left
+out and named in `missing`; the others' lines still come
+
+With `Accept: text/event-stream`, the lines are followed: a `logs` event whenever there are
+new lines (or the instances left out change), its `id` the cursor to resume after with
+`Last-Event-ID`. A project has at most 20 followers at once on each server (409
+`limit_reached` past that); a follower whose credential no longer gives access is ended
+within a second.
+
+Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}/logs`
+
+Arguments:
+- `project_id`: Project id
+- `service_id`: Service id
+- `cursor`: Where the previous page ended (its `next_cursor`); a follower's `Last-Event-ID` takes
+its place.
+- `deployment`: Only the instances of this deployment.
+- `instance`: Only this instance (its key).
+- `limit`: Lines in the page: 1 to 1000 (default 100).
+- `since`: Without a cursor: the first lines printed at or after this time (RFC 3339). With
+neither: the newest lines.
+- `last_event_id`: Streams: resume after this event (a page's `next_cursor`)
+```ignore
+let response = client.service_logs()
+    .project_id(project_id)
+    .service_id(service_id)
+    .cursor(cursor)
+    .deployment(deployment)
+    .instance(instance)
+    .limit(limit)
+    .since(since)
+    .last_event_id(last_event_id)
+    .send()
+    .await;
+```*/
+    pub fn service_logs(&self) -> builder::ServiceLogs<'_> {
+        builder::ServiceLogs::new(self)
     }
     /**List a project's webhook endpoints
 
@@ -38973,6 +39684,254 @@ pub mod builder {
                 .build()?;
             let info = OperationInfo {
                 operation_id: "service_instance_list",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                401u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::service_logs`]
+
+[`Client::service_logs`]: super::Client::service_logs*/
+    #[derive(Debug, Clone)]
+    pub struct ServiceLogs<'a> {
+        client: &'a super::Client,
+        project_id: Result<::uuid::Uuid, String>,
+        service_id: Result<::uuid::Uuid, String>,
+        cursor: Result<Option<types::ServiceLogsCursor>, String>,
+        deployment: Result<Option<::uuid::Uuid>, String>,
+        instance: Result<Option<types::ServiceLogsInstance>, String>,
+        limit: Result<Option<::std::num::NonZeroU32>, String>,
+        since: Result<Option<::chrono::DateTime<::chrono::offset::Utc>>, String>,
+        last_event_id: Result<Option<::std::string::String>, String>,
+    }
+    impl<'a> ServiceLogs<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                project_id: Err("project_id was not initialized".to_string()),
+                service_id: Err("service_id was not initialized".to_string()),
+                cursor: Ok(None),
+                deployment: Ok(None),
+                instance: Ok(None),
+                limit: Ok(None),
+                since: Ok(None),
+                last_event_id: Ok(None),
+            }
+        }
+        pub fn project_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.project_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for project_id failed".to_string()
+                });
+            self
+        }
+        pub fn service_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.service_id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for service_id failed".to_string()
+                });
+            self
+        }
+        pub fn cursor<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ServiceLogsCursor>,
+        {
+            self.cursor = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `ServiceLogsCursor` for cursor failed".to_string()
+                });
+            self
+        }
+        pub fn deployment<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::uuid::Uuid>,
+        {
+            self.deployment = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: uuid :: Uuid` for deployment failed".to_string()
+                });
+            self
+        }
+        pub fn instance<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::ServiceLogsInstance>,
+        {
+            self.instance = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `ServiceLogsInstance` for instance failed".to_string()
+                });
+            self
+        }
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::num::NonZeroU32>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: num :: NonZeroU32` for limit failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn since<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+        {
+            self.since = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: chrono :: DateTime < :: chrono :: offset :: Utc >` for since failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn last_event_id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.last_event_id = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for last_event_id failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/v1/projects/{project_id}/services/{service_id}/logs`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::LogPageView>, Error<types::Problem>> {
+            let Self {
+                client,
+                project_id,
+                service_id,
+                cursor,
+                deployment,
+                instance,
+                limit,
+                since,
+                last_event_id,
+            } = self;
+            let project_id = project_id.map_err(Error::InvalidRequest)?;
+            let service_id = service_id.map_err(Error::InvalidRequest)?;
+            let cursor = cursor.map_err(Error::InvalidRequest)?;
+            let deployment = deployment.map_err(Error::InvalidRequest)?;
+            let instance = instance.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let since = since.map_err(Error::InvalidRequest)?;
+            let last_event_id = last_event_id.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/projects/{}/services/{}/logs", client.baseurl, encode_path(&
+                project_id.to_string()), encode_path(& service_id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            if let Some(value) = last_event_id {
+                header_map.append("Last-Event-ID", value.to_string().try_into()?);
+            }
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("cursor", &cursor))
+                .query(&progenitor_client::QueryParam::new("deployment", &deployment))
+                .query(&progenitor_client::QueryParam::new("instance", &instance))
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .query(&progenitor_client::QueryParam::new("since", &since))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "service_logs",
             };
             client.pre(&mut request, &info).await?;
             let result = client.exec(request, &info).await;

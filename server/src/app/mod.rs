@@ -71,6 +71,8 @@ pub struct App {
     pub leases: Arc<cluster::leases::Leases>,
     /// The deployments this server's event streams follow.
     pub deployment_watch: Arc<deploys::watch::DeploymentWatch>,
+    /// Followers of each project's logs on this replica, bounded.
+    pub log_followers: Arc<deploys::logs::LogFollowers>,
     /// Each account's usual sign-in addresses, as this replica last read them.
     pub known_addresses: Arc<identity::sign_in::addresses::KnownAddresses>,
     /// Asks DNS for domains' verification records.

@@ -17,6 +17,7 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::app::deploys::events::{DeploymentEventKind, DeploymentEventView};
+use crate::app::deploys::logs::LogPageView;
 use crate::app::routing::RevisionChanges;
 use bulkhead_routing::SignedSnapshotDoc;
 
@@ -93,6 +94,39 @@ impl ToSchema for DeploymentStreamEvent {
             DeploymentEventView::schema(),
         ));
         DeploymentEventView::schemas(schemas);
+    }
+}
+
+/// An event of a service's log stream: `logs`, a page of lines (and the instances left out).
+pub struct LogStreamEvent;
+
+impl PartialSchema for LogStreamEvent {
+    fn schema() -> RefOr<Schema> {
+        let mut schema = stream_event(
+            one_name("logs"),
+            "The page's `next_cursor`: send the last one seen as `Last-Event-ID` to resume",
+            named::<LogPageView>(),
+        );
+        if let Schema::Object(object) = &mut schema {
+            object.description = Some(
+                "An event of a service's log stream (Server-Sent Events): `logs`, whose `data` \
+                 is a page of lines as JSON, sent when there are new lines or the instances \
+                 left out change"
+                    .into(),
+            );
+        }
+        RefOr::T(schema)
+    }
+}
+
+impl ToSchema for LogStreamEvent {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("LogStreamEvent")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((LogPageView::name().into(), LogPageView::schema()));
+        LogPageView::schemas(schemas);
     }
 }
 

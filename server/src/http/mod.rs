@@ -20,6 +20,7 @@ mod git;
 mod identities;
 mod invitations;
 mod lean;
+mod logs;
 mod members;
 pub mod middleware;
 pub mod openapi_v30;
@@ -100,6 +101,7 @@ fn api_router() -> OpenApiRouter<App> {
         .merge(environments::router())
         .merge(services::router())
         .merge(deployments::router())
+        .merge(logs::router())
         .merge(deploy_pipeline::router())
         .merge(domains::router())
         .merge(git::router())

@@ -40,10 +40,11 @@ pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How long a stream may stay silent before a heartbeat comment is sent.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(15);
 
-/// One event of a stream: its id (the cursor a client resumes after), its type and its data.
+/// One event of a stream: its id (the cursor a client resumes after: a number, or the text
+/// of an opaque cursor), its type and its data.
 #[derive(Debug, Clone)]
-pub struct StreamEvent {
-    pub id: i64,
+pub struct StreamEvent<C = i64> {
+    pub id: C,
     pub kind: String,
     /// JSON text.
     pub data: String,
@@ -51,8 +52,8 @@ pub struct StreamEvent {
 
 /// What a stream's source answered: the events after the cursor, and whether the stream ends
 /// once they are sent.
-pub struct StreamBatch {
-    pub events: Vec<StreamEvent>,
+pub struct StreamBatch<C = i64> {
+    pub events: Vec<StreamEvent<C>>,
     pub finished: bool,
 }
 
@@ -73,6 +74,36 @@ impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
                 .and_then(|text| text.trim().parse::<i64>().ok())
                 .filter(|id| *id >= 0)
                 .map(|id| Self(Some(id)))
+                .ok_or_else(|| {
+                    AppError::new(
+                        ErrorCode::InvalidHeader,
+                        "Last-Event-ID must be the id of an event of this stream",
+                    )
+                }),
+        }
+    }
+}
+
+/// The `Last-Event-ID` of a stream whose ids are opaque cursors: visible ASCII, at most
+/// `LAST_EVENT_TEXT_MAX` bytes.
+#[derive(Debug, Clone, Default)]
+pub struct LastEventText(pub Option<String>);
+
+/// The longest `Last-Event-ID` text taken.
+const LAST_EVENT_TEXT_MAX: usize = 64 * 1024;
+
+impl<S: Send + Sync> FromRequestParts<S> for LastEventText {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get("last-event-id") {
+            None => Ok(Self(None)),
+            Some(value) => value
+                .to_str()
+                .ok()
+                .map(str::trim)
+                .filter(|text| !text.is_empty() && text.len() <= LAST_EVENT_TEXT_MAX)
+                .map(|text| Self(Some(text.to_owned())))
                 .ok_or_else(|| {
                     AppError::new(
                         ErrorCode::InvalidHeader,
@@ -143,25 +174,26 @@ pub fn wants_event_stream(headers: &HeaderMap) -> bool {
 
 /// An event stream starting after `cursor`, woken by `wake`, ended when the server stops
 /// (`stopping` turns true) or when `access` no longer passes: see the module documentation.
-pub fn event_stream<F, Fut>(
-    cursor: Option<i64>,
+pub fn event_stream<C, F, Fut>(
+    cursor: Option<C>,
     wake: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
     access: StreamAccess,
     fetch: F,
 ) -> Response
 where
-    F: FnMut(Option<i64>) -> Fut + Send + 'static,
-    Fut: Future<Output = AppResult<StreamBatch>> + Send + 'static,
+    C: Clone + std::fmt::Display + Send + 'static,
+    F: FnMut(Option<C>) -> Fut + Send + 'static,
+    Fut: Future<Output = AppResult<StreamBatch<C>>> + Send + 'static,
 {
     Sse::new(events(cursor, wake, stopping, access, fetch))
         .keep_alive(KeepAlive::new().interval(HEARTBEAT_EVERY))
         .into_response()
 }
 
-struct Follow<F> {
-    cursor: Option<i64>,
-    pending: VecDeque<StreamEvent>,
+struct Follow<C, F> {
+    cursor: Option<C>,
+    pending: VecDeque<StreamEvent<C>>,
     finished: bool,
     wake: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
@@ -169,16 +201,17 @@ struct Follow<F> {
     fetch: F,
 }
 
-fn events<F, Fut>(
-    cursor: Option<i64>,
+fn events<C, F, Fut>(
+    cursor: Option<C>,
     wake: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
     access: StreamAccess,
     fetch: F,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send
 where
-    F: FnMut(Option<i64>) -> Fut + Send + 'static,
-    Fut: Future<Output = AppResult<StreamBatch>> + Send + 'static,
+    C: Clone + std::fmt::Display + Send + 'static,
+    F: FnMut(Option<C>) -> Fut + Send + 'static,
+    Fut: Future<Output = AppResult<StreamBatch<C>>> + Send + 'static,
 {
     let state = Follow {
         cursor,
@@ -194,11 +227,11 @@ where
         let mut woken = true;
         loop {
             if let Some(next) = state.pending.pop_front() {
-                state.cursor = Some(next.id);
                 let event = Event::default()
                     .id(next.id.to_string())
                     .event(next.kind)
                     .data(next.data);
+                state.cursor = Some(next.id);
                 return Some((Ok(event), state));
             }
             if state.finished || *state.stopping.borrow() {
@@ -216,7 +249,7 @@ where
                 woken = false;
                 // Mark what was seen before reading, so that a write during the read wakes us.
                 state.wake.borrow_and_update();
-                match (state.fetch)(state.cursor).await {
+                match (state.fetch)(state.cursor.clone()).await {
                     Ok(batch) => {
                         state.finished = batch.finished;
                         if !batch.events.is_empty() || batch.finished {

@@ -1,7 +1,7 @@
 //! Deploys: deployments of a service's spec, their events and live streams, the durable queue
 //! of provider operations and its backpressure, placement, make-before-break rollouts,
-//! evacuations, the reconciler that converges instances towards the deployments, and the
-//! health of deployed instances.
+//! evacuations, the reconciler that converges instances towards the deployments, the health
+//! of deployed instances, and their logs.
 //!
 //! Uses `projects` (a service's spec) and `webhooks` (events that webhooks carry); nothing
 //! here is used by `projects` or `identity`.
@@ -11,6 +11,7 @@ pub mod evacuations;
 pub mod events;
 pub mod health;
 pub mod instances;
+pub mod logs;
 pub mod operations;
 pub mod pipeline;
 pub mod placement;

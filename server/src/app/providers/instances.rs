@@ -106,7 +106,7 @@ impl From<Instance> for InstanceView {
 }
 
 /// The HTTP answer for a failed plugin call.
-fn plugin_error_to_api(provider: &str, err: PluginError) -> AppError {
+pub(crate) fn plugin_error_to_api(provider: &str, err: PluginError) -> AppError {
     match err {
         PluginError::Provider(error) => match error {
             ProviderError::Unauthorized(m) => AppError::new(
