@@ -129,13 +129,13 @@ impl Row for types::DeploymentView {
 }
 
 /// The ids of a service named on the command line.
-struct Service {
-    project: Uuid,
-    service: Uuid,
+pub(super) struct Service {
+    pub(super) project: Uuid,
+    pub(super) service: Uuid,
 }
 
 impl ServiceTarget {
-    async fn resolve(&self, connection: &Connection) -> anyhow::Result<Service> {
+    pub(super) async fn resolve(&self, connection: &Connection) -> anyhow::Result<Service> {
         let (project, service) =
             resolve::project_and_service(connection, &self.project, &self.service).await?;
         Ok(Service { project, service })

@@ -91,7 +91,13 @@ async fn stream_read(
     path: &str,
     last_seen: &mut Option<i64>,
 ) -> anyhow::Result<()> {
-    let response = stream_open(connection, path, *last_seen).await?;
+    let response = stream_open(
+        connection,
+        path,
+        last_seen.map(|seen| seen.to_string()),
+        "deployment_event_list",
+    )
+    .await?;
     let mut events = response.bytes_stream().eventsource();
     while let Some(event) = events.next().await {
         let event = event.map_err(|err| {
@@ -110,11 +116,13 @@ async fn stream_read(
     Ok(())
 }
 
-/// Opens the stream; an expired session is refreshed once.
-async fn stream_open(
+/// Opens the event stream at `path` (of operation `operation`) after `last_event`; an expired
+/// session is refreshed once.
+pub(super) async fn stream_open(
     connection: &Connection,
     path: &str,
-    last_seen: Option<i64>,
+    last_event: Option<String>,
+    operation: &str,
 ) -> anyhow::Result<reqwest::Response> {
     let mut refreshed = false;
     loop {
@@ -123,8 +131,8 @@ async fn stream_open(
             .client()
             .get(format!("{}{path}", client.baseurl()))
             .header(reqwest::header::ACCEPT, "text/event-stream");
-        if let Some(seen) = last_seen {
-            request = request.header("last-event-id", seen.to_string());
+        if let Some(seen) = &last_event {
+            request = request.header("last-event-id", seen);
         }
         let response = request.send().await.map_err(|err| {
             connection.server_move_on("gave no answer");
@@ -132,7 +140,7 @@ async fn stream_open(
         })?;
         let status = response.status().as_u16();
         if connection.args.verbose {
-            eprintln!("bulkhead: deployment_event_list (event stream) -> {status}");
+            eprintln!("bulkhead: {operation} (event stream) -> {status}");
         }
         if matches!(status, 502..=504) {
             connection.server_move_on(&format!("answered {}", response.status()));

@@ -18,6 +18,7 @@ mod follow;
 mod limits;
 mod listing;
 mod login;
+mod logs;
 mod members;
 mod output;
 mod projects;
@@ -60,6 +61,8 @@ pub enum ClientCommand {
     Tokens(tokens::TokensArgs),
     /// The caps on what you (or a project) may hold, and how much is used.
     Limits(limits::LimitsArgs),
+    /// What a service's instances print: the newest lines, from a time, or followed.
+    Logs(logs::LogsArgs),
     /// The control plane's replicas and the leader of each kind of background work.
     Status(status::StatusArgs),
 }
@@ -81,6 +84,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Routes(args) => routes::routes(args).await,
         ClientCommand::Tokens(args) => tokens::tokens(args).await,
         ClientCommand::Limits(args) => limits::limits(args).await,
+        ClientCommand::Logs(args) => logs::logs(args).await,
         ClientCommand::Status(args) => status::status(args).await,
     }
 }

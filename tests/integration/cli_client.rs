@@ -116,6 +116,23 @@ impl Cli {
         }
     }
 
+    /// Starts `bulkhead` with the arguments of `line` without waiting for it (a follower),
+    /// its stdout piped; it is killed when dropped.
+    pub fn spawn(&self, line: &str) -> tokio::process::Child {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bulkhead"))
+            .args(shell_words::split(line).unwrap())
+            .env_remove("BULKHEAD_URL")
+            .env_remove("BULKHEAD_TOKEN")
+            .env("BULKHEAD_CONFIG_DIR", self.config.path().join("bulkhead"))
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+
     /// Logs in as `email`, with [`PASSWORD`] on stdin.
     pub async fn login(&self, s: &TestServer, email: &str) {
         let line = format!("login --server {} --email {email} --password-stdin", s.base);

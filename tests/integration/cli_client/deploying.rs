@@ -2,6 +2,7 @@
 //! other client commands show along the way.
 
 use serde_json::json;
+use tokio::io::AsyncBufReadExt;
 
 use super::{Cli, row, stored};
 use crate::support::{ADMIN_TOKEN, TestServer, eventually, platform};
@@ -114,6 +115,58 @@ async fn a_user_deploys_from_scratch_with_the_cli(s: TestServer) {
         "{}",
         followed.stdout
     );
+
+    // The service's output: the newest lines (python's access log of the agent's health
+    // checks, every 3 s, on stderr), a deployment's from a time as JSON, and followed.
+    let logs = cli.run("logs -p shop -s web -n 1000").await;
+    assert!(
+        logs.ok()
+            .lines()
+            .any(|line| line.contains(" stderr ") && line.contains("\"GET / HTTP/1.1\" 200")),
+        "{}",
+        logs.stdout
+    );
+    // Paged one line at a time: the deployment's instance has said it started, and answered
+    // a health check, within seconds.
+    let started = std::time::Instant::now();
+    let lines = loop {
+        let of_deployment = cli
+            .run("logs -p shop -s web --deployment 2 --since 10m -n 1 --output json")
+            .await;
+        let lines: Vec<serde_json::Value> = of_deployment
+            .ok()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        if lines.len() >= 2 {
+            break lines;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{}",
+            of_deployment.stdout
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert!(lines.iter().all(|line| line["deployment_id"] == deployment));
+    cli.run("logs -p shop -s web --since soon").await.exits(2);
+    cli.run("logs -p shop -s web -n 0").await.exits(2);
+    cli.run("logs -p shop -s web --deployment 99")
+        .await
+        .exits(5);
+    let mut follower = cli.spawn("logs -p shop -s web -n 1 --follow");
+    let mut printed = tokio::io::BufReader::new(follower.stdout.take().unwrap()).lines();
+    let mut seen = 0;
+    while seen < 2 {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), printed.next_line())
+            .await
+            .expect("followed lines keep coming")
+            .unwrap()
+            .expect("the follower goes on");
+        assert!(line.contains("GET / HTTP/1.1"), "{line}");
+        seen += 1;
+    }
+    drop(follower);
 
     // The caps, with what is used: the project's, and the user's own.
     let limits = cli.run("limits -p shop").await;
