@@ -236,6 +236,11 @@ await step("deploy from the UI and watch it turn healthy live (TTI)", async () =
   for (const p of PROVIDERS) {
     await instances.getByRole("row").filter({ has: page.getByRole("cell", { name: p, exact: true }) }).filter({ has: page.getByRole("cell", { name: "healthy", exact: true }) }).first().waitFor({ timeout: 30_000 });
   }
+  // The instances' output, live: python's access log of the health checks, on stderr.
+  const output = page.getByRole("log", { name: "Logs of the service" });
+  await output.locator("li.stderr").filter({ hasText: "GET / HTTP/1.1" }).first().waitFor({ timeout: 20_000 });
+  const shownLines = await output.locator("li").count();
+  await output.locator("li").nth(shownLines).waitFor({ timeout: 20_000 });
   await shot(page, "service");
 });
 

@@ -18,6 +18,7 @@ import { atLeast, useMe, useProjectRole } from "../me";
 import { usePoll } from "../poll";
 import { href } from "../router";
 import { announce, Checkbox, Field, Loading, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
+import { Logs } from "./logs";
 import { parseCommand, parseProviders, providersText, sourceText } from "./spec";
 
 function finished(state: string): boolean {
@@ -220,6 +221,8 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
           </Table>
         )}
       </Section>
+
+      <Logs projectId={projectId} serviceId={serviceId} />
 
       {s ? <Spec service={s} /> : <Loading what="the service" />}
       {s && canDeploy ? (

@@ -78,6 +78,10 @@ export type ProviderHealth = Schemas["ProviderHealth"];
 export type DeploymentState = Schemas["DeploymentState"];
 export type DeploymentEventKind = Schemas["DeploymentEventKind"];
 export type DeploymentStreamEvent = Schemas["DeploymentStreamEvent"];
+export type LogPageView = Schemas["LogPageView"];
+export type LogLineView = Schemas["LogLineView"];
+export type LogsMissing = Schemas["LogsMissing"];
+export type LogStreamEvent = Schemas["LogStreamEvent"];
 export type DeployedInstanceState = Schemas["DeployedInstanceState"];
 export type DeployedInstanceHealth = Schemas["DeployedInstanceHealth"];
 export type ProviderState = Schemas["ProviderState"];
@@ -206,6 +210,62 @@ export async function* deploymentEvents(
   try {
     for await (const message of serverSentEvents(reader, signal)) {
       yield JSON.parse(message.data) as DeploymentEventView;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+}
+
+/** The path of a service's logs (a page of JSON, or Server-Sent Events). */
+export const SERVICE_LOGS_PATH =
+  "/v1/projects/{project_id}/services/{service_id}/logs" satisfies keyof paths;
+type ServiceLogsOperation = paths[typeof SERVICE_LOGS_PATH]["get"];
+// Fails to compile unless the document says this operation answers an event stream.
+export type _ServiceLogsStreamDeclared = ServiceLogsOperation["responses"][200]["content"]["text/event-stream"];
+
+/** Which service's logs: `project_id`, `service_id`. */
+export type ServiceRef = ServiceLogsOperation["parameters"]["path"];
+
+/** What to follow of a service's logs, and from where. */
+export type LogFollowOptions = Omit<NonNullable<ServiceLogsOperation["parameters"]["query"]>, "limit"> & {
+  /** Ends the stream (the generator returns). */
+  signal?: AbortSignal;
+};
+
+/**
+ * Follows a service's logs as Server-Sent Events: a page of new lines whenever there are some
+ * (or the instances left out change), from `options.cursor` (the `next_cursor` of the last
+ * page seen: resume with it after a dropped connection), or else from `options.since`, or
+ * else from now. The generator returns when `options.signal` is aborted or the connection
+ * drops. Throws a `ProblemError` when the API refuses.
+ */
+export async function* serviceLogs(
+  client: BulkheadClient,
+  service: ServiceRef,
+  options: LogFollowOptions = {},
+): AsyncGenerator<LogPageView, void, undefined> {
+  const { signal, ...query } = options;
+  const { data, error, response } = await client.GET(SERVICE_LOGS_PATH, {
+    params: { path: service, query },
+    headers: { Accept: "text/event-stream" },
+    parseAs: "stream",
+    ...(signal === undefined ? {} : { signal }),
+  });
+  if (error !== undefined || !response.ok) {
+    if (isProblem(error)) {
+      throw new ProblemError(error, response.status);
+    }
+    throw new Error(`${response.status} from ${response.url}: ${JSON.stringify(error)}`);
+  }
+  const type = response.headers.get("content-type") ?? "";
+  if (!type.startsWith("text/event-stream") || data == null) {
+    await response.body?.cancel();
+    throw new Error(`expected an event stream from ${response.url}, got ${type || "no body"}`);
+  }
+  const reader = data.pipeThrough(new TextDecoderStream()).getReader();
+  try {
+    for await (const message of serverSentEvents(reader, signal)) {
+      yield JSON.parse(message.data) as LogPageView;
     }
   } finally {
     await reader.cancel().catch(() => undefined);

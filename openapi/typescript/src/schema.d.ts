@@ -1077,6 +1077,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/projects/{project_id}/services/{service_id}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A service's logs: the lines its instances printed (those that exist at their providers),
+         *     merged by time, oldest first: the newest lines, or from `since`, or after `cursor`. An
+         *     instance whose provider cannot be read now (suspended, unavailable, without logs) is left
+         *     out and named in `missing`; the others' lines still come.
+         * @description With `Accept: text/event-stream`, the lines are followed: a `logs` event whenever there are
+         *     new lines (or the instances left out change), its `id` the cursor to resume after with
+         *     `Last-Event-ID`. A project has at most 20 followers at once on each server (409
+         *     `limit_reached` past that); a follower whose credential no longer gives access is ended
+         *     within a second.
+         */
+        get: operations["service_logs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/projects/{project_id}/webhooks": {
         parameters: {
             query?: never;
@@ -2085,7 +2112,7 @@ export interface components {
          *     `snake_case`, and a unit test checks that this is the code.)
          * @enum {string}
          */
-        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "future_delivery" | "hostname_taken" | "identity_not_linked" | "identity_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_signature" | "invalid_spec" | "last_owner" | "limit_reached" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_commit" | "no_healthy_deployment" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "sign_in_failed" | "sign_in_unavailable" | "stale_delivery" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
+        ErrorCode: "already_exists" | "already_invited" | "already_member" | "bad_request" | "body_too_large" | "body_unreadable" | "busy" | "configuration_missing" | "conflict" | "csrf_failed" | "deployment_finished" | "dns_unavailable" | "domain_unverified" | "edge_owned" | "email_taken" | "environment_not_empty" | "error" | "evacuation_running" | "forbidden" | "future_delivery" | "hostname_taken" | "identity_not_linked" | "identity_taken" | "idempotency_in_progress" | "idempotency_key_reused" | "instance_not_found" | "instances_running" | "insufficient_scope" | "internal" | "invalid_body" | "invalid_cursor" | "invalid_header" | "invalid_path" | "invalid_query" | "invalid_request" | "invalid_signature" | "invalid_spec" | "last_owner" | "limit_reached" | "malformed_json" | "method_not_allowed" | "name_taken" | "no_commit" | "no_healthy_deployment" | "no_logs" | "not_found" | "not_ready" | "nothing_to_roll_back" | "password_changed" | "plugin_exists" | "plugin_failed" | "plugin_rejected" | "plugin_unhealthy" | "precondition_failed" | "provider_account_suspended" | "provider_changed" | "provider_disabled" | "provider_drained" | "provider_error" | "provider_exists" | "provider_forbidden" | "provider_misconfigured" | "provider_not_serving" | "provider_quota_exceeded" | "provider_rate_limited" | "provider_timeout" | "provider_unauthorized" | "provider_unavailable" | "routing_history_gone" | "routing_key_active" | "routing_table_not_ready" | "session_required" | "sign_in_failed" | "sign_in_unavailable" | "stale_delivery" | "timeout" | "too_many_attempts" | "unauthenticated" | "unsupported_media_type" | "version_exists";
         /**
          * @description The state of an evacuation.
          * @enum {string}
@@ -2422,11 +2449,63 @@ export interface components {
          * @enum {string}
          */
         ListOrder: "asc" | "desc";
+        /** @description One line an instance printed. */
+        LogLineView: {
+            /**
+             * Format: date-time
+             * @description When its provider recorded it.
+             */
+            time: string;
+            instance_key: string;
+            /** Format: uuid */
+            deployment_id: string;
+            stream: components["schemas"]["LogStreamName"];
+            text: string;
+        };
+        /** @description A page of a service's logs. */
+        LogPageView: {
+            /** @description Oldest first. */
+            lines: components["schemas"]["LogLineView"][];
+            /** @description Where to read on from: give it as `cursor` (or follow). */
+            next_cursor: string;
+            /** @description Instances left out of this page, and why; their lines come once they can be read. */
+            missing: components["schemas"]["LogsMissing"][];
+            /**
+             * @description Instances whose lines between the cursor and this page are no longer kept by their
+             *     provider.
+             */
+            gaps: string[];
+        };
+        /** @description An event of a service's log stream (Server-Sent Events): `logs`, whose `data` is a page of lines as JSON, sent when there are new lines or the instances left out change */
+        LogStreamEvent: {
+            /** @description The page's `next_cursor`: send the last one seen as `Last-Event-ID` to resume */
+            id: string;
+            /** @enum {string} */
+            event: "logs";
+            /** @description The event's payload, as JSON */
+            data: string;
+        };
+        /**
+         * @description Where a line came from.
+         * @enum {string}
+         */
+        LogStreamName: "stdout" | "stderr" | "system";
         /** @description Credentials of a password login. */
         LoginRequest: {
             email: string;
             /** Format: password */
             password: string;
+        };
+        /** @description An instance whose lines are not in the page, and why. */
+        LogsMissing: {
+            instance_key: string;
+            provider: string;
+            /**
+             * @description The problem code its provider's call came to (`provider_account_suspended`,
+             *     `provider_unavailable`, `no_logs`, ...).
+             */
+            code: components["schemas"]["ErrorCode"];
+            detail: string;
         };
         /** @description Changes to the caller's own account; absent fields are unchanged. */
         MeUpdate: {
@@ -12520,6 +12599,124 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid credential */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Role or token scope insufficient */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request timed out */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid values */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unreachable from this replica */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    service_logs: {
+        parameters: {
+            query?: {
+                /** @description Only the instances of this deployment. */
+                deployment?: string;
+                /** @description Only this instance (its key). */
+                instance?: string;
+                /**
+                 * @description Without a cursor: the first lines printed at or after this time (RFC 3339). With
+                 *     neither: the newest lines.
+                 */
+                since?: string;
+                /**
+                 * @description Where the previous page ended (its `next_cursor`); a follower's `Last-Event-ID` takes
+                 *     its place.
+                 */
+                cursor?: string;
+                /** @description Lines in the page: 1 to 1000 (default 100). */
+                limit?: number;
+            };
+            header?: {
+                /** @description Streams: resume after this event (a page's `next_cursor`) */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                /** @description Project id */
+                project_id: string;
+                /** @description Service id */
+                service_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Lines */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogPageView"];
+                    "text/event-stream": components["schemas"]["LogStreamEvent"];
+                };
             };
             /** @description Malformed request, or a `cursor` that this list did not return (`invalid_cursor`) */
             400: {
