@@ -58,14 +58,30 @@ fn settings(data_dir: &Path, slots: u32) -> AgentSettings {
 }
 
 /// An agent whose workloads run as users of their own: uids of a block that no other agent
-/// holds (the tests run in parallel, and agents never share uids).
+/// holds (the tests run in parallel, and agents never share uids), out of [`shared_uids`].
 async fn start_agent(data_dir: &Path, slots: u32) -> RunningAgent {
     require_root();
-    let agent = bulkhead_agent::start_in_free_uids(settings(data_dir, slots))
+    let mut settings = settings(data_dir, slots);
+    settings.workload_uids = shared_uids();
+    let agent = bulkhead_agent::start_in_free_uids(settings)
         .await
         .expect("the agent starts");
     uids_of(&agent);
     agent
+}
+
+/// The uids the agents of most tests take their blocks from.
+fn shared_uids() -> UidRange {
+    UidRange::new(60600, 60999).unwrap()
+}
+
+/// An agent on uids of its test's own, which it takes again when restarted: a block out of
+/// [`shared_uids`], so that no other test's agent takes it while this one restarts.
+async fn start_agent_on(data_dir: &Path, slots: u32, first_uid: u32) -> RunningAgent {
+    require_root();
+    let uids = UidRange::new(first_uid, first_uid + slots - 1).unwrap();
+    assert!(!shared_uids().contains(uids.first()));
+    restart_agent(data_dir, slots, uids).await
 }
 
 /// An agent on the uids `uids` (an agent restarting on the same data directory keeps them).
@@ -377,7 +393,7 @@ async fn a_workload_runs_answers_and_is_restarted_when_killed() {
 async fn a_restarted_agent_re_adopts_its_workloads_under_their_uids() {
     require_python();
     let dir = tempfile::tempdir().unwrap();
-    let agent = start_agent(dir.path(), 16).await;
+    let agent = start_agent_on(dir.path(), 16, 61000).await;
     let uids = uids_of(&agent);
     let client = Client::new(&agent);
     assert_eq!(client.put("site", HTTP_SERVER).await.0, StatusCode::CREATED);
@@ -880,7 +896,7 @@ async fn the_data_directory_is_the_agents_and_workload_directories_their_own() {
     let parent = tempfile::tempdir().unwrap();
     std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data_dir = parent.path().join("agent");
-    let agent = start_agent(&data_dir, 4).await;
+    let agent = start_agent_on(&data_dir, 4, 61050).await;
     let client = Client::new(&agent);
     let (status, view) = client.put("quiet", "sleep 300").await;
     assert_eq!(status, StatusCode::CREATED, "{view}");
