@@ -11,6 +11,7 @@ use bulkhead_simulators::faults::FaultState;
 use crate::clouds::fault_set;
 use crate::db_tests;
 use crate::deployments::{deploy, deployment_wait};
+use crate::revocation::{ended_by, stream_open};
 use crate::support::{TestServer, eventually, platform};
 
 db_tests!(
@@ -285,6 +286,35 @@ async fn a_service_s_lines_reach_its_readers_and_followers_only(s: TestServer) {
         .await
         .unwrap();
     assert_eq!(bad_resume.status(), 400);
+
+    // A follower removed from the project is cut off within a second.
+    let project = service.split('/').nth(3).unwrap().to_owned();
+    s.user_create("viewer-logs@example.com").await;
+    s.member_add(&project, "viewer-logs@example.com", "viewer")
+        .await;
+    let viewer = s.login("viewer-logs@example.com").await;
+    let viewer_access = viewer["access_token"].as_str().unwrap().to_owned();
+    let viewer_id = s.get("/v1/me", &viewer_access).await.assert_status(200)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stream = stream_open(&s, &logs, &viewer_access).await;
+    ended_by(
+        stream,
+        async || {
+            s.delete(
+                &format!("/v1/projects/{project}/members/{viewer_id}"),
+                &owner,
+            )
+            .await
+            .assert_status(204);
+        },
+        "a removed member",
+    )
+    .await;
+    s.get(&logs, &viewer_access)
+        .await
+        .assert_problem(404, "not_found");
 
     // A project's followers are bounded.
     let mut open = Vec::new();

@@ -28,7 +28,7 @@ db_tests!(
 const WITHIN: Duration = Duration::from_secs(1);
 
 /// Opens an event stream at `path` as `token` and reads until its first event arrives.
-async fn stream_open(s: &TestServer, path: &str, token: &str) -> reqwest::Response {
+pub async fn stream_open(s: &TestServer, path: &str, token: &str) -> reqwest::Response {
     let mut response = s
         .http
         .get(s.url(path))
@@ -66,7 +66,7 @@ async fn ends_within(mut response: reqwest::Response, within: Duration) -> Optio
 /// one that ends it), then that it ends within [`WITHIN`] of `revoke`'s answer (the
 /// revocation is committed by then; the time the request itself takes on a loaded machine
 /// is not the stream's).
-async fn ended_by(response: reqwest::Response, revoke: impl AsyncFnOnce(), what: &str) {
+pub async fn ended_by(response: reqwest::Response, revoke: impl AsyncFnOnce(), what: &str) {
     let (response, quiet) = {
         let mut response = response;
         let quiet = tokio::time::timeout(Duration::from_millis(1500), async {

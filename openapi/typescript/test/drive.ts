@@ -17,6 +17,7 @@ import {
   createBulkheadClient,
   deploymentEvents,
   FINISHED_DEPLOYMENT_STATES,
+  serviceLogs,
   type BulkheadClient,
   type DeployedInstanceView,
   type DeploymentEventKind,
@@ -284,6 +285,30 @@ async function main(): Promise<void> {
     }
     log(`instance ${instance.instance_key} on ${instance.provider} (${instance.region}) answers at ${instance.address}`);
   }
+
+  // The service's logs, followed from before the deployment: the simulated clouds' instances
+  // printed the requests just made (the metal workload prints nothing), and no secret shows.
+  const clouds = instances.filter((i) => i.provider !== "metal").map((i) => i.instance_key);
+  const printedBy = new Set<string>();
+  const logStop = new AbortController();
+  const logTimer = setTimeout(() => logStop.abort(), 30_000);
+  try {
+    const since = new Date(Date.now() - 600_000).toISOString();
+    for await (const page of serviceLogs(api, { project_id, service_id }, { since, signal: logStop.signal })) {
+      check(!JSON.stringify(page).includes(SECRET), "a secret in the logs");
+      check(page.missing.length === 0, `instances missing from the logs: ${JSON.stringify(page.missing)}`);
+      for (const line of page.lines) {
+        if (line.text.startsWith("GET / ")) printedBy.add(line.instance_key);
+      }
+      if (clouds.every((key) => printedBy.has(key))) break;
+    }
+  } catch (err) {
+    if (!logStop.signal.aborted) throw err;
+  } finally {
+    clearTimeout(logTimer);
+  }
+  check(clouds.every((key) => printedBy.has(key)), `no request line in the logs of ${clouds.filter((k) => !printedBy.has(k)).join(", ")}`);
+  log(`logs followed: the requests' lines of ${[...printedBy].join(", ")}`);
 
   const listed = ok(
     "listing the service's instances",
