@@ -212,14 +212,7 @@ async fn a_service_s_lines_reach_its_readers_and_followers_only(s: TestServer) {
     assert!(texts(other_deployment.assert_status(200)).is_empty());
 
     // A follower gets a line as it is printed, then resumes after the last event it saw.
-    let mut follower = s
-        .http
-        .get(s.url(&logs))
-        .bearer_auth(&owner)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let mut follower = follow(&s, &logs, &owner, None).await;
     assert_eq!(follower.status(), 200);
     assert_eq!(follower.headers()["content-type"], "text/event-stream");
     let printed = Instant::now();
@@ -236,15 +229,7 @@ async fn a_service_s_lines_reach_its_readers_and_followers_only(s: TestServer) {
     assert_eq!(followed["instance_key"], instances[1].0.as_str());
     drop(follower);
     let _ = crate::support::get(format!("http://{}/after-reconnect", instances[0].1)).await;
-    let mut resumed = s
-        .http
-        .get(s.url(&logs))
-        .bearer_auth(&owner)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", &last_id)
-        .send()
-        .await
-        .unwrap();
+    let mut resumed = follow(&s, &logs, &owner, Some(&last_id)).await;
     let (_, event) = event_with(&mut resumed, "GET /after-reconnect 200").await;
     assert!(
         !texts(&event).iter().any(|text| text == "GET /followed 200"),
@@ -276,15 +261,7 @@ async fn a_service_s_lines_reach_its_readers_and_followers_only(s: TestServer) {
         );
         assert_eq!(refused.body["code"], code, "{query}: {}", refused.text);
     }
-    let bad_resume = s
-        .http
-        .get(s.url(&logs))
-        .bearer_auth(&owner)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", "garbage")
-        .send()
-        .await
-        .unwrap();
+    let bad_resume = follow(&s, &logs, &owner, Some("garbage")).await;
     assert_eq!(bad_resume.status(), 400);
 
     // A follower removed from the project is cut off within a second.
@@ -319,38 +296,17 @@ async fn a_service_s_lines_reach_its_readers_and_followers_only(s: TestServer) {
     // A project's followers are bounded.
     let mut open = Vec::new();
     for _ in 0..20 {
-        let follower = s
-            .http
-            .get(s.url(&logs))
-            .bearer_auth(&owner)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
+        let follower = follow(&s, &logs, &owner, None).await;
         assert_eq!(follower.status(), 200);
         open.push(follower);
     }
-    let one_more = s
-        .http
-        .get(s.url(&logs))
-        .bearer_auth(&owner)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let one_more = follow(&s, &logs, &owner, None).await;
     assert_eq!(one_more.status(), 409);
     let refused: Value = one_more.json().await.unwrap();
     assert_eq!(refused["code"], "limit_reached");
     drop(open);
     eventually("a follower's place given back", async || {
-        let follower = s
-            .http
-            .get(s.url(&logs))
-            .bearer_auth(&owner)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
+        let follower = follow(&s, &logs, &owner, None).await;
         follower.status() == 200
     })
     .await;
@@ -385,14 +341,7 @@ async fn logs_of_three_clouds_degrade_per_provider_and_lose_nothing(s: TestServe
         )
     };
     let logs = format!("{service}/logs");
-    let mut follower = s
-        .http
-        .get(s.url(&logs))
-        .bearer_auth(&owner)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let mut follower = follow(&s, &logs, &owner, None).await;
     assert_eq!(follower.status(), 200);
     for provider in providers {
         let (key, address) = on(provider);
@@ -457,6 +406,24 @@ async fn logs_of_three_clouds_degrade_per_provider_and_lose_nothing(s: TestServe
     let (_, event) = event_with(&mut follower, "GET /during-outage 200").await;
     assert_eq!(event["missing"], json!([]), "{event}");
     platform.shutdown().await;
+}
+
+/// Opens a follower of `logs` as `token`, resuming after `last_event_id`.
+async fn follow(
+    s: &TestServer,
+    logs: &str,
+    token: &str,
+    last_event_id: Option<&str>,
+) -> reqwest::Response {
+    let mut request = s
+        .http
+        .get(s.url(logs))
+        .bearer_auth(token)
+        .header("accept", "text/event-stream");
+    if let Some(last) = last_event_id {
+        request = request.header("last-event-id", last);
+    }
+    request.send().await.unwrap()
 }
 
 /// Reads `stream` until a `logs` event holds a line `text`; returns its id and data.

@@ -27,8 +27,13 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
         return;
     }
     let postgres = OwnPostgres::start();
-    let a = TestServer::replica_start(Backend::Postgres, &postgres.url()).await;
-    let b = TestServer::replica_start(Backend::Postgres, &postgres.url()).await;
+    // The writers make a project every 20 ms each for as long as the restart takes: more than
+    // one user may own by default.
+    let unlimited = |settings: &mut bulkhead::config::Settings| {
+        settings.limits.projects_per_user = 100_000;
+    };
+    let a = TestServer::replica_start_with(Backend::Postgres, &postgres.url(), unlimited).await;
+    let b = TestServer::replica_start_with(Backend::Postgres, &postgres.url(), unlimited).await;
     let (a, b) = (Arc::new(a), Arc::new(b));
 
     // Writes through both replicas, one at a time each, for the whole test.

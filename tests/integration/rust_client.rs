@@ -714,6 +714,23 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .any(|i| i.address == instances[0].address),
         "{on_metal:?}"
     );
+    // What the instance printed: the agent's note that it started, as a page of its logs.
+    let logs = alice_client
+        .service_logs()
+        .project_id(project.id)
+        .service_id(service.id)
+        .limit(1000)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        logs.lines
+            .iter()
+            .any(|line| line.stream == types::LogStreamName::System
+                && line.instance_key == instances[0].instance_key),
+        "{logs:?}"
+    );
+    assert!(logs.missing.is_empty(), "{logs:?}");
     // A second deployment, rolled back to the first (the last that became healthy).
     let second = alice_client
         .deployment_create()

@@ -189,12 +189,26 @@ export async function* deploymentEvents(
 ): AsyncGenerator<DeploymentEventView, void, undefined> {
   const { signal } = options;
   const query = options.after === undefined ? {} : { after: options.after };
-  const { data, error, response } = await client.GET(DEPLOYMENT_EVENTS_PATH, {
+  const answer = await client.GET(DEPLOYMENT_EVENTS_PATH, {
     params: { path: deployment, query },
     headers: { Accept: "text/event-stream" },
     parseAs: "stream",
     ...(signal === undefined ? {} : { signal }),
   });
+  for await (const data of eventData(answer, signal)) {
+    yield JSON.parse(data) as DeploymentEventView;
+  }
+}
+
+/**
+ * The `data` of each event of an answer that should be an event stream; throws a
+ * `ProblemError` when the API refused, an `Error` when the answer is not an event stream.
+ */
+async function* eventData(
+  answer: { data?: ReadableStream<Uint8Array<ArrayBuffer>> | null; error?: unknown; response: Response },
+  signal: AbortSignal | undefined,
+): AsyncGenerator<string, void, undefined> {
+  const { data, error, response } = answer;
   if (error !== undefined || !response.ok) {
     if (isProblem(error)) {
       throw new ProblemError(error, response.status);
@@ -209,7 +223,7 @@ export async function* deploymentEvents(
   const reader = data.pipeThrough(new TextDecoderStream()).getReader();
   try {
     for await (const message of serverSentEvents(reader, signal)) {
-      yield JSON.parse(message.data) as DeploymentEventView;
+      yield message.data;
     }
   } finally {
     await reader.cancel().catch(() => undefined);
@@ -245,30 +259,14 @@ export async function* serviceLogs(
   options: LogFollowOptions = {},
 ): AsyncGenerator<LogPageView, void, undefined> {
   const { signal, ...query } = options;
-  const { data, error, response } = await client.GET(SERVICE_LOGS_PATH, {
+  const answer = await client.GET(SERVICE_LOGS_PATH, {
     params: { path: service, query },
     headers: { Accept: "text/event-stream" },
     parseAs: "stream",
     ...(signal === undefined ? {} : { signal }),
   });
-  if (error !== undefined || !response.ok) {
-    if (isProblem(error)) {
-      throw new ProblemError(error, response.status);
-    }
-    throw new Error(`${response.status} from ${response.url}: ${JSON.stringify(error)}`);
-  }
-  const type = response.headers.get("content-type") ?? "";
-  if (!type.startsWith("text/event-stream") || data == null) {
-    await response.body?.cancel();
-    throw new Error(`expected an event stream from ${response.url}, got ${type || "no body"}`);
-  }
-  const reader = data.pipeThrough(new TextDecoderStream()).getReader();
-  try {
-    for await (const message of serverSentEvents(reader, signal)) {
-      yield JSON.parse(message.data) as LogPageView;
-    }
-  } finally {
-    await reader.cancel().catch(() => undefined);
+  for await (const data of eventData(answer, signal)) {
+    yield JSON.parse(data) as LogPageView;
   }
 }
 
