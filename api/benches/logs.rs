@@ -4,7 +4,8 @@
 //! A service of 10, then 100 instances on gcp (simulated instances, which print at once), and
 //! one of 10 instances of `bulkhead hello` on metal (real processes on the host agent, which
 //! reads their output every 100 ms). For each, 50 lines are printed one after the other, each
-//! by another instance, and timed until they arrive:
+//! by another instance and after a pause of 0 to 1 s (so that prints fall at every point of
+//! the follower's cycle, not just after its last read), and timed until they arrive:
 //!
 //! - through a follower of the service's logs (Server-Sent Events: the server asks every
 //!   instance's provider every 500 ms, merging their pages);
@@ -96,6 +97,11 @@ async fn print(
     }
 }
 
+/// The pause before the `n`th print: spread over 0 to 1 s, the same in every run.
+fn pause(n: usize) -> Duration {
+    Duration::from_millis((n as u64 * 379) % 1000)
+}
+
 /// Reads `stream` until a `logs` event holds `text`.
 async fn event_with(stream: &mut reqwest::Response, buffer: &mut String, text: &str) {
     loop {
@@ -152,6 +158,13 @@ async fn measure(platform: &DevPlatform, api: &Api, cloud: Cloud, replicas: u32,
         .await;
         event_with(&mut stream, &mut buffer, &text).await;
         followed.push(started.elapsed());
+        if std::env::var_os("BENCH_VERBOSE").is_some() {
+            eprintln!(
+                "{label} followed {n}: pause {:?}, {:?}",
+                pause(n),
+                started.elapsed()
+            );
+        }
     }
     drop(stream);
 
@@ -165,6 +178,7 @@ async fn measure(platform: &DevPlatform, api: &Api, cloud: Cloud, replicas: u32,
     let mut polled = Vec::with_capacity(LINES);
     for n in 0..LINES {
         let instance = &instances[n % instances.len()];
+        tokio::time::sleep(pause(n)).await;
         let started = Instant::now();
         let text = print(platform, &api.http, cloud, instance, &format!("polled-{n}")).await;
         'found: loop {

@@ -52,21 +52,37 @@ pub async fn deployment_follow(
 ) -> anyhow::Result<types::DeploymentView> {
     let path = format!("/v1/projects/{project}/services/{service}/deployments/{deployment}/events");
     let mut last_seen = None;
+    let mut ended = None;
+    reconnecting(connection, &mut last_seen, async |last_seen| {
+        stream_read(connection, &path, last_seen).await?;
+        // The server ends the stream once the deployment has finished, or when it stops.
+        let now = deployment_view(connection, project, service, deployment).await?;
+        let finished = FINISHED.contains(&now.state);
+        ended = Some(now);
+        Ok(finished)
+    })
+    .await?;
+    Ok(ended.expect("read once it finished"))
+}
+
+/// Reads an event stream with `read` (from `cursor`, which it moves on) until `read` says the
+/// stream is over; reopens it after a pause when it ends or drops, and gives up after
+/// [`RECONNECTS`] drops in a row that did not move the cursor, or at any other failure.
+pub(super) async fn reconnecting<C: Clone + PartialEq>(
+    connection: &Connection,
+    cursor: &mut C,
+    mut read: impl AsyncFnMut(&mut C) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
     let mut failures = 0;
     loop {
-        let before = last_seen;
-        let ended = stream_read(connection, &path, &mut last_seen).await;
-        if last_seen != before {
+        let before = cursor.clone();
+        let outcome = read(cursor).await;
+        if *cursor != before {
             failures = 0;
         }
-        match ended {
-            // The server ends the stream once the deployment has finished, or when it stops.
-            Ok(()) => {
-                let now = deployment_view(connection, project, service, deployment).await?;
-                if FINISHED.contains(&now.state) {
-                    return Ok(now);
-                }
-            }
+        match outcome {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
             Err(err) if Exit::of_error(&err) != Exit::Unavailable => return Err(err),
             Err(err) => {
                 failures += 1;

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::connection::{Connection, GlobalArgs};
 use super::deployments::ServiceTarget;
 use super::exit::{Exit, Failure, fail};
-use super::follow::stream_open;
+use super::follow::{reconnecting, stream_open};
 use super::output::OutputFormat;
 
 #[derive(clap::Args)]
@@ -62,9 +62,6 @@ fn duration_parse(text: &str) -> Result<Duration, String> {
     };
     Ok(Duration::from_secs(number.saturating_mul(seconds)))
 }
-
-/// Reconnections in a row that may fail before following gives up.
-const RECONNECTS: u32 = 10;
 
 pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
     let connection = Connection::open(&args.global)?;
@@ -127,31 +124,11 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
         "/v1/projects/{project}/services/{service}/logs?{}",
         query.join("&")
     );
-    let mut failures = 0;
-    loop {
-        let before = cursor.clone();
-        let ended = stream_read(&connection, &path, &mut cursor, &mut missing, format).await;
-        if cursor != before {
-            failures = 0;
-        }
-        match ended {
-            Ok(()) => {}
-            Err(err) if Exit::of_error(&err) != Exit::Unavailable => return Err(err),
-            Err(err) => {
-                failures += 1;
-                if failures > RECONNECTS {
-                    return Err(err);
-                }
-                if connection.args.verbose {
-                    eprintln!("bulkhead: the log stream dropped ({err:#}); reconnecting");
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(
-            200 + 500 * u64::from(failures.min(6)),
-        ))
-        .await;
-    }
+    reconnecting(&connection, &mut cursor, async |cursor| {
+        stream_read(&connection, &path, cursor, &mut missing, format).await?;
+        Ok(false) // followed until interrupted
+    })
+    .await
 }
 
 /// Reads the log stream once, after `cursor`, printing each page; `Ok` when it ended.
