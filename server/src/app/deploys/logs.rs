@@ -35,7 +35,7 @@ use uuid::Uuid;
 use crate::app::App;
 use crate::app::deploys::instances as states;
 use crate::app::projects::scoped::scoped_find;
-use crate::authz::{Principal, ProjectRole, Scope};
+use crate::authz::Principal;
 use crate::entity::{instance, service};
 use crate::error::{AppError, AppResult, ErrorCode};
 use crate::ids::{DeploymentId, ProjectId, ServiceId};
@@ -280,14 +280,6 @@ impl Drop for FollowerPermit {
     }
 }
 
-fn read_scope(principal: &Principal) -> Scope {
-    if principal.has_scope(Scope::Read) {
-        Scope::Read
-    } else {
-        Scope::Deploy
-    }
-}
-
 fn ms_of(time: DateTime<Utc>) -> u64 {
     u64::try_from(time.timestamp_millis()).unwrap_or(0)
 }
@@ -343,21 +335,14 @@ impl App {
         })
     }
 
-    /// Whether `principal` may (still) read `project_id`'s logs: a viewer, with a `read` or
-    /// `deploy` token.
+    /// Whether `principal` may (still) read `project_id`'s logs: as its deployments' events, a
+    /// viewer, with a `read` or `deploy` token.
     pub async fn service_logs_allowed(
         &self,
         principal: &Principal,
         project_id: ProjectId,
     ) -> AppResult<()> {
-        self.project_authorize(
-            principal,
-            project_id,
-            ProjectRole::Viewer,
-            read_scope(principal),
-        )
-        .await
-        .map(|_| ())
+        self.deployment_stream_allowed(principal, project_id).await
     }
 
     /// The instances `read` covers that may have output at their provider.
