@@ -111,6 +111,13 @@ async fn event_with(stream: &mut reqwest::Response, buffer: &mut String, text: &
                 continue;
             };
             let page: Value = serde_json::from_str(data.trim()).unwrap();
+            if std::env::var_os("BENCH_VERBOSE").is_some() {
+                eprintln!(
+                    "event: {} lines, missing {}",
+                    page["lines"].as_array().map_or(0, Vec::len),
+                    page["missing"]
+                );
+            }
             if page["lines"]
                 .as_array()
                 .unwrap()
