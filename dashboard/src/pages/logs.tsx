@@ -1,8 +1,9 @@
 import type { JSX } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 
-import { ProblemError, serviceLogs, type LogLineView, type LogPageView, type LogsMissing, type Problem } from "@bulkhead/client";
+import { ProblemError, serviceLogs, type LogLineView, type LogPageView, type LogsMissing } from "@bulkhead/client";
 import { api, toProblem } from "../api";
+import { useFollowed } from "../stream";
 import { ProblemAlert, Section, Time } from "../ui";
 
 /** Lines kept on the page; older ones scroll away. */
@@ -16,8 +17,6 @@ const KEPT = 2000;
 export function Logs(props: { projectId: string; serviceId: string }): JSX.Element {
   const [lines, setLines] = useState<LogLineView[]>([]);
   const [missing, setMissing] = useState<LogsMissing[]>([]);
-  const [status, setStatus] = useState("connecting");
-  const [problem, setProblem] = useState<Problem | undefined>(undefined);
   const logRef = useRef<HTMLDivElement>(null);
   // Keep the newest line in view, unless the reader scrolled up.
   useEffect(() => {
@@ -25,89 +24,33 @@ export function Logs(props: { projectId: string; serviceId: string }): JSX.Eleme
     if (el !== null && el.scrollHeight - el.scrollTop - el.clientHeight < 80) el.scrollTop = el.scrollHeight;
   }, [lines]);
 
-  useEffect(() => {
-    let stopped = false;
-    let cursor: string | undefined;
-    let controller: AbortController | undefined;
-    let wake: (() => void) | undefined;
-    const path = { project_id: props.projectId, service_id: props.serviceId };
-    const sleep = (ms: number): Promise<void> =>
-      new Promise((resolve) => {
-        const t = setTimeout(resolve, ms);
-        wake = () => {
-          clearTimeout(t);
-          resolve();
-        };
+  // Where the last page ended: a reconnection reads on from there.
+  const cursor = useRef<string | undefined>(undefined);
+  const path = { project_id: props.projectId, service_id: props.serviceId };
+  const add = (more: LogLineView[]): void => {
+    if (more.length > 0) setLines((prev) => [...prev, ...more].slice(-KEPT));
+  };
+  const { status, problem } = useFollowed(async (signal, live) => {
+    if (cursor.current === undefined) {
+      // The newest lines first, then follow from there.
+      const { data, error, response } = await api.GET("/v1/projects/{project_id}/services/{service_id}/logs", {
+        params: { path, query: { limit: 200 } },
+        signal,
       });
-    const onVisibility = (): void => {
-      if (document.hidden) controller?.abort();
-      else wake?.();
-    };
-    document.addEventListener("visibilitychange", onVisibility);
-    const add = (more: LogLineView[]): void => {
-      if (more.length > 0) setLines((prev) => [...prev, ...more].slice(-KEPT));
-    };
-
-    void (async () => {
-      let backoff = 500;
-      while (!stopped) {
-        if (document.hidden) {
-          setStatus("paused while the tab is hidden");
-          await sleep(60_000);
-          continue;
-        }
-        controller = new AbortController();
-        try {
-          if (cursor === undefined) {
-            // The newest lines first, then follow from there.
-            const { data, error, response } = await api.GET("/v1/projects/{project_id}/services/{service_id}/logs", {
-              params: { path, query: { limit: 200 } },
-              signal: controller.signal,
-            });
-            if (error !== undefined || data === undefined) throw new ProblemError(toProblem(error, response), response.status);
-            // Without `Accept: text/event-stream`, the answer is a page of JSON.
-            const page = data as LogPageView;
-            add(page.lines);
-            setMissing(page.missing);
-            cursor = page.next_cursor;
-          }
-          setStatus(lines.length > 0 ? "reconnecting" : "connecting");
-          let first = true;
-          for await (const page of serviceLogs(api, path, { cursor, signal: controller.signal })) {
-            if (first) {
-              setStatus("live");
-              setProblem(undefined);
-              first = false;
-            }
-            backoff = 500;
-            add(page.lines);
-            setMissing(page.missing);
-            cursor = page.next_cursor;
-          }
-          if (stopped) return;
-          if (controller.signal.aborted) continue; // hidden: resume when visible
-        } catch (e) {
-          if (stopped) return;
-          if (controller.signal.aborted) continue;
-          if (e instanceof ProblemError) {
-            setProblem(e.problem);
-            if (e.status === 403 || e.status === 404) {
-              setStatus("refused");
-              return;
-            }
-          }
-          setStatus("disconnected: retrying");
-        }
-        await sleep(backoff);
-        backoff = Math.min(backoff * 2, 5_000);
-      }
-    })();
-    return () => {
-      stopped = true;
-      controller?.abort();
-      wake?.();
-      document.removeEventListener("visibilitychange", onVisibility);
-    };
+      if (error !== undefined || data === undefined) throw new ProblemError(toProblem(error, response), response.status);
+      // Without `Accept: text/event-stream`, the answer is a page of JSON.
+      const page = data as LogPageView;
+      add(page.lines);
+      setMissing(page.missing);
+      cursor.current = page.next_cursor;
+    }
+    for await (const page of serviceLogs(api, path, { cursor: cursor.current, signal })) {
+      live();
+      add(page.lines);
+      setMissing(page.missing);
+      cursor.current = page.next_cursor;
+    }
+    return "again";
   }, [props.projectId, props.serviceId]);
 
   return (

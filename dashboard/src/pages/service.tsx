@@ -4,11 +4,9 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import {
   deploymentEvents,
   FINISHED_DEPLOYMENT_STATES,
-  ProblemError,
   type DeploymentEventView,
   type DeploymentState,
   type DeploymentView,
-  type Problem,
   type ServiceUpdate,
   type ServiceView,
   type VariableInput,
@@ -17,6 +15,7 @@ import { api, idempotencyKey, must, toProblem } from "../api";
 import { atLeast, useMe, useProjectRole } from "../me";
 import { usePoll } from "../poll";
 import { href } from "../router";
+import { useFollowed } from "../stream";
 import { announce, Checkbox, Field, Loading, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
 import { Logs } from "./logs";
 import { parseCommand, parseProviders, providersText, sourceText } from "./spec";
@@ -222,7 +221,7 @@ export function Service({ projectId, serviceId }: { projectId: string; serviceId
         )}
       </Section>
 
-      <Logs projectId={projectId} serviceId={serviceId} />
+      <Logs key={serviceId} projectId={projectId} serviceId={serviceId} />
 
       {s ? <Spec service={s} /> : <Loading what="the service" />}
       {s && canDeploy ? (
@@ -378,8 +377,6 @@ function EditSpec(props: { service: ServiceView; etag: string | undefined; proje
 function EventStream(props: { projectId: string; serviceId: string; deployment: DeploymentView; onChange: () => void }): JSX.Element {
   const d = props.deployment;
   const [events, setEvents] = useState<DeploymentEventView[]>([]);
-  const [status, setStatus] = useState("connecting");
-  const [problem, setProblem] = useState<Problem | undefined>(undefined);
   const onChange = useRef(props.onChange);
   onChange.current = props.onChange;
   const logRef = useRef<HTMLDivElement>(null);
@@ -389,86 +386,27 @@ function EventStream(props: { projectId: string; serviceId: string; deployment: 
     if (el !== null && el.scrollHeight - el.scrollTop - el.clientHeight < 80) el.scrollTop = el.scrollHeight;
   }, [events.length]);
 
-  useEffect(() => {
-    let stopped = false;
-    let lastSeq = 0;
-    let controller: AbortController | undefined;
-    let wake: (() => void) | undefined;
-    const ref = { project_id: props.projectId, service_id: props.serviceId, deployment_id: d.id };
-    const sleep = (ms: number): Promise<void> =>
-      new Promise((resolve) => {
-        const t = setTimeout(resolve, ms);
-        wake = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
-    const onVisibility = (): void => {
-      if (document.hidden) controller?.abort();
-      else wake?.();
-    };
-    document.addEventListener("visibilitychange", onVisibility);
-
-    const isFinished = async (): Promise<boolean> => {
-      const { data } = await api.GET("/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}", { params: { path: ref } });
-      return data !== undefined && finished(data.state);
-    };
-
-    void (async () => {
-      let backoff = 500;
-      while (!stopped) {
-        if (document.hidden) {
-          setStatus("paused while the tab is hidden");
-          await sleep(60_000);
-          continue;
-        }
-        controller = new AbortController();
-        setStatus(lastSeq > 0 ? "reconnecting" : "connecting");
-        try {
-          const stream = deploymentEvents(api, ref, lastSeq > 0 ? { after: lastSeq, signal: controller.signal } : { signal: controller.signal });
-          let first = true;
-          for await (const ev of stream) {
-            if (first) {
-              setStatus("live");
-              setProblem(undefined);
-              first = false;
-            }
-            backoff = 500;
-            if (ev.seq <= lastSeq) continue;
-            lastSeq = ev.seq;
-            setEvents((prev) => [...prev, ev]);
-            if (ev.kind.startsWith("deployment.")) onChange.current();
-          }
-          if (stopped) return;
-          if (controller.signal.aborted) continue; // hidden: resume when visible
-          setStatus("live");
-          if (await isFinished()) {
-            setStatus("ended: the deployment has finished");
-            onChange.current();
-            return;
-          }
-        } catch (e) {
-          if (stopped) return;
-          if (controller.signal.aborted) continue;
-          if (e instanceof ProblemError) {
-            setProblem(e.problem);
-            if (e.status === 403 || e.status === 404) {
-              setStatus("refused");
-              return;
-            }
-          }
-          setStatus("disconnected: retrying");
-        }
-        await sleep(backoff);
-        backoff = Math.min(backoff * 2, 5_000);
-      }
-    })();
-    return () => {
-      stopped = true;
-      controller?.abort();
-      wake?.();
-      document.removeEventListener("visibilitychange", onVisibility);
-    };
+  // The last event seen: a reconnection reads on after it.
+  const lastSeq = useRef(0);
+  const ref = { project_id: props.projectId, service_id: props.serviceId, deployment_id: d.id };
+  const { status, problem, setStatus } = useFollowed(async (signal, live) => {
+    const after = lastSeq.current > 0 ? { after: lastSeq.current } : {};
+    for await (const ev of deploymentEvents(api, ref, { ...after, signal })) {
+      live();
+      if (ev.seq <= lastSeq.current) continue;
+      lastSeq.current = ev.seq;
+      setEvents((prev) => [...prev, ev]);
+      if (ev.kind.startsWith("deployment.")) onChange.current();
+    }
+    if (signal.aborted) return "again";
+    // The server ends the stream once the deployment has finished (or when it stops).
+    const { data } = await api.GET("/v1/projects/{project_id}/services/{service_id}/deployments/{deployment_id}", { params: { path: ref } });
+    if (data !== undefined && finished(data.state)) {
+      setStatus("ended: the deployment has finished");
+      onChange.current();
+      return "done";
+    }
+    return "again";
   }, [d.id]);
 
   return (
