@@ -385,6 +385,13 @@ async fn logs_of_three_clouds_degrade_per_provider_and_lose_nothing(s: TestServe
     let missing = event["missing"].as_array().unwrap();
     assert_eq!(missing.len(), 1, "{event}");
     assert_eq!(missing[0]["provider"], "gcp");
+    // What the cloud answered names the platform's account: operators only.
+    let detail = missing[0]["detail"].as_str().unwrap();
+    assert!(
+        !detail.contains(bulkhead::dev::GCP_PROJECT) && !detail.contains("HTTP"),
+        "{detail}"
+    );
+    assert!(detail.starts_with("provider `gcp` "), "{detail}");
     assert!(
         ["provider_account_suspended", "provider_unavailable"]
             .contains(&missing[0]["code"].as_str().unwrap()),

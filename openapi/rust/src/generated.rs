@@ -4110,6 +4110,8 @@ provider.*/
         /**The problem code its provider's call came to (`provider_account_suspended`,
 `provider_unavailable`, `no_logs`, ...).*/
         pub code: ErrorCode,
+        /**What the code means, in a sentence. Never the provider's own answer, which names the
+platform's accounts, hosts and resources: operators find it in the provider's events.*/
         pub detail: ::std::string::String,
         pub instance_key: ::std::string::String,
         pub provider: ::std::string::String,

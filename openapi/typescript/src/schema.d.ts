@@ -2505,6 +2505,10 @@ export interface components {
              *     `provider_unavailable`, `no_logs`, ...).
              */
             code: components["schemas"]["ErrorCode"];
+            /**
+             * @description What the code means, in a sentence. Never the provider's own answer, which names the
+             *     platform's accounts, hosts and resources: operators find it in the provider's events.
+             */
             detail: string;
         };
         /** @description Changes to the caller's own account; absent fields are unchanged. */

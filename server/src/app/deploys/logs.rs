@@ -121,7 +121,30 @@ pub struct LogsMissing {
     /// The problem code its provider's call came to (`provider_account_suspended`,
     /// `provider_unavailable`, `no_logs`, ...).
     pub code: ErrorCode,
+    /// What the code means, in a sentence. Never the provider's own answer, which names the
+    /// platform's accounts, hosts and resources: operators find it in the provider's events.
     pub detail: String,
+}
+
+impl LogsMissing {
+    fn new(instance_key: &str, provider: &str, code: ErrorCode) -> Self {
+        use ErrorCode::*;
+        let why = match code {
+            NoLogs => "keeps no logs",
+            ProviderAccountSuspended => "reports its account suspended",
+            ProviderDisabled => "is disabled",
+            ProviderNotServing | ProviderUnavailable | ProviderRateLimited | ProviderTimeout => {
+                "cannot be read now"
+            }
+            _ => "could not read this instance's lines",
+        };
+        Self {
+            instance_key: instance_key.to_owned(),
+            provider: provider.to_owned(),
+            code,
+            detail: format!("provider `{provider}` {why} ({code})"),
+        }
+    }
 }
 
 /// A page of a service's logs.
@@ -410,23 +433,21 @@ impl App {
                             Ok(read) => reads.push(read),
                             Err((index, err)) => {
                                 if err.code != ErrorCode::NotFound {
-                                    missing.push(LogsMissing {
-                                        instance_key: sources[index].key.clone(),
-                                        provider: provider.to_owned(),
-                                        code: err.code,
-                                        detail: err.detail.clone(),
-                                    });
+                                    missing.push(LogsMissing::new(
+                                        &sources[index].key,
+                                        provider,
+                                        err.code,
+                                    ));
                                 }
                             }
                         }
                     }
                 }
-                Err(err) => missing.extend(indexes.iter().map(|&index| LogsMissing {
-                    instance_key: sources[index].key.clone(),
-                    provider: provider.to_owned(),
-                    code: err.code,
-                    detail: err.detail.clone(),
-                })),
+                Err(err) => missing.extend(
+                    indexes
+                        .iter()
+                        .map(|&index| LogsMissing::new(&sources[index].key, provider, err.code)),
+                ),
             }
         }
         Ok(merge(&sources, cursor, reads, missing, read.limit, newest))
