@@ -187,17 +187,7 @@ async fn deployment_event_list(
     let cursor = last_event_id.0.or(params.after);
     let wake = app.deployment_watch.follow(id);
     let stopping = app.stopping.clone();
-    let access = {
-        let app = app.clone();
-        StreamAccess::new(
-            &app.clone(),
-            bearer,
-            Box::new(move |principal| {
-                let app = app.clone();
-                Box::pin(async move { app.deployment_stream_allowed(&principal, project_id).await })
-            }),
-        )
-    };
+    let access = StreamAccess::project_reader(&app, bearer, project_id);
     Ok(event_stream(cursor, wake, stopping, access, move |after| {
         let app = app.clone();
         async move {

@@ -71,17 +71,7 @@ async fn service_logs(
             }
         }
     });
-    let access = {
-        let app = app.clone();
-        StreamAccess::new(
-            &app.clone(),
-            bearer,
-            Box::new(move |principal| {
-                let app = app.clone();
-                Box::pin(async move { app.service_logs_allowed(&principal, project_id).await })
-            }),
-        )
-    };
+    let access = StreamAccess::project_reader(&app, bearer, project_id);
     let stopping = app.stopping.clone();
     let follow = std::sync::Arc::new(tokio::sync::Mutex::new(follow));
     Ok(event_stream(

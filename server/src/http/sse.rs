@@ -33,6 +33,7 @@ use tokio::sync::watch;
 use crate::app::App;
 use crate::authz::Principal;
 use crate::error::{AppError, AppResult, ErrorCode};
+use crate::ids::ProjectId;
 
 /// How often a stream checks its credential again without being told of a change (its
 /// expiry); its source is read only when its `wake` moves.
@@ -141,6 +142,21 @@ impl StreamAccess {
             changes: app.changes.auth.subscribe(),
             check,
         }
+    }
+
+    /// The access of a reader of one project's streams (its deployments' events, its services'
+    /// logs): a viewer with a `read` or `deploy` token, as
+    /// [`App::project_stream_allowed`] says.
+    pub fn project_reader(app: &App, bearer: BearerCredential, project_id: ProjectId) -> Self {
+        let checked = app.clone();
+        Self::new(
+            app,
+            bearer,
+            Box::new(move |principal| {
+                let app = checked.clone();
+                Box::pin(async move { app.project_stream_allowed(&principal, project_id).await })
+            }),
+        )
     }
 
     /// Whether the credential still passes the stream's check.

@@ -371,10 +371,10 @@ impl App {
         deployment_find(&self.db, service_id, id).await
     }
 
-    /// Whether `principal` may still follow the events of a deployment of `project_id` whose
-    /// stream it opened (checked again while the stream lasts; a deployment never moves to
-    /// another project, so the project's access is what can change).
-    pub async fn deployment_stream_allowed(
+    /// Whether `principal` may (still) read `project_id`'s streams: its deployments' events and
+    /// its services' logs (checked again while a stream lasts; a deployment or a service never
+    /// moves to another project, so the project's access is what can change).
+    pub async fn project_stream_allowed(
         &self,
         principal: &Principal,
         project_id: ProjectId,

@@ -232,9 +232,9 @@ impl LogRead {
         Ok(())
     }
 
-    /// Reads on from where `page` ended.
-    fn after(&mut self, page: &LogPageView) {
-        self.cursor = ServiceCursor::decode(&page.next_cursor).ok();
+    /// Reads on from `cursor` (where the last page ended).
+    fn after(&mut self, cursor: ServiceCursor) {
+        self.cursor = Some(cursor);
     }
 }
 
@@ -323,7 +323,7 @@ impl App {
         service_id: ServiceId,
         params: LogParams,
     ) -> AppResult<LogRead> {
-        self.service_logs_allowed(principal, project_id).await?;
+        self.project_stream_allowed(principal, project_id).await?;
         scoped_find::<service::Entity>(&self.db, project_id, service_id).await?;
         let limit = params.limit.unwrap_or(LINES_DEFAULT);
         if !(1..=LINES_MAX).contains(&limit) {
@@ -358,16 +358,6 @@ impl App {
         })
     }
 
-    /// Whether `principal` may (still) read `project_id`'s logs: as its deployments' events, a
-    /// viewer, with a `read` or `deploy` token.
-    pub async fn service_logs_allowed(
-        &self,
-        principal: &Principal,
-        project_id: ProjectId,
-    ) -> AppResult<()> {
-        self.deployment_stream_allowed(principal, project_id).await
-    }
-
     /// The instances `read` covers that may have output at their provider.
     async fn log_sources(&self, read: &LogRead) -> AppResult<Vec<Source>> {
         let mut select = instance::Entity::find()
@@ -395,6 +385,11 @@ impl App {
 
     /// A page of the service's logs (see the module documentation).
     pub async fn service_logs(&self, read: &LogRead) -> AppResult<LogPageView> {
+        Ok(self.service_logs_read(read).await?.0)
+    }
+
+    /// A page of the service's logs, and the cursor after it.
+    async fn service_logs_read(&self, read: &LogRead) -> AppResult<(LogPageView, ServiceCursor)> {
         let sources = self.log_sources(read).await?;
         let newest = read.cursor.is_none() && read.since_ms.is_none();
         let cursor = read.cursor.clone().unwrap_or_else(|| ServiceCursor {
@@ -561,7 +556,7 @@ fn merge(
     mut missing: Vec<LogsMissing>,
     limit: u32,
     newest: bool,
-) -> LogPageView {
+) -> (LogPageView, ServiceCursor) {
     // Past the earliest last line of a full page, another line of that instance may come first.
     let horizon = reads
         .iter()
@@ -630,12 +625,13 @@ fn merge(
         .instances
         .retain(|key, _| sources.iter().any(|source| &source.key == key));
     missing.sort_by(|a, b| a.instance_key.cmp(&b.instance_key));
-    LogPageView {
+    let page = LogPageView {
         lines,
         next_cursor: cursor.encode(),
         missing,
         gaps,
-    }
+    };
+    (page, cursor)
 }
 
 /// A follower's reads: each from where the last ended.
@@ -658,8 +654,8 @@ impl LogFollow {
     /// The next page, and whether it has anything new to say (lines, or other missing
     /// instances).
     pub async fn next(&mut self, app: &App) -> AppResult<Option<LogPageView>> {
-        let page = app.service_logs(&self.read).await?;
-        self.read.after(&page);
+        let (page, cursor) = app.service_logs_read(&self.read).await?;
+        self.read.after(cursor);
         let news = !page.lines.is_empty() || page.missing != self.missing || !page.gaps.is_empty();
         self.missing = page.missing.clone();
         Ok(news.then_some(page))
@@ -713,7 +709,7 @@ mod tests {
                 "b-next",
             ),
         ];
-        let page = merge(&sources, ServiceCursor::default(), reads, vec![], 10, false);
+        let (page, _) = merge(&sources, ServiceCursor::default(), reads, vec![], 10, false);
         // a's page was full: b9 may come after a's next lines, so it waits.
         assert_eq!(texts(&page), ["a1", "b2", "b3", "a5"]);
         let cursor = ServiceCursor::decode(&page.next_cursor).unwrap();
@@ -731,7 +727,7 @@ mod tests {
             false,
             "n3",
         )];
-        let page = merge(&sources, ServiceCursor::default(), reads, vec![], 2, false);
+        let (page, _) = merge(&sources, ServiceCursor::default(), reads, vec![], 2, false);
         assert_eq!(texts(&page), ["1", "2"]);
         let cursor = ServiceCursor::decode(&page.next_cursor).unwrap();
         assert_eq!(
@@ -748,7 +744,7 @@ mod tests {
             gap: false,
         };
         let read = instance_read(0, cursor.instances["web-a"].clone(), 4, again);
-        let page = merge(&sources, cursor, vec![read], vec![], 2, false);
+        let (page, _) = merge(&sources, cursor, vec![read], vec![], 2, false);
         assert_eq!(texts(&page), ["3"]);
         let cursor = ServiceCursor::decode(&page.next_cursor).unwrap();
         assert_eq!(cursor.instances["web-a"].after.as_deref(), Some("n3"));
@@ -762,7 +758,7 @@ mod tests {
             read(0, vec![line(1, "a1"), line(5, "a5")], true, "a"),
             read(1, vec![line(2, "b2"), line(9, "b9")], true, "b"),
         ];
-        let page = merge(&sources, ServiceCursor::default(), reads, vec![], 3, true);
+        let (page, _) = merge(&sources, ServiceCursor::default(), reads, vec![], 3, true);
         assert_eq!(texts(&page), ["b2", "a5", "b9"]);
         let cursor = ServiceCursor::decode(&page.next_cursor).unwrap();
         assert_eq!(cursor.instances["web-a"].after.as_deref(), Some("a"));
