@@ -187,6 +187,31 @@ impl LogRequest {
         }
     }
 
+    /// The newest of `items` (oldest first) that fit the request's bounds, for a page without
+    /// a cursor: the last `max_lines`, and `max_bytes` of text counted from the newest (a newest
+    /// line alone longer than that is cut). `line` finds each item's line (an item may carry
+    /// more, such as the position a cursor is made from).
+    pub fn newest<T>(&self, mut items: Vec<T>, line: impl Fn(&mut T) -> &mut LogLine) -> Vec<T> {
+        let mut bytes = 0usize;
+        let mut first = items.len();
+        while first > 0 && items.len() - first < self.max_lines as usize {
+            let size = line(&mut items[first - 1]).text.len();
+            if bytes + size > self.max_bytes as usize && first < items.len() {
+                break;
+            }
+            bytes += size;
+            first -= 1;
+        }
+        let mut kept = items.split_off(first);
+        if let [only] = kept.as_mut_slice() {
+            let only = line(only);
+            if let Some(cut) = self.bounded([only.clone()]).pop() {
+                *only = cut;
+            }
+        }
+        kept
+    }
+
     /// The lines of `lines` (oldest first) that fit the request's bounds, from the first: at
     /// most `max_lines`, and `max_bytes` of text in all (a first line longer than that is cut).
     pub fn bounded(&self, lines: impl IntoIterator<Item = LogLine>) -> Vec<LogLine> {
@@ -452,7 +477,7 @@ pub mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::ProviderError;
+    use super::{LogLine, LogRequest, LogStream, ProviderError};
 
     #[test]
     fn typed_config_access_names_what_is_missing_or_wrong() {
@@ -485,6 +510,29 @@ mod tests {
             super::testing::logs_take(),
             [(super::LogLevel::Trace, "step 1".to_owned())]
         );
+    }
+
+    #[test]
+    fn the_newest_lines_that_fit_are_kept_counting_from_the_newest() {
+        let line = |text: &str| LogLine {
+            time_ms: 0,
+            stream: LogStream::Stdout,
+            text: text.into(),
+        };
+        let lines = || vec![line("aaaa"), line("bb"), line("c"), line("dddddd")];
+        let texts = |kept: Vec<LogLine>| kept.into_iter().map(|l| l.text).collect::<Vec<_>>();
+        let mut request = LogRequest::new(None, 2);
+        assert_eq!(texts(request.newest(lines(), |l| l)), ["c", "dddddd"]);
+        request.max_lines = 10;
+        request.max_bytes = 9;
+        assert_eq!(texts(request.newest(lines(), |l| l)), ["bb", "c", "dddddd"]);
+        request.max_bytes = 3;
+        assert_eq!(
+            texts(request.newest(lines(), |l| l)),
+            ["ddd"],
+            "a newest line alone is cut"
+        );
+        assert!(request.newest(Vec::<LogLine>::new(), |l| l).is_empty());
     }
 
     #[test]

@@ -389,7 +389,7 @@ pub fn logs(
         (None, None) => {
             let stdout = client.read_newest(&stdout_name, want)?;
             let stderr = client.read_newest(&stderr_name, want)?;
-            let lines = newest_fitting(request, merged(&stdout, &stderr));
+            let lines = request.newest(merged(&stdout, &stderr), |(_, line)| line);
             let at = |read: &StreamRead| StreamCursor {
                 from: read.next.clone().map_or(From::Since(0), From::Token),
                 skip: 0,
@@ -424,31 +424,6 @@ pub fn logs(
         next,
         gap: false,
     })
-}
-
-/// The newest of `lines` (oldest first) that fit the request: the last `max-lines`, and
-/// `max-bytes` counted from the newest (a newest line alone too long is cut).
-fn newest_fitting(
-    request: &LogRequest,
-    mut lines: Vec<(LogStream, LogLine)>,
-) -> Vec<(LogStream, LogLine)> {
-    let mut bytes = 0usize;
-    let mut first = lines.len();
-    while first > 0 && lines.len() - first < request.max_lines as usize {
-        let size = lines[first - 1].1.text.len();
-        if bytes + size > request.max_bytes as usize && first < lines.len() {
-            break;
-        }
-        bytes += size;
-        first -= 1;
-    }
-    let mut kept = lines.split_off(first);
-    if let [(_, only)] = kept.as_mut_slice()
-        && let Some(cut) = request.bounded([only.clone()]).pop()
-    {
-        *only = cut;
-    }
-    kept
 }
 
 #[cfg(test)]

@@ -276,7 +276,7 @@ pub(crate) fn logs(instance_key: &str, request: &LogRequest) -> Result<LogPage, 
             let page = client.entries_list(&query(&filter, "timestamp desc", max_lines))?;
             let mut read: Vec<Read> = page.entries.into_iter().filter_map(Entry::read).collect();
             read.reverse();
-            let read = newest_fitting(request, read);
+            let read = request.newest(read, |read| &mut read.line);
             let next = Cursor(None).after(&read).render();
             return Ok(LogPage {
                 lines: read.into_iter().map(|entry| entry.line).collect(),
@@ -331,28 +331,6 @@ pub(crate) fn logs(instance_key: &str, request: &LogRequest) -> Result<LogPage, 
         next,
         gap: false,
     })
-}
-
-/// The newest lines of `read` (oldest first) that fit the request: the last `max-lines`, and
-/// `max-bytes` in all counted from the newest (a newest line alone too long is cut).
-fn newest_fitting(request: &LogRequest, mut read: Vec<Read>) -> Vec<Read> {
-    let mut bytes = 0usize;
-    let mut first = read.len();
-    while first > 0 && read.len() - first < request.max_lines as usize {
-        let size = read[first - 1].line.text.len();
-        if bytes + size > request.max_bytes as usize && first < read.len() {
-            break;
-        }
-        bytes += size;
-        first -= 1;
-    }
-    let mut kept = read.split_off(first);
-    if let [only] = kept.as_mut_slice()
-        && let Some(cut) = request.bounded([only.line.clone()]).pop()
-    {
-        only.line = cut;
-    }
-    kept
 }
 
 /// Nanoseconds since the Unix epoch of an RFC 3339 time (`2026-05-01T10:20:30.123456789Z`,
