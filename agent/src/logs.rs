@@ -225,10 +225,16 @@ impl LogDir {
 
     /// Reads the new complete lines of `key`'s output files into its log.
     pub(crate) fn collect(&self, key: &str) -> std::io::Result<()> {
-        let outputs = SOURCES
-            .iter()
-            .map(|(extension, _)| self.path(key, extension));
-        if !outputs.into_iter().any(|path| path.exists()) {
+        let known = self
+            .workloads
+            .lock()
+            .expect("not poisoned")
+            .contains_key(key);
+        if !known
+            && !SOURCES
+                .iter()
+                .any(|(extension, _)| self.path(key, extension).exists())
+        {
             return Ok(()); // removed, or never started
         }
         let workload = self.workload(key);
@@ -242,25 +248,23 @@ impl LogDir {
         let mut moved = false;
         for (index, (extension, stream)) in SOURCES.iter().enumerate() {
             let read = &mut log.position.read[index];
-            let mut file = match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.path(key, extension))
-            {
-                Ok(file) => file,
+            let path = self.path(key, extension);
+            // A stat per file and tick; the file is opened only when it grew.
+            let length = match std::fs::metadata(&path) {
+                Ok(metadata) => metadata.len(),
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(err) => return Err(err),
             };
-            let length = file.metadata()?.len();
             if length < *read {
                 // Truncated by someone else, or made again: read it from the start.
                 *read = 0;
                 moved = true;
             }
             if length > *read {
+                let mut file = File::open(&path)?;
                 file.seek(SeekFrom::Start(*read))?;
                 let mut bytes = Vec::new();
-                (&mut file).take(READ_CHUNK).read_to_end(&mut bytes)?;
+                file.take(READ_CHUNK).read_to_end(&mut bytes)?;
                 let consumed = lines_complete(&bytes, |text| {
                     added.push((*stream, String::from_utf8_lossy(text).into_owned()));
                 });
@@ -268,7 +272,7 @@ impl LogDir {
                 moved |= consumed > 0;
             }
             if *read == length && length >= TRUNCATE_BYTES {
-                file.set_len(0)?;
+                OpenOptions::new().write(true).open(&path)?.set_len(0)?;
                 *read = 0;
                 moved = true;
             }
@@ -383,22 +387,21 @@ impl LogDir {
                 (lines, last, gap)
             }
             (None, None) => {
-                let skip = log.recent.len().saturating_sub(limit);
-                let mut lines: Vec<LogLine> = log.recent.iter().skip(skip).cloned().collect();
-                // The newest lines that fit.
+                // The newest lines that fit: at least one, which `bound_bytes` cuts if need be.
                 let mut bytes = 0;
-                let keep = lines
+                let newest = log
+                    .recent
                     .iter()
                     .rev()
-                    .take_while(|line| {
+                    .take(limit)
+                    .enumerate()
+                    .take_while(|(n, line)| {
                         bytes += line.text.len();
-                        bytes <= max_bytes
+                        *n == 0 || bytes <= max_bytes
                     })
-                    .count()
-                    .max(1)
-                    .min(lines.len());
-                lines.drain(..lines.len() - keep);
-                (lines, last, false)
+                    .count();
+                let skip = log.recent.len() - newest;
+                (log.recent.iter().skip(skip).cloned().collect(), last, false)
             }
         };
         bound_bytes(&mut lines, max_bytes);
