@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use crate::logs::{self, LogPage, LogQuery};
+use crate::source::GitSource;
 use crate::spec::{HealthCheck, NewWorkload, valid_key};
 use crate::supervisor::{Capacity, Put, Supervisor, SupervisorError, WorkloadView};
 
@@ -203,6 +204,8 @@ struct PutWorkload {
     port: Option<u16>,
     #[serde(default)]
     health_check: Option<HealthCheck>,
+    #[serde(default)]
+    source: Option<GitSource>,
 }
 
 async fn put_workload(
@@ -229,6 +232,7 @@ async fn put_workload(
         env: body.env,
         port: body.port,
         health_check: body.health_check,
+        source: body.source,
     };
     match state.supervisor.put(&key, new).await? {
         Put::Created(view) => Ok((StatusCode::CREATED, Json(view))),

@@ -45,6 +45,7 @@ mod logs;
 mod network;
 mod ports;
 mod process;
+mod source;
 mod spec;
 mod state;
 mod supervisor;
@@ -65,6 +66,7 @@ pub use bulkhead_common::tls::server::ServerTls;
 
 pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
 pub use network::{NetworkIsolation, WORKLOAD_NETWORK};
+pub use source::{GitSource, SourceView};
 pub use spec::HealthCheck;
 pub use supervisor::{Capacity, CheckHealth, WorkloadState, WorkloadView};
 

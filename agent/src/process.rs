@@ -25,7 +25,10 @@ pub(crate) struct Launch<'a> {
     pub argv: &'a [String],
     pub env: &'a BTreeMap<String, String>,
     pub port: u16,
+    /// Its `HOME` and `TMPDIR`.
     pub work_dir: &'a Path,
+    /// Where it starts: `work_dir`, or its code's directory in it.
+    pub cwd: &'a Path,
     /// Where its stdout and stderr go (opened for appending).
     pub output: (File, File),
     /// The user (and group: the same number) it runs as; `None`: the agent's own.
@@ -60,7 +63,7 @@ pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
         .env("PORT", launch.port.to_string())
         .env("HOME", launch.work_dir)
         .env("TMPDIR", launch.work_dir)
-        .current_dir(launch.work_dir)
+        .current_dir(launch.cwd)
         .stdin(Stdio::null())
         .stdout(launch.output.0)
         .stderr(launch.output.1)

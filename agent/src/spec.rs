@@ -1,5 +1,6 @@
 //! What a workload may be: its key, its command (split shell-style into words, `$PORT`
-//! expanded), its environment and its health check, checked before anything starts.
+//! expanded), its environment, its health check and where its code comes from, checked before
+//! anything starts.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,8 @@ pub(crate) struct NewWorkload {
     pub env: BTreeMap<String, String>,
     pub port: Option<u16>,
     pub health_check: Option<HealthCheck>,
+    /// Its code, from a repository (see `source`); without one, the command runs as it is.
+    pub source: Option<crate::source::GitSource>,
 }
 
 /// The platform's health check of a workload, made by the agent (see `health::check`): `GET
@@ -101,8 +104,11 @@ pub(crate) fn expand_port(argv: Vec<String>, port: u16) -> Vec<String> {
         .collect()
 }
 
-/// Checks a new workload; its command's words on success.
-pub(crate) fn validate(new: &NewWorkload) -> Result<Vec<String>, String> {
+/// The words of a workload's command and of its build.
+pub(crate) type Words = (Vec<String>, Option<Vec<String>>);
+
+/// Checks a new workload; its command's words (and its build's) on success.
+pub(crate) fn validate(new: &NewWorkload) -> Result<Words, String> {
     if new.command.len() > MAX_COMMAND_LEN {
         return Err(format!("`command` is longer than {MAX_COMMAND_LEN} bytes"));
     }
@@ -141,7 +147,12 @@ pub(crate) fn validate(new: &NewWorkload) -> Result<Vec<String>, String> {
     if let Some(check) = &new.health_check {
         check.validate()?;
     }
-    Ok(argv)
+    let build = new
+        .source
+        .as_ref()
+        .map(|source| source.validate())
+        .transpose()?;
+    Ok((argv, build.flatten()))
 }
 
 #[cfg(test)]
@@ -178,9 +189,12 @@ mod tests {
                 .collect(),
             port: Some(8080),
             health_check: None,
+            source: None,
         };
         assert_eq!(
-            validate(&new("python3 -c 'print(1)'", &[("A_1", "x")])).unwrap(),
+            validate(&new("python3 -c 'print(1)'", &[("A_1", "x")]))
+                .unwrap()
+                .0,
             ["python3", "-c", "print(1)"]
         );
         for bad in [

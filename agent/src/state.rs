@@ -42,6 +42,12 @@ pub(crate) struct WorkloadRecord {
     /// The platform's health check of it, when one was given (absent in older state files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<crate::spec::HealthCheck>,
+    /// Where its code comes from (token included: this file holds secrets already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::source::GitSource>,
+    /// Whether its code was checked out and built (absent: it has no source, or was not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prepared: bool,
 }
 
 /// What the state file holds.
@@ -139,6 +145,13 @@ mod tests {
                 healthy_threshold: 2,
                 unhealthy_threshold: 3,
             }),
+            source: Some(crate::source::GitSource {
+                url: "https://example.com/web.git".into(),
+                commit: "a".repeat(40),
+                token: Some("read".into()),
+                build: Some("make".into()),
+            }),
+            prepared: true,
         }
     }
 

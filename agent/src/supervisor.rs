@@ -23,6 +23,8 @@
 //! workload listens on it inside its namespace), and a process re-adopted after an agent
 //! restart must still be in the workload's namespace. Deleting the workload removes it.
 
+mod prepare;
+
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -41,6 +43,7 @@ use crate::logs::{self, LogDir, LogPage, LogQuery};
 use crate::network::{NetworkIsolation, WorkloadNetwork};
 use crate::ports;
 use crate::process::{self, Launch};
+use crate::source::{GitSource, SourceCache, SourceView};
 use crate::spec::{HealthCheck, NewWorkload, expand_port, split_command, validate};
 use crate::state::{AgentState, StateStore, WorkloadRecord};
 
@@ -66,6 +69,9 @@ const NAMED_UIDS_SKIPPED_MAX: u64 = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadState {
+    /// Its code is being fetched and built (a workload with a `source`), before its first
+    /// start.
+    Preparing,
     /// Started, not yet answering HTTP (for up to ten seconds).
     Starting,
     /// Up: answering HTTP, adopted, or up for ten seconds.
@@ -74,7 +80,8 @@ pub enum WorkloadState {
     Restarting,
     /// Being stopped (deleted), or stopped with the agent.
     Stopped,
-    /// Its command could not be started (e.g. not found); tried again after the backoff.
+    /// Its command could not be started (e.g. not found), or its code could not be fetched
+    /// or built (`last_exit` says why); tried again after the backoff.
     Failed,
 }
 
@@ -157,6 +164,9 @@ pub struct WorkloadView {
     pub adopted: bool,
     /// The user (and group) it runs as; `null` when workloads run as the agent's own user.
     pub uid: Option<u32>,
+    /// Where its code comes from, when it is built from a repository (its token left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceView>,
 }
 
 /// The slots of this machine.
@@ -209,6 +219,9 @@ struct Workload {
     host_port: u16,
     /// The platform's check of it, made by [`Supervisor::check`].
     health_check: Option<HealthCheck>,
+    /// Where its code comes from, and its build's words (`$PORT` expanded).
+    source: Option<GitSource>,
+    build_argv: Option<Vec<String>>,
     created_at: DateTime<Utc>,
     /// The user it runs as: see [`Isolation`].
     uid: Option<u32>,
@@ -237,6 +250,8 @@ struct Status {
     generation: u64,
     /// The platform's checks (with a `health_check`).
     check: CheckState,
+    /// Whether its code is checked out and built (always, without a `source`).
+    prepared: bool,
 }
 
 impl Workload {
@@ -265,6 +280,8 @@ impl Workload {
             created_at: self.created_at,
             uid: self.uid,
             health_check: self.health_check.clone(),
+            source: self.source.clone(),
+            prepared: status.prepared && self.source.is_some(),
         }
     }
 
@@ -296,6 +313,7 @@ impl Workload {
             started_at: status.started_at,
             adopted: status.adopted,
             uid: self.uid,
+            source: self.source.as_ref().map(GitSource::view),
         }
     }
 
@@ -407,6 +425,8 @@ pub(crate) struct Supervisor {
     uid_next: Mutex<u32>,
     store: StateStore,
     logs: Arc<LogDir>,
+    /// The repositories workloads' code is fetched into.
+    sources: SourceCache,
 }
 
 impl Supervisor {
@@ -443,12 +463,24 @@ impl Supervisor {
             uid_next: Mutex::new(state.uid_next.unwrap_or(0)),
             store,
             logs: Arc::new(LogDir::new(data_dir)?),
+            sources: SourceCache::open(data_dir)?,
         });
         let uids = supervisor.uids_resume(&state.workloads)?;
         let mut resumed = Vec::new();
         for (record, uid) in state.workloads.into_iter().zip(uids) {
-            let argv = match split_command(&record.command) {
-                Ok(argv) => expand_port(argv, record.host_port),
+            let words = split_command(&record.command).and_then(|argv| {
+                let build = record
+                    .source
+                    .as_ref()
+                    .map(GitSource::validate)
+                    .transpose()?;
+                Ok((argv, build.flatten()))
+            });
+            let (argv, build_argv) = match words {
+                Ok((argv, build)) => (
+                    expand_port(argv, record.host_port),
+                    build.map(|build| expand_port(build, record.host_port)),
+                ),
                 Err(err) => {
                     tracing::error!(key = record.key, "dropping a stored workload: {err}");
                     continue;
@@ -495,6 +527,7 @@ impl Supervisor {
                     tracing::warn!(key = record.key, "forwarding the workload's port: {err:#}");
                 }
             }
+            let prepared = record.prepared || record.source.is_none();
             let workload = Arc::new(Workload {
                 key: record.key,
                 command: record.command,
@@ -503,6 +536,8 @@ impl Supervisor {
                 port: (record.port != 0).then_some(record.port),
                 host_port: record.host_port,
                 health_check: record.health_check,
+                source: record.source,
+                build_argv,
                 created_at: record.created_at,
                 uid,
                 network: workload_network,
@@ -523,6 +558,7 @@ impl Supervisor {
                     adopted: adopt.is_some(),
                     generation: 0,
                     check: CheckState::fresh(0),
+                    prepared,
                 }),
                 control: watch::Sender::new(Control::Run),
                 finished: watch::Sender::new(false),
@@ -637,7 +673,8 @@ impl Supervisor {
         key: &str,
         new: NewWorkload,
     ) -> Result<Put, SupervisorError> {
-        let argv = validate(&new).map_err(SupervisorError::Invalid)?;
+        let (argv, build_argv) = validate(&new).map_err(SupervisorError::Invalid)?;
+        let build_prepared = new.source.is_none();
         let workload = {
             let mut workloads = self.lock();
             if let Some(existing) = workloads.get(key) {
@@ -678,6 +715,8 @@ impl Supervisor {
                 port: new.port,
                 host_port,
                 health_check: new.health_check,
+                source: new.source,
+                build_argv: build_argv.map(|build| expand_port(build, host_port)),
                 created_at: Utc::now(),
                 uid,
                 network,
@@ -694,6 +733,7 @@ impl Supervisor {
                     adopted: false,
                     generation: 0,
                     check: CheckState::fresh(0),
+                    prepared: build_prepared,
                 }),
                 control: watch::Sender::new(Control::Run),
                 finished: watch::Sender::new(false),
@@ -710,9 +750,15 @@ impl Supervisor {
         );
         // The first start happens here, so that the answer already shows the process; nothing
         // waits between inserting the workload and handing its process to the monitor, so a
-        // request dropped half-way cannot leave a process unsupervised.
-        let first = self.spawn_process(&workload);
-        tokio::spawn(self.clone().monitor_from(workload.clone(), first));
+        // request dropped half-way cannot leave a process unsupervised. A workload built from
+        // a repository is prepared first, by its monitor.
+        if build_prepared {
+            let first = self.spawn_process(&workload);
+            tokio::spawn(self.clone().monitor_from(workload.clone(), first));
+        } else {
+            workload.update(|status| status.state = WorkloadState::Preparing);
+            tokio::spawn(self.clone().monitor(workload.clone(), None));
+        }
         if workload.health_check.is_some() {
             tokio::spawn(self.clone().check(workload.clone()));
         }
@@ -814,6 +860,9 @@ impl Supervisor {
             // Its uid is free again: nothing runs as it any more (see `stop_process`).
             tracing::info!(key, "deleted the workload");
             self.persist().await;
+            if workload.source.is_some() {
+                self.sources_prune();
+            }
         }
     }
 
@@ -894,35 +943,7 @@ impl Supervisor {
     /// be interrupted between starting the process and handing it to its monitor.
     fn spawn_process(&self, workload: &Workload) -> Option<Process> {
         let key = &workload.key;
-        let work_dir = self.work_dir(key);
-        let spawned = work_dir_prepare(&work_dir, workload.uid)
-            // Its process starts alone under its uid: whatever an earlier one left is gone.
-            .and_then(|()| workload.uid.map_or(Ok(()), isolation::uid_kill_all))
-            // And in a namespace of its own, made afresh.
-            .and_then(|()| {
-                workload
-                    .network
-                    .as_ref()
-                    .map(|network| {
-                        network
-                            .create(workload.host_port)
-                            .map_err(|err| std::io::Error::other(format!("{err:#}")))
-                            .and_then(|()| network.open())
-                    })
-                    .transpose()
-            })
-            .and_then(|netns| Ok((netns, self.logs.open_outputs(key)?)))
-            .and_then(|(netns, output)| {
-                process::spawn(Launch {
-                    argv: &workload.argv,
-                    env: &workload.env,
-                    port: workload.host_port,
-                    work_dir: &work_dir,
-                    output,
-                    uid: workload.uid,
-                    netns: netns.as_ref(),
-                })
-            });
+        let spawned = self.spawn_as_workload(workload, &workload.argv);
         match spawned {
             Ok(child) => {
                 let pid = child.id();
@@ -972,6 +993,42 @@ impl Supervisor {
         }
     }
 
+    /// Starts `argv` as `workload` would run: alone under its uid (whatever an earlier process
+    /// left is killed), in its network namespace made afresh, in its directory (its code's,
+    /// with a `source`), its output going to its log.
+    fn spawn_as_workload(&self, workload: &Workload, argv: &[String]) -> std::io::Result<Child> {
+        let work_dir = self.work_dir(&workload.key);
+        work_dir_prepare(&work_dir, workload.uid)?;
+        if let Some(uid) = workload.uid {
+            isolation::uid_kill_all(uid)?;
+        }
+        let netns = workload
+            .network
+            .as_ref()
+            .map(|network| {
+                network
+                    .create(workload.host_port)
+                    .map_err(|err| std::io::Error::other(format!("{err:#}")))
+                    .and_then(|()| network.open())
+            })
+            .transpose()?;
+        let output = self.logs.open_outputs(&workload.key)?;
+        let cwd = match workload.source {
+            Some(_) => work_dir.join(crate::source::APP_DIR),
+            None => work_dir.clone(),
+        };
+        process::spawn(Launch {
+            argv,
+            env: &workload.env,
+            port: workload.host_port,
+            work_dir: &work_dir,
+            cwd: &cwd,
+            output,
+            uid: workload.uid,
+            netns: netns.as_ref(),
+        })
+    }
+
     /// The monitor of a workload resumed at agent start: adopts `adopt` when given.
     async fn monitor(self: Arc<Self>, workload: Arc<Workload>, adopt: Option<(u32, Option<u64>)>) {
         let first = match adopt {
@@ -981,6 +1038,9 @@ impl Supervisor {
                     &format!("re-adopted pid {pid} after an agent restart"),
                 );
                 Some(Process::Adopted { pid, start_time })
+            }
+            None if !workload.status().prepared => {
+                return self.monitor_prepared(workload).await;
             }
             None => self.start_process(&workload).await,
         };

@@ -3,6 +3,7 @@
 //! root, as the fleet's agents do). `network` tests what a namespace lets through.
 
 mod network;
+mod source;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
