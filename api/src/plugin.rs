@@ -115,6 +115,7 @@ pub async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
                 env: vec![],
                 labels: vec![],
                 health_check: None,
+                source: None,
             };
             plugin_call(&file, &function, &env, spec, output).await
         }

@@ -1,5 +1,5 @@
 //! The SDK for Bulkhead provider plugins: WebAssembly components of the
-//! `bulkhead:provider@0.5.0` contract ([`CONTRACT_VERSION`]), written in Rust.
+//! `bulkhead:provider@0.6.0` contract ([`CONTRACT_VERSION`]), written in Rust.
 //!
 //! A plugin is a type that implements [`Provider`], exported with [`export_provider!`]:
 //!
@@ -29,6 +29,7 @@
 //!             state: InstanceState::Pending,
 //!             address: None,
 //!             health: WorkloadHealth::Unchecked,
+//!             detail: None,
 //!         })
 //!     }
 //!
@@ -79,16 +80,16 @@ use std::str::FromStr;
 
 pub use bindings::bulkhead::provider::host::LogLevel;
 pub use bindings::bulkhead::provider::types::{
-    ConfigKey, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState,
-    LogLine, LogPage, LogRequest, LogStream, ProviderError, ProviderInfo, RateLimit,
+    ConfigKey, GitSource, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec,
+    InstanceState, LogLine, LogPage, LogRequest, LogStream, ProviderError, ProviderInfo, RateLimit,
     WorkloadHealth,
 };
 pub use serde;
 
 /// The version of the `bulkhead:provider` contract this SDK builds plugins for. The component
-/// carries it in its export's name (`bulkhead:provider/adapter@0.5.0`): Bulkhead checks it when
+/// carries it in its export's name (`bulkhead:provider/adapter@0.6.0`): Bulkhead checks it when
 /// it loads the plugin, and refuses a version it does not support, naming the ones it does.
-pub const CONTRACT_VERSION: &str = "0.5.0";
+pub const CONTRACT_VERSION: &str = "0.6.0";
 
 impl InstanceSpec {
     /// A spec with no environment and no labels (tests, mostly).
@@ -106,6 +107,7 @@ impl InstanceSpec {
             env: Vec::new(),
             labels: Vec::new(),
             health_check: None,
+            source: None,
         }
     }
 }

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bulkhead::plugins::{
-    Allowlist, HealthCheck, HealthStatus, InstanceSpec, InstanceState, LogRequest, Plugin,
-    PluginEnv, PluginError, PluginHost, PluginLimits, PluginRejection, ProviderError,
-    WorkloadHealth,
+    Allowlist, GitSource, HealthCheck, HealthStatus, InstanceSpec, InstanceState, LogRequest,
+    LogStream, Plugin, PluginEnv, PluginError, PluginHost, PluginLimits, PluginRejection,
+    ProviderError, WorkloadHealth,
 };
 
 use crate::support::plugin_bytes;
@@ -35,6 +35,7 @@ fn spec(key: &str, region: &str) -> InstanceSpec {
         env: vec![("A".into(), "1".into())],
         labels: vec![],
         health_check: None,
+        source: None,
     }
 }
 
@@ -70,7 +71,7 @@ fn hostile_limits() -> PluginLimits {
 async fn example_plugin_answers_every_call() {
     let host = PluginHost::new(None).unwrap();
     let plugin = loaded(&host, "bulkhead_plugin_example.wasm");
-    assert_eq!(plugin.contract_version, "0.5.0");
+    assert_eq!(plugin.contract_version, "0.6.0");
     assert_eq!(plugin.digest.len(), 64);
     let env = env("example");
 
@@ -374,11 +375,11 @@ fn plugin_cli_inspects_and_calls() {
     let text = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.status.success(), "{text}");
     assert!(
-        text.contains("contract: bulkhead:provider@0.5.0") && text.contains("verdict:  accepted"),
+        text.contains("contract: bulkhead:provider@0.6.0") && text.contains("verdict:  accepted"),
         "{text}"
     );
     assert!(
-        text.contains("exports:  bulkhead:provider/adapter@0.5.0"),
+        text.contains("exports:  bulkhead:provider/adapter@0.6.0"),
         "{text}"
     );
     assert!(text.contains("sha256:"), "{text}");
@@ -691,14 +692,14 @@ async fn one_busy_provider_leaves_room_for_the_others() {
 }
 
 /// A component built for contract 0.2.0 from the WIT as published (no SDK), loaded and called
-/// beside 0.5.0 plugins on one host: every call answers, adapted to the newest contract.
+/// beside 0.6.0 plugins on one host: every call answers, adapted to the newest contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_2_0_plugin_runs_beside_0_5_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let legacy = loaded(&host, "bulkhead_plugin_contract_0_2.wasm");
     let example = loaded(&host, "bulkhead_plugin_example.wasm");
     assert_eq!(legacy.contract_version, "0.2.0");
-    assert_eq!(example.contract_version, "0.5.0");
+    assert_eq!(example.contract_version, "0.6.0");
     let mut settings = PluginEnv {
         provider: "legacy".into(),
         ..Default::default()
@@ -769,7 +770,7 @@ async fn a_0_2_0_plugin_runs_beside_0_5_0_plugins() {
     assert_eq!(legacy.stats.provider_errors.load(Relaxed), 4);
 }
 
-/// A component built for contract 0.3.0 from the WIT as published (no SDK), beside 0.5.0
+/// A component built for contract 0.3.0 from the WIT as published (no SDK), beside 0.6.0
 /// plugins: what 0.3.0 added (declared configuration, the host's cache, `forbidden`) works,
 /// and its instances are `unchecked`, so the control plane checks them itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -778,7 +779,7 @@ async fn a_0_3_0_plugin_runs_beside_0_5_0_plugins() {
     let v03 = loaded(&host, "bulkhead_plugin_contract_0_3.wasm");
     let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
     assert_eq!(v03.contract_version, "0.3.0");
-    assert_eq!(metal.contract_version, "0.5.0");
+    assert_eq!(metal.contract_version, "0.6.0");
     let mut settings = PluginEnv {
         provider: "v03".into(),
         ..Default::default()
@@ -838,16 +839,16 @@ async fn a_0_3_0_plugin_runs_beside_0_5_0_plugins() {
     assert_eq!(listed[0].health, WorkloadHealth::Unchecked);
 }
 
-/// A component built for contract 0.4.0 from the WIT as published (no SDK), beside 0.5.0
+/// A component built for contract 0.4.0 from the WIT as published (no SDK), beside 0.6.0
 /// plugins: what 0.4.0 added (the health check in the spec, the instance's health) goes both
-/// ways, and it has no logs although it claims the capability, while metal's (0.5.0) answer.
+/// ways, and it has no logs although it claims the capability, while metal's (0.6.0) answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_4_0_plugin_runs_beside_0_5_0_plugins() {
+async fn a_0_4_0_plugin_runs_beside_0_6_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let v04 = loaded(&host, "bulkhead_plugin_contract_0_4.wasm");
     let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
     assert_eq!(v04.contract_version, "0.4.0");
-    assert_eq!(metal.contract_version, "0.5.0");
+    assert_eq!(metal.contract_version, "0.6.0");
     let settings = Arc::new(PluginEnv {
         provider: "v04".into(),
         ..Default::default()
@@ -918,6 +919,71 @@ async fn a_0_4_0_plugin_runs_beside_0_5_0_plugins() {
     );
     assert_eq!(
         v04.stats.ok.load(Relaxed) + v04.stats.provider_errors.load(Relaxed),
+        calls_before + 1
+    );
+}
+
+/// A component built for contract 0.5.0 from the WIT as published (no SDK), beside 0.6.0
+/// plugins: its logs reach the host, its instances give no `detail`, and a spec with a source
+/// is refused for it (without a call) although it claims `git-source`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_5_0_plugin_runs_beside_0_6_0_plugins() {
+    let host = PluginHost::new(None).unwrap();
+    let v05 = loaded(&host, "bulkhead_plugin_contract_0_5.wasm");
+    assert_eq!(v05.contract_version, "0.5.0");
+    let settings = Arc::new(PluginEnv {
+        provider: "v05".into(),
+        ..Default::default()
+    });
+    let info = host.plugin_info(&v05, &settings).await.unwrap();
+    assert!(info.capabilities.iter().any(|c| c == "git-source"));
+    assert_eq!(
+        host.plugin_health(&v05, &settings).await.unwrap().message,
+        "contract 0.5.0 plugin"
+    );
+    let made = host
+        .plugin_provision(&v05, &settings, spec("web-1", "v05"))
+        .await
+        .unwrap();
+    assert_eq!(made.health, WorkloadHealth::Healthy);
+    assert_eq!(made.detail, None);
+    let listed = host.plugin_list(&v05, &settings).await.unwrap();
+    assert_eq!(listed[0].provider_id, "v05-one");
+
+    let page = host
+        .plugin_logs(
+            &v05,
+            &settings,
+            "web-1".into(),
+            LogRequest {
+                after: Some("4".into()),
+                since_ms: None,
+                max_lines: 10,
+                max_bytes: 1000,
+            },
+        )
+        .await
+        .unwrap();
+    let texts: Vec<_> = page.lines.iter().map(|line| line.text.as_str()).collect();
+    assert_eq!(texts, ["web-1 line 5", "web-1 line 6"]);
+    assert_eq!(page.lines[1].stream, LogStream::Stderr);
+    assert_eq!(page.next, "6");
+
+    let calls_before = v05.stats.ok.load(Relaxed) + v05.stats.provider_errors.load(Relaxed);
+    let mut built = spec("web-2", "v05");
+    built.source = Some(GitSource {
+        url: "https://example.com/web.git".into(),
+        commit: "a".repeat(40),
+        token: Some("read-token".into()),
+        build: None,
+    });
+    let refused = host.plugin_provision(&v05, &settings, built).await;
+    assert!(
+        matches!(&refused, Err(PluginError::Provider(ProviderError::InvalidSpec(m))) if m.contains("0.5.0") && m.contains("repository")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        v05.stats.ok.load(Relaxed) + v05.stats.provider_errors.load(Relaxed),
         calls_before + 1
     );
 }

@@ -336,6 +336,7 @@ impl Ec2Instance {
             state,
             address,
             health: WorkloadHealth::Unchecked,
+            detail: None,
         }
     }
 }

@@ -24,6 +24,7 @@ fn instance(instance_key: String, region: String) -> Instance {
         state: InstanceState::Running,
         address: Some(bulkhead_sdk::config("address").unwrap_or_else(|| "127.0.0.1:8080".into())),
         health: WorkloadHealth::Unchecked,
+        detail: None,
     }
 }
 

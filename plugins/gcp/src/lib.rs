@@ -712,6 +712,7 @@ impl GceInstance {
             state: state_of(&self.status),
             address,
             health: WorkloadHealth::Unchecked,
+            detail: None,
         }
     }
 }
@@ -960,6 +961,7 @@ impl Provider for Gcp {
                 state: InstanceState::Pending,
                 address: None,
                 health: WorkloadHealth::Unchecked,
+                detail: None,
             }),
         }
     }

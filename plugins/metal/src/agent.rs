@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use bulkhead_sdk::http::{Request, Response};
-use bulkhead_sdk::{HealthCheck, LogLine, LogRequest, LogStream, ProviderError};
+use bulkhead_sdk::{GitSource, HealthCheck, LogLine, LogRequest, LogStream, ProviderError};
 use serde::{Deserialize, Serialize};
 
 /// A workload as the agent shows it (the fields the plugin uses).
@@ -14,8 +14,11 @@ use serde::{Deserialize, Serialize};
 pub struct Workload {
     pub key: String,
     pub address: Option<String>,
-    /// `starting`, `running`, `restarting`, `stopped` or `failed`.
+    /// `preparing`, `starting`, `running`, `restarting`, `stopped` or `failed`.
     pub state: String,
+    /// How its last process ended, or why its code could not be fetched or built.
+    #[serde(default)]
+    pub last_exit: Option<String>,
     /// What the agent's checks of it say (`pending`, `healthy`, `unhealthy`): absent when it
     /// was given no health check.
     #[serde(default)]
@@ -42,6 +45,19 @@ struct PutWorkload<'a> {
     port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     health_check: Option<WorkloadCheck<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<WorkloadSource<'a>>,
+}
+
+/// Where the workload's code comes from: the agent fetches and builds it.
+#[derive(Serialize)]
+struct WorkloadSource<'a> {
+    url: &'a str,
+    commit: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    build: Option<&'a str>,
 }
 
 /// The service's health check, for the agent to make near the workload.
@@ -208,6 +224,7 @@ impl Agent<'_> {
         env: &[(String, String)],
         port: u16,
         health_check: Option<&HealthCheck>,
+        source: Option<&GitSource>,
     ) -> Result<Placed, ProviderError> {
         // The workload learns its own key, as instances on the clouds do from their metadata.
         let mut env: BTreeMap<&str, &str> =
@@ -225,8 +242,22 @@ impl Agent<'_> {
             env,
             port,
             health_check,
+            source: source.map(|source| WorkloadSource {
+                url: &source.url,
+                commit: &source.commit,
+                token: source.token.as_deref(),
+                build: source.build.as_deref(),
+            }),
         };
         let mut response = self.send(Request::put(self.workload_url(key)).json(&body))?;
+        if response.status == 400
+            && body.source.is_some()
+            && response.text().contains("unknown field `source`")
+        {
+            return Err(self.blame(ProviderError::InvalidSpec(
+                "this agent is older than code built from a repository: upgrade it".into(),
+            )));
+        }
         if response.status == 400
             && body.health_check.is_some()
             && response.text().contains("unknown field `health_check`")

@@ -25,6 +25,10 @@
 //! - A 401 from any agent is `unauthorized` (the token is wrong); every agent full is
 //!   `quota-exceeded`; no agent reachable is `unavailable`.
 //!
+//! - Code from a repository (capability `git-source`): the spec's source goes to the agent,
+//!   which fetches the commit, builds it and runs the command in it (`preparing` meanwhile,
+//!   shown `pending`); a workload whose code could not be fetched or built is `failed`, with
+//!   the agent's reason as the instance's `detail`.
 //! - Logs (capability `logs`): the agent keeps each workload's output as numbered lines; the
 //!   cursor is the number of the last line read. The agent that answered is remembered in the
 //!   provider's cache for a day, so that following an instance asks that agent only.
@@ -154,7 +158,7 @@ fn state_of(workload: &Workload) -> InstanceState {
         "running" => InstanceState::Running,
         "stopped" => InstanceState::Stopped,
         "failed" => InstanceState::Failed,
-        // `starting`, `restarting`, and anything newer.
+        // `preparing`, `starting`, `restarting`, and anything newer.
         _ => InstanceState::Pending,
     }
 }
@@ -172,10 +176,16 @@ fn health_of(workload: &Workload) -> WorkloadHealth {
 }
 
 fn instance(agent_url: &str, workload: Workload, region: String) -> Instance {
+    let state = state_of(&workload);
     Instance {
         provider_id: format!("{agent_url}#{}", workload.key),
-        state: state_of(&workload),
         health: health_of(&workload),
+        // Why it failed: its code could not be fetched or built, or its command not started.
+        detail: match state {
+            InstanceState::Failed => workload.last_exit,
+            _ => None,
+        },
+        state,
         instance_key: workload.key,
         region,
         address: workload.address,
@@ -190,7 +200,8 @@ impl Provider for Metal {
             regions: regions(),
             // The agents check workloads where they run, with the service's health check, and
             // keep their output.
-            capabilities: vec!["health-checks".into(), "logs".into()],
+            // The agents fetch and build code from repositories.
+            capabilities: vec!["health-checks".into(), "logs".into(), "git-source".into()],
             config: vec![
                 ConfigKey::required("agents", "Comma-separated URLs of the host agents"),
                 ConfigKey::optional("regions", "Comma-separated regions (default local)"),
@@ -293,6 +304,7 @@ impl Provider for Metal {
                 &spec.env,
                 spec.port,
                 spec.health_check.as_ref(),
+                spec.source.as_ref(),
             ) {
                 Ok(Placed::Workload(workload)) => {
                     bulkhead_sdk::info!("placed {key} on {} ({free} slots were free)", agent.url);

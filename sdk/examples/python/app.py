@@ -1,4 +1,4 @@
-"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.5.0).
+"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.6.0).
 
 Its "cloud" is its configuration, like the Rust `example` plugin: `regions` (comma-separated,
 default `local`) and `address` (where instances answer). It shows the parts of the contract a
@@ -49,6 +49,8 @@ def instance(key: str, region: str) -> Instance:
         address=host.config_get("address"),
         # This "cloud" does not check its workloads: Bulkhead does.
         health=WorkloadHealth.UNCHECKED,
+        # Nothing to say of its state (a failed instance would say why).
+        detail=None,
     )
 
 

@@ -2,10 +2,13 @@
 //! bindings of each (from `sdk/wit/`, where each published version is kept as published), and
 //! the adaptation of older versions to the newest, which the rest of the host speaks.
 //!
-//! A plugin built for 0.2.0, 0.3.0 or 0.4.0 keeps working unchanged: its answers are converted
-//! to 0.5.0 types (it has no logs; before 0.4.0 its instances' health is `unchecked`, so the
-//! host checks them itself; a 0.2.0 plugin declares no configuration, and its errors are a
-//! subset of the newer ones), its imports are served by the same host functions. Adding a
+//! A plugin built for 0.2.0 to 0.5.0 keeps working unchanged: its answers are converted to
+//! 0.6.0 types (it builds no code from repositories, and its instances give no `detail`; before
+//! 0.5.0 it has no logs; before 0.4.0 its instances' health is `unchecked`, so the host checks
+//! them itself; a 0.2.0 plugin declares no configuration, and its errors are a subset of the
+//! newer ones), its imports are served by the same host functions. A spec with a `source` is
+//! refused for it (`invalid-spec`) without instantiating it: given the spec less its source, it
+//! would run the command without the code. Adding a
 //! version: a new module here, a variant of [`AdapterPre`], `adapt_shared!` and the
 //! conversions that differ for the version it replaces as the newest.
 
@@ -14,13 +17,27 @@ use wasmtime::Store;
 use super::PluginState;
 
 /// The newest contract: what the host speaks internally.
-pub mod v0_5 {
+pub mod v0_6 {
     wasmtime::component::bindgen!({
         path: "../sdk/wit",
         world: "provider",
         exports: { default: async },
         // For `bulkhead plugin call --output json`.
         additional_derives: [serde::Serialize],
+        with: {
+            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+        },
+    });
+}
+
+/// Contract 0.5.0, as published (`sdk/wit/0.5.0/`).
+pub mod v0_5 {
+    wasmtime::component::bindgen!({
+        path: "../sdk/wit/0.5.0",
+        world: "provider",
+        exports: { default: async },
         with: {
             "wasi:http": wasmtime_wasi_http::p2::bindings::http,
             "wasi:io": wasmtime_wasi::p2::bindings::io,
@@ -71,13 +88,14 @@ pub mod v0_2 {
     });
 }
 
-use v0_5::bulkhead::provider::types as newest;
+use v0_6::bulkhead::provider::types as newest;
 
 /// Versions of the contract this host can load, oldest first.
-pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.2.0", "0.3.0", "0.4.0", "0.5.0"];
+pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0"];
 
 /// A component pre-instantiated for the contract version it was built for.
 pub enum AdapterPre {
+    V0_6(v0_6::ProviderPre<PluginState>),
     V0_5(v0_5::ProviderPre<PluginState>),
     V0_4(v0_4::ProviderPre<PluginState>),
     V0_3(v0_3::ProviderPre<PluginState>),
@@ -123,41 +141,63 @@ pub enum Answer {
 type Outcome = wasmtime::Result<Result<Answer, newest::ProviderError>>;
 
 /// The calls of an older version's adapter, its answers converted (`Into`) to the newest
-/// contract's; `$version` has no logs.
+/// contract's. No older version builds code from a repository; with `logs`, `$version` has
+/// logs, otherwise none.
 macro_rules! call_adapted {
     ($pre:expr, $store:expr, $call:expr, $version:literal) => {{
-        let store = $store;
         if let Call::Logs(..) = $call {
             return Ok(Err(newest::ProviderError::InvalidSpec(format!(
                 "a plugin of contract {} has no logs",
                 $version
             ))));
         }
-        let instance = $pre.instantiate_async(&mut *store).await?;
-        let adapter = instance.bulkhead_provider_adapter();
+        call_adapted!(@calls adapter, store; $pre, $store, $call, $version;
+            Call::Logs(..) => unreachable!("answered above"))
+    }};
+    ($pre:expr, $store:expr, $call:expr, $version:literal, logs) => {
+        call_adapted!(@calls adapter, store; $pre, $store, $call, $version;
+            Call::Logs(key, request) => adapter
+                .call_logs(&mut *store, &key, &request.into())
+                .await?
+                .map(|page| Answer::Logs(page.into())))
+    };
+    // `$adapter` and `$st` are named by the caller, so that its `Call::Logs` arm can use them.
+    (@calls $adapter:ident, $st:ident; $pre:expr, $store:expr, $call:expr, $version:literal;
+        $($logs:tt)*) => {{
+        let $st = $store;
+        if let Call::Provision(spec) = &$call
+            && spec.source.is_some()
+        {
+            return Ok(Err(newest::ProviderError::InvalidSpec(format!(
+                "a plugin of contract {} cannot build code from a repository",
+                $version
+            ))));
+        }
+        let instance = $pre.instantiate_async(&mut *$st).await?;
+        let $adapter = instance.bulkhead_provider_adapter();
         let result = match $call {
-            Call::Info => Ok(Answer::Info(adapter.call_info(&mut *store).await?.into())),
-            Call::Health => adapter
-                .call_health(&mut *store)
+            Call::Info => Ok(Answer::Info($adapter.call_info(&mut *$st).await?.into())),
+            Call::Health => $adapter
+                .call_health(&mut *$st)
                 .await?
                 .map(|report| Answer::Health(report.into())),
-            Call::Provision(spec) => adapter
-                .call_provision(&mut *store, &spec.into())
+            Call::Provision(spec) => $adapter
+                .call_provision(&mut *$st, &spec.into())
                 .await?
                 .map(|made| Answer::Instance(made.into())),
-            Call::Deprovision(key) => adapter
-                .call_deprovision(&mut *store, &key)
+            Call::Deprovision(key) => $adapter
+                .call_deprovision(&mut *$st, &key)
                 .await?
                 .map(|()| Answer::Done),
-            Call::Describe(key) => adapter
-                .call_describe(&mut *store, &key)
+            Call::Describe(key) => $adapter
+                .call_describe(&mut *$st, &key)
                 .await?
                 .map(|found| Answer::Instance(found.into())),
-            Call::List => adapter
-                .call_list(&mut *store)
+            Call::List => $adapter
+                .call_list(&mut *$st)
                 .await?
                 .map(|all| Answer::Instances(all.into_iter().map(Into::into).collect())),
-            Call::Logs(..) => unreachable!("answered above"),
+            $($logs)*
         };
         Ok(result.map_err(Into::into))
     }};
@@ -168,7 +208,7 @@ impl AdapterPre {
     /// answer to the newest contract.
     pub async fn call(&self, store: &mut Store<PluginState>, call: Call) -> Outcome {
         match self {
-            AdapterPre::V0_5(pre) => {
+            AdapterPre::V0_6(pre) => {
                 let instance = pre.instantiate_async(&mut *store).await?;
                 let adapter = instance.bulkhead_provider_adapter();
                 Ok(match call {
@@ -193,6 +233,7 @@ impl AdapterPre {
                         .map(Answer::Logs),
                 })
             }
+            AdapterPre::V0_5(pre) => call_adapted!(pre, store, call, "0.5.0", logs),
             AdapterPre::V0_4(pre) => call_adapted!(pre, store, call, "0.4.0"),
             AdapterPre::V0_3(pre) => call_adapted!(pre, store, call, "0.3.0"),
             AdapterPre::V0_2(pre) => call_adapted!(pre, store, call, "0.2.0"),
@@ -279,13 +320,15 @@ macro_rules! adapt_before_health_checks {
                     state: instance.state.into(),
                     address: instance.address,
                     health: newest::WorkloadHealth::Unchecked,
+                    detail: None,
                 }
             }
         }
     };
 }
 
-use v0_5::bulkhead::provider::host::LogLevel as NewLevel;
+use v0_6::bulkhead::provider::host::LogLevel as NewLevel;
+adapt_shared!(v0_5);
 adapt_shared!(v0_4);
 adapt_shared!(v0_3);
 adapt_shared!(v0_2);
@@ -340,54 +383,100 @@ macro_rules! adapt_info_and_errors {
     };
 }
 
+adapt_info_and_errors!(v0_5);
 adapt_info_and_errors!(v0_4);
 adapt_info_and_errors!(v0_3);
 
-/// 0.4.0 → 0.5.0: the same records; 0.4.0 has no logs.
-mod adapt_0_4 {
-    use super::newest;
-    use super::v0_4::bulkhead::provider::types as old;
+/// The spec less its source (refused before the call when it has one: see `call_adapted!`)
+/// and the health check of 0.4.0 and 0.5.0; their instances without a `detail`.
+macro_rules! adapt_health_checks {
+    ($old:ident) => {
+        impl From<newest::InstanceSpec> for $old::bulkhead::provider::types::InstanceSpec {
+            fn from(spec: newest::InstanceSpec) -> Self {
+                use $old::bulkhead::provider::types as old;
+                Self {
+                    instance_key: spec.instance_key,
+                    region: spec.region,
+                    artifact: spec.artifact,
+                    port: spec.port,
+                    env: spec.env,
+                    labels: spec.labels,
+                    health_check: spec.health_check.map(|check| old::HealthCheck {
+                        path: check.path,
+                        interval_ms: check.interval_ms,
+                        timeout_ms: check.timeout_ms,
+                        healthy_threshold: check.healthy_threshold,
+                        unhealthy_threshold: check.unhealthy_threshold,
+                    }),
+                }
+            }
+        }
 
-    impl From<newest::InstanceSpec> for old::InstanceSpec {
-        fn from(spec: newest::InstanceSpec) -> Self {
+        impl From<$old::bulkhead::provider::types::Instance> for newest::Instance {
+            fn from(instance: $old::bulkhead::provider::types::Instance) -> Self {
+                use $old::bulkhead::provider::types as old;
+                Self {
+                    instance_key: instance.instance_key,
+                    provider_id: instance.provider_id,
+                    region: instance.region,
+                    state: instance.state.into(),
+                    address: instance.address,
+                    health: match instance.health {
+                        old::WorkloadHealth::Unchecked => newest::WorkloadHealth::Unchecked,
+                        old::WorkloadHealth::Pending => newest::WorkloadHealth::Pending,
+                        old::WorkloadHealth::Healthy => newest::WorkloadHealth::Healthy,
+                        old::WorkloadHealth::Unhealthy => newest::WorkloadHealth::Unhealthy,
+                    },
+                    detail: None,
+                }
+            }
+        }
+    };
+}
+
+adapt_health_checks!(v0_5);
+adapt_health_checks!(v0_4);
+
+/// 0.5.0 → 0.6.0: the same logs.
+mod adapt_0_5 {
+    use super::newest;
+    use super::v0_5::bulkhead::provider::types as old;
+
+    impl From<newest::LogRequest> for old::LogRequest {
+        fn from(request: newest::LogRequest) -> Self {
             Self {
-                instance_key: spec.instance_key,
-                region: spec.region,
-                artifact: spec.artifact,
-                port: spec.port,
-                env: spec.env,
-                labels: spec.labels,
-                health_check: spec.health_check.map(|check| old::HealthCheck {
-                    path: check.path,
-                    interval_ms: check.interval_ms,
-                    timeout_ms: check.timeout_ms,
-                    healthy_threshold: check.healthy_threshold,
-                    unhealthy_threshold: check.unhealthy_threshold,
-                }),
+                after: request.after,
+                since_ms: request.since_ms,
+                max_lines: request.max_lines,
+                max_bytes: request.max_bytes,
             }
         }
     }
 
-    impl From<old::Instance> for newest::Instance {
-        fn from(instance: old::Instance) -> Self {
+    impl From<old::LogPage> for newest::LogPage {
+        fn from(page: old::LogPage) -> Self {
             Self {
-                instance_key: instance.instance_key,
-                provider_id: instance.provider_id,
-                region: instance.region,
-                state: instance.state.into(),
-                address: instance.address,
-                health: match instance.health {
-                    old::WorkloadHealth::Unchecked => newest::WorkloadHealth::Unchecked,
-                    old::WorkloadHealth::Pending => newest::WorkloadHealth::Pending,
-                    old::WorkloadHealth::Healthy => newest::WorkloadHealth::Healthy,
-                    old::WorkloadHealth::Unhealthy => newest::WorkloadHealth::Unhealthy,
-                },
+                lines: page
+                    .lines
+                    .into_iter()
+                    .map(|line| newest::LogLine {
+                        time_ms: line.time_ms,
+                        stream: match line.stream {
+                            old::LogStream::Stdout => newest::LogStream::Stdout,
+                            old::LogStream::Stderr => newest::LogStream::Stderr,
+                            old::LogStream::System => newest::LogStream::System,
+                        },
+                        text: line.text,
+                    })
+                    .collect(),
+                next: page.next,
+                gap: page.gap,
             }
         }
     }
 }
 
-/// 0.2.0 → 0.5.0: the same records, less what 0.3.0 and later added.
+/// 0.2.0 → 0.6.0: the same records, less what 0.3.0 and later added.
 mod adapt_0_2 {
     use super::newest;
     use super::v0_2::bulkhead::provider::types as old;
