@@ -1,6 +1,6 @@
 //! `bulkhead services`: list, create, show, update and delete a project's services. A service is what
-//! `bulkhead deploy` deploys: its source (an image or a command), port, replicas and the
-//! providers it may be placed on.
+//! `bulkhead deploy` deploys: its source (an image, a command, or a command run in the code of a
+//! git repository), port, replicas and the providers it may be placed on.
 
 use bulkhead_client::types;
 use clap::Subcommand;
@@ -41,7 +41,9 @@ pub enum ServicesAction {
     #[command(after_help = "Examples:
   bulkhead services create -p shop --environment production --name web --image shop/web:1 --port 8080
   bulkhead services create -p shop --environment production --name api \\
-      --command 'python3 -m http.server $PORT' --port 8080 --provider metal")]
+      --command 'python3 -m http.server $PORT' --port 8080 --provider metal
+  bulkhead services create -p shop --environment production --name app --provider metal \\
+      --git https://github.com/acme/app.git --build 'npm ci' --command 'node server.js' --port 8080")]
     Create(ServiceCreateArgs),
     /// Show a service.
     #[command(after_help = "Example:\n  bulkhead services show -p shop web")]
@@ -84,6 +86,8 @@ pub struct ServiceCreateArgs {
     /// A command line to run, split like a shell would (`$PORT` is the port to listen on).
     #[arg(long)]
     command: Option<String>,
+    #[command(flatten)]
+    git: GitArgs,
     /// The port the service listens on.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
     port: u32,
@@ -109,6 +113,8 @@ pub struct ServiceUpdateArgs {
     /// A new command line to run, split like a shell would.
     #[arg(long)]
     command: Option<String>,
+    #[command(flatten)]
+    git: GitArgs,
     /// A new port.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
     port: Option<u32>,
@@ -118,6 +124,26 @@ pub struct ServiceUpdateArgs {
     /// The providers it may be placed on, in order of preference (repeatable; replaces them all).
     #[arg(long = "provider")]
     providers: Vec<String>,
+}
+
+/// A command run in the code of one commit of a git repository (with `--command`).
+#[derive(clap::Args)]
+pub struct GitArgs {
+    /// Run `--command` in the code of a git repository (`https://`, `http://` or `git://`):
+    /// each deployment fetches and builds its commit where it runs (metal).
+    #[arg(
+        long = "git",
+        value_name = "URL",
+        requires = "command",
+        conflicts_with = "image"
+    )]
+    repository: Option<String>,
+    /// With --git: a command line run in the code before --command (e.g. `npm ci`).
+    #[arg(long, requires = "repository")]
+    build: Option<String>,
+    /// With --git: the secret variable of the service that holds a read token (https only).
+    #[arg(long, value_name = "NAME", requires = "repository")]
+    token_variable: Option<String>,
 }
 
 impl Row for types::ServiceView {
@@ -139,6 +165,11 @@ fn source_text(source: &types::ServiceSource) -> String {
     match source {
         types::ServiceSource::Artifact { image } => image.to_string(),
         types::ServiceSource::Command { command } => shell_words::join(command),
+        types::ServiceSource::Git {
+            repository,
+            command,
+            ..
+        } => format!("{} @ {}", shell_words::join(command), repository.as_str()),
     }
 }
 
@@ -196,11 +227,49 @@ pub async fn services(args: ServicesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The source `--image` or `--command` give, if either.
+/// The words of a command line given in `flag`.
+fn words_of(flag: &str, line: &str) -> anyhow::Result<Vec<String>> {
+    match shell_words::split(line) {
+        Ok(words) if !words.is_empty() => Ok(words),
+        _ => fail(
+            Exit::InvalidInput,
+            format!("{flag} `{line}` is not a command line"),
+        ),
+    }
+}
+
+/// The source `--image`, `--command` or `--git` with `--command` give, if any.
 fn source_of(
     image: Option<String>,
     command: Option<String>,
+    git: GitArgs,
 ) -> anyhow::Result<Option<types::ServiceSource>> {
+    if let (Some(repository), Some(command)) = (git.repository, &command) {
+        let Ok(repository) = repository.parse() else {
+            return fail(
+                Exit::InvalidInput,
+                format!("--git `{repository}` is not an https://, http:// or git:// URL"),
+            );
+        };
+        let token_variable = match git.token_variable.map(|name| name.parse()).transpose() {
+            Ok(name) => name,
+            Err(_) => {
+                return fail(
+                    Exit::InvalidInput,
+                    "--token-variable must be a variable name ([A-Z_][A-Z0-9_]*)",
+                );
+            }
+        };
+        return Ok(Some(types::ServiceSource::Git {
+            repository,
+            build: git
+                .build
+                .map(|build| words_of("--build", &build))
+                .transpose()?,
+            command: words_of("--command", command)?,
+            token_variable,
+        }));
+    }
     match (image, command) {
         (Some(image), _) => match image.parse() {
             Ok(image) => Ok(Some(types::ServiceSource::Artifact { image })),
@@ -209,15 +278,9 @@ fn source_of(
                 format!("--image `{image}` must be 1 to 500 characters, not all blank"),
             ),
         },
-        (None, Some(command)) => match shell_words::split(&command) {
-            Ok(words) if !words.is_empty() => {
-                Ok(Some(types::ServiceSource::Command { command: words }))
-            }
-            _ => fail(
-                Exit::InvalidInput,
-                format!("--command `{command}` is not a command line"),
-            ),
-        },
+        (None, Some(command)) => Ok(Some(types::ServiceSource::Command {
+            command: words_of("--command", &command)?,
+        })),
         (None, None) => Ok(None),
     }
 }
@@ -242,7 +305,8 @@ async fn service_create(
     connection: &Connection,
     args: ServiceCreateArgs,
 ) -> anyhow::Result<types::ServiceView> {
-    let source = source_of(args.image, args.command)?.expect("clap requires --image or --command");
+    let source =
+        source_of(args.image, args.command, args.git)?.expect("clap requires --image or --command");
     let placement = placement_of(&args.providers);
     let project = resolve::project_id(connection, &args.project).await?;
     let environment = resolve::environment_id(connection, project, &args.environment).await?;
@@ -268,7 +332,7 @@ async fn service_update(
     connection: &Connection,
     args: ServiceUpdateArgs,
 ) -> anyhow::Result<types::ServiceView> {
-    let source = source_of(args.image, args.command)?;
+    let source = source_of(args.image, args.command, args.git)?;
     let placement = placement_of(&args.providers);
     let port = args.port.and_then(std::num::NonZeroU32::new);
     if source.is_none() && placement.is_none() && port.is_none() && args.replicas.is_none() {

@@ -23,21 +23,21 @@ use crate::support::{Backend, TestServer, platform};
 /// Answers `GET /` with its instance key, `GET /health` with 200 until `GET /sicken`.
 const WORKLOAD: &str = "import os,http.server as h\nsick=[False]\nclass H(h.BaseHTTPRequestHandler):\n def do_GET(s):\n  if s.path=='/sicken': sick[0]=True\n  bad=s.path=='/health' and sick[0]\n  s.send_response(500 if bad else 200); s.end_headers(); s.wfile.write(os.environ.get('BULKHEAD_INSTANCE_KEY','-').encode())\n def log_message(s,*a): pass\nh.HTTPServer(('127.0.0.1',int(os.environ['PORT'])),H).serve_forever()";
 
-const DOMAIN: &str = "shop.edge.test";
+pub(crate) const DOMAIN: &str = "shop.edge.test";
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     caddy::free_port().unwrap()
 }
 
 /// A Caddy with its admin API on a port of its own, started with no routes.
-async fn caddy_start(dir: &Path) -> CaddyProcess {
+pub(crate) async fn caddy_start(dir: &Path) -> CaddyProcess {
     let caddy = CaddyProcess::start(Path::new("caddy"), &dir.join("caddy"), free_port()).unwrap();
     caddy.ready().await.unwrap();
     caddy
 }
 
 /// `GET /` of the domain through Caddy: status and body (or the error).
-async fn through_caddy(port: u16) -> Result<(u16, String), String> {
+pub(crate) async fn through_caddy(port: u16) -> Result<(u16, String), String> {
     let response = crate::support::http()
         .get(format!("http://127.0.0.1:{port}/"))
         .header("host", DOMAIN)
@@ -96,7 +96,7 @@ async fn answering(port: u16, requests: usize) -> std::collections::BTreeSet<Str
     keys
 }
 
-fn edge_settings(
+pub(crate) fn edge_settings(
     dir: &Path,
     sources: Vec<Source>,
     token: &str,

@@ -208,7 +208,7 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
 }
 
 /// A `push` event as GitHub sends it (the fields intake reads, and some it does not).
-fn push_event(repository: &str, git_ref: &str, commit: &str, pushed_at: i64) -> Vec<u8> {
+pub(crate) fn push_event(repository: &str, git_ref: &str, commit: &str, pushed_at: i64) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "ref": git_ref,
         "before": "0".repeat(40),
@@ -228,12 +228,12 @@ fn commit(n: u32) -> String {
     format!("{n:040x}")
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
 /// Posts a delivery to `base`'s hook for `installation`.
-async fn deliver(
+pub(crate) async fn deliver(
     http: &reqwest::Client,
     base: &str,
     installation: &str,
@@ -256,7 +256,7 @@ async fn deliver(
 }
 
 /// A push to `installation`, signed with `secret`, as delivery `id`.
-async fn push(
+pub(crate) async fn push(
     s: &TestServer,
     installation: &str,
     secret: &str,

@@ -23,6 +23,7 @@ mod domains;
 mod drill;
 mod edge;
 mod git_intake;
+mod git_source;
 mod instance_health;
 mod limits;
 mod logs;

@@ -7,7 +7,7 @@ import { atLeast, useMe, useProjectRole } from "../me";
 import { usePoll } from "../poll";
 import { href, navigate } from "../router";
 import { ConfirmButton, Field, Loading, ProblemAlert, Section, Select, StateText, Table, Time, useAction } from "../ui";
-import { parseCommand, parseProviders } from "./spec";
+import { parseCommand, parseProviders, sourceText } from "./spec";
 
 const ROLES: ProjectRole[] = ["viewer", "member", "admin", "owner"];
 
@@ -61,7 +61,7 @@ export function Project({ projectId }: { projectId: string }): JSX.Element {
                 </th>
                 <td>{envName(s.environment_id)}</td>
                 <td>
-                  <code>{s.source.type === "command" ? s.source.command.join(" ") : s.source.image}</code>
+                  <code>{sourceText(s.source)}</code>
                 </td>
                 <td>{s.port}</td>
                 <td>{s.replicas}</td>
@@ -191,9 +191,11 @@ function Environments(props: {
 function CreateService(props: { projectId: string; envs: EnvironmentView[] }): JSX.Element {
   const [name, setName] = useState("");
   const [env, setEnv] = useState("");
-  const [kind, setKind] = useState<"command" | "artifact">("command");
+  const [kind, setKind] = useState<"command" | "artifact" | "git">("command");
   const [command, setCommand] = useState("");
   const [image, setImage] = useState("");
+  const [repository, setRepository] = useState("");
+  const [build, setBuild] = useState("");
   const [port, setPort] = useState("8080");
   const [replicas, setReplicas] = useState("1");
   const [providers, setProviders] = useState("");
@@ -208,7 +210,12 @@ function CreateService(props: { projectId: string; envs: EnvironmentView[] }): J
       const body: ServiceCreate = {
         environment_id: envId,
         name: name.trim(),
-        source: kind === "command" ? { type: "command", command: parseCommand(command) } : { type: "artifact", image: image.trim() },
+        source:
+          kind === "artifact"
+            ? { type: "artifact", image: image.trim() }
+            : kind === "git"
+              ? { type: "git", repository: repository.trim(), command: parseCommand(command), ...(build.trim() ? { build: parseCommand(build) } : {}) }
+              : { type: "command", command: parseCommand(command) },
         port: Number(port),
         replicas: Number(replicas),
         health_check: { path: healthPath || "/" },
@@ -236,13 +243,16 @@ function CreateService(props: { projectId: string; envs: EnvironmentView[] }): J
         <Select
           label="Source type"
           value={kind}
-          onChange={(v) => setKind(v === "artifact" ? "artifact" : "command")}
+          onChange={(v) => setKind(v === "artifact" || v === "git" ? v : "command")}
           options={[
             { value: "command", label: "Command" },
             { value: "artifact", label: "Artifact (image)" },
+            { value: "git", label: "Git repository (built on metal)" },
           ]}
         />
-        {kind === "command" ? (
+        {kind === "git" && <Field label="Repository" value={repository} onInput={setRepository} required hint="https://, http:// or git://; each deployment runs one commit of it." />}
+        {kind === "git" && <Field label="Build command" value={build} onInput={setBuild} hint="Optional, run in the code before the command, e.g. npm ci." />}
+        {kind !== "artifact" ? (
           <Field label="Command" value={command} onInput={setCommand} required hint='A JSON array, e.g. ["python3","-m","http.server","$PORT"], or words separated by spaces.' />
         ) : (
           <Field label="Image" value={image} onInput={setImage} required />

@@ -18,7 +18,7 @@ import { href } from "../router";
 import { useFollowed } from "../stream";
 import { announce, Checkbox, Field, Loading, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
 import { Logs } from "./logs";
-import { parseCommand, parseProviders, providersText, sourceText } from "./spec";
+import { parseProviders, providersText, sourceEditable, sourceEdited, sourceText } from "./spec";
 
 function finished(state: string): boolean {
   return (FINISHED_DEPLOYMENT_STATES as readonly string[]).includes(state as DeploymentState);
@@ -290,7 +290,8 @@ interface VarRow {
 
 function EditSpec(props: { service: ServiceView; etag: string | undefined; projectId: string; onDone: () => void }): JSX.Element {
   const s = props.service;
-  const [command, setCommand] = useState(s.source.type === "command" ? JSON.stringify(s.source.command) : s.source.image);
+  const [command, setCommand] = useState(sourceEditable(s.source));
+  const [repository, setRepository] = useState(s.source.type === "git" ? s.source.repository : "");
   const [port, setPort] = useState(String(s.port));
   const [replicas, setReplicas] = useState(String(s.replicas));
   const [providers, setProviders] = useState(providersText(s.placement));
@@ -302,7 +303,7 @@ function EditSpec(props: { service: ServiceView; etag: string | undefined; proje
     e.preventDefault();
     const ok = await action.run(async () => {
       const body: ServiceUpdate = {
-        source: s.source.type === "command" ? { type: "command", command: parseCommand(command) } : { type: "artifact", image: command.trim() },
+        source: sourceEdited(s.source, command, repository),
         port: Number(port),
         replicas: Number(replicas),
         placement: { providers: parseProviders(providers), spread: s.placement.spread ?? true },
@@ -326,7 +327,8 @@ function EditSpec(props: { service: ServiceView; etag: string | undefined; proje
     <form class="card" aria-labelledby="edit-spec" onSubmit={(e) => void submit(e)}>
       <h2 id="edit-spec">Edit spec</h2>
       <div class="grid">
-        <Field label={s.source.type === "command" ? "Command" : "Image"} value={command} onInput={setCommand} required />
+        {s.source.type === "git" && <Field label="Repository" value={repository} onInput={setRepository} required hint="https://, http:// or git://" />}
+        <Field label={s.source.type === "artifact" ? "Image" : "Command"} value={command} onInput={setCommand} required />
         <Field label="Port" type="number" value={port} onInput={setPort} required min={1} max={65535} />
         <Field label="Replicas" type="number" value={replicas} onInput={setReplicas} required min={0} max={100} />
         <Field label="Placement providers" value={providers} onInput={setProviders} hint="Comma-separated, optional :weight; empty: every provider." />

@@ -32,5 +32,29 @@ export function providersText(p: PlacementPolicy | undefined): string {
 }
 
 export function sourceText(s: ServiceSource): string {
-  return s.type === "command" ? JSON.stringify(s.command) : s.image;
+  switch (s.type) {
+    case "command":
+      return JSON.stringify(s.command);
+    case "artifact":
+      return s.image;
+    case "git":
+      return `${JSON.stringify(s.command)} @ ${s.repository}`;
+  }
+}
+
+/** What the spec form edits of a source: its command or image (and a repository's URL). */
+export function sourceEditable(s: ServiceSource): string {
+  return s.type === "artifact" ? s.image : JSON.stringify(s.command);
+}
+
+/** `s` with its command or image replaced by `text` (and a repository by `repository`). */
+export function sourceEdited(s: ServiceSource, text: string, repository: string): ServiceSource {
+  switch (s.type) {
+    case "command":
+      return { type: "command", command: parseCommand(text) };
+    case "artifact":
+      return { type: "artifact", image: text.trim() };
+    case "git":
+      return { ...s, repository: repository.trim(), command: parseCommand(text) };
+  }
 }

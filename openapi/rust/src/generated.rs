@@ -7182,6 +7182,26 @@ deployment; other braces are refused.*/
         ///A command line run on the host, as separate arguments.
         #[serde(rename = "command")]
         Command { command: ::std::vec::Vec<::std::string::String> },
+        /**Code from a git repository: each deployment deploys one commit of it (a push's, the
+newest pushed to the bound branch, or one given), which is fetched where each instance
+runs, verified, built with `build`, and run with `command` in the checked-out code. Only
+providers whose plugin builds code (capability `git-source`: metal) run it.*/
+        #[serde(rename = "git")]
+        Git {
+            ///Run in the checked-out code before the command, as separate arguments.
+            #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+            build: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+            ///Run in the checked-out code, as separate arguments.
+            command: ::std::vec::Vec<::std::string::String>,
+            /**`https://`, `http://` or `git://`, with no user or password in it; up to 2048
+characters.*/
+            repository: ServiceSourceRepository,
+            /**The name of a secret variable of the service that holds a token reading the
+repository (sent to an `https` repository only, as basic credentials: GitHub's and
+GitLab's tokens work). The fetch gets it; the workload's environment does not.*/
+            #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+            token_variable: ::std::option::Option<ServiceSourceTokenVariable>,
+        },
     }
     /**Up to 500 characters, not all blank. It may name the deployed commit:
 `{commit}`, `{short_commit}` (its first 7 digits) and `{branch}` (characters
@@ -7237,6 +7257,133 @@ deployment; other braces are refused.*/
         }
     }
     impl<'de> ::serde::Deserialize<'de> for ServiceSourceImage {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**`https://`, `http://` or `git://`, with no user or password in it; up to 2048
+characters.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ServiceSourceRepository(::std::string::String);
+    impl ::std::ops::Deref for ServiceSourceRepository {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ServiceSourceRepository> for ::std::string::String {
+        fn from(value: ServiceSourceRepository) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ServiceSourceRepository {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 2048usize {
+                return Err("longer than 2048 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            {
+                ::regress::Regex::new("^(https|http|git)://[^/?#@\\s]+([/?#]\\S*)?$")
+                    .unwrap()
+            });
+            if PATTERN.find(value).is_none() {
+                return Err(
+                    "doesn't match pattern \"^(https|http|git)://[^/?#@\\s]+([/?#]\\S*)?$\""
+                        .into(),
+                );
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ServiceSourceRepository {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ServiceSourceRepository {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ServiceSourceRepository {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**The name of a secret variable of the service that holds a token reading the
+repository (sent to an `https` repository only, as basic credentials: GitHub's and
+GitLab's tokens work). The fetch gets it; the workload's environment does not.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct ServiceSourceTokenVariable(::std::string::String);
+    impl ::std::ops::Deref for ServiceSourceTokenVariable {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<ServiceSourceTokenVariable> for ::std::string::String {
+        fn from(value: ServiceSourceTokenVariable) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for ServiceSourceTokenVariable {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 128usize {
+                return Err("longer than 128 characters".into());
+            }
+            static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+            { ::regress::Regex::new("^[A-Z_][A-Z0-9_]*$").unwrap() });
+            if PATTERN.find(value).is_none() {
+                return Err("doesn't match pattern \"^[A-Z_][A-Z0-9_]*$\"".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for ServiceSourceTokenVariable {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for ServiceSourceTokenVariable {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for ServiceSourceTokenVariable {
         fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
         where
             D: ::serde::Deserializer<'de>,

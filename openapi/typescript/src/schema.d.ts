@@ -3233,6 +3233,24 @@ export interface components {
             command: string[];
             /** @enum {string} */
             type: "command";
+        } | {
+            /**
+             * @description `https://`, `http://` or `git://`, with no user or password in it; up to 2048
+             *     characters.
+             */
+            repository: string;
+            /** @description Run in the checked-out code before the command, as separate arguments. */
+            build?: string[] | null;
+            /** @description Run in the checked-out code, as separate arguments. */
+            command: string[];
+            /**
+             * @description The name of a secret variable of the service that holds a token reading the
+             *     repository (sent to an `https` repository only, as basic credentials: GitHub's and
+             *     GitLab's tokens work). The fetch gets it; the workload's environment does not.
+             */
+            token_variable?: string | null;
+            /** @enum {string} */
+            type: "git";
         };
         /** @description A service's spec as shown (secret values withheld). */
         ServiceSpecView: {

@@ -88,6 +88,13 @@ impl DevPlatform {
         agent_settings.insecure_same_user = true;
         // And, as root on a machine without iproute2 and nftables, in the host's network.
         agent_settings.insecure_shared_network = true;
+        // Its slots, as `bulkhead-agent` takes them (16 by default; benchmarks want more).
+        if let Some(slots) = std::env::var("BULKHEAD_AGENT_SLOTS")
+            .ok()
+            .and_then(|slots| slots.parse().ok())
+        {
+            agent_settings.slots = slots;
+        }
         // Several local platforms may run on one machine (the tests do): each agent takes
         // uids that no other holds.
         let agent = bulkhead_agent::start_in_free_uids(agent_settings).await?;

@@ -582,6 +582,7 @@ pub(crate) async fn deployment_insert(
     push: Option<&DeploymentPush>,
 ) -> AppResult<deployment::Model> {
     spec.artifact()?;
+    crate::app::projects::services::token_variable_check(&spec)?;
     let number = deployment::Entity::find()
         .filter(deployment::Column::ServiceId.eq(found.id))
         .select_only()

@@ -210,7 +210,14 @@ pub(crate) async fn replacement_place(
         .await?
         .map(|s| s.name)
         .unwrap_or_else(|| "service".into());
-    match place(&spec.placement, &spec.regions, candidates, placed, 1) {
+    match place(
+        &spec.placement,
+        &spec.regions,
+        spec.builds_code(),
+        candidates,
+        placed,
+        1,
+    ) {
         Ok(slots) => {
             instance_insert(db, owner, &service_name, &slots[0], Some(takeover)).await?;
         }

@@ -24,13 +24,14 @@ use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments::{self, deployment_finish};
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::{claim_cleared, instance_transition};
+use crate::app::deploys::placement::GIT_SOURCE_CAPABILITY;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
 use crate::entity::deployment::DeploymentState;
 use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, evacuation, instance};
 use crate::error::{AppError, AppResult, ErrorCode};
-use crate::plugins::InstanceSpec;
+use crate::plugins::{InstanceSpec, PluginError, ProviderError};
 
 /// Transient errors of one provision before it counts as a refusal.
 const PROVISION_ATTEMPTS: i32 = 5;
@@ -110,6 +111,7 @@ impl App {
                     .or_insert_with(|| branch.clone());
             }
         }
+        let source = spec.git_source(&mut env)?;
         let instance_spec = InstanceSpec {
             instance_key: row.instance_key.clone(),
             region: row.region.clone(),
@@ -121,9 +123,28 @@ impl App {
                 ("bulkhead-deployment".into(), found.number.to_string()),
             ],
             health_check: Some(spec.health_check.to_contract()),
+            source,
         };
         let outcome = self
             .provider_call(&row.provider, true, async move |host, active| {
+                // Placement gives code from a repository only to plugins that build it; one
+                // whose plugin changed since is refused here rather than given a spec it
+                // would run without the code.
+                if instance_spec.source.is_some() {
+                    let info = active
+                        .info
+                        .get_or_try_init(|| host.plugin_info(&active.plugin, &active.env))
+                        .await?;
+                    if !info
+                        .capabilities
+                        .iter()
+                        .any(|capability| capability == GIT_SOURCE_CAPABILITY)
+                    {
+                        return Err(PluginError::Provider(ProviderError::InvalidSpec(
+                            "this provider's plugin does not build code from a repository".into(),
+                        )));
+                    }
+                }
                 host.plugin_provision(&active.plugin, &active.env, instance_spec)
                     .await
             })

@@ -8,11 +8,17 @@ use std::collections::BTreeMap;
 
 use crate::app::projects::services::spec::{PlacementPolicy, ProviderPreference};
 
+/// The capability of a plugin that fetches and builds code from a repository where its
+/// instances run (contract 0.6.0's `instance-spec.source`).
+pub const GIT_SOURCE_CAPABILITY: &str = "git-source";
+
 /// A provider that may take a new instance now, and the regions its plugin offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     pub name: String,
     pub regions: Vec<String>,
+    /// Whether its plugin builds code from a repository (capability `git-source`).
+    pub builds_code: bool,
 }
 
 /// Where one new instance goes.
@@ -81,16 +87,30 @@ fn options(
 }
 
 /// Chooses where `count` new instances go, given how many instances the deployment already
-/// has on each provider (`placed`, for spreading). Fails when no candidate can serve the
-/// service (none allowed by the policy, or none with a region the service accepts).
+/// has on each provider (`placed`, for spreading). With `builds_code` (a service whose code
+/// comes from a repository), only providers that build code are candidates. Fails when no
+/// candidate can serve the service (none allowed by the policy, or none with a region the
+/// service accepts).
 pub fn place(
     policy: &PlacementPolicy,
     service_regions: &[String],
+    builds_code: bool,
     candidates: &[Candidate],
     placed: &BTreeMap<String, u32>,
     count: usize,
 ) -> Result<Vec<Slot>, String> {
-    let options = options(policy, service_regions, candidates);
+    let mut options = options(policy, service_regions, candidates);
+    if builds_code {
+        let allowed: Vec<String> = options.iter().map(|o| o.name.clone()).collect();
+        options.retain(|o| candidates.iter().any(|c| c.name == o.name && c.builds_code));
+        if options.is_empty() && !allowed.is_empty() {
+            return Err(format!(
+                "none of the providers the placement policy allows now ({}) builds code from a \
+                 repository (capability `git-source`, such as metal's)",
+                allowed.join(", ")
+            ));
+        }
+    }
     if options.is_empty() {
         let names: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
         return Err(if names.is_empty() {
@@ -139,14 +159,17 @@ mod tests {
             Candidate {
                 name: "aws".into(),
                 regions: vec!["us-east-1".into(), "eu-west-1".into()],
+                builds_code: false,
             },
             Candidate {
                 name: "gcp".into(),
                 regions: vec!["us-central1".into()],
+                builds_code: false,
             },
             Candidate {
                 name: "metal".into(),
                 regions: vec!["local".into()],
+                builds_code: false,
             },
         ]
     }
@@ -160,6 +183,7 @@ mod tests {
         let slots = place(
             &PlacementPolicy::default(),
             &[],
+            false,
             &candidates(),
             &BTreeMap::new(),
             3,
@@ -169,7 +193,15 @@ mod tests {
         assert_eq!(slots[0].region, "us-east-1");
         // Already placed instances count: the next goes where there are fewest.
         let placed = BTreeMap::from([("aws".to_owned(), 1), ("gcp".to_owned(), 1)]);
-        let next = place(&PlacementPolicy::default(), &[], &candidates(), &placed, 1).unwrap();
+        let next = place(
+            &PlacementPolicy::default(),
+            &[],
+            false,
+            &candidates(),
+            &placed,
+            1,
+        )
+        .unwrap();
         assert_eq!(providers(&next), ["metal"]);
     }
 
@@ -192,7 +224,7 @@ mod tests {
             ],
             spread: true,
         };
-        let slots = place(&policy, &[], &candidates(), &BTreeMap::new(), 3).unwrap();
+        let slots = place(&policy, &[], false, &candidates(), &BTreeMap::new(), 3).unwrap();
         assert_eq!(providers(&slots), ["gcp", "aws", "gcp"]);
         assert_eq!(slots[1].region, "eu-west-1");
         // gcp refused: the same decision without it.
@@ -200,7 +232,7 @@ mod tests {
             .into_iter()
             .filter(|c| c.name != "gcp")
             .collect();
-        let slots = place(&policy, &[], &without_gcp, &BTreeMap::new(), 2).unwrap();
+        let slots = place(&policy, &[], false, &without_gcp, &BTreeMap::new(), 2).unwrap();
         assert_eq!(providers(&slots), ["aws", "aws"]);
         // No spreading: all on the best priority that is eligible.
         let fill = PlacementPolicy {
@@ -208,11 +240,11 @@ mod tests {
             ..policy.clone()
         };
         assert_eq!(
-            providers(&place(&fill, &[], &candidates(), &BTreeMap::new(), 2).unwrap()),
+            providers(&place(&fill, &[], false, &candidates(), &BTreeMap::new(), 2).unwrap()),
             ["gcp", "gcp"]
         );
         assert_eq!(
-            providers(&place(&fill, &[], &without_gcp, &BTreeMap::new(), 2).unwrap()),
+            providers(&place(&fill, &[], false, &without_gcp, &BTreeMap::new(), 2).unwrap()),
             ["aws", "aws"]
         );
         // metal is not in the policy: never used.
@@ -220,7 +252,7 @@ mod tests {
             .into_iter()
             .filter(|c| c.name == "metal")
             .collect();
-        assert!(place(&policy, &[], &only_metal, &BTreeMap::new(), 1).is_err());
+        assert!(place(&policy, &[], false, &only_metal, &BTreeMap::new(), 1).is_err());
     }
 
     #[test]
@@ -229,6 +261,7 @@ mod tests {
         let slots = place(
             &PlacementPolicy::default(),
             &regions,
+            false,
             &candidates(),
             &BTreeMap::new(),
             2,
@@ -240,13 +273,50 @@ mod tests {
             place(
                 &PlacementPolicy::default(),
                 &["mars-1".into()],
+                false,
                 &candidates(),
                 &BTreeMap::new(),
                 1
             )
             .is_err()
         );
-        assert!(place(&PlacementPolicy::default(), &[], &[], &BTreeMap::new(), 1).is_err());
+        assert!(
+            place(
+                &PlacementPolicy::default(),
+                &[],
+                false,
+                &[],
+                &BTreeMap::new(),
+                1
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn code_from_a_repository_goes_only_where_it_is_built() {
+        let mut building = candidates();
+        building[2].builds_code = true;
+        let slots = place(
+            &PlacementPolicy::default(),
+            &[],
+            true,
+            &building,
+            &BTreeMap::new(),
+            3,
+        )
+        .unwrap();
+        assert_eq!(providers(&slots), ["metal", "metal", "metal"]);
+        let refused = place(
+            &PlacementPolicy::default(),
+            &[],
+            true,
+            &candidates(),
+            &BTreeMap::new(),
+            1,
+        )
+        .unwrap_err();
+        assert!(refused.contains("git-source"), "{refused}");
     }
 
     #[test]

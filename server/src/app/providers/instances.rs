@@ -232,6 +232,7 @@ impl App {
             env: create.env.into_iter().collect(),
             labels: create.labels.into_iter().collect(),
             health_check: None,
+            source: None,
         };
         let (_, instance) = self
             .provider_call(name, true, async move |host, active| {

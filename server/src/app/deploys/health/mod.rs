@@ -207,13 +207,34 @@ impl App {
                 }
                 Some(report) = reports.recv() => {
                     let (now, wall) = (Instant::now(), Utc::now());
+                    // A starting instance its provider says failed (its code not fetched or
+                    // built, its command not started) fails now, with the provider's reason.
+                    let mut failed = Vec::new();
                     let verdicts = report
                         .into_iter()
-                        .filter_map(|(key, health)| {
-                            state.schedule.report(&key, health, now, wall).and_then(acted_on)
+                        .filter_map(|reported| {
+                            if let Some(reason) = reported.failed
+                                && let Some(row) = state.schedule.starting(&reported.key)
+                            {
+                                failed.push((row.clone(), reason));
+                                return None;
+                            }
+                            state
+                                .schedule
+                                .report(&reported.key, reported.health, now, wall)
+                                .and_then(acted_on)
                         })
                         .collect();
                     self.instance_health_act(&mut state.schedule, verdicts).await;
+                    for (row, reason) in failed {
+                        let message = format!("{} failed to start: {reason}", row.instance_key);
+                        match self.instance_start_failed(&row, message, "start_failed").await {
+                            Ok(()) => state.schedule.remove(row.id),
+                            Err(err) => self
+                                .reconciler
+                                .error_record(format!("health of {}: {err}", row.instance_key)),
+                        }
+                    }
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
@@ -396,6 +417,23 @@ impl App {
         row: &instance::Model,
         spec: &HealthCheckSpec,
     ) -> AppResult<()> {
+        let message = format!(
+            "{} did not pass its health check (GET {}) within {} s",
+            row.instance_key, spec.path, spec.start_timeout_secs
+        );
+        self.instance_start_failed(row, message, "never_healthy")
+            .await
+    }
+
+    /// A starting instance failed (`error` says how, `message` to people): it fails, and so
+    /// does the rollout it belongs to (whose new instances are removed; the previous version
+    /// keeps serving).
+    async fn instance_start_failed(
+        &self,
+        row: &instance::Model,
+        message: String,
+        error: &str,
+    ) -> AppResult<()> {
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::InstanceHealth).await?;
         let moved = instance_transition(
@@ -408,7 +446,10 @@ impl App {
                     instance::Column::Health,
                     Expr::value(InstanceHealth::Unhealthy),
                 )
-                .col_expr(instance::Column::LastError, Expr::value("never healthy"))
+                .col_expr(
+                    instance::Column::LastError,
+                    Expr::value(error.replace('_', " ")),
+                )
                 .col_expr(instance::Column::Attempts, Expr::value(0))
             },
         )
@@ -416,16 +457,12 @@ impl App {
         if !moved {
             return Ok(());
         }
-        let message = format!(
-            "{} did not pass its health check (GET {}) within {} s",
-            row.instance_key, spec.path, spec.start_timeout_secs
-        );
         event_append(
             &txn,
             row.deployment_id,
             DeploymentEventKind::InstanceFailed,
             message.clone(),
-            serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "error": "never_healthy" }),
+            serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "error": error }),
         )
         .await?;
         if let Some(found) = deployment::Entity::find_by_id(row.deployment_id)

@@ -19,15 +19,29 @@ use crate::app::App;
 use crate::app::cluster::leases::Work;
 use crate::entity::provider;
 use crate::error::AppResult;
-use crate::plugins::WorkloadHealth;
+use crate::plugins::{InstanceState, WorkloadHealth};
 
 /// The capability of a plugin that checks workloads where they run.
 pub const HEALTH_CHECKS_CAPABILITY: &str = "health-checks";
 /// How often the providers that check workloads are asked for their instances' health.
 pub const REPORT_EVERY: Duration = Duration::from_secs(1);
 
-/// What one provider reports: instances (by key) and their health, `unchecked` ones left out.
-pub type HealthReport = Vec<(String, WorkloadHealth)>;
+/// The longest reason of a failed instance kept from a provider's report.
+const MAX_FAILED_DETAIL: usize = 2000;
+
+/// One instance as its provider reports it: its health, and why it failed, when it did and the
+/// provider says (contract 0.6.0's `instance.detail`: a commit that could not be fetched, a
+/// build that failed, a command that could not start).
+#[derive(Debug, Clone)]
+pub struct Reported {
+    pub key: String,
+    pub health: WorkloadHealth,
+    pub failed: Option<String>,
+}
+
+/// What one provider reports: its instances, those with nothing to say (`unchecked`, not
+/// failed) left out.
+pub type HealthReport = Vec<Reported>;
 
 impl App {
     /// Asks the providers that check workloads for their health every [`REPORT_EVERY`] while
@@ -88,8 +102,18 @@ impl App {
                 Ok((_, instances)) => Some(
                     instances
                         .into_iter()
-                        .filter(|found| found.health != WorkloadHealth::Unchecked)
-                        .map(|found| (found.instance_key, found.health))
+                        .map(|found| Reported {
+                            failed: found
+                                .detail
+                                .filter(|_| found.state == InstanceState::Failed)
+                                .map(|detail| detail.chars().take(MAX_FAILED_DETAIL).collect()),
+                            key: found.instance_key,
+                            health: found.health,
+                        })
+                        .filter(|reported| {
+                            reported.health != WorkloadHealth::Unchecked
+                                || reported.failed.is_some()
+                        })
                         .collect(),
                 ),
                 Err(err) => {

@@ -249,6 +249,12 @@ impl HealthSchedule {
         }
     }
 
+    /// The row of the starting instance of `key`, if one is scheduled.
+    pub fn starting(&self, key: &str) -> Option<&instance::Model> {
+        let entry = self.entries.get(self.keys.get(key)?)?;
+        (entry.row.state == InstanceState::Starting).then_some(&entry.row)
+    }
+
     /// Stops checking an instance (it failed or left).
     pub fn remove(&mut self, id: InstanceId) {
         if let Some(entry) = self.entries.remove(&id) {

@@ -88,8 +88,8 @@ pub struct Reconciler {
     errors: Mutex<VecDeque<String>>,
     /// Instances with an operation running here, and their provider.
     in_flight: Mutex<HashMap<InstanceId, String>>,
-    /// Regions of each provider's plugin, by plugin digest.
-    regions: Mutex<HashMap<(String, String), Vec<String>>>,
+    /// Regions of each provider's plugin, and whether it builds code, by plugin digest.
+    regions: Mutex<HashMap<(String, String), (Vec<String>, bool)>>,
     drain_rate: Mutex<f64>,
     /// When the steps that run now and then last ran (none: at the next pass).
     waiting_placed_at: Mutex<Option<Instant>>,

@@ -14,7 +14,7 @@ use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments::deployment_finish;
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::{Takeover, instance_insert};
-use crate::app::deploys::placement::{Candidate, place};
+use crate::app::deploys::placement::{Candidate, GIT_SOURCE_CAPABILITY, place};
 use crate::app::deploys::rollouts::deployment_settle;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::entity::deployment::DeploymentState;
@@ -25,7 +25,7 @@ use crate::ids::DeploymentId;
 
 impl App {
     /// Providers that may take new instances now (enabled, not drained, not evacuated, breaker
-    /// closed, a plugin serving), with their plugins' regions.
+    /// closed, a plugin serving), with their plugins' regions and whether they build code.
     pub(crate) async fn placement_candidates(&self) -> AppResult<Vec<Candidate>> {
         let evacuating: HashSet<String> = evacuation::Entity::find()
             .filter(evacuation::Column::State.eq("running"))
@@ -55,8 +55,8 @@ impl App {
                 .expect("not poisoned")
                 .get(&cache_key)
                 .cloned();
-            let regions = match cached {
-                Some(regions) => regions,
+            let (regions, builds_code) = match cached {
+                Some(known) => known,
                 None => match self
                     .providers
                     .host
@@ -64,12 +64,18 @@ impl App {
                     .await
                 {
                     Ok(info) => {
+                        let known = (
+                            info.regions,
+                            info.capabilities
+                                .iter()
+                                .any(|capability| capability == GIT_SOURCE_CAPABILITY),
+                        );
                         self.reconciler
                             .regions
                             .lock()
                             .expect("not poisoned")
-                            .insert(cache_key, info.regions.clone());
-                        info.regions
+                            .insert(cache_key, known.clone());
+                        known
                     }
                     Err(err) => {
                         self.reconciler
@@ -81,6 +87,7 @@ impl App {
             candidates.push(Candidate {
                 name: row.name,
                 regions,
+                builds_code,
             });
         }
         Ok(candidates)
@@ -194,6 +201,7 @@ impl App {
             match place(
                 &spec.placement,
                 &spec.regions,
+                spec.builds_code(),
                 &allowed,
                 &placed,
                 needed as usize,

@@ -216,7 +216,77 @@ fn health_check_json(check: &HealthCheckSpec) -> AppResult<serde_json::Value> {
     serde_json::to_value(check).map_err(AppError::internal)
 }
 
+/// Checks a list of arguments (`source.command`, `source.build`).
+fn arguments_validate(field: &str, arguments: &[String]) -> AppResult<()> {
+    if arguments.is_empty() || arguments.len() > 100 {
+        return Err(AppError::invalid(format!(
+            "`{field}` must have 1 to 100 arguments"
+        )));
+    }
+    if arguments
+        .iter()
+        .any(|arg| arg.len() > 4096 || arg.contains('\0'))
+    {
+        return Err(AppError::invalid(format!(
+            "`{field}` arguments must be at most 4096 bytes, without NUL"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a repository URL: `https`, `http` or `git`, a host, no credentials, no spaces (as
+/// the host agent checks it again).
+fn repository_validate(url: &str, token: bool) -> AppResult<()> {
+    let invalid = |why: &str| Err(AppError::invalid(format!("`source.repository` {why}")));
+    if url.len() > 2048 {
+        return invalid("must be at most 2048 characters");
+    }
+    if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return invalid("must not contain spaces or control characters");
+    }
+    let Some(rest) = ["https://", "http://", "git://"]
+        .iter()
+        .find_map(|scheme| url.strip_prefix(scheme))
+    else {
+        return invalid("must start with `https://`, `http://` or `git://`");
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.is_empty() {
+        return invalid("has no host");
+    }
+    if authority.contains('@') {
+        return invalid(
+            "must not hold a user or password: put a token in a secret variable and name it \
+             in `source.token_variable`",
+        );
+    }
+    if token && !url.starts_with("https://") {
+        return invalid("must be `https://` to be given a token");
+    }
+    Ok(())
+}
+
 fn source_validate(source: ServiceSource) -> AppResult<serde_json::Value> {
+    if let ServiceSource::Git {
+        repository,
+        build,
+        command,
+        token_variable,
+    } = &source
+    {
+        repository_validate(repository, token_variable.is_some())?;
+        arguments_validate("source.command", command)?;
+        if let Some(build) = build {
+            arguments_validate("source.build", build)?;
+        }
+        if let Some(name) = token_variable
+            && !variable_name_valid(name)
+        {
+            return Err(AppError::invalid(
+                "`source.token_variable` must match [A-Z_][A-Z0-9_]*",
+            ));
+        }
+    }
     match &source {
         ServiceSource::Artifact { image }
             if image.trim().is_empty() || image.chars().count() > 500 =>
@@ -279,6 +349,34 @@ fn regions_validate(regions: Vec<String>) -> AppResult<serde_json::Value> {
     serde_json::to_value(regions).map_err(AppError::internal)
 }
 
+/// `[A-Z_][A-Z0-9_]*`, up to 128 characters.
+fn variable_name_valid(name: &str) -> bool {
+    name.len() <= 128
+        && name.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Checks that `spec`'s `source.token_variable`, if any, names one of its secret variables:
+/// a token kept in plain text would be shown by the API.
+pub(crate) fn token_variable_check(spec: &ServiceSpec) -> AppResult<()> {
+    let Some(name) = spec.token_variable() else {
+        return Ok(());
+    };
+    let variables: Vec<StoredVariable> =
+        serde_json::from_value(spec.variables.clone()).map_err(AppError::internal)?;
+    match variables.iter().find(|v| v.name == name) {
+        Some(v) if v.secret => Ok(()),
+        Some(_) => Err(AppError::invalid(format!(
+            "`source.token_variable` names `{name}`, which is not secret: make it secret"
+        ))),
+        None => Err(AppError::invalid(format!(
+            "`source.token_variable` names `{name}`, which is not a variable of the service"
+        ))),
+    }
+}
+
 fn variable_purpose(service_id: ServiceId, name: &str) -> String {
     format!("service-variable:{service_id}:{name}")
 }
@@ -300,15 +398,7 @@ fn variables_validate(
     let mut seen = BTreeSet::new();
     let mut stored = Vec::with_capacity(inputs.len());
     for input in inputs {
-        let valid_name = input.name.len() <= 128
-            && input
-                .name
-                .starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
-            && input
-                .name
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-        if !valid_name {
+        if !variable_name_valid(&input.name) {
             return Err(AppError::invalid(format!(
                 "variable name `{}` must match [A-Z_][A-Z0-9_]*",
                 input.name

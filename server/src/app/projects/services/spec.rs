@@ -12,8 +12,8 @@ use utoipa::ToSchema;
 use crate::app::projects::services::revision::{SourceRevision, image_resolve};
 use crate::app::shared::validate::slug_validate;
 use crate::entity::service;
-use crate::error::{AppError, AppResult};
-use crate::plugins::HealthCheck;
+use crate::error::{AppError, AppResult, ErrorCode};
+use crate::plugins::{GitSource, HealthCheck};
 
 /// What a service runs.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -32,6 +32,32 @@ pub enum ServiceSource {
     Command {
         #[schema(min_items = 1, max_items = 100)]
         command: Vec<String>,
+    },
+    /// Code from a git repository: each deployment deploys one commit of it (a push's, the
+    /// newest pushed to the bound branch, or one given), which is fetched where each instance
+    /// runs, verified, built with `build`, and run with `command` in the checked-out code. Only
+    /// providers whose plugin builds code (capability `git-source`: metal) run it.
+    Git {
+        /// `https://`, `http://` or `git://`, with no user or password in it; up to 2048
+        /// characters.
+        #[schema(
+            max_length = 2048,
+            pattern = "^(https|http|git)://[^/?#@\\s]+([/?#]\\S*)?$"
+        )]
+        repository: String,
+        /// Run in the checked-out code before the command, as separate arguments.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_items = 1, max_items = 100)]
+        build: Option<Vec<String>>,
+        /// Run in the checked-out code, as separate arguments.
+        #[schema(min_items = 1, max_items = 100)]
+        command: Vec<String>,
+        /// The name of a secret variable of the service that holds a token reading the
+        /// repository (sent to an `https` repository only, as basic credentials: GitHub's and
+        /// GitLab's tokens work). The fetch gets it; the workload's environment does not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(pattern = "^[A-Z_][A-Z0-9_]*$", max_length = 128)]
+        token_variable: Option<String>,
     },
 }
 
@@ -68,11 +94,28 @@ impl ServiceSpec {
     }
 
     /// What a provider runs: the image with its commit filled in, or the command line
-    /// (shell-quoted). `no_commit` when the image names a commit this spec has not.
+    /// (shell-quoted). `no_commit` when the image names a commit this spec has not, or the
+    /// source is a repository and it has no commit.
     pub fn artifact(&self) -> AppResult<String> {
         match &self.source {
             ServiceSource::Artifact { image } => image_resolve(image, self.revision.as_ref()),
             ServiceSource::Command { command } => Ok(shell_words::join(command)),
+            ServiceSource::Git { command, .. } => {
+                self.commit()?;
+                Ok(shell_words::join(command))
+            }
+        }
+    }
+
+    /// The commit a `git` source deploys: `no_commit` without one.
+    fn commit(&self) -> AppResult<&str> {
+        match &self.revision {
+            Some(revision) => Ok(&revision.commit),
+            None => Err(AppError::new(
+                ErrorCode::NoCommit,
+                "this service runs code from a repository, and this deployment has no commit: \
+                 push to a bound branch, or deploy with `commit`",
+            )),
         }
     }
 
@@ -80,8 +123,52 @@ impl ServiceSpec {
     pub fn image(&self) -> AppResult<Option<String>> {
         match &self.source {
             ServiceSource::Artifact { .. } => self.artifact().map(Some),
-            ServiceSource::Command { .. } => Ok(None),
+            ServiceSource::Command { .. } | ServiceSource::Git { .. } => Ok(None),
         }
+    }
+
+    /// Whether its code comes from a repository, to be built where it runs.
+    pub fn builds_code(&self) -> bool {
+        matches!(self.source, ServiceSource::Git { .. })
+    }
+
+    /// For a `git` source: the name of the variable that holds its read token, if any.
+    pub fn token_variable(&self) -> Option<&str> {
+        match &self.source {
+            ServiceSource::Git { token_variable, .. } => token_variable.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// What a provider is told of a `git` source: the repository, the commit, the build and
+    /// the token (opened from `env`, where it is taken out: the workload does not get it).
+    pub fn git_source(
+        &self,
+        env: &mut std::collections::BTreeMap<String, String>,
+    ) -> AppResult<Option<GitSource>> {
+        let ServiceSource::Git {
+            repository,
+            build,
+            token_variable,
+            ..
+        } = &self.source
+        else {
+            return Ok(None);
+        };
+        let token = match token_variable {
+            Some(name) => Some(env.remove(name).ok_or_else(|| {
+                AppError::invalid(format!(
+                    "`source.token_variable` names `{name}`, which is not a variable of the service"
+                ))
+            })?),
+            None => None,
+        };
+        Ok(Some(GitSource {
+            url: repository.clone(),
+            commit: self.commit()?.to_owned(),
+            token,
+            build: build.as_deref().map(shell_words::join),
+        }))
     }
 }
 
