@@ -161,6 +161,7 @@ async fn drain(platform: &DevPlatform, dir: &std::path::Path, backlog: usize) {
                     bulkhead::app::projects::services::spec::HealthCheckSpec::default()
                         .to_contract(),
                 ),
+                source: None,
             };
             let active = active.clone();
             async move {

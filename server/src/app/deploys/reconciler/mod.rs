@@ -62,6 +62,9 @@ pub struct PassOutcome {
     pub held_for: Option<Duration>,
 }
 
+/// What placement needs of a plugin: its regions, and whether it builds code from a repository.
+type PluginPlacement = (Vec<String>, bool);
+
 /// What an operator sees of the reconciler of this server.
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct ReconcilerStatus {
@@ -89,7 +92,7 @@ pub struct Reconciler {
     /// Instances with an operation running here, and their provider.
     in_flight: Mutex<HashMap<InstanceId, String>>,
     /// Regions of each provider's plugin, and whether it builds code, by plugin digest.
-    regions: Mutex<HashMap<(String, String), (Vec<String>, bool)>>,
+    regions: Mutex<HashMap<(String, String), PluginPlacement>>,
     drain_rate: Mutex<f64>,
     /// When the steps that run now and then last ran (none: at the next pass).
     waiting_placed_at: Mutex<Option<Instant>>,
