@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine;
+use bulkhead_common::git_source::repository_url_check;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
@@ -35,8 +36,6 @@ pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 /// Where a workload's code is checked out, in its directory.
 pub(crate) const APP_DIR: &str = "app";
-/// The longest repository URL.
-const MAX_URL_LEN: usize = 2048;
 /// The longest build command.
 const MAX_BUILD_LEN: usize = 8192;
 /// The most of git's error output kept for the reason of a failure.
@@ -77,7 +76,7 @@ impl GitSource {
 
     /// Checks the source; the build's words on success.
     pub(crate) fn validate(&self) -> Result<Option<Vec<String>>, String> {
-        url_validate(&self.url)?;
+        repository_url_check(&self.url).map_err(|why| format!("`source.url` {why}"))?;
         let hex = self
             .commit
             .bytes()
@@ -108,32 +107,6 @@ impl GitSource {
             })
             .transpose()
     }
-}
-
-/// Checks a repository URL: `https`, `http` or `git`, a host, no credentials, nothing git
-/// would read as an option or a local path.
-fn url_validate(url: &str) -> Result<(), String> {
-    let invalid = |why: &str| Err(format!("`source.url` {why}"));
-    if url.len() > MAX_URL_LEN {
-        return invalid(&format!("is longer than {MAX_URL_LEN} bytes"));
-    }
-    if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return invalid("contains spaces or control characters");
-    }
-    let Some(rest) = ["https://", "http://", "git://"]
-        .iter()
-        .find_map(|scheme| url.strip_prefix(scheme))
-    else {
-        return invalid("must start with `https://`, `http://` or `git://`");
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.is_empty() {
-        return invalid("has no host");
-    }
-    if authority.contains('@') {
-        return invalid("must not hold a user or password: give a token instead");
-    }
-    Ok(())
 }
 
 /// The bare repositories the agent fetches into, one per URL.

@@ -6,6 +6,7 @@
 //! - [`secret_file`]: secrets (tokens, keys) read from files only their owner may read;
 //! - [`names`]: the slug rule of ids chosen by people (providers, edges);
 //! - [`health_check`]: the bounds of a workload's health check (the server's and the agent's);
+//! - [`git_source`]: the rule of a repository URL code is fetched from (the same two sides);
 //! - [`process`] (feature `process`): logs to stderr, and the signals that stop a command;
 //! - [`metrics`] (feature `metrics`): the process-wide Prometheus recorder;
 //! - [`tls`]: one crypto provider (ring), clients that verify the servers they reach (the
@@ -15,6 +16,7 @@
 //!   and number, so that slow or hostile clients cannot take a server down.
 
 pub mod files;
+pub mod git_source;
 pub mod health_check;
 #[cfg(feature = "metrics")]
 pub mod metrics;

@@ -214,7 +214,7 @@ fn binaries_that_are_not_providers_are_refused() {
     let Err(PluginRejection::UnsupportedVersion { found, .. }) = future else {
         panic!("a component for a newer contract version was accepted")
     };
-    assert_eq!(found, "0.6.0");
+    assert_eq!(found, "0.7.0");
 }
 
 /// What the hostile plugin reports after `deprovision(url)` fetched (or failed to fetch) `url`.

@@ -129,6 +129,7 @@ fn spec(key: &str) -> InstanceSpec {
             ("bulkhead-key".into(), "spoofed".into()),
         ],
         health_check: None,
+        source: None,
     }
 }
 

@@ -101,6 +101,7 @@ mod tests {
             env: vec![],
             labels: vec![],
             health_check: None,
+            source: None,
         }
     }
 

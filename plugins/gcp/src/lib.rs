@@ -1106,6 +1106,7 @@ mod tests {
                 ("bulkhead-key".into(), "hijack".into()),
             ],
             health_check: None,
+            source: None,
         }
     }
 

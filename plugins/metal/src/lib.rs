@@ -621,6 +621,7 @@ mod tests {
             env: vec![("GREETING".into(), "hello".into())],
             labels: vec![],
             health_check: None,
+            source: None,
         }
     }
 

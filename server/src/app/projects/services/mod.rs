@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use bulkhead_common::git_source::repository_url_check;
 use chrono::{DateTime, Utc};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
@@ -234,34 +235,22 @@ fn arguments_validate(field: &str, arguments: &[String]) -> AppResult<()> {
     Ok(())
 }
 
-/// Checks a repository URL: `https`, `http` or `git`, a host, no credentials, no spaces (as
-/// the host agent checks it again).
+/// Checks a repository URL (the rule the host agent checks again), and that a token would
+/// go over `https` only.
 fn repository_validate(url: &str, token: bool) -> AppResult<()> {
-    let invalid = |why: &str| Err(AppError::invalid(format!("`source.repository` {why}")));
-    if url.len() > 2048 {
-        return invalid("must be at most 2048 characters");
-    }
-    if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return invalid("must not contain spaces or control characters");
-    }
-    let Some(rest) = ["https://", "http://", "git://"]
-        .iter()
-        .find_map(|scheme| url.strip_prefix(scheme))
-    else {
-        return invalid("must start with `https://`, `http://` or `git://`");
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.is_empty() {
-        return invalid("has no host");
-    }
-    if authority.contains('@') {
-        return invalid(
-            "must not hold a user or password: put a token in a secret variable and name it \
-             in `source.token_variable`",
-        );
-    }
+    repository_url_check(url).map_err(|why| {
+        AppError::invalid(format!(
+            "`source.repository` {}",
+            why.replace(
+                "give a token instead",
+                "put a token in a secret variable and name it in `source.token_variable`"
+            )
+        ))
+    })?;
     if token && !url.starts_with("https://") {
-        return invalid("must be `https://` to be given a token");
+        return Err(AppError::invalid(
+            "`source.repository` must be `https://` to be given a token",
+        ));
     }
     Ok(())
 }
