@@ -440,18 +440,8 @@ mod tests {
         ] {
             assert_eq!(source(good).validate(), Ok(None), "{good}");
         }
-        for bad in [
-            "file:///etc",
-            "ext::sh -c id",
-            "ssh://git@github.com/acme/web",
-            "-uhttps://x",
-            "https://user:pw@github.com/acme/web",
-            "https:///path",
-            "https://github.com/acme/web \n",
-            "/srv/git/web.git",
-        ] {
-            assert!(source(bad).validate().is_err(), "{bad}");
-        }
+        // The URL rule itself is bulkhead_common's (tested there).
+        assert!(source("file:///etc").validate().is_err());
         let mut short = source("https://x/y");
         short.commit = "abc123".into();
         assert!(short.validate().is_err());
