@@ -153,13 +153,9 @@ impl SourceCache {
         let _held = lock.lock().await;
         if !repository.join("HEAD").exists() {
             let _ = std::fs::remove_dir_all(&repository);
-            run_git(
-                &self.root,
-                &["init", "--bare", "--quiet", path_str(&repository)?],
-                None,
-            )
-            .await
-            .map_err(|err| format!("preparing the repository cache failed: {err}"))?;
+            run_git(&repository, &["init", "--bare", "--quiet"], None)
+                .await
+                .map_err(|err| format!("preparing the repository cache failed: {err}"))?;
         }
         if commit_present(&repository, &source.commit).await {
             return Ok(Fetched {
@@ -168,8 +164,6 @@ impl SourceCache {
             });
         }
         let fetch = [
-            "--git-dir",
-            path_str(&repository)?,
             "fetch",
             "--quiet",
             "--depth",
@@ -182,7 +176,7 @@ impl SourceCache {
         ];
         match tokio::time::timeout(
             FETCH_TIMEOUT,
-            run_git(&self.root, &fetch, source.token.as_deref()),
+            run_git(&repository, &fetch, source.token.as_deref()),
         )
         .await
         {
@@ -307,18 +301,15 @@ impl Fetched {
     }
 }
 
-fn path_str(path: &Path) -> Result<&str, String> {
-    path.to_str()
-        .ok_or_else(|| format!("{} is not UTF-8", path.display()))
-}
-
-/// Git, with nothing of the machine's or a user's configuration, no prompt, no protocol but
-/// `https`, `http` and `git`.
+/// Git on `repository`, with nothing of the machine's or a user's configuration, no prompt, no
+/// protocol but `https`, `http` and `git`.
 fn git_command(repository: &Path) -> Command {
+    let home = repository.parent().unwrap_or(repository);
     let mut git = Command::new("git");
     git.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", repository.parent().unwrap_or(repository))
+        .env("HOME", home)
+        .current_dir(home)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
@@ -340,20 +331,11 @@ async fn commit_present(repository: &Path, commit: &str) -> bool {
     git.status().await.is_ok_and(|status| status.success())
 }
 
-/// Runs git in `dir` (its own `--git-dir` given in `args`), with `token` as a bearer of basic
+/// Runs git on `repository` ([`git_command`]), with `token` as the password of basic
 /// credentials; what git said on failure, the token scrubbed.
-async fn run_git(dir: &Path, args: &[&str], token: Option<&str>) -> Result<(), String> {
-    let mut git = Command::new("git");
-    git.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_ALLOW_PROTOCOL", "https:http:git")
-        .env("LC_ALL", "C")
-        .current_dir(dir)
-        .args(args)
+async fn run_git(repository: &Path, args: &[&str], token: Option<&str>) -> Result<(), String> {
+    let mut git = git_command(repository);
+    git.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -1096,16 +1096,29 @@ impl Supervisor {
                 }
                 None => backoff.after_exit(Duration::ZERO),
             };
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                control = until_not_run(&mut control) => {
-                    if control == Control::Stop {
-                        self.mark_stopped(&workload);
-                    }
-                    return;
-                }
+            if !self.backoff_wait(&workload, &mut control, delay).await {
+                return;
             }
             current = self.start_process(&workload).await;
+        }
+    }
+
+    /// Waits `delay` before another start; `false` when told to detach or stop meanwhile (the
+    /// workload then marked stopped), which ends supervision.
+    async fn backoff_wait(
+        &self,
+        workload: &Workload,
+        control: &mut watch::Receiver<Control>,
+        delay: Duration,
+    ) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => true,
+            control = until_not_run(control) => {
+                if control == Control::Stop {
+                    self.mark_stopped(workload);
+                }
+                false
+            }
         }
     }
 

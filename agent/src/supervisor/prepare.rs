@@ -65,14 +65,8 @@ impl Supervisor {
                 "preparing the workload failed: {reason}"
             );
             self.persist().await;
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                control = until_not_run(&mut control) => {
-                    if control == Control::Stop {
-                        self.mark_stopped(&workload);
-                    }
-                    return;
-                }
+            if !self.backoff_wait(&workload, &mut control, delay).await {
+                return;
             }
         }
         workload.update(|status| {
