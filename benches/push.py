@@ -183,7 +183,7 @@ def edge_start(binary, base, data):
     edge = subprocess.Popen(
         [binary, "edge", "--id", "bench-edge", "--control-plane", base, "--token-file", token_file,
          "--trusted-keys", keys_file, "--state-dir", os.path.join(data, "edge"),
-         "--caddy-admin", f"http://127.0.0.1:{admin}", "--caddy-listen", f"127.0.0.1:{listen}",
+         "--caddy-admin", f"http://127.0.0.1:{admin}", "--caddy-listen", f"127.0.0.1:{listen}", "--plain-http",
          "--listen", f"127.0.0.1:{free_port()}"],
         stdout=open(os.path.join(data, "edge.log"), "w"), stderr=subprocess.STDOUT)
     return [edge, caddy], f"127.0.0.1:{listen}"

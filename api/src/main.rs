@@ -88,7 +88,7 @@ enum Command {
     /// Run the edge agent next to a Caddy: keeps it routing by the signed routing table,
     /// from the last-known-good copy on disk when no control plane answers.
     #[command(
-        after_help = "Example:\n  bulkhead edge --id edge-1 --control-plane https://cp.example.com --token-file edge.token --trusted-keys trusted-keys.json --caddy-listen :8081"
+        after_help = "Example:\n  bulkhead edge --id edge-1 --control-plane https://cp.example.com --token-file edge.token --trusted-keys trusted-keys.json --acme-email ops@example.com"
     )]
     Edge(bulkhead_edge::EdgeArgs),
     /// Play the account suspension that inspired Bulkhead against a local platform (a control

@@ -1,5 +1,5 @@
 //! Keeping Caddy serving the accepted table through its admin API: each accepted table is
-//! loaded (`POST /load`), and once a second the agent asks Caddy whether the table's revision
+//! loaded (`POST /load`, with HTTPS unless the edge serves plain HTTP), and once a second the agent asks Caddy whether the table's revision
 //! is still loaded (`GET /id/bulkhead-r<revision>`); after a restart it is not, and the agent
 //! loads it again. A Caddy that is down is retried; nothing else waits for it.
 
@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::Edge;
-use bulkhead_routing::caddy::{CaddyOptions, config, revision_id};
+use super::certificates::EdgeTls;
+use bulkhead_routing::caddy::{CaddyOptions, CaddyTls, config, revision_id};
 
 /// How often Caddy is asked whether it still serves the table.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -71,6 +72,12 @@ async fn load(edge: &Edge, table: &bulkhead_routing::RoutingTable) -> anyhow::Re
     let options = CaddyOptions {
         listen: vec![edge.settings.caddy_listen.clone()],
         admin: Some(admin_listen(&edge.settings.caddy_admin)),
+        tls: edge
+            .settings
+            .tls
+            .as_ref()
+            .map(|tls| caddy_tls(edge, tls))
+            .transpose()?,
     };
     let response = edge
         .http
@@ -86,6 +93,24 @@ async fn load(edge: &Edge, table: &bulkhead_routing::RoutingTable) -> anyhow::Re
         response.text().await.unwrap_or_default()
     );
     Ok(())
+}
+
+/// HTTPS as Caddy is told it: certificates asked for at this agent's permission endpoint.
+fn caddy_tls(edge: &Edge, tls: &EdgeTls) -> anyhow::Result<CaddyTls> {
+    let path = |path: &std::path::Path| path.to_string_lossy().into_owned();
+    let mut ask = edge.status_addr;
+    if ask.ip().is_unspecified() {
+        ask.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Ok(CaddyTls {
+        listen: vec![tls.listen.clone()],
+        acme_ca: tls.acme_ca.clone(),
+        acme_email: tls.acme_email.clone(),
+        acme_ca_roots: tls.acme_ca_roots.iter().map(|root| path(root)).collect(),
+        ask: format!("http://{ask}/tls/ask"),
+        storage: path(&tls.storage),
+        events_log: Some(path(&EdgeTls::events_log(&edge.settings.state_dir)?)),
+    })
 }
 
 /// The `host:port` of the admin API URL, kept in each configuration loaded (one without an

@@ -10,12 +10,15 @@
 //!   has, that does not drop more than `max_drop` of the routes or upstreams unless marked
 //!   intended ([`guard`]). Each accepted snapshot is written to disk atomically.
 //! - It keeps Caddy serving the accepted table through Caddy's admin API, and applies it again
-//!   when Caddy restarts ([`caddy`]).
+//!   when Caddy restarts ([`caddy`]): over HTTPS by default, with certificates Caddy obtains on
+//!   demand from an ACME CA after asking the agent, which answers from its snapshot alone
+//!   ([`certificates`]), so certificates load, renew and issue while no control plane answers.
 //! - It never withdraws a route because the control plane is unreachable or the table is old:
 //!   staleness is a metric and a warning. It serves `/metrics` and `/healthz` and reports its
-//!   revision to the control plane ([`status`]).
+//!   revision and certificates to the control plane ([`status`]).
 
 pub mod caddy;
+pub mod certificates;
 pub mod guard;
 pub mod status;
 pub mod store;
@@ -73,9 +76,35 @@ pub struct EdgeArgs {
         default_value = "http://127.0.0.1:2019"
     )]
     pub caddy_admin: String,
-    /// Where Caddy serves the routes (`host:port` or `:port`).
-    #[arg(long, env = "BULKHEAD_EDGE_CADDY_LISTEN", default_value = ":8080")]
+    /// Where Caddy serves plain HTTP (`host:port` or `:port`): redirects to HTTPS and ACME's
+    /// HTTP-01 challenges, or the routes themselves with `--plain-http`.
+    #[arg(long, env = "BULKHEAD_EDGE_CADDY_LISTEN", default_value = ":80")]
     pub caddy_listen: String,
+    /// Where Caddy serves HTTPS (`host:port` or `:port`).
+    #[arg(long, env = "BULKHEAD_EDGE_CADDY_LISTEN_TLS", default_value = ":443")]
+    pub caddy_listen_tls: String,
+    /// Serve the routes over plain HTTP alone, with no certificates: for an edge behind a
+    /// load balancer that terminates TLS.
+    #[arg(long, env = "BULKHEAD_EDGE_PLAIN_HTTP")]
+    pub plain_http: bool,
+    /// The ACME CA's directory URL that certificates are obtained from.
+    #[arg(long, env = "BULKHEAD_EDGE_ACME_CA", default_value = certificates::LETS_ENCRYPT)]
+    pub acme_ca: String,
+    /// The address the ACME CA writes to about certificates (expiry, revocation).
+    #[arg(long, env = "BULKHEAD_EDGE_ACME_EMAIL")]
+    pub acme_email: Option<String>,
+    /// PEM files of the roots that sign the ACME CA's own HTTPS certificate (a private CA).
+    #[arg(
+        long = "acme-ca-root",
+        env = "BULKHEAD_EDGE_ACME_CA_ROOTS",
+        value_delimiter = ','
+    )]
+    pub acme_ca_roots: Vec<PathBuf>,
+    /// The directory Caddy keeps certificates in (default: `certificates` in the state
+    /// directory). A directory shared by a fleet's edges (a network file system) makes one
+    /// certificate per domain serve them all.
+    #[arg(long, env = "BULKHEAD_EDGE_CERTIFICATE_STORAGE")]
+    pub certificate_storage: Option<PathBuf>,
     /// Where the agent serves `/metrics` and `/healthz`.
     #[arg(long, env = "BULKHEAD_EDGE_LISTEN", default_value = "127.0.0.1:9180")]
     pub listen: SocketAddr,
@@ -103,6 +132,8 @@ pub struct EdgeSettings {
     pub state_dir: PathBuf,
     pub caddy_admin: String,
     pub caddy_listen: String,
+    /// HTTPS with certificates on demand; `None` serves plain HTTP alone.
+    pub tls: Option<certificates::EdgeTls>,
     pub listen: SocketAddr,
     pub max_drop: f64,
     pub poll_interval: Duration,
@@ -123,6 +154,18 @@ impl EdgeSettings {
             .map(|path| bulkhead_common::secret_file::token_file_read(path, "the edge's token"))
             .transpose()?;
         let sources = sync::Source::list(&args.control_planes, &args.mirrors, &args.files)?;
+        let tls = if args.plain_http {
+            None
+        } else {
+            Some(certificates::EdgeTls::resolve(
+                args.caddy_listen_tls,
+                &args.acme_ca,
+                args.acme_email,
+                args.acme_ca_roots,
+                args.certificate_storage
+                    .unwrap_or_else(|| args.state_dir.join("certificates")),
+            )?)
+        };
         anyhow::ensure!(
             !sources.is_empty(),
             "give at least one source: --control-plane, --mirror or --file"
@@ -140,6 +183,7 @@ impl EdgeSettings {
             state_dir: args.state_dir,
             caddy_admin: args.caddy_admin.trim_end_matches('/').to_owned(),
             caddy_listen: args.caddy_listen,
+            tls,
             listen: args.listen,
             max_drop: args.max_drop,
             poll_interval: Duration::from_millis(args.poll_interval_ms.max(50)),
@@ -170,11 +214,24 @@ pub struct EdgeState {
     pub source: Option<String>,
     /// The last snapshot refused: revision and reason.
     pub last_refusal: Option<(i64, String)>,
+    /// The certificates of the table's domains, by hostname (with HTTPS).
+    pub certificates: std::collections::BTreeMap<String, certificates::CertificateStatus>,
 }
 
 impl EdgeState {
     pub fn revision(&self) -> i64 {
         self.applied.as_ref().map_or(0, |a| a.table.revision)
+    }
+
+    /// Whether `domain` has a route in the table served (routes are sorted by domain).
+    pub fn routes_domain(&self, domain: &str) -> bool {
+        self.applied.as_ref().is_some_and(|applied| {
+            applied
+                .table
+                .routes
+                .binary_search_by(|route| route.domain.as_str().cmp(domain))
+                .is_ok()
+        })
     }
 
     /// The last refusal as reported: `{ "revision", "reason" }`.
@@ -204,6 +261,8 @@ pub struct Edge {
     /// Bumped when a table is accepted or refused (Caddy and the control plane are told).
     pub accepted: watch::Sender<u64>,
     pub http: reqwest::Client,
+    /// Where `/metrics`, `/healthz` and the certificates' permission endpoint are served.
+    pub status_addr: SocketAddr,
 }
 
 impl Edge {
@@ -257,11 +316,13 @@ pub async fn start(settings: EdgeSettings) -> anyhow::Result<RunningEdge> {
         // A watch sends a heartbeat every 15 s: a silent connection is dead.
         .read_timeout(Duration::from_secs(45))
         .build()?;
+    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
     let edge = Arc::new(Edge {
         state: Mutex::default(),
         trusted: Mutex::new(trusted),
         accepted: watch::channel(0).0,
         http,
+        status_addr: listener.local_addr()?,
         settings,
     });
     match store::load(
@@ -283,14 +344,16 @@ pub async fn start(settings: EdgeSettings) -> anyhow::Result<RunningEdge> {
         }
     }
     let (stop, stopped) = watch::channel(false);
-    let listener = tokio::net::TcpListener::bind(edge.settings.listen).await?;
-    let addr = listener.local_addr()?;
-    let tasks = vec![
+    let addr = edge.status_addr;
+    let mut tasks = vec![
         tokio::spawn(caddy::keep(edge.clone(), stopped.clone())),
         tokio::spawn(sync::run(edge.clone(), stopped.clone())),
         tokio::spawn(status::report_run(edge.clone(), stopped.clone())),
-        tokio::spawn(status::serve(edge.clone(), listener, stopped)),
+        tokio::spawn(status::serve(edge.clone(), listener, stopped.clone())),
     ];
+    if edge.settings.tls.is_some() {
+        tasks.push(tokio::spawn(certificates::follow(edge.clone(), stopped)));
+    }
     Ok(RunningEdge {
         edge,
         addr,

@@ -9,7 +9,7 @@ use clap::Parser;
 #[command(
     name = "bulkhead-edge",
     version,
-    after_help = "Example:\n  bulkhead-edge --id edge-1 --control-plane https://cp.example.com --token-file edge.token --trusted-keys trusted-keys.json --caddy-listen :443"
+    after_help = "Example:\n  bulkhead-edge --id edge-1 --control-plane https://cp.example.com --token-file edge.token --trusted-keys trusted-keys.json --acme-email ops@example.com"
 )]
 struct Cli {
     #[command(flatten)]

@@ -1,6 +1,7 @@
 //! What an edge tells: `/healthz` (200 once Caddy serves a table), `/metrics` (Prometheus),
+//! `/tls/ask` (Caddy's question before it obtains a certificate, [`super::certificates`]),
 //! warnings when no source has confirmed the table for a while, and reports of its revision
-//! to the control plane (`POST /v1/edges/{id}/status`, after each change and every
+//! and certificates to the control plane (`POST /v1/edges/{id}/status`, after each change and every
 //! [`REPORT_EVERY`]).
 
 use std::sync::Arc;
@@ -68,12 +69,16 @@ async fn report(edge: &Edge) {
         if state.applied.is_none() {
             return;
         }
-        json!({
+        let mut body = json!({
             "revision": state.revision(),
             "snapshot_age_seconds": state.staleness().map(|s| s.as_secs_f64()),
             "last_refusal": state.last_refusal_json(),
             "agent_version": env!("CARGO_PKG_VERSION"),
-        })
+        });
+        if edge.settings.tls.is_some() {
+            body["certificates"] = super::certificates::report(&state.certificates);
+        }
+        body
     };
     for source in &edge.settings.sources {
         let Source::ControlPlane(base) = source else {
@@ -106,6 +111,7 @@ pub async fn serve(
     let metrics = bulkhead_common::metrics::prometheus_handle();
     let router = axum::Router::new()
         .route("/healthz", axum::routing::get(healthz))
+        .route("/tls/ask", axum::routing::get(super::certificates::ask))
         .route(
             "/metrics",
             axum::routing::get(move |State(edge): State<Arc<Edge>>| async move {

@@ -109,6 +109,7 @@ async fn routing_table_caddy(
     let options = CaddyOptions {
         listen: vec![listen],
         admin: None,
+        tls: None,
     };
     let mut response = Json(caddy_config(&current.table(), &options)).into_response();
     revision_header(&mut response, current.revision);
