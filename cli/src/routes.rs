@@ -1,6 +1,6 @@
 //! `bulkhead routes`: the routing table the edges serve (`table`), its changes by revision
-//! (`changes`), and the edges with the revision each serves and how far behind it is (`edges`).
-//! Read-only.
+//! (`changes`), the edges with the revision each serves and how far behind it is (`edges`),
+//! and the certificates each edge serves HTTPS with (`certificates`). Read-only.
 
 use bulkhead_client::types;
 use clap::Subcommand;
@@ -14,7 +14,8 @@ use super::output::{self, OutputFormat, Row, cell, optional};
 #[command(after_help = "Examples:
   bulkhead routes table
   bulkhead routes changes --since 40
-  bulkhead routes edges")]
+  bulkhead routes edges
+  bulkhead routes certificates")]
 pub struct RoutesArgs {
     #[command(flatten)]
     global: GlobalArgs,
@@ -35,8 +36,15 @@ pub enum RoutesAction {
         since: i64,
     },
     /// The edges that reported, with the revision each serves and its lag.
-    #[command(after_help = "Example:\n  bulkhead routes edges")]
+    #[command(after_help = "Example:\n  bulkhead routes edges
+  bulkhead routes certificates")]
     Edges(Paging),
+    /// The certificates each edge serves HTTPS with: issuer, expiry and last error, failing
+    /// ones first.
+    #[command(
+        after_help = "Example:\n  bulkhead routes certificates --output json | jq '.items[] | select(.last_error)'"
+    )]
+    Certificates(Paging),
 }
 
 impl Row for types::Route {
@@ -65,6 +73,7 @@ impl Row for types::EdgeView {
         "VERSION",
         "REPORTED",
         "SNAPSHOT AGE (s)",
+        "CERTIFICATES",
     ];
     fn row(&self) -> Vec<String> {
         vec![
@@ -74,6 +83,49 @@ impl Row for types::EdgeView {
             self.agent_version.clone(),
             self.reported_at.to_rfc3339(),
             optional(self.snapshot_age_seconds),
+            certificates_summary(self.certificates.as_ref()),
+        ]
+    }
+}
+
+/// An edge's certificates in a few words.
+fn certificates_summary(certificates: Option<&types::EdgeCertificates>) -> String {
+    let Some(c) = certificates else {
+        return "plain HTTP".to_owned();
+    };
+    let mut summary = format!("{} of {} issued", c.issued, c.domains);
+    if c.failing > 0 {
+        summary.push_str(&format!(", {} failing", c.failing));
+    }
+    if c.expiring_soon > 0 {
+        summary.push_str(&format!(", {} expiring within 14 days", c.expiring_soon));
+    }
+    summary
+}
+
+/// One certificate of one edge.
+#[derive(serde::Serialize)]
+struct CertificateRow {
+    edge: String,
+    #[serde(flatten)]
+    certificate: types::EdgeCertificate,
+}
+
+impl Row for CertificateRow {
+    const HEADER: &'static [&'static str] = &["EDGE", "DOMAIN", "ISSUER", "EXPIRES", "LAST ERROR"];
+    fn row(&self) -> Vec<String> {
+        let c = &self.certificate;
+        vec![
+            self.edge.clone(),
+            c.hostname.to_string(),
+            c.issuer
+                .as_ref()
+                .map_or_else(|| "not yet issued".to_owned(), |issuer| issuer.to_string()),
+            c.not_after
+                .map_or_else(|| "-".to_owned(), |at| at.to_rfc3339()),
+            c.last_error
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |error| error.to_string()),
         ]
     }
 }
@@ -149,6 +201,29 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<()> {
         }
         RoutesAction::Edges(paging) => {
             list_pages!(connection, paging.all, |c| c.edge_list()).print(format);
+        }
+        RoutesAction::Certificates(paging) => {
+            let edges = list_pages!(connection, paging.all, |c| c.edge_list());
+            let items: Vec<CertificateRow> = edges
+                .items
+                .into_iter()
+                .flat_map(|edge| {
+                    let id = edge.id;
+                    edge.certificates
+                        .map(|c| c.items)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(move |certificate| CertificateRow {
+                            edge: id.clone(),
+                            certificate,
+                        })
+                })
+                .collect();
+            crate::listing::Listed {
+                items,
+                next_cursor: edges.next_cursor,
+            }
+            .print(format);
         }
     }
     Ok(())

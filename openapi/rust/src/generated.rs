@@ -1715,6 +1715,209 @@ starting with a letter; no wildcard, no IP address, no trailing dot.*/
             Default::default()
         }
     }
+    ///One domain's certificate on an edge.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct EdgeCertificate {
+        pub hostname: EdgeCertificateHostname,
+        ///The common name of the issuing CA; absent before a certificate is obtained.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub issuer: ::std::option::Option<EdgeCertificateIssuer>,
+        /**The last failure to obtain or renew it, as the ACME CA or Caddy put it (at most 500
+characters).*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_error: ::std::option::Option<EdgeCertificateLastError>,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub not_after: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+    }
+    impl EdgeCertificate {
+        pub fn builder() -> builder::EdgeCertificate {
+            Default::default()
+        }
+    }
+    ///`EdgeCertificateHostname`
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct EdgeCertificateHostname(::std::string::String);
+    impl ::std::ops::Deref for EdgeCertificateHostname {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<EdgeCertificateHostname> for ::std::string::String {
+        fn from(value: EdgeCertificateHostname) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for EdgeCertificateHostname {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 253usize {
+                return Err("longer than 253 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for EdgeCertificateHostname {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for EdgeCertificateHostname {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for EdgeCertificateHostname {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    ///The common name of the issuing CA; absent before a certificate is obtained.
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct EdgeCertificateIssuer(::std::string::String);
+    impl ::std::ops::Deref for EdgeCertificateIssuer {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<EdgeCertificateIssuer> for ::std::string::String {
+        fn from(value: EdgeCertificateIssuer) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for EdgeCertificateIssuer {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 200usize {
+                return Err("longer than 200 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for EdgeCertificateIssuer {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for EdgeCertificateIssuer {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for EdgeCertificateIssuer {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**The last failure to obtain or renew it, as the ACME CA or Caddy put it (at most 500
+characters).*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct EdgeCertificateLastError(::std::string::String);
+    impl ::std::ops::Deref for EdgeCertificateLastError {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<EdgeCertificateLastError> for ::std::string::String {
+        fn from(value: EdgeCertificateLastError) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for EdgeCertificateLastError {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 500usize {
+                return Err("longer than 500 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for EdgeCertificateLastError {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for EdgeCertificateLastError {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for EdgeCertificateLastError {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**An edge's certificates: counts over every domain it routes, and up to 256 of them listed,
+failing ones first, then those without a certificate yet, then by expiry.*/
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct EdgeCertificates {
+        ///Domains the edge routes.
+        pub domains: i32,
+        ///Certificates expiring within 14 days.
+        pub expiring_soon: i32,
+        ///Domains whose last attempt to obtain or renew a certificate failed.
+        pub failing: i32,
+        ///Domains with a certificate (obtained at a domain's first HTTPS request).
+        pub issued: i32,
+        pub items: ::std::vec::Vec<EdgeCertificate>,
+    }
+    impl EdgeCertificates {
+        pub fn builder() -> builder::EdgeCertificates {
+            Default::default()
+        }
+    }
     ///`EdgeDeleteEdgeId`
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
     #[serde(transparent)]
@@ -1847,6 +2050,9 @@ starting with a letter; no wildcard, no IP address, no trailing dot.*/
         ///The agent's version (at most 64 characters).
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub agent_version: ::std::option::Option<EdgeStatusReportAgentVersion>,
+        ///The certificates of the domains it serves over HTTPS (absent: plain HTTP alone).
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub certificates: ::std::option::Option<EdgeCertificates>,
         ///The last snapshot the edge refused, if any.
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub last_refusal: ::std::option::Option<EdgeRefusal>,
@@ -2036,6 +2242,9 @@ starting with a letter; no wildcard, no IP address, no trailing dot.*/
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct EdgeView {
         pub agent_version: ::std::string::String,
+        ///Its certificates, for an edge that serves HTTPS.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub certificates: ::std::option::Option<EdgeCertificates>,
         pub first_seen_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub id: ::std::string::String,
         ///Revisions behind the latest routing table.
@@ -11889,6 +12098,225 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             }
         }
         #[derive(Clone, Debug)]
+        pub struct EdgeCertificate {
+            hostname: ::std::result::Result<
+                super::EdgeCertificateHostname,
+                ::std::string::String,
+            >,
+            issuer: ::std::result::Result<
+                ::std::option::Option<super::EdgeCertificateIssuer>,
+                ::std::string::String,
+            >,
+            last_error: ::std::result::Result<
+                ::std::option::Option<super::EdgeCertificateLastError>,
+                ::std::string::String,
+            >,
+            not_after: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for EdgeCertificate {
+            fn default() -> Self {
+                Self {
+                    hostname: Err("no value supplied for hostname".to_string()),
+                    issuer: Ok(Default::default()),
+                    last_error: Ok(Default::default()),
+                    not_after: Ok(Default::default()),
+                }
+            }
+        }
+        impl EdgeCertificate {
+            pub fn hostname<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::EdgeCertificateHostname>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.hostname = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for hostname: {e}")
+                    });
+                self
+            }
+            pub fn issuer<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::EdgeCertificateIssuer>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.issuer = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for issuer: {e}")
+                    });
+                self
+            }
+            pub fn last_error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::EdgeCertificateLastError>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_error = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_error: {e}")
+                    });
+                self
+            }
+            pub fn not_after<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.not_after = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for not_after: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<EdgeCertificate> for super::EdgeCertificate {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: EdgeCertificate,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    hostname: value.hostname?,
+                    issuer: value.issuer?,
+                    last_error: value.last_error?,
+                    not_after: value.not_after?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::EdgeCertificate> for EdgeCertificate {
+            fn from(value: super::EdgeCertificate) -> Self {
+                Self {
+                    hostname: Ok(value.hostname),
+                    issuer: Ok(value.issuer),
+                    last_error: Ok(value.last_error),
+                    not_after: Ok(value.not_after),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct EdgeCertificates {
+            domains: ::std::result::Result<i32, ::std::string::String>,
+            expiring_soon: ::std::result::Result<i32, ::std::string::String>,
+            failing: ::std::result::Result<i32, ::std::string::String>,
+            issued: ::std::result::Result<i32, ::std::string::String>,
+            items: ::std::result::Result<
+                ::std::vec::Vec<super::EdgeCertificate>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for EdgeCertificates {
+            fn default() -> Self {
+                Self {
+                    domains: Err("no value supplied for domains".to_string()),
+                    expiring_soon: Err(
+                        "no value supplied for expiring_soon".to_string(),
+                    ),
+                    failing: Err("no value supplied for failing".to_string()),
+                    issued: Err("no value supplied for issued".to_string()),
+                    items: Err("no value supplied for items".to_string()),
+                }
+            }
+        }
+        impl EdgeCertificates {
+            pub fn domains<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.domains = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for domains: {e}")
+                    });
+                self
+            }
+            pub fn expiring_soon<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.expiring_soon = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for expiring_soon: {e}")
+                    });
+                self
+            }
+            pub fn failing<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failing = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for failing: {e}")
+                    });
+                self
+            }
+            pub fn issued<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.issued = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for issued: {e}")
+                    });
+                self
+            }
+            pub fn items<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::EdgeCertificate>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.items = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for items: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<EdgeCertificates> for super::EdgeCertificates {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: EdgeCertificates,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    domains: value.domains?,
+                    expiring_soon: value.expiring_soon?,
+                    failing: value.failing?,
+                    issued: value.issued?,
+                    items: value.items?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::EdgeCertificates> for EdgeCertificates {
+            fn from(value: super::EdgeCertificates) -> Self {
+                Self {
+                    domains: Ok(value.domains),
+                    expiring_soon: Ok(value.expiring_soon),
+                    failing: Ok(value.failing),
+                    issued: Ok(value.issued),
+                    items: Ok(value.items),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct EdgeRefusal {
             reason: ::std::result::Result<
                 super::EdgeRefusalReason,
@@ -11955,6 +12383,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::option::Option<super::EdgeStatusReportAgentVersion>,
                 ::std::string::String,
             >,
+            certificates: ::std::result::Result<
+                ::std::option::Option<super::EdgeCertificates>,
+                ::std::string::String,
+            >,
             last_refusal: ::std::result::Result<
                 ::std::option::Option<super::EdgeRefusal>,
                 ::std::string::String,
@@ -11969,6 +12401,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             fn default() -> Self {
                 Self {
                     agent_version: Ok(Default::default()),
+                    certificates: Ok(Default::default()),
                     last_refusal: Ok(Default::default()),
                     revision: Err("no value supplied for revision".to_string()),
                     snapshot_age_seconds: Ok(Default::default()),
@@ -11987,6 +12420,20 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     .try_into()
                     .map_err(|e| {
                         format!("error converting supplied value for agent_version: {e}")
+                    });
+                self
+            }
+            pub fn certificates<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::EdgeCertificates>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.certificates = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for certificates: {e}")
                     });
                 self
             }
@@ -12036,6 +12483,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
                     agent_version: value.agent_version?,
+                    certificates: value.certificates?,
                     last_refusal: value.last_refusal?,
                     revision: value.revision?,
                     snapshot_age_seconds: value.snapshot_age_seconds?,
@@ -12046,6 +12494,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             fn from(value: super::EdgeStatusReport) -> Self {
                 Self {
                     agent_version: Ok(value.agent_version),
+                    certificates: Ok(value.certificates),
                     last_refusal: Ok(value.last_refusal),
                     revision: Ok(value.revision),
                     snapshot_age_seconds: Ok(value.snapshot_age_seconds),
@@ -12056,6 +12505,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
         pub struct EdgeView {
             agent_version: ::std::result::Result<
                 ::std::string::String,
+                ::std::string::String,
+            >,
+            certificates: ::std::result::Result<
+                ::std::option::Option<super::EdgeCertificates>,
                 ::std::string::String,
             >,
             first_seen_at: ::std::result::Result<
@@ -12084,6 +12537,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     agent_version: Err(
                         "no value supplied for agent_version".to_string(),
                     ),
+                    certificates: Ok(Default::default()),
                     first_seen_at: Err(
                         "no value supplied for first_seen_at".to_string(),
                     ),
@@ -12106,6 +12560,20 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     .try_into()
                     .map_err(|e| {
                         format!("error converting supplied value for agent_version: {e}")
+                    });
+                self
+            }
+            pub fn certificates<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::EdgeCertificates>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.certificates = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for certificates: {e}")
                     });
                 self
             }
@@ -12201,6 +12669,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
                     agent_version: value.agent_version?,
+                    certificates: value.certificates?,
                     first_seen_at: value.first_seen_at?,
                     id: value.id?,
                     lag: value.lag?,
@@ -12215,6 +12684,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             fn from(value: super::EdgeView) -> Self {
                 Self {
                     agent_version: Ok(value.agent_version),
+                    certificates: Ok(value.certificates),
                     first_seen_at: Ok(value.first_seen_at),
                     id: Ok(value.id),
                     lag: Ok(value.lag),

@@ -2044,6 +2044,46 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /** @description One domain's certificate on an edge. */
+        EdgeCertificate: {
+            hostname: string;
+            /** @description The common name of the issuing CA; absent before a certificate is obtained. */
+            issuer?: string | null;
+            /** Format: date-time */
+            not_after?: string | null;
+            /**
+             * @description The last failure to obtain or renew it, as the ACME CA or Caddy put it (at most 500
+             *     characters).
+             */
+            last_error?: string | null;
+        };
+        /**
+         * @description An edge's certificates: counts over every domain it routes, and up to 256 of them listed,
+         *     failing ones first, then those without a certificate yet, then by expiry.
+         */
+        EdgeCertificates: {
+            /**
+             * Format: int32
+             * @description Domains the edge routes.
+             */
+            domains: number;
+            /**
+             * Format: int32
+             * @description Domains with a certificate (obtained at a domain's first HTTPS request).
+             */
+            issued: number;
+            /**
+             * Format: int32
+             * @description Certificates expiring within 14 days.
+             */
+            expiring_soon: number;
+            /**
+             * Format: int32
+             * @description Domains whose last attempt to obtain or renew a certificate failed.
+             */
+            failing: number;
+            items: components["schemas"]["EdgeCertificate"][];
+        };
         /** @description A snapshot an edge refused, and why. */
         EdgeRefusal: {
             /** Format: int64 */
@@ -2066,6 +2106,7 @@ export interface components {
             last_refusal?: components["schemas"]["EdgeRefusal"] | null;
             /** @description The agent's version (at most 64 characters). */
             agent_version?: string | null;
+            certificates?: components["schemas"]["EdgeCertificates"] | null;
         };
         /** @description An edge as the fleet view shows it. */
         EdgeView: {
@@ -2081,6 +2122,7 @@ export interface components {
             snapshot_age_seconds?: number | null;
             last_refusal?: components["schemas"]["EdgeRefusal"] | null;
             agent_version: string;
+            certificates?: components["schemas"]["EdgeCertificates"] | null;
             /** Format: date-time */
             first_seen_at: string;
             /**

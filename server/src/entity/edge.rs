@@ -14,6 +14,9 @@ pub struct Model {
     /// The last snapshot the edge refused: `{ "revision": …, "reason": … }`.
     pub last_refusal: Option<Json>,
     pub agent_version: String,
+    /// The certificates the edge serves with: `[{ "hostname", "issuer", "not_after",
+    /// "last_error" }]`, `None` for an edge that serves plain HTTP.
+    pub certificates: Option<Json>,
     pub first_seen_at: DateTimeUtc,
     pub reported_at: DateTimeUtc,
 }

@@ -1,6 +1,7 @@
 //! Edges: each edge agent reports the routing-table revision it applied (with its API token,
 //! which then owns that edge id), so that the fleet's convergence is visible: each edge's
-//! revision, its lag behind the latest one, its last contact and its last refusal.
+//! revision, its lag behind the latest one, its last contact and its last refusal; and, for
+//! an edge serving HTTPS, its certificates (issuer, expiry, last error).
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ActiveModelTrait, EntityTrait, Set};
@@ -32,6 +33,90 @@ pub struct EdgeStatusReport {
     #[serde(default)]
     #[schema(max_length = 64)]
     pub agent_version: Option<String>,
+    /// The certificates of the domains it serves over HTTPS (absent: plain HTTP alone).
+    #[serde(default)]
+    pub certificates: Option<EdgeCertificates>,
+}
+
+/// The most certificates one report lists (the counts cover every domain).
+pub const EDGE_CERTIFICATES_LISTED: usize = 256;
+
+/// An edge's certificates: counts over every domain it routes, and up to 256 of them listed,
+/// failing ones first, then those without a certificate yet, then by expiry.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeCertificates {
+    /// Domains the edge routes.
+    #[schema(minimum = 0)]
+    pub domains: u32,
+    /// Domains with a certificate (obtained at a domain's first HTTPS request).
+    #[schema(minimum = 0)]
+    pub issued: u32,
+    /// Certificates expiring within 14 days.
+    #[schema(minimum = 0)]
+    pub expiring_soon: u32,
+    /// Domains whose last attempt to obtain or renew a certificate failed.
+    #[schema(minimum = 0)]
+    pub failing: u32,
+    #[schema(max_items = 256)]
+    pub items: Vec<EdgeCertificate>,
+}
+
+/// One domain's certificate on an edge.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeCertificate {
+    #[schema(max_length = 253)]
+    pub hostname: String,
+    /// The common name of the issuing CA; absent before a certificate is obtained.
+    #[serde(default)]
+    #[schema(max_length = 200)]
+    pub issuer: Option<String>,
+    #[serde(default)]
+    pub not_after: Option<DateTime<Utc>>,
+    /// The last failure to obtain or renew it, as the ACME CA or Caddy put it (at most 500
+    /// characters).
+    #[serde(default)]
+    #[schema(max_length = 500)]
+    pub last_error: Option<String>,
+}
+
+impl EdgeCertificates {
+    fn validate(self) -> AppResult<Self> {
+        use crate::app::shared::validate::text_validate;
+        if self.items.len() > EDGE_CERTIFICATES_LISTED {
+            return Err(AppError::invalid(format!(
+                "`certificates.items` lists at most {EDGE_CERTIFICATES_LISTED} certificates"
+            )));
+        }
+        if self.issued > self.domains
+            || self.failing > self.domains
+            || self.expiring_soon > self.issued
+        {
+            return Err(AppError::invalid(
+                "`certificates`: `issued` and `failing` count at most `domains`, `expiring_soon` at most `issued`",
+            ));
+        }
+        let items = self
+            .items
+            .into_iter()
+            .map(|item| {
+                Ok(EdgeCertificate {
+                    hostname: text_validate("certificates.items.hostname", &item.hostname, 253)?,
+                    issuer: item
+                        .issuer
+                        .map(|issuer| text_validate("certificates.items.issuer", &issuer, 200))
+                        .transpose()?,
+                    not_after: item.not_after,
+                    last_error: item
+                        .last_error
+                        .map(|error| text_validate("certificates.items.last_error", &error, 500))
+                        .transpose()?,
+                })
+            })
+            .collect::<AppResult<_>>()?;
+        Ok(Self { items, ..self })
+    }
 }
 
 /// A snapshot an edge refused, and why.
@@ -55,6 +140,8 @@ pub struct EdgeView {
     pub snapshot_age_seconds: Option<f64>,
     pub last_refusal: Option<EdgeRefusal>,
     pub agent_version: String,
+    /// Its certificates, for an edge that serves HTTPS.
+    pub certificates: Option<EdgeCertificates>,
     pub first_seen_at: DateTime<Utc>,
     /// The edge's last report.
     pub reported_at: DateTime<Utc>,
@@ -67,6 +154,9 @@ impl App {
             lag: (latest - row.revision).max(0),
             last_refusal: row
                 .last_refusal
+                .and_then(|value| serde_json::from_value(value).ok()),
+            certificates: row
+                .certificates
                 .and_then(|value| serde_json::from_value(value).ok()),
             id: row.id,
             revision: row.revision,
@@ -126,6 +216,13 @@ impl App {
                 revision: refusal.revision,
             }),
         };
+        let certificates = report
+            .certificates
+            .map(EdgeCertificates::validate)
+            .transpose()?
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(AppError::internal)?;
         let txn = crate::db::begin_write(&self.db).await?;
         let existing = edge::Entity::find_by_id(id.clone()).one(&txn).await?;
         if existing.as_ref().is_some_and(|e| e.token_id != token_id) {
@@ -145,6 +242,7 @@ impl App {
                 .transpose()
                 .map_err(AppError::internal)?),
             agent_version: Set(agent_version),
+            certificates: Set(certificates),
             first_seen_at: Set(existing.as_ref().map_or(now, |e| e.first_seen_at)),
             reported_at: Set(now),
         };
