@@ -15,13 +15,14 @@ use crate::support::{Backend, database_fresh};
 const BIN: &str = env!("CARGO_BIN_EXE_bulkhead");
 
 /// Every check a drill answers, in order.
-const CHECKS: [&str; 17] = [
+const CHECKS: [&str; 18] = [
     "breaker_opens",
     "dead_instances_leave_routes",
     "others_stay_healthy",
     "deploys_fail_over",
     "edge_serves_through_gcp_outage",
     "edge_serves_without_control_plane",
+    "every_domain_https_in_outage",
     "edge_restarts_from_disk",
     "backlog_drains_at_rate",
     "pushes_deploy_exactly_once",
@@ -150,6 +151,12 @@ async fn the_short_drill_passes(backend: Backend) {
     all_passed(success, &report, &timeline, &CHECKS);
 
     // The figures behind the verdicts.
+    let domains = figure(&report, "every_domain_https_in_outage", "domains");
+    assert!(domains >= 2.0, "every domain over HTTPS: {report:#}");
+    assert_eq!(
+        figure(&report, "every_domain_https_in_outage", "domains_answered"),
+        domains
+    );
     let opened = figure(&report, "breaker_opens", "seconds");
     assert!(opened > 0.0 && opened < 15.0, "{opened}");
     for phase in [

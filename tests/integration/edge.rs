@@ -112,6 +112,7 @@ pub(crate) fn edge_settings(
         state_dir: dir.join("edge-state"),
         caddy_admin: caddy.admin(),
         caddy_listen: format!("127.0.0.1:{http_port}"),
+        tls: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         max_drop: 0.5,
         poll_interval: Duration::from_millis(200),
@@ -130,7 +131,7 @@ async fn edge_health(edge: &RunningEdge) -> Value {
 
 /// A project with a service of `replicas` on metal running [`WORKLOAD`], bound to
 /// [`DOMAIN`]: its owner's token and its path.
-async fn service_on_domain(s: &TestServer, replicas: u32) -> (String, String) {
+pub(crate) async fn service_on_domain(s: &TestServer, replicas: u32) -> (String, String) {
     let fixture =
         crate::deployments::fixture_running(s, replicas, &["metal"], WORKLOAD, "/health").await;
     let service_id = fixture.service.rsplit('/').next().unwrap();
@@ -138,7 +139,7 @@ async fn service_on_domain(s: &TestServer, replicas: u32) -> (String, String) {
     (fixture.owner, fixture.service)
 }
 
-async fn deployed(s: &TestServer, owner: &str, service: &str) {
+pub(crate) async fn deployed(s: &TestServer, owner: &str, service: &str) {
     let made = s
         .call(
             Method::POST,
@@ -393,6 +394,7 @@ pub async fn edge_over(
         // Nothing listens there: the edge keeps trying, which does not stop its sync.
         caddy_admin: format!("http://127.0.0.1:{}", free_port()),
         caddy_listen: format!("127.0.0.1:{}", free_port()),
+        tls: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         max_drop: 0.5,
         poll_interval: Duration::from_millis(200),

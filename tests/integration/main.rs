@@ -22,6 +22,7 @@ mod deployments;
 mod domains;
 mod drill;
 mod edge;
+mod edge_https;
 mod git_intake;
 mod git_source;
 mod instance_health;

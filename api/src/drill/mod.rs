@@ -1,7 +1,7 @@
 //! `bulkhead drill`: the account suspension that inspired Bulkhead, played on one machine
 //! against real components — a control plane (a child process it kills), the GCP and AWS
-//! simulators, a host agent, and an edge agent in front of a real Caddy — with traffic
-//! through the edge all along. It prints a timeline as it goes and a pass/fail table with the
+//! simulators, a host agent, an edge agent in front of a real Caddy and an ACME CA (Pebble)
+//! — with HTTPS traffic through the edge all along. It prints a timeline as it goes and a pass/fail table with the
 //! measured figures at the end (`--output json` for scripts), and exits 1 when any check
 //! fails.
 //!
@@ -51,7 +51,7 @@ use traffic::Traffic;
   bulkhead drill --database-url postgres://postgres@127.0.0.1/drill
   bulkhead drill --database-url postgres://postgres@127.0.0.1/drill --replicas 3
 
-Needs Caddy 2.6+ (`apt-get install caddy`). Exit status: 0 when every check passed, 1 when
+Needs Caddy 2.6+ and Pebble (`apt-get install caddy pebble`). Exit status: 0 when every check passed, 1 when
 one failed or the drill could not run.")]
 pub struct DrillArgs {
     /// Services deployed over gcp, aws and metal (three replicas each, one domain each).
@@ -114,6 +114,7 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
         bulkhead_common::process::logging_init(false);
     }
     bulkhead::dev::caddy::caddy_check(&args.caddy)?;
+    bulkhead::dev::acme::acme_check()?;
     let started_at = chrono::Utc::now();
     let timeline = Timeline::new();
     let (dir, keep_dir) = match &args.dir {
@@ -257,18 +258,25 @@ async fn drill_on_platform(
         &serde_json::to_vec(&keys)?,
     )
     .await?;
-    traffic::all_answer(edge.http_port, &fleet.domains, Duration::from_secs(30)).await?;
+    let address = traffic::EdgeAddress {
+        https_port: edge.https_port,
+        root: edge.root.clone(),
+    };
+    let issuing = std::time::Instant::now();
+    traffic::all_answer(&address, &fleet.domains, Duration::from_secs(60)).await?;
     timeline.note(format!(
-        "the edge serves {} domains through Caddy on 127.0.0.1:{}",
+        "the edge serves {} domains over HTTPS through Caddy on 127.0.0.1:{}, certificates \
+         from the ACME CA in {:.1} s",
         fleet.domains.len(),
-        edge.http_port
+        edge.https_port,
+        issuing.elapsed().as_secs_f64()
     ));
     let traffic = Traffic::start(
         timeline.clock,
-        edge.http_port,
+        &address,
         fleet.domains.clone(),
         Duration::from_millis(20),
-    );
+    )?;
     let mut crowd = SignInCrowd::prepare(&base_url, &fleet.admin).await?;
     timeline.note(format!(
         "{} users linked their forge accounts, {} of them signed in through it",

@@ -266,6 +266,18 @@ impl Drill<'_> {
                 &figures,
             ),
             Check::new(
+                "every_domain_https_in_outage",
+                "every domain answers over HTTPS while the control plane is down (certificates \
+                 from the edge alone)",
+                figures.domains > 0 && figures.domains_answered == figures.domains,
+                format!(
+                    "{} of {} domains answered over new TLS connections",
+                    figures.domains_answered, figures.domains
+                ),
+                json!({ "domains": figures.domains, "domains_answered": figures.domains_answered,
+                        "requests": figures.requests, "failed": figures.failed }),
+            ),
+            Check::new(
                 "edge_restarts_from_disk",
                 "an edge agent restarted in the outage serves the table it had",
                 served == revision,

@@ -2,14 +2,17 @@
 //! and a host agent ([`DevPlatform`], in this process), the control plane as child processes
 //! (`bulkhead serve`, so that each can be killed outright and started again on its data; with
 //! `--replicas`, several on one PostgreSQL behind a Caddy load balancer, [`ApiFront`]), and
-//! an edge agent (in this process, restartable) in front of a real Caddy.
+//! an edge agent (in this process, restartable) in front of a real Caddy, serving HTTPS with
+//! certificates from a real ACME CA (Pebble).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bulkhead::dev::acme::AcmeCa;
 use bulkhead::dev::caddy::{CaddyProcess, free_port};
+use bulkhead_edge::certificates::EdgeTls;
 use bulkhead_edge::sync::Source;
 use bulkhead_edge::{EdgeSettings, RunningEdge};
 
@@ -240,14 +243,18 @@ impl Drop for ControlPlane {
     }
 }
 
-/// Caddy and the edge agent that keeps it routing.
+/// Caddy and the edge agent that keeps it routing, and the ACME CA its certificates come
+/// from.
 pub struct Edge {
     /// Kept for as long as the edge runs: dropping it stops Caddy.
     _caddy: CaddyProcess,
+    _acme: AcmeCa,
     pub agent: Option<RunningEdge>,
     settings: EdgeSettings,
-    /// Where Caddy serves the routes.
-    pub http_port: u16,
+    /// Where Caddy serves the routes over HTTPS.
+    pub https_port: u16,
+    /// The PEM file of the root the edge's certificates chain to.
+    pub root: PathBuf,
 }
 
 impl Edge {
@@ -263,7 +270,10 @@ impl Edge {
         let caddy = CaddyProcess::start(caddy_program, &dir.join("caddy"), free_port()?)?;
         caddy.ready().await?;
         std::fs::write(dir.join("trusted-keys.json"), trusted_keys)?;
-        let http_port = free_port()?;
+        let (http_port, https_port) = (free_port()?, free_port()?);
+        let acme = AcmeCa::start(&dir.join("acme"), http_port, https_port).await?;
+        let root = dir.join("acme-issuing-root.pem");
+        std::fs::write(&root, acme.issuing_root().await?)?;
         let settings = EdgeSettings {
             id: "drill-edge".into(),
             sources: control_planes
@@ -276,6 +286,13 @@ impl Edge {
             state_dir: dir.join("edge-state"),
             caddy_admin: caddy.admin(),
             caddy_listen: format!("127.0.0.1:{http_port}"),
+            tls: Some(EdgeTls::resolve(
+                format!("127.0.0.1:{https_port}"),
+                &acme.directory(),
+                None,
+                vec![acme.server_root()],
+                dir.join("edge-state").join("certificates"),
+            )?),
             listen: "127.0.0.1:0".parse()?,
             max_drop: 0.5,
             poll_interval: Duration::from_millis(200),
@@ -284,9 +301,11 @@ impl Edge {
         let agent = bulkhead_edge::start(settings.clone()).await?;
         Ok(Self {
             _caddy: caddy,
+            _acme: acme,
             agent: Some(agent),
             settings,
-            http_port,
+            https_port,
+            root,
         })
     }
 

@@ -1,7 +1,9 @@
 //! The traffic the drill sends through the edge for as long as it runs: every domain in
-//! turn, through Caddy, each answer recorded, so that each phase can say how many requests
-//! failed while it lasted.
+//! turn, over HTTPS through Caddy (a new TLS connection each time, as each new visitor makes),
+//! each answer recorded, so that each phase can say how many requests failed while it lasted.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,11 +11,37 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// Where the edge serves the domains: HTTPS on `127.0.0.1:<https_port>`, with certificates
+/// that chain to `root`.
+#[derive(Debug, Clone)]
+pub struct EdgeAddress {
+    pub https_port: u16,
+    pub root: PathBuf,
+}
+
+impl EdgeAddress {
+    /// A client that resolves each of `domains` to the edge and trusts `root` alone; with
+    /// `fresh`, a new connection for each request.
+    fn client(&self, domains: &[String], fresh: bool) -> anyhow::Result<reqwest::Client> {
+        let mut builder = bulkhead_common::tls::http_client_builder(Some(&self.root))?
+            .timeout(Duration::from_secs(5));
+        for domain in domains {
+            builder = builder.resolve(domain, SocketAddr::from(([127, 0, 0, 1], self.https_port)));
+        }
+        if fresh {
+            builder = builder.pool_max_idle_per_host(0);
+        }
+        Ok(builder.build()?)
+    }
+}
+
 /// One request through the edge.
 #[derive(Debug, Clone)]
 struct Sample {
     /// Since the drill started.
     at: Duration,
+    /// Which domain (its index).
+    domain: usize,
     failure: Option<String>,
     /// Whether it was sent again after its connection broke before any answer.
     retried: bool,
@@ -39,9 +67,12 @@ pub struct TrafficFigures {
     pub retried: usize,
     /// The first few failures, as the client saw them.
     pub failures: Vec<String>,
+    /// Domains requested, and those answered at least once.
+    pub domains: usize,
+    pub domains_answered: usize,
 }
 
-/// Requests sent in a loop to each domain through Caddy on `127.0.0.1:<port>`.
+/// Requests sent in a loop to each domain through the edge.
 pub struct Traffic {
     samples: Arc<Mutex<Vec<Sample>>>,
     stop: watch::Sender<bool>,
@@ -50,7 +81,12 @@ pub struct Traffic {
 
 impl Traffic {
     /// Starts sending: each domain in turn, then a pause of `pause`.
-    pub fn start(clock: Instant, port: u16, domains: Vec<String>, pause: Duration) -> Self {
+    pub fn start(
+        clock: Instant,
+        edge: &EdgeAddress,
+        domains: Vec<String>,
+        pause: Duration,
+    ) -> anyhow::Result<Self> {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, mut stopped) = watch::channel(false);
         let log = samples.clone();
@@ -58,14 +94,11 @@ impl Traffic {
         // connections when it loads a configuration (one per routing revision): a request
         // whose connection breaks before any answer is sent once more, as browsers do for a
         // GET, and counted as resent.
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .pool_max_idle_per_host(0)
-            .build()
-            .expect("a client without TLS settings builds");
+        let client = edge.client(&domains, true)?;
+        let port = edge.https_port;
         let task = tokio::spawn(async move {
             while !*stopped.borrow() {
-                for domain in &domains {
+                for (index, domain) in domains.iter().enumerate() {
                     let at = clock.elapsed();
                     let (outcome, retried) = match request(&client, port, domain).await {
                         Outcome::Broken(_) => (request(&client, port, domain).await, true),
@@ -77,6 +110,7 @@ impl Traffic {
                     };
                     log.lock().expect("not poisoned").push(Sample {
                         at,
+                        domain: index,
                         failure,
                         retried,
                     });
@@ -87,19 +121,25 @@ impl Traffic {
                 }
             }
         });
-        Self {
+        Ok(Self {
             samples,
             stop,
             task,
-        }
+        })
     }
 
     /// The requests sent between `from` and `to` (since the drill started).
     pub fn window(&self, from: Duration, to: Duration) -> TrafficFigures {
         let samples = self.samples.lock().expect("not poisoned");
         let mut figures = TrafficFigures::default();
+        let mut requested = std::collections::BTreeSet::new();
+        let mut answered = std::collections::BTreeSet::new();
         for sample in samples.iter().filter(|s| s.at >= from && s.at < to) {
             figures.requests += 1;
+            requested.insert(sample.domain);
+            if sample.failure.is_none() {
+                answered.insert(sample.domain);
+            }
             figures.retried += usize::from(sample.retried);
             if let Some(failure) = &sample.failure {
                 figures.failed += 1;
@@ -110,6 +150,8 @@ impl Traffic {
                 }
             }
         }
+        figures.domains = requested.len();
+        figures.domains_answered = answered.len();
         figures
     }
 
@@ -119,16 +161,11 @@ impl Traffic {
     }
 }
 
-/// `GET /` of `domain` through Caddy, answered by an instance of the domain's service.
+/// `GET https://<domain>/` through Caddy, answered by an instance of the domain's service.
 async fn request(client: &reqwest::Client, port: u16, domain: &str) -> Outcome {
-    let answer = match client
-        .get(format!("http://127.0.0.1:{port}/"))
-        .header(reqwest::header::HOST, domain)
-        .send()
-        .await
-    {
+    let answer = match client.get(format!("https://{domain}:{port}/")).send().await {
         Ok(answer) => answer,
-        Err(err) => return Outcome::Broken(format!("{domain}: {err}")),
+        Err(err) => return Outcome::Broken(format!("{domain}: {err:#}")),
     };
     let status = answer.status();
     let body = answer.bytes().await.unwrap_or_default();
@@ -151,11 +188,15 @@ async fn request(client: &reqwest::Client, port: u16, domain: &str) -> Outcome {
     }
 }
 
-/// Waits until every domain answers 200 through Caddy (at most `limit`).
-pub async fn all_answer(port: u16, domains: &[String], limit: Duration) -> anyhow::Result<()> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
+/// Waits until every domain answers 200 over HTTPS through Caddy (at most `limit`): the first
+/// request of each makes the edge obtain its certificate.
+pub async fn all_answer(
+    edge: &EdgeAddress,
+    domains: &[String],
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let client = edge.client(domains, false)?;
+    let port = edge.https_port;
     let started = Instant::now();
     for domain in domains {
         loop {

@@ -7,8 +7,10 @@
 //! own, as on the fleet (in the host's network where iproute2 or nftables is missing). On a
 //! developer's machine (not root) it runs them as the developer's own user
 //! (`--insecure-same-user`), and `bulkhead dev` says so. [`caddy`] runs a real Caddy for an
-//! edge in front of it (the drill, the edge tests).
+//! edge in front of it (the drill, the edge tests), [`acme`] a real ACME CA (Pebble) for the
+//! edge's certificates.
 
+pub mod acme;
 pub mod caddy;
 
 use std::collections::BTreeMap;
