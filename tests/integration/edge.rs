@@ -157,13 +157,7 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
     let s = TestServer::start(Backend::Sqlite).await.unwrap();
     let (_platform, _platform_dir) = platform(&s).await;
     let dir = tempfile::tempdir().unwrap();
-    let token = routing_token(&s).await;
-    let keys = s.get("/v1/routing-table/keys", &token).await;
-    std::fs::write(
-        dir.path().join("trusted-keys.json"),
-        keys.assert_status(200).to_string(),
-    )
-    .unwrap();
+    let token = edge_token(&s, dir.path()).await;
     let (owner, service) = service_on_domain(&s, 2).await;
     deployed(&s, &owner, &service).await;
     table_wait(&s, &token, "two upstreams", |t| t.upstream_count() == 2).await;
@@ -370,13 +364,9 @@ async fn tampered_foreign_older_and_empty_snapshots_are_refused() {
     edge.shutdown().await;
 }
 
-/// An edge agent that syncs from `s` alone (verifying it with `ca_file`), with no Caddy to
-/// drive: for tests of how it reaches the control plane.
-pub async fn edge_over(
-    s: &TestServer,
-    dir: &Path,
-    ca_file: Option<std::path::PathBuf>,
-) -> RunningEdge {
+/// A token with `routing:read` for an edge of `s`, and the keys it trusts written to
+/// `dir/trusted-keys.json`.
+pub(crate) async fn edge_token(s: &TestServer, dir: &Path) -> String {
     let token = routing_token(s).await;
     let keys = s.get("/v1/routing-table/keys", &token).await;
     std::fs::write(
@@ -384,6 +374,17 @@ pub async fn edge_over(
         keys.assert_status(200).to_string(),
     )
     .unwrap();
+    token
+}
+
+/// An edge agent that syncs from `s` alone (verifying it with `ca_file`), with no Caddy to
+/// drive: for tests of how it reaches the control plane.
+pub async fn edge_over(
+    s: &TestServer,
+    dir: &Path,
+    ca_file: Option<std::path::PathBuf>,
+) -> RunningEdge {
+    let token = edge_token(s, dir).await;
     let settings = EdgeSettings {
         id: "edge-tls".into(),
         sources: vec![Source::ControlPlane(s.base.clone())],

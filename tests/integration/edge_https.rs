@@ -17,8 +17,8 @@ use bulkhead_edge::certificates::EdgeTls;
 use bulkhead_edge::sync::Source;
 use bulkhead_edge::{EdgeSettings, RunningEdge};
 
-use crate::edge::{DOMAIN, caddy_start, deployed, free_port, service_on_domain};
-use crate::routing::{routing_token, table_wait};
+use crate::edge::{DOMAIN, caddy_start, deployed, edge_token, free_port, service_on_domain};
+use crate::routing::table_wait;
 use crate::support::{Backend, TestServer, platform};
 
 /// A second domain of the service, removed during the test.
@@ -146,13 +146,7 @@ async fn verified_domains_answer_over_https_through_an_outage() {
     let s = TestServer::start(Backend::Sqlite).await.unwrap();
     let (_platform, _platform_dir) = platform(&s).await;
     let dir = tempfile::tempdir().unwrap();
-    let token = routing_token(&s).await;
-    let keys = s.get("/v1/routing-table/keys", &token).await;
-    std::fs::write(
-        dir.path().join("trusted-keys.json"),
-        keys.assert_status(200).to_string(),
-    )
-    .unwrap();
+    let token = edge_token(&s, dir.path()).await;
     let (owner, service) = service_on_domain(&s, 1).await;
     deployed(&s, &owner, &service).await;
     let project = service.split('/').nth(3).unwrap().to_owned();

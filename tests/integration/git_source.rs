@@ -15,9 +15,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::deployments::{deployment_wait, event_items};
-use crate::edge::{DOMAIN, caddy_start, edge_settings, free_port, through_caddy};
+use crate::edge::{DOMAIN, caddy_start, edge_settings, edge_token, free_port, through_caddy};
 use crate::git_intake::{now, push, push_event};
-use crate::routing::routing_token;
 use crate::support::{Backend, TestServer, platform};
 
 /// Serves `BUILT` (written by `build.sh`) at `/`, and 200 at `/health`.
@@ -215,13 +214,7 @@ async fn a_push_runs_its_commit_through_the_edge_and_failures_say_why() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let token = routing_token(&s).await;
-    let keys = s.get("/v1/routing-table/keys", &token).await;
-    std::fs::write(
-        dir.path().join("trusted-keys.json"),
-        keys.assert_status(200).to_string(),
-    )
-    .unwrap();
+    let token = edge_token(&s, dir.path()).await;
     let caddy = caddy_start(dir.path()).await;
     let http_port = free_port();
     let sources = vec![bulkhead_edge::sync::Source::ControlPlane(s.base.clone())];
