@@ -204,6 +204,7 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<()> {
         }
         RoutesAction::Certificates(paging) => {
             let edges = list_pages!(connection, paging.all, |c| c.edge_list());
+            let edge_count = edges.items.len();
             let items: Vec<CertificateRow> = edges
                 .items
                 .into_iter()
@@ -219,11 +220,17 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<()> {
                         })
                 })
                 .collect();
-            crate::listing::Listed {
+            let partial = edges.next_cursor.is_some();
+            let listed = crate::listing::Listed {
                 items,
                 next_cursor: edges.next_cursor,
+            };
+            output::list(format, &listed, &listed.items);
+            if partial {
+                output::done(format!(
+                    "The certificates of the first {edge_count} edges are listed; add --all for every edge."
+                ));
             }
-            .print(format);
         }
     }
     Ok(())

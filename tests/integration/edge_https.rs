@@ -2,9 +2,10 @@
 //! Caddy: a verified domain gets a certificate at its first request and its workload answers
 //! over HTTPS; plain HTTP redirects; a name the table does not route (unknown, or pending
 //! verification) gets no certificate and Pebble no order for it; a removed domain is refused at
-//! once; a failed issuance is reported with its error; with the control plane and the CA both
-//! gone, HTTPS keeps answering, and an edge (agent and Caddy) restarted meanwhile serves it from
-//! the certificates on disk.
+//! once; a failed issuance is reported with its error (through the API and the CLI); a second
+//! edge sharing the storage serves the first one's certificate without an order; with the
+//! control plane and the CA both gone, HTTPS keeps answering, and an edge (agent and Caddy)
+//! restarted meanwhile serves it from the certificates on disk.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -244,6 +245,17 @@ async fn verified_domains_answer_over_https_through_an_outage() {
         certificates["items"][0]["hostname"],
         "failing ones are listed first: {certificates}"
     );
+    // The CLI shows them.
+    let cli = crate::cli_client::Cli::with_token(&s.base, &token);
+    let listed = cli.run("routes certificates").await;
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed.stdout.contains(DOMAIN) && listed.stdout.contains("Pebble"),
+        "{}",
+        listed.stdout
+    );
+    let edges = cli.run("routes edges").await;
+    assert!(edges.stdout.contains("2 of 3 issued"), "{}", edges.stdout);
     let metrics = crate::support::get(format!("http://{}/metrics", edge.addr))
         .await
         .unwrap()
@@ -278,6 +290,30 @@ async fn verified_domains_answer_over_https_through_an_outage() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(ask(&edge, SECOND).await, 403);
+
+    // A second edge sharing the first one's certificate storage serves the domain with the
+    // certificate the first obtained: no order of its own (Pebble validates the first edge's
+    // ports alone, so an order from this one could not succeed).
+    let orders = ca.orders();
+    let caddy_b = caddy_start(&dir.path().join("b")).await;
+    let ports_b = (free_port(), free_port());
+    let edge_b = bulkhead_edge::start(EdgeSettings {
+        id: "edge-https-b".into(),
+        state_dir: dir.path().join("b").join("edge-state"),
+        caddy_admin: caddy_b.admin(),
+        caddy_listen: format!("127.0.0.1:{}", ports_b.0),
+        tls: Some(EdgeTls {
+            listen: format!("127.0.0.1:{}", ports_b.1),
+            ..settings.tls.clone().unwrap()
+        }),
+        ..settings.clone()
+    })
+    .await
+    .unwrap();
+    https_answers(&root, DOMAIN, ports_b.1, "an edge sharing the storage").await;
+    assert_eq!(ca.orders(), orders, "the second edge ordered a certificate");
+    edge_b.shutdown().await;
+    drop(caddy_b);
 
     // The control plane and the CA are gone: HTTPS keeps answering.
     let orders = ca.orders();
