@@ -105,7 +105,8 @@ pub struct EdgeArgs {
     /// certificate per domain serve them all.
     #[arg(long, env = "BULKHEAD_EDGE_CERTIFICATE_STORAGE")]
     pub certificate_storage: Option<PathBuf>,
-    /// Where the agent serves `/metrics` and `/healthz`.
+    /// Where the agent serves `/metrics`, `/healthz` and `/tls/ask` (the question Caddy asks
+    /// before it obtains a certificate; keep it on loopback or a private network).
     #[arg(long, env = "BULKHEAD_EDGE_LISTEN", default_value = "127.0.0.1:9180")]
     pub listen: SocketAddr,
     /// The largest share (0 to 1) of routes or upstreams a snapshot may drop unless it is
