@@ -84,22 +84,47 @@ async fn report(edge: &Edge) {
         let Source::ControlPlane(base) = source else {
             continue;
         };
-        let sent = edge
-            .http
-            .post(format!("{base}/v1/edges/{}/status", edge.settings.id))
-            .bearer_auth(token)
-            .json(&body)
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
+        let mut sent = report_send(edge, base, token, &body).await;
+        if let Ok((StatusCode::UNPROCESSABLE_ENTITY, problem)) = &sent
+            && problem.contains("certificates")
+        {
+            // A control plane from before certificate reports refuses the field (edges may be
+            // upgraded first): the revision is reported without them.
+            let mut older = body.clone();
+            if let Some(fields) = older.as_object_mut() {
+                fields.remove("certificates");
+            }
+            tracing::debug!(source = %base, "the control plane takes no certificates; reporting without them");
+            sent = report_send(edge, base, token, &older).await;
+        }
         match sent {
-            Ok(response) if response.status().is_success() => return,
-            Ok(response) => {
-                tracing::warn!(source = %base, status = %response.status(), "the control plane refused this edge's report")
+            Ok((status, _)) if status.is_success() => return,
+            Ok((status, _)) => {
+                tracing::warn!(source = %base, %status, "the control plane refused this edge's report")
             }
             Err(err) => tracing::debug!(source = %base, error = %err, "could not report"),
         }
     }
+}
+
+/// Posts a report: the status and the start of the answer's body.
+async fn report_send(
+    edge: &Edge,
+    base: &str,
+    token: &str,
+    body: &serde_json::Value,
+) -> reqwest::Result<(StatusCode, String)> {
+    let response = edge
+        .http
+        .post(format!("{base}/v1/edges/{}/status", edge.settings.id))
+        .bearer_auth(token)
+        .json(body)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await?;
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    Ok((status, text.chars().take(1000).collect()))
 }
 
 /// Serves `/healthz` and `/metrics` until `stop` turns true.
@@ -153,4 +178,94 @@ async fn healthz(State(edge): State<Arc<Edge>>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A control plane from before certificate reports: it refuses the field as the server's
+    /// strict JSON did (422, `unknown field`), and records what it takes.
+    async fn older_control_plane() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let kept = taken.clone();
+        let router = axum::Router::new().route(
+            "/v1/edges/{id}/status",
+            axum::routing::post(move |Json(body): Json<serde_json::Value>| {
+                let kept = kept.clone();
+                async move {
+                    if body.get("certificates").is_some() {
+                        return (
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "unknown field `certificates`, expected one of `revision`",
+                        );
+                    }
+                    kept.lock().unwrap().push(body);
+                    (StatusCode::OK, "{}")
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        (base, taken)
+    }
+
+    #[tokio::test]
+    async fn an_older_control_plane_gets_the_revision_without_certificates() {
+        bulkhead_common::tls::crypto_provider_install();
+        let (base, taken) = older_control_plane().await;
+        let dir = tempfile::tempdir().unwrap();
+        let tls = crate::certificates::EdgeTls::resolve(
+            ":443".into(),
+            crate::certificates::LETS_ENCRYPT,
+            None,
+            vec![],
+            dir.path().join("certificates"),
+        )
+        .unwrap();
+        let table = RoutingTable {
+            revision: 7,
+            generated_at: chrono::Utc::now(),
+            drop_intended: false,
+            routes: vec![],
+        };
+        let edge = Edge {
+            settings: crate::EdgeSettings {
+                id: "edge-1".into(),
+                sources: vec![Source::ControlPlane(base)],
+                token: Some("token".into()),
+                trusted_keys: dir.path().join("keys.json"),
+                ca_file: None,
+                state_dir: dir.path().to_owned(),
+                caddy_admin: "http://127.0.0.1:1".into(),
+                caddy_listen: ":80".into(),
+                tls: Some(tls),
+                listen: "127.0.0.1:0".parse().unwrap(),
+                max_drop: 0.5,
+                poll_interval: Duration::from_secs(1),
+                stale_after: Duration::from_secs(300),
+            },
+            state: Mutex::new(crate::EdgeState {
+                applied: Some(crate::Applied {
+                    table,
+                    document: Arc::new(Vec::new()),
+                }),
+                ..Default::default()
+            }),
+            trusted: Mutex::default(),
+            accepted: watch::channel(0).0,
+            http: bulkhead_common::tls::http_client_builder(None)
+                .unwrap()
+                .build()
+                .unwrap(),
+            status_addr: "127.0.0.1:9".parse().unwrap(),
+        };
+        report(&edge).await;
+        let taken = taken.lock().unwrap();
+        assert_eq!(taken.len(), 1, "{taken:?}");
+        assert_eq!(taken[0]["revision"], 7);
+        assert!(taken[0].get("certificates").is_none());
+    }
 }
