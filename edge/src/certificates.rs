@@ -10,7 +10,7 @@
 //! followed every [`FOLLOW_EVERY`], kept in [`super::EdgeState::certificates`] for the table's
 //! domains, reported with the revision and counted in `/metrics`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,13 +144,38 @@ impl CertificateStatus {
 /// The most certificates a report lists (the control plane's bound); the counts cover all.
 pub const REPORT_LISTS_AT_MOST: usize = 256;
 
+/// What the certificates of the table's domains come to: the report's counts and the gauges.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CertificateCounts {
+    pub domains: usize,
+    /// Domains with a certificate.
+    pub issued: usize,
+    /// Certificates expiring within [`EXPIRING_SOON`].
+    pub expiring_soon: usize,
+    /// Domains whose last attempt to obtain or renew failed.
+    pub failing: usize,
+}
+
+impl CertificateCounts {
+    pub fn of(certificates: &BTreeMap<String, CertificateStatus>) -> Self {
+        let soon = Utc::now() + EXPIRING_SOON;
+        let mut counts = Self {
+            domains: certificates.len(),
+            ..Self::default()
+        };
+        for status in certificates.values() {
+            counts.issued += usize::from(status.not_after.is_some());
+            counts.expiring_soon += usize::from(status.not_after.is_some_and(|at| at < soon));
+            counts.failing += usize::from(status.last_error.is_some());
+        }
+        counts
+    }
+}
+
 /// The certificates as reported: counts, and the failing ones first, then those without a
 /// certificate yet, then by expiry.
 pub fn report(certificates: &BTreeMap<String, CertificateStatus>) -> serde_json::Value {
-    let soon = Utc::now() + EXPIRING_SOON;
-    let count = |f: &dyn Fn(&CertificateStatus) -> bool| {
-        certificates.values().filter(|status| f(status)).count()
-    };
+    let counts = CertificateCounts::of(certificates);
     let mut items: Vec<(&String, &CertificateStatus)> = certificates.iter().collect();
     items.sort_by_key(|(hostname, status)| {
         (
@@ -161,10 +186,10 @@ pub fn report(certificates: &BTreeMap<String, CertificateStatus>) -> serde_json:
         )
     });
     serde_json::json!({
-        "domains": certificates.len(),
-        "issued": count(&|s| s.not_after.is_some()),
-        "expiring_soon": count(&|s| s.not_after.is_some_and(|at| at < soon)),
-        "failing": count(&|s| s.last_error.is_some()),
+        "domains": counts.domains,
+        "issued": counts.issued,
+        "expiring_soon": counts.expiring_soon,
+        "failing": counts.failing,
         "items": items
             .iter()
             .take(REPORT_LISTS_AT_MOST)
@@ -209,18 +234,21 @@ pub async fn follow(edge: Arc<Edge>, mut stop: watch::Receiver<bool>) {
         }
     };
     let mut errors: HashMap<String, String> = HashMap::new();
-    // When the storage was last read, and the revision it was read for.
+    // When the whole storage was last read, and the revision it was read for.
     let mut scanned: Option<(Instant, i64)> = None;
     loop {
-        let news = events.read(&mut errors);
+        let named = events.read(&mut errors);
         let revision = edge.state().revision();
-        let due = news
-            || scanned.is_none_or(|(at, read_for)| {
-                read_for != revision || at.elapsed() >= STORAGE_READ_EVERY
-            });
-        if due {
+        let whole = scanned.is_none_or(|(at, read_for)| {
+            read_for != revision || at.elapsed() >= STORAGE_READ_EVERY
+        });
+        if whole {
             scanned = Some((Instant::now(), revision));
-            certificates_read(&edge, &tls, &mut errors).await;
+            certificates_read(&edge, &tls, &mut errors, None).await;
+        } else if !named.is_empty() {
+            // Events name their domains: only theirs are read again (an issuance burst at
+            // 1,000 domains would otherwise re-read every certificate after each one).
+            certificates_read(&edge, &tls, &mut errors, Some(named)).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
@@ -229,30 +257,42 @@ pub async fn follow(edge: Arc<Edge>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Reads the storage for the table's domains, with each one's last error, into the state.
-async fn certificates_read(edge: &Edge, tls: &EdgeTls, errors: &mut HashMap<String, String>) {
-    let domains: Vec<String> = {
+/// Reads the storage for the table's domains (or those of them in `only`), with each one's
+/// last error, into the state.
+async fn certificates_read(
+    edge: &Edge,
+    tls: &EdgeTls,
+    errors: &mut HashMap<String, String>,
+    only: Option<BTreeSet<String>>,
+) {
+    let (domains, mut certificates): (Vec<String>, BTreeMap<String, CertificateStatus>) = {
         let state = edge.state();
-        state.applied.as_ref().map_or_else(Vec::new, |applied| {
-            applied
-                .table
-                .routes
-                .iter()
-                .map(|r| r.domain.clone())
-                .collect()
-        })
+        let routed = state
+            .applied
+            .as_ref()
+            .map_or(&[][..], |a| &a.table.routes[..]);
+        match &only {
+            None => (
+                routed.iter().map(|r| r.domain.clone()).collect(),
+                BTreeMap::new(),
+            ),
+            Some(only) => (
+                only.iter()
+                    .filter(|domain| state.routes_domain(domain))
+                    .cloned()
+                    .collect(),
+                state.certificates.clone(),
+            ),
+        }
     };
     let storage = tls.storage.clone();
     let scanned = tokio::task::spawn_blocking(move || storage_scan(&storage, &domains))
         .await
         .unwrap_or_default();
-    let certificates: BTreeMap<String, CertificateStatus> = scanned
-        .into_iter()
-        .map(|(domain, mut status)| {
-            status.last_error = errors.get(&domain).cloned();
-            (domain, status)
-        })
-        .collect();
+    certificates.extend(scanned);
+    for (domain, status) in &mut certificates {
+        status.last_error = errors.get(domain).cloned();
+    }
     errors.retain(|domain, _| certificates.contains_key(domain));
     certificates_metrics(&certificates);
     let changed = {
@@ -267,14 +307,10 @@ async fn certificates_read(edge: &Edge, tls: &EdgeTls, errors: &mut HashMap<Stri
 }
 
 fn certificates_metrics(certificates: &BTreeMap<String, CertificateStatus>) {
-    let soon = Utc::now() + EXPIRING_SOON;
-    let count = |f: &dyn Fn(&CertificateStatus) -> bool| {
-        certificates.values().filter(|status| f(status)).count() as f64
-    };
-    metrics::gauge!("bulkhead_edge_certificates").set(count(&|s| s.not_after.is_some()));
-    metrics::gauge!("bulkhead_edge_certificates_expiring_soon")
-        .set(count(&|s| s.not_after.is_some_and(|at| at < soon)));
-    metrics::gauge!("bulkhead_edge_certificates_failing").set(count(&|s| s.last_error.is_some()));
+    let counts = CertificateCounts::of(certificates);
+    metrics::gauge!("bulkhead_edge_certificates").set(counts.issued as f64);
+    metrics::gauge!("bulkhead_edge_certificates_expiring_soon").set(counts.expiring_soon as f64);
+    metrics::gauge!("bulkhead_edge_certificates_failing").set(counts.failing as f64);
 }
 
 /// Each domain's newest certificate in Caddy's storage
@@ -349,13 +385,13 @@ impl EventsLog {
     }
 
     /// Reads what was written since the last call, recording each domain's last error and
-    /// clearing it on a success; whether there was any event of a domain.
-    fn read(&mut self, errors: &mut HashMap<String, String>) -> bool {
+    /// clearing it on a success; the domains the events named.
+    fn read(&mut self, errors: &mut HashMap<String, String>) -> BTreeSet<String> {
         let Ok(mut file) = std::fs::File::open(&self.path) else {
-            return false;
+            return BTreeSet::new();
         };
         let Ok(metadata) = file.metadata() else {
-            return false;
+            return BTreeSet::new();
         };
         let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
         if inode != self.inode || metadata.len() < self.offset {
@@ -365,42 +401,40 @@ impl EventsLog {
             self.partial.clear();
         }
         if file.seek(SeekFrom::Start(self.offset)).is_err() {
-            return false;
+            return BTreeSet::new();
         }
         let mut bytes = Vec::new();
         let Ok(read) = file.take(EVENTS_READ_AT_MOST).read_to_end(&mut bytes) else {
-            return false;
+            return BTreeSet::new();
         };
         self.offset += read as u64;
         self.partial.extend_from_slice(&bytes);
         let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') else {
-            return false;
+            return BTreeSet::new();
         };
         let lines: Vec<u8> = self.partial.drain(..=end).collect();
-        let mut news = false;
+        let mut named = BTreeSet::new();
         for line in lines.split(|b| *b == b'\n') {
             let Ok(event) = serde_json::from_slice::<Event>(line) else {
                 continue;
             };
-            news |= event_apply(event, errors);
+            named.extend(event_apply(event, errors));
         }
-        news
+        named
     }
 }
 
-/// Records an event of a domain's certificate; whether it was one.
-fn event_apply(event: Event, errors: &mut HashMap<String, String>) -> bool {
-    let Some(domain) = event.identifier else {
-        return false;
-    };
+/// Records an event of a domain's certificate; the domain, if it was one.
+fn event_apply(event: Event, errors: &mut HashMap<String, String>) -> Option<String> {
+    let domain = event.identifier?;
     if event.level == "error" {
         let error = event.error.unwrap_or(event.msg);
         tracing::warn!(domain, error, "Caddy could not get a certificate");
-        errors.insert(domain, error);
+        errors.insert(domain.clone(), error);
     } else if event.msg.contains("successfully") {
         errors.remove(&domain);
     }
-    true
+    Some(domain)
 }
 
 #[cfg(test)]
@@ -426,7 +460,8 @@ mod tests {
             ),
         )
         .unwrap();
-        log.read(&mut errors);
+        let named = log.read(&mut errors);
+        assert_eq!(named, BTreeSet::from(["a.example".to_owned()]));
         assert_eq!(
             errors.get("a.example").map(String::as_str),
             Some("no solvers")
@@ -440,7 +475,12 @@ mod tests {
             b" certificate\",\"identifier\":\"b.example\"}\n{\"level\":\"info\",\"msg\":\"certificate obtained successfully\",\"identifier\":\"a.example\"}\n",
         )
         .unwrap();
-        log.read(&mut errors);
+        let named = log.read(&mut errors);
+        assert_eq!(
+            named,
+            BTreeSet::from(["a.example".to_owned(), "b.example".to_owned()]),
+            "a line split across two reads is read whole"
+        );
         assert!(errors.is_empty(), "{errors:?}");
         // Rolled: read from the start of the new file.
         std::fs::remove_file(&path).unwrap();
