@@ -1,9 +1,9 @@
 //! `bulkhead drill`: the account suspension that inspired Bulkhead, played on one machine
 //! against real components — a control plane (a child process it kills), the GCP and AWS
 //! simulators, a host agent, an edge agent in front of a real Caddy and an ACME CA (Pebble)
-//! — with HTTPS traffic through the edge all along. It prints a timeline as it goes and a pass/fail table with the
-//! measured figures at the end (`--output json` for scripts), and exits 1 when any check
-//! fails.
+//! — with HTTPS traffic through the edge all along. It prints a timeline as it goes and a
+//! pass/fail table with the measured figures at the end (`--output json` for scripts), and
+//! exits 1 when any check fails.
 //!
 //! With `--replicas N` (PostgreSQL), the control plane is N replicas behind a Caddy load
 //! balancer, and the control-plane phase kills the deploys' leader under API traffic instead
