@@ -130,8 +130,7 @@ async fn size_run(size: usize, upstream: SocketAddr) {
     let ca = AcmeCa::start(&dir.join("pebble"), ports.0, ports.1)
         .await
         .unwrap();
-    let root = dir.join("issuing-root.pem");
-    std::fs::write(&root, ca.issuing_root().await.unwrap()).unwrap();
+    let root = ca.issuing_root().await.unwrap();
     let caddy =
         CaddyProcess::start(Path::new("caddy"), &dir.join("caddy"), free_port().unwrap()).unwrap();
     caddy.ready().await.unwrap();

@@ -1,7 +1,8 @@
 //! Keeping Caddy serving the accepted table through its admin API: each accepted table is
-//! loaded (`POST /load`, with HTTPS unless the edge serves plain HTTP), and once a second the agent asks Caddy whether the table's revision
-//! is still loaded (`GET /id/bulkhead-r<revision>`); after a restart it is not, and the agent
-//! loads it again. A Caddy that is down is retried; nothing else waits for it.
+//! loaded (`POST /load`, with HTTPS unless the edge serves plain HTTP), and once a second the
+//! agent asks Caddy whether the table's revision is still loaded (`GET /id/bulkhead-r<revision>`);
+//! after a restart it is not, and the agent loads it again. A Caddy that is down is retried;
+//! nothing else waits for it.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -272,8 +272,7 @@ impl Edge {
         std::fs::write(dir.join("trusted-keys.json"), trusted_keys)?;
         let (http_port, https_port) = (free_port()?, free_port()?);
         let acme = AcmeCa::start(&dir.join("acme"), http_port, https_port).await?;
-        let root = dir.join("acme-issuing-root.pem");
-        std::fs::write(&root, acme.issuing_root().await?)?;
+        let root = acme.issuing_root().await?;
         let settings = EdgeSettings {
             id: "drill-edge".into(),
             sources: control_planes

@@ -133,17 +133,21 @@ impl AcmeCa {
         self.dir.join("server.pem")
     }
 
-    /// The PEM of the root that the certificates Pebble issues chain to.
-    pub async fn issuing_root(&self) -> anyhow::Result<String> {
+    /// A PEM file (in Pebble's directory) of the root that the certificates Pebble issues
+    /// chain to: what a client of the edge trusts.
+    pub async fn issuing_root(&self) -> anyhow::Result<PathBuf> {
         let url = format!("https://127.0.0.1:{}/roots/0", self.management_port);
-        Ok(self
+        let pem = self
             .client()?
             .get(url)
             .send()
             .await?
             .error_for_status()?
             .text()
-            .await?)
+            .await?;
+        let file = self.dir.join("issuing-root.pem");
+        std::fs::write(&file, pem)?;
+        Ok(file)
     }
 
     /// Pebble's log: every request it received and every order it took, with its names.
