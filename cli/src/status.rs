@@ -90,7 +90,27 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
             println!();
             let tasks = status.tasks.iter().map(Row::row);
             println!("{}", output::table(types::TaskStatus::HEADER, tasks));
+            if let Some(database) = &status.database {
+                println!();
+                println!("{}", database_line(database));
+            }
         }
     }
     Ok(())
+}
+
+/// Which database server the replica that answered follows, in one line.
+fn database_line(database: &types::DatabasePrimary) -> String {
+    let state = match (&database.last_error, database.reachable) {
+        (_, true) => "the primary".to_owned(),
+        (Some(error), false) => format!("not answering as the primary: {error}"),
+        (None, false) => "not answering as the primary".to_owned(),
+    };
+    format!(
+        "DATABASE {} ({state}) since {}, {} switch(es); servers: {}",
+        database.server,
+        database.since.to_rfc3339(),
+        database.switches,
+        database.servers.join(", ")
+    )
 }

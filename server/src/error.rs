@@ -383,7 +383,8 @@ impl std::error::Error for AppError {}
 /// Whether `err` says the database could not be reached (not that a statement failed): no
 /// connection to be had, the one in use broke, or the server ended it as it shut down or
 /// while it starts (SQLSTATE class 08, connection exception, and 57P, e.g. `57P01
-/// admin_shutdown` on every session of a restarted PostgreSQL).
+/// admin_shutdown` on every session of a restarted PostgreSQL), or it is a standby now
+/// (`25006`: a failover turned it read-only; [`crate::db::primary`] finds the new primary).
 pub fn database_unreachable(err: &DbErr) -> bool {
     use sea_orm::RuntimeErr;
     use sea_orm::sqlx::Error;
@@ -403,9 +404,10 @@ pub fn database_unreachable(err: &DbErr) -> bool {
         | Error::PoolTimedOut
         | Error::PoolClosed
         | Error::WorkerCrashed => true,
-        Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        // 25006 read_only_sql_transaction: the server it reached became a standby.
+        Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || code.starts_with("57P") || code == "25006"
+        }),
         _ => false,
     }
 }

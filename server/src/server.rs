@@ -105,9 +105,18 @@ async fn secrets_open(db: &DatabaseConnection, settings: &Settings) -> anyhow::R
 pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     // Replicas starting together take turns from here until the administrator exists and every
     // secret is sealed (see `connect_for_migrations`).
-    let setup = crate::db::connect_for_migrations(&settings.database_url).await?;
+    // On PostgreSQL, the server that accepts writes among those the URL names, followed from
+    // here on.
+    let primary = crate::db::Primary::locate(&settings.database_url).await?;
+    let url = primary
+        .as_ref()
+        .map_or_else(|| settings.database_url.clone(), |primary| primary.url());
+    let setup = crate::db::connect_for_migrations(&url).await?;
     crate::db::migrate_up(&setup.db).await?;
-    let db = crate::db::connect(&settings.database_url).await?;
+    let db = match &primary {
+        Some(primary) => primary.pool(16, false).await?,
+        None => crate::db::connect(&url).await?,
+    };
     let (shutdown, mut stop) = watch::channel(false);
     let secrets = Arc::new(secrets_open(&db, &settings).await?);
     let jwt = Arc::new(JwtKeys::load_or_create(&db, &secrets).await?);
@@ -115,6 +124,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let host = PluginHost::new(Some(&settings.data_dir.join("plugin-cache")))?;
     let app = App {
         db,
+        primary,
         jwt,
         providers: Arc::new(ProviderRegistry::new(host)),
         health: Arc::new(HealthBoard::new(settings.provider_probe_interval)),
@@ -178,7 +188,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let router = crate::http::router(app.clone());
     // The replica announces itself and takes the leases it can before its loops start, so
     // that a lone replica does its background work from the first pass.
-    let leases_db = crate::db::connect_dedicated(&app.settings.database_url).await?;
+    let leases_db = match &app.primary {
+        Some(primary) => primary.pool(1, true).await?,
+        None => crate::db::connect_dedicated(&app.settings.database_url).await?,
+    };
     let advertised = app
         .settings
         .advertise_url

@@ -313,6 +313,9 @@ here, and the `@id` tells which revision is loaded (`GET /id/bulkhead-r<revision
     ///The control plane's replicas and leaders.
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ClusterStatus {
+        ///On PostgreSQL, the server the replica that answered follows as the primary.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub database: ::std::option::Option<DatabasePrimary>,
         ///Each kind of work that has had a leader.
         pub leaders: ::std::vec::Vec<LeaderView>,
         ///The replica that answered.
@@ -496,6 +499,28 @@ the calls back.*/
     }
     impl ConfigKeyView {
         pub fn builder() -> builder::ConfigKeyView {
+            Default::default()
+        }
+    }
+    ///Which database server this replica follows as the primary.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct DatabasePrimary {
+        ///Why no server answered as the primary, while none does.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub last_error: ::std::option::Option<::std::string::String>,
+        ///Whether it answered as the primary at the last check (every 0.5 s).
+        pub reachable: bool,
+        ///The server (`host:port`) this replica's connections go to.
+        pub server: ::std::string::String,
+        ///Every server the database URL names.
+        pub servers: ::std::vec::Vec<::std::string::String>,
+        ///Since when this replica follows it.
+        pub since: ::chrono::DateTime<::chrono::offset::Utc>,
+        ///How many times this replica changed server since it started.
+        pub switches: i64,
+    }
+    impl DatabasePrimary {
+        pub fn builder() -> builder::DatabasePrimary {
             Default::default()
         }
     }
@@ -10347,6 +10372,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
         }
         #[derive(Clone, Debug)]
         pub struct ClusterStatus {
+            database: ::std::result::Result<
+                ::std::option::Option<super::DatabasePrimary>,
+                ::std::string::String,
+            >,
             leaders: ::std::result::Result<
                 ::std::vec::Vec<super::LeaderView>,
                 ::std::string::String,
@@ -10364,6 +10393,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
         impl ::std::default::Default for ClusterStatus {
             fn default() -> Self {
                 Self {
+                    database: Ok(Default::default()),
                     leaders: Err("no value supplied for leaders".to_string()),
                     replica: Err("no value supplied for replica".to_string()),
                     replicas: Err("no value supplied for replicas".to_string()),
@@ -10372,6 +10402,20 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             }
         }
         impl ClusterStatus {
+            pub fn database<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::DatabasePrimary>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.database = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for database: {e}")
+                    });
+                self
+            }
             pub fn leaders<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<::std::vec::Vec<super::LeaderView>>,
@@ -10427,6 +10471,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 value: ClusterStatus,
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
+                    database: value.database?,
                     leaders: value.leaders?,
                     replica: value.replica?,
                     replicas: value.replicas?,
@@ -10437,6 +10482,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
         impl ::std::convert::From<super::ClusterStatus> for ClusterStatus {
             fn from(value: super::ClusterStatus) -> Self {
                 Self {
+                    database: Ok(value.database),
                     leaders: Ok(value.leaders),
                     replica: Ok(value.replica),
                     replicas: Ok(value.replicas),
@@ -10660,6 +10706,137 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     name: Ok(value.name),
                     required: Ok(value.required),
                     secret: Ok(value.secret),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DatabasePrimary {
+            last_error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            reachable: ::std::result::Result<bool, ::std::string::String>,
+            server: ::std::result::Result<::std::string::String, ::std::string::String>,
+            servers: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            since: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            switches: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for DatabasePrimary {
+            fn default() -> Self {
+                Self {
+                    last_error: Ok(Default::default()),
+                    reachable: Err("no value supplied for reachable".to_string()),
+                    server: Err("no value supplied for server".to_string()),
+                    servers: Err("no value supplied for servers".to_string()),
+                    since: Err("no value supplied for since".to_string()),
+                    switches: Err("no value supplied for switches".to_string()),
+                }
+            }
+        }
+        impl DatabasePrimary {
+            pub fn last_error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_error = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for last_error: {e}")
+                    });
+                self
+            }
+            pub fn reachable<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.reachable = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for reachable: {e}")
+                    });
+                self
+            }
+            pub fn server<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.server = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for server: {e}")
+                    });
+                self
+            }
+            pub fn servers<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.servers = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for servers: {e}")
+                    });
+                self
+            }
+            pub fn since<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.since = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for since: {e}")
+                    });
+                self
+            }
+            pub fn switches<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.switches = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for switches: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DatabasePrimary> for super::DatabasePrimary {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DatabasePrimary,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    last_error: value.last_error?,
+                    reachable: value.reachable?,
+                    server: value.server?,
+                    servers: value.servers?,
+                    since: value.since?,
+                    switches: value.switches?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DatabasePrimary> for DatabasePrimary {
+            fn from(value: super::DatabasePrimary) -> Self {
+                Self {
+                    last_error: Ok(value.last_error),
+                    reachable: Ok(value.reachable),
+                    server: Ok(value.server),
+                    servers: Ok(value.servers),
+                    since: Ok(value.since),
+                    switches: Ok(value.switches),
                 }
             }
         }

@@ -1787,6 +1787,7 @@ export interface components {
             leaders: components["schemas"]["LeaderView"][];
             /** @description The background tasks of the replica that answered, by name. */
             tasks: components["schemas"]["TaskStatus"][];
+            database?: components["schemas"]["DatabasePrimary"] | null;
         };
         /** @description Where an installation reports the commit statuses of the deployments its pushes made. */
         CommitStatusesInput: {
@@ -1823,6 +1824,27 @@ export interface components {
             /** @description Set with `secrets` (write-only) rather than `config`. */
             secret: boolean;
             description: string;
+        };
+        /** @description Which database server this replica follows as the primary. */
+        DatabasePrimary: {
+            /** @description The server (`host:port`) this replica's connections go to. */
+            server: string;
+            /** @description Whether it answered as the primary at the last check (every 0.5 s). */
+            reachable: boolean;
+            /**
+             * Format: date-time
+             * @description Since when this replica follows it.
+             */
+            since: string;
+            /**
+             * Format: int64
+             * @description How many times this replica changed server since it started.
+             */
+            switches: number;
+            /** @description Why no server answered as the primary, while none does. */
+            last_error?: string | null;
+            /** @description Every server the database URL names. */
+            servers: string[];
         };
         /** @description Pausing: why. */
         DeployPause: {

@@ -47,6 +47,8 @@ use crate::plugins::registry::ProviderRegistry;
 #[derive(Clone)]
 pub struct App {
     pub db: DatabaseConnection,
+    /// On PostgreSQL, the server that accepts writes, followed across failovers.
+    pub primary: Option<Arc<crate::db::Primary>>,
     pub jwt: Arc<JwtKeys>,
     pub settings: Arc<Settings>,
     /// The plugin host and each provider's running plugin.

@@ -52,6 +52,9 @@ pub struct ClusterStatus {
     pub leaders: Vec<LeaderView>,
     /// The background tasks of the replica that answered, by name.
     pub tasks: Vec<TaskStatus>,
+    /// On PostgreSQL, the server the replica that answered follows as the primary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<crate::db::primary::DatabasePrimary>,
 }
 
 fn time_of_ms(ms: i64) -> DateTime<Utc> {
@@ -124,6 +127,7 @@ impl App {
             replicas,
             leaders,
             tasks: self.tasks.statuses(),
+            database: self.primary.as_ref().map(|primary| primary.status()),
         })
     }
 }

@@ -355,6 +355,16 @@ async fn any_changed(topics: &mut [watch::Receiver<u64>]) {
     }
 }
 
+/// Waits until the database's primary changes (forever on SQLite).
+async fn switched(changes: &mut Option<watch::Receiver<u64>>) {
+    if let Some(changes) = changes
+        && changes.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
 /// Runs one task until the server stops.
 async fn supervise(app: App, definition: TaskDefinition, status: Arc<Mutex<TaskStatus>>) {
     let name = definition.name;
@@ -365,6 +375,7 @@ async fn supervise(app: App, definition: TaskDefinition, status: Arc<Mutex<TaskS
         .map(|kind| app.changes.topic(*kind).subscribe())
         .collect();
     let mut leases_changed = app.leases.subscribe();
+    let mut database_switched = app.primary.as_ref().map(|primary| primary.subscribe());
     let period = match definition.schedule {
         Schedule::Every(period) => period,
         // A continuous task that ended is started again after a backoff, not on a period.
@@ -387,6 +398,8 @@ async fn supervise(app: App, definition: TaskDefinition, status: Arc<Mutex<TaskS
             _ = any_changed(&mut topics), if !backing_off => {}
             // A task that waits for its lease runs as soon as this replica takes it.
             _ = leases_changed.changed(), if matches!(definition.lease, LeaseNeed::Leads(_)) && !backing_off => {}
+            // Failures on a database that failed over say nothing of the next attempt.
+            _ = switched(&mut database_switched) => failures = 0,
         }
         for topic in &mut topics {
             topic.borrow_and_update();

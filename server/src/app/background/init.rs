@@ -162,6 +162,17 @@ pub fn definitions(
     if app.db.get_database_backend() == DbBackend::Postgres {
         definitions.extend([
             TaskDefinition {
+                name: "database_primary",
+                description: "Asks the database's primary every 0.5 s whether it still is; \
+                              when it is not, finds the server that accepts writes among those \
+                              the database URL names and points every pool there.",
+                schedule: Schedule::Continuous,
+                wake: &[],
+                lease: LeaseNeed::None,
+                backoff_cap: None,
+                make: step(tasks::database_primary),
+            },
+            TaskDefinition {
                 name: "change_feed_listen",
                 description: "Listens to the other replicas' changes (PostgreSQL \
                               notifications), resyncing after every reconnection.",

@@ -137,6 +137,18 @@ pub fn change_feed_listen<'a>(
     })
 }
 
+pub fn database_primary<'a>(
+    app: &'a App,
+    activation: &'a Activation,
+) -> BoxFuture<'a, AppResult<Outcome>> {
+    Box::pin(async move {
+        if let Some(primary) = &app.primary {
+            primary.follow_run(activation.stop.clone()).await;
+        }
+        Ok(Outcome::default())
+    })
+}
+
 pub fn change_feed_tell<'a>(
     app: &'a App,
     activation: &'a Activation,

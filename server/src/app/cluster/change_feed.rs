@@ -6,9 +6,10 @@
 //!   many notifications as the payload limit needs). A notification carries no data:
 //!   whoever gets it re-reads what changed from the database, so a hint that is late, doubled
 //!   or lost never makes a replica wrong, only late.
-//! - **Listening** ([`App::change_feed_listen_run`]): on a connection of its own (not one of
-//!   the pool, which recycles its connections), every other replica's hint bumps the topic of
-//!   its kind ([`App::change_apply`]). Notifications sent while the connection is down are lost
+//! - **Listening** ([`App::change_feed_listen_run`]): on a connection of its own to the
+//!   primary (not one of the pool, which recycles its connections; a new one when another
+//!   server becomes the primary), every other replica's hint bumps the topic of its kind
+//!   ([`App::change_apply`]). Notifications sent while the connection is down are lost
 //!   without a trace, so after every (re)connection everything is re-read as if every kind had
 //!   changed; until then the auth cache is not trusted (every request re-reads its credential).
 //!
@@ -97,10 +98,15 @@ impl App {
         if self.db.get_database_backend() != DbBackend::Postgres {
             return;
         }
+        let Some(primary) = self.primary.clone() else {
+            return;
+        };
+        let mut primary_changed = primary.subscribe();
         let mut wait = RECONNECT_FIRST;
         loop {
+            primary_changed.borrow_and_update();
             let listened = tokio::select! {
-                listened = self.change_feed_listen(&self.settings.database_url) => listened,
+                listened = self.change_feed_listen() => listened,
                 _ = stop.wait_for(|stopped| *stopped) => return,
             };
             self.changes.listening_set(false);
@@ -115,16 +121,22 @@ impl App {
             }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
+                // A new primary: listen there at once.
+                _ = primary_changed.changed() => wait = RECONNECT_FIRST,
                 _ = stop.wait_for(|stopped| *stopped) => return,
             }
             wait = (wait * 2).min(RECONNECT_CAP);
         }
     }
 
-    /// One listening connection, until it drops: `Ok` if it was listening, `Err` if it could
-    /// not begin to.
-    async fn change_feed_listen(&self, url: &str) -> Result<(), sea_orm::sqlx::Error> {
-        let mut listener = PgListener::connect(url).await?;
+    /// One listening connection to the primary, until it drops or another server becomes the
+    /// primary: `Ok` if it was listening, `Err` if it could not begin to.
+    async fn change_feed_listen(&self) -> Result<(), sea_orm::sqlx::Error> {
+        let primary = self.primary.as_ref().expect("PostgreSQL");
+        let mut switched = primary.subscribe();
+        let pool = primary.listener_pool().await?;
+        let mut listener = PgListener::connect_with(&pool).await?;
+        listener.ignore_pool_close_event(true);
         listener.listen(CHANNEL).await?;
         // Listening from here on: what changed before is read now.
         self.change_feed_resync();
@@ -132,7 +144,14 @@ impl App {
         metrics::gauge!("change_feed_listening").set(1.0);
         tracing::info!("change feed: listening");
         loop {
-            match listener.try_recv().await {
+            let received = tokio::select! {
+                received = listener.try_recv() => received,
+                _ = switched.changed() => {
+                    tracing::info!("change feed: the database has a new primary; listening there");
+                    return Ok(());
+                }
+            };
+            match received {
                 Ok(Some(notification)) => self.change_hint(notification.payload()),
                 // The connection dropped (the listener would reconnect by itself; returning
                 // makes every reconnection go through the resync above).

@@ -1,5 +1,10 @@
 //! The database connection: opening SQLite (created if missing) or PostgreSQL, running
-//! migrations, and the checks behind `/readyz`.
+//! migrations, and the checks behind `/readyz`. A PostgreSQL URL may name several servers;
+//! [`primary`] finds and follows the one that accepts writes.
+
+pub mod primary;
+
+pub use primary::Primary;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -16,6 +21,7 @@ use sea_orm::{
 /// Opens the database at `url`. For SQLite, the file and its directory are created if missing,
 /// and the database runs in WAL mode so that readers never wait for the writer.
 pub async fn connect(url: &str) -> anyhow::Result<DatabaseConnection> {
+    let url = &one_server(url).await?;
     connect_with_pool(url, if url.starts_with("sqlite:") { 8 } else { 16 }).await
 }
 
@@ -53,6 +59,7 @@ pub async fn connect_for_migrations(url: &str) -> anyhow::Result<Setup> {
         true => sqlite_setup_lock(url).await?,
         false => None,
     };
+    let url = &one_server(url).await?;
     let db = connect_dedicated(url).await?;
     if db.get_database_backend() == DbBackend::Postgres {
         let taken = db
@@ -112,6 +119,7 @@ const SETUP_LOCK: i64 = 7_094_695_996_560_859_492;
 /// set-up lock, which lives as long as its connection, and for renewing leases, which must not
 /// wait behind the requests' pool.
 pub async fn connect_dedicated(url: &str) -> anyhow::Result<DatabaseConnection> {
+    let url = &one_server(url).await?;
     let mut options = options(url, 1)?;
     options
         .min_connections(1)
@@ -128,12 +136,22 @@ async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<Da
     Ok(Database::connect(options).await?)
 }
 
+/// `url` with one server: for a PostgreSQL URL naming several, the one that accepts writes
+/// now (for commands that connect once; a server follows it with [`Primary`]).
+async fn one_server(url: &str) -> anyhow::Result<String> {
+    if primary::is_postgres(url) && primary::host_urls(url)?.len() > 1 {
+        let primary = Primary::locate(url).await?.expect("a PostgreSQL URL");
+        return Ok(primary.url());
+    }
+    Ok(url.to_owned())
+}
+
 /// Pool options for `url`; for SQLite, the file and its directory are created if missing.
 fn options(url: &str, max_connections: u32) -> anyhow::Result<ConnectOptions> {
     let mut options = ConnectOptions::new(url);
     options
         .sqlx_logging(false)
-        .acquire_timeout(Duration::from_secs(10));
+        .acquire_timeout(primary::ACQUIRE_TIMEOUT);
     if url.starts_with("sqlite:") {
         let parsed = SqliteConnectOptions::from_str(url)?;
         if let Some(dir) = parsed
