@@ -17,6 +17,7 @@ mod contracts;
 mod conventions;
 mod coverage;
 mod dashboard;
+mod database_failover;
 mod deploy_crashes;
 mod deployments;
 mod domains;

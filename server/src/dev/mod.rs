@@ -12,6 +12,7 @@
 
 pub mod acme;
 pub mod caddy;
+pub mod postgres;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
