@@ -30,7 +30,7 @@ const USERS: [&str; 3] = ["ana@drill.example", "bo@drill.example", "cy@drill.exa
 /// One request through the load balancer.
 #[derive(Debug, Clone)]
 struct Sample {
-    /// Since the drill started.
+    /// When it was sent, since the drill started.
     at: Duration,
     operation: &'static str,
     failure: Option<String>,
@@ -41,6 +41,8 @@ struct Sample {
 pub struct ApiFigures {
     pub requests: usize,
     pub failed: usize,
+    /// Failures answered 503 Service Unavailable (`not_ready`, with `Retry-After`).
+    pub unavailable: usize,
     /// Requests by operation.
     pub by_operation: BTreeMap<&'static str, usize>,
     /// The first few failures, as the client saw them.
@@ -50,16 +52,16 @@ pub struct ApiFigures {
 /// Requests sent in a loop through the load balancer at `base_url`.
 pub struct ApiTraffic {
     samples: Arc<Mutex<Vec<Sample>>>,
-    /// The names of the environments whose creation was acknowledged (201).
-    written: Arc<Mutex<Vec<String>>>,
+    /// The names of the environments whose creation was acknowledged (201), and when.
+    written: Arc<Mutex<Vec<(String, Duration)>>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl ApiTraffic {
     /// Starts the workers: the owner lists the project's services and creates environments
-    /// in it (`w-1`, `w-2`, …), and the three users sign in in turn.
-    pub fn start(clock: Instant, base_url: &str, fleet: &Fleet) -> Self {
+    /// in it (`<prefix>-1`, `<prefix>-2`, …), and the three users sign in in turn.
+    pub fn start(clock: Instant, base_url: &str, fleet: &Fleet, prefix: &'static str) -> Self {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let written = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = watch::channel(false);
@@ -91,10 +93,13 @@ impl ApiTraffic {
             let (owner, log, acknowledged) = (owner.clone(), log.clone(), acknowledged.clone());
             async move {
                 let at = clock.elapsed();
-                let name = format!("w-{n}");
+                let name = format!("{prefix}-{n}");
                 let answer = environment_create(&owner, project, &name).await;
                 if answer.is_ok() {
-                    acknowledged.lock().expect("not poisoned").push(name);
+                    acknowledged
+                        .lock()
+                        .expect("not poisoned")
+                        .push((name, clock.elapsed()));
                 }
                 log(at, "environment_create", answer.err());
             }
@@ -131,6 +136,7 @@ impl ApiTraffic {
             *figures.by_operation.entry(sample.operation).or_default() += 1;
             if let Some(failure) = &sample.failure {
                 figures.failed += 1;
+                figures.unavailable += usize::from(failure.contains("503 Service Unavailable"));
                 if figures.failures.len() < 5 {
                     figures.failures.push(format!(
                         "at {:.2} s, {}: {failure}",
@@ -143,6 +149,16 @@ impl ApiTraffic {
         figures
     }
 
+    /// When the first write after `after` was acknowledged (since the drill started).
+    pub fn first_write_after(&self, after: Duration) -> Option<Duration> {
+        self.written
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(_, at)| *at)
+            .find(|at| *at > after)
+    }
+
     /// Stops the workers (each ends its request first): the names of the environments whose
     /// creation was acknowledged.
     pub async fn stop(&mut self) -> Vec<String> {
@@ -150,7 +166,8 @@ impl ApiTraffic {
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
-        self.written.lock().expect("not poisoned").clone()
+        let written = self.written.lock().expect("not poisoned");
+        written.iter().map(|(name, _)| name.clone()).collect()
     }
 }
 

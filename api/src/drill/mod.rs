@@ -7,7 +7,9 @@
 //!
 //! With `--replicas N` (PostgreSQL), the control plane is N replicas behind a Caddy load
 //! balancer, and the control-plane phase kills the deploys' leader under API traffic instead
-//! of the only control plane ([`replica_kill`]).
+//! of the only control plane ([`replica_kill`]). With `--database-failover`, the drill runs
+//! two PostgreSQL servers of its own in synchronous replication, and the database's primary is
+//! killed and its standby promoted under API traffic ([`database_failover`]).
 //!
 //! [`stack`] runs the components, [`fleet`] makes the tenants and services through the API,
 //! [`traffic`] sends the requests through the edge and [`api_traffic`] through the balancer,
@@ -17,6 +19,7 @@
 //! renders the result.
 
 mod api_traffic;
+mod database_failover;
 mod fleet;
 mod forge;
 mod phases;
@@ -50,8 +53,10 @@ use traffic::Traffic;
   bulkhead drill --output json | jq '.checks[] | select(.passed | not)'
   bulkhead drill --database-url postgres://postgres@127.0.0.1/drill
   bulkhead drill --database-url postgres://postgres@127.0.0.1/drill --replicas 3
+  bulkhead drill --database-failover --replicas 3
 
-Needs Caddy 2.6+ and Pebble (`apt-get install caddy pebble`). Exit status: 0 when every check passed, 1 when
+Needs Caddy 2.6+ and Pebble (`apt-get install caddy pebble`); --database-failover needs PostgreSQL's
+server programs (`apt-get install postgresql`). Exit status: 0 when every check passed, 1 when
 one failed or the drill could not run.")]
 pub struct DrillArgs {
     /// Services deployed over gcp, aws and metal (three replicas each, one domain each).
@@ -68,11 +73,17 @@ pub struct DrillArgs {
     drain_rate: f64,
     /// The control plane's database (default: SQLite in the drill's directory). Use an empty
     /// database: the drill makes its own users and projects.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "database_failover")]
     database_url: Option<String>,
+    /// The database's cloud is suspended too: the drill runs a PostgreSQL primary and a
+    /// synchronous standby of its own (initdb, pg_basebackup), gives the control plane both,
+    /// kills the primary under API traffic and promotes the standby 2 s later.
+    #[arg(long)]
+    database_failover: bool,
     /// Control-plane replicas, behind a Caddy load balancer (more than one needs a PostgreSQL
-    /// `--database-url`). With several, the leader of the deploys is killed under API traffic
-    /// instead of the only control plane, and started again after `--outage-secs`.
+    /// `--database-url`, or `--database-failover`). With several, the leader of the deploys is
+    /// killed under API traffic instead of the only control plane, and started again after
+    /// `--outage-secs`.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
     replicas: u32,
     /// Where the drill keeps its state (default: a new temporary directory, removed when
@@ -102,6 +113,7 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
     );
     anyhow::ensure!(
         args.replicas == 1
+            || args.database_failover
             || args.database_url.as_deref().is_some_and(
                 |url| url.starts_with("postgres://") || url.starts_with("postgresql://")
             ),
@@ -115,6 +127,9 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
     }
     bulkhead::dev::caddy::caddy_check(&args.caddy)?;
     bulkhead::dev::acme::acme_check()?;
+    if args.database_failover {
+        bulkhead::dev::postgres::postgres_bin()?;
+    }
     let started_at = chrono::Utc::now();
     let timeline = Timeline::new();
     let (dir, keep_dir) = match &args.dir {
@@ -152,7 +167,11 @@ pub async fn drill_command(args: DrillArgs) -> anyhow::Result<()> {
             "outage_secs": args.outage_secs,
             "backlog": args.backlog,
             "drain_rate": args.drain_rate,
-            "database": if args.database_url.is_some() { "postgres" } else { "sqlite" },
+            "database": match (args.database_failover, &args.database_url) {
+                (true, _) => "postgres (primary and synchronous standby, failed over)",
+                (false, Some(_)) => "postgres",
+                (false, None) => "sqlite",
+            },
             "replicas": args.replicas,
         }),
         checks,
@@ -220,8 +239,36 @@ async fn drill_on_platform(
     let forge = forge::Forge::start().await?;
     let config_file = dir.join("control-plane.toml");
     std::fs::write(&config_file, forge.control_plane_config())?;
-    let (mut replicas, front) =
-        control_plane_start(args, dir, &admin_token, &config_file, platform, timeline).await?;
+    let postgres = match args.database_failover {
+        true => {
+            let postgres = bulkhead::dev::postgres::ReplicatedPostgres::start(
+                &dir.join("database"),
+                bulkhead::dev::postgres::Replication::Synchronous,
+            )
+            .await?;
+            timeline.note(format!(
+                "PostgreSQL primary on 127.0.0.1:{} with a synchronous standby on 127.0.0.1:{}",
+                postgres.primary.port(),
+                postgres.standby.port()
+            ));
+            Some(postgres)
+        }
+        false => None,
+    };
+    let database_url = postgres
+        .as_ref()
+        .map(|postgres| postgres.url())
+        .or_else(|| args.database_url.clone());
+    let (mut replicas, front) = control_plane_start(
+        args,
+        database_url,
+        dir,
+        &admin_token,
+        &config_file,
+        platform,
+        timeline,
+    )
+    .await?;
     let replica_urls: Vec<String> = replicas.iter().map(ControlPlane::url).collect();
     let base_url = front
         .as_ref()
@@ -309,6 +356,13 @@ async fn drill_on_platform(
                     .await?,
             );
         }
+        if let Some(postgres) = &postgres {
+            checks.extend(
+                drill
+                    .database_failed_over(&replicas, &base_url, postgres, &admin_token)
+                    .await?,
+            );
+        }
         checks.extend(
             forge
                 .returns(&backlog, &mut crowd, &fleet, timeline)
@@ -333,6 +387,7 @@ async fn drill_on_platform(
 /// one waits for the other) sharing one master key, and with several, a Caddy in front.
 async fn control_plane_start(
     args: &DrillArgs,
+    database_url: Option<String>,
     dir: &std::path::Path,
     admin_token: &str,
     config_file: &std::path::Path,
@@ -341,7 +396,7 @@ async fn control_plane_start(
 ) -> anyhow::Result<(Vec<ControlPlane>, Option<ApiFront>)> {
     let mut process = ControlPlaneSettings {
         program: std::env::current_exe()?,
-        database_url: args.database_url.clone(),
+        database_url,
         admin_token: admin_token.to_owned(),
         secret_key_file: None,
         dns_resolver: Some(platform.dns.dns_addr),

@@ -41,7 +41,7 @@ impl Drill<'_> {
         api_url: &str,
     ) -> anyhow::Result<Vec<Check>> {
         let queued = self.backlog_queue().await?;
-        let mut api = ApiTraffic::start(self.timeline.clock, api_url, self.fleet);
+        let mut api = ApiTraffic::start(self.timeline.clock, api_url, self.fleet, "w");
         let phase_started = self.timeline.now();
         tokio::time::sleep(Duration::from_secs(1)).await;
 
