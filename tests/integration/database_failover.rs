@@ -215,7 +215,7 @@ async fn replicas_follow_a_promoted_standby_and_lose_no_acknowledged_write() {
         let ids = stored.get(name).map(Vec::as_slice).unwrap_or_default();
         assert_eq!(
             ids,
-            [id.clone()],
+            std::slice::from_ref(id),
             "{name}: acknowledged as {id}, stored {ids:?}"
         );
     }
