@@ -237,10 +237,14 @@ impl Primary {
     /// Whether a primary is known after asking the current one (on `kept`, its connection),
     /// and every server when it no longer answers as the primary it was.
     async fn check(&self, kept: &mut Option<PgConnection>) -> bool {
-        let (current, started) = {
+        let (current, started, reachable) = {
             let state = self.state.lock().expect("not poisoned");
-            (state.current, state.started.clone())
+            (state.current, state.started.clone(), state.reachable)
         };
+        if !reachable {
+            // Already looking: every server is asked below, this one with them.
+            return self.search_and_switch(current).await;
+        }
         let server = &self.servers[current];
         let asked = tokio::time::timeout(PROBE_TIMEOUT, async {
             if kept.is_none() {
@@ -250,30 +254,31 @@ impl Primary {
         })
         .await;
         let why = match asked {
-            Ok(Ok(answer)) if !answer.in_recovery && answer.started == started => {
-                let mut state = self.state.lock().expect("not poisoned");
-                if !state.reachable {
-                    tracing::info!(server = %server.label, "database: the primary answers again");
-                }
-                state.reachable = true;
-                state.last_error = None;
-                return true;
-            }
+            Ok(Ok(answer)) if !answer.in_recovery && answer.started == started => return true,
             Ok(Ok(answer)) if answer.in_recovery => "it is a standby now".to_owned(),
             Ok(Ok(_)) => "it restarted".to_owned(),
             Ok(Err(err)) => err.to_string(),
             Err(_) => format!("no answer in {} s", PROBE_TIMEOUT.as_secs()),
         };
         *kept = None;
-        let was_reachable = {
-            let mut state = self.state.lock().expect("not poisoned");
-            std::mem::replace(&mut state.reachable, false)
-        };
-        if was_reachable {
-            tracing::warn!(server = %server.label, reason = %why, "database: the primary does not answer as the primary; looking for it");
-        }
+        self.state.lock().expect("not poisoned").reachable = false;
+        tracing::warn!(server = %server.label, reason = %why, "database: the primary does not answer as the primary; looking for it");
+        self.search_and_switch(current).await
+    }
+
+    /// Asks every server, from `current` on; switches to the first that accepts writes.
+    async fn search_and_switch(&self, current: usize) -> bool {
         match search(&self.servers, current).await {
             Ok((index, answer)) => {
+                let mut state = self.state.lock().expect("not poisoned");
+                if index == state.current && answer.started == state.started {
+                    // The same server, not restarted: it was out of reach for a while.
+                    tracing::info!(server = %self.servers[index].label, "database: the primary answers again");
+                    state.reachable = true;
+                    state.last_error = None;
+                    return true;
+                }
+                drop(state);
                 self.switch(index, answer);
                 true
             }
