@@ -299,7 +299,8 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
                 authz_trail_keep(next.run(Request::from_parts(parts, Body::from(body)))).await;
             let (parts, body) = response.into_parts();
             let Ok(body) = to_bytes(body, usize::MAX).await else {
-                let _ = app.idempotency_finish(&credential, &key, None, &[]).await;
+                app.idempotency_finish_eventually(&credential, &key, None, &[])
+                    .await;
                 return AppError::internal("response body could not be read").into_response();
             };
             let stored = (!parts.status.is_server_error()).then(|| StoredResponse {
@@ -307,12 +308,8 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
                 headers: replayable_headers(&parts.headers),
                 body: body.to_vec(),
             });
-            if let Err(err) = app
-                .idempotency_finish(&credential, &key, stored, &checks)
-                .await
-            {
-                tracing::error!(error = %err, "could not store an idempotent response");
-            }
+            app.idempotency_finish_eventually(&credential, &key, stored, &checks)
+                .await;
             Response::from_parts(parts, Body::from(body))
         }
     }

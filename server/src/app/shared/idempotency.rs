@@ -179,6 +179,62 @@ impl App {
         Ok(())
     }
 
+    /// Stores the response of a claimed key as [`Self::idempotency_finish`] does; when the
+    /// database cannot be reached (a failover, a restart), tries again in the background, for
+    /// as long as the claim would be held pending, until it can. Without it, the claim of a
+    /// request that failed with the database stayed pending for 2 minutes, refusing every
+    /// retry with 409 `idempotency_in_progress`, and then let the request run a second time
+    /// even if it had succeeded.
+    pub async fn idempotency_finish_eventually(
+        &self,
+        credential: &str,
+        key: &str,
+        response: Option<StoredResponse>,
+        checks: &[AuthzCheck],
+    ) {
+        let Err(err) = self
+            .idempotency_finish(credential, key, response.clone(), checks)
+            .await
+        else {
+            return;
+        };
+        tracing::warn!(error = %err, "could not store an idempotent response; trying again in the background");
+        let (app, credential, key, checks) = (
+            self.clone(),
+            credential.to_owned(),
+            key.to_owned(),
+            checks.to_vec(),
+        );
+        tokio::spawn(async move {
+            let deadline = std::time::Instant::now()
+                + std::time::Duration::from_secs(PENDING_TIMEOUT_SECS as u64);
+            let mut wait = std::time::Duration::from_millis(100);
+            let mut stopping = app.stopping.clone();
+            while std::time::Instant::now() < deadline {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stopping.wait_for(|stopped| *stopped) => return,
+                }
+                wait = (wait * 2).min(std::time::Duration::from_secs(2));
+                match app
+                    .idempotency_finish(&credential, &key, response.clone(), &checks)
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!(
+                            "stored an idempotent response after the database came back"
+                        );
+                        return;
+                    }
+                    Err(err) => {
+                        tracing::debug!(error = %err, "idempotent response: not stored yet")
+                    }
+                }
+            }
+            tracing::warn!("gave up storing an idempotent response: its claim lapses");
+        });
+    }
+
     /// Passes `checks` again for `principal`, as a fresh request would; the first that fails
     /// is the answer.
     pub async fn idempotency_replay_authorize(
