@@ -16,51 +16,26 @@
 
 mod common;
 
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bulkhead::dev::postgres::{ReplicatedPostgres, Replication};
-use common::median;
+use common::{Replica, median};
 
 const TOKEN: &str = "bh_bench_dbfailover_admin_token_0123456789";
-const SECRET_KEY: &str = "cmVwbGljYXMtc2hhcmUtb25lLXNlY3JldC1rZXktLS0=";
 const WRITERS: usize = 8;
 const RUNS: usize = 3;
 const PROMOTE_AFTER: Duration = Duration::from_secs(2);
 const THROUGHPUT_SECS: u64 = 10;
 
-struct Replica {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn replica_start(database_url: &str, data_dir: &std::path::Path) -> Replica {
-    let (child, base) = common::serve_process(
-        &[
-            "--listen".as_ref(),
-            "127.0.0.1:0".as_ref(),
-            "--database-url".as_ref(),
-            database_url.as_ref(),
-            "--data-dir".as_ref(),
-            data_dir.as_os_str(),
-        ],
-        &[
-            ("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN),
-            ("BULKHEAD_SECRET_KEY", SECRET_KEY),
-            ("BULKHEAD_LIMITS", "projects_per_user=10000000"),
-            ("RUST_LOG", "error"),
-        ],
-    );
-    Replica { child, base }
+    common::replica_start(
+        database_url,
+        data_dir,
+        TOKEN,
+        &[("BULKHEAD_LIMITS", "projects_per_user=10000000")],
+    )
 }
 
 /// One write: when it was answered, and its status (0: no answer).

@@ -9,40 +9,18 @@
 
 mod common;
 
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use bulkhead::app::cluster::leases::{LEASE_TTL, RENEW_EVERY};
-use common::{median, percentile};
+use common::{Replica, median, percentile};
 use sea_orm::{ConnectionTrait, Database};
 use serde_json::Value;
 
 const KILLS: usize = 20;
 const TOKEN: &str = "bh_bench_failover_admin_token_0123456789";
-const SECRET_KEY: &str = "cmVwbGljYXMtc2hhcmUtb25lLXNlY3JldC1rZXktLS0=";
-
-struct Replica {
-    child: Child,
-    base: String,
-}
 
 fn replica_start(database_url: &str, data_dir: &std::path::Path) -> Replica {
-    let (child, base) = common::serve_process(
-        &[
-            "--listen".as_ref(),
-            "127.0.0.1:0".as_ref(),
-            "--database-url".as_ref(),
-            database_url.as_ref(),
-            "--data-dir".as_ref(),
-            data_dir.as_os_str(),
-        ],
-        &[
-            ("BULKHEAD_BOOTSTRAP_TOKEN", TOKEN),
-            ("BULKHEAD_SECRET_KEY", SECRET_KEY),
-            ("RUST_LOG", "error"),
-        ],
-    );
-    Replica { child, base }
+    common::replica_start(database_url, data_dir, TOKEN, &[])
 }
 
 async fn status(http: &reqwest::Client, replica: &Replica) -> Option<Value> {

@@ -104,16 +104,7 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
         )
         .await;
     }
-    within(
-        "every kind of work led by exactly one replica",
-        Duration::from_secs(10),
-        async || {
-            Work::ALL
-                .into_iter()
-                .all(|work| a.app().leases.leads(work) != b.app().leases.leads(work))
-        },
-    )
-    .await;
+    one_leader_each(&a, &b).await;
     within(
         "writes acknowledged after the restart",
         Duration::from_secs(10),
@@ -139,11 +130,37 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
     }
 
     // The change feed works again: a token revoked through a is refused by b within 1 s.
+    revocation_reaches_the_other(&a, &b).await;
+
+    for replica in [a, b] {
+        Arc::into_inner(replica)
+            .expect("the writers ended")
+            .stop()
+            .await;
+    }
+}
+
+/// Waits (up to 10 s) until each kind of work is led by exactly one of `a` and `b`.
+pub(crate) async fn one_leader_each(a: &TestServer, b: &TestServer) {
+    within(
+        "every kind of work led by exactly one replica",
+        Duration::from_secs(10),
+        async || {
+            Work::ALL
+                .into_iter()
+                .all(|work| a.app().leases.leads(work) != b.app().leases.leads(work))
+        },
+    )
+    .await;
+}
+
+/// A token that `b` accepted, revoked through `a`, is refused by `b` within 1 s.
+pub(crate) async fn revocation_reaches_the_other(a: &TestServer, b: &TestServer) {
     let token = a
         .post(
             "/v1/tokens",
             ADMIN_TOKEN,
-            json!({ "name": "after-restart", "scopes": ["read"] }),
+            json!({ "name": "revoked-across", "scopes": ["read"] }),
         )
         .await;
     let token = token.assert_status(201).clone();
@@ -156,16 +173,9 @@ async fn replicas_recover_on_their_own_when_postgres_restarts_under_load() {
         .await
         .assert_status(204);
     within(
-        "b refuses the revoked token",
+        "the other replica refuses the revoked token",
         Duration::from_secs(1),
         async || b.get("/v1/projects", &secret).await.status == 401,
     )
     .await;
-
-    for replica in [a, b] {
-        Arc::into_inner(replica)
-            .expect("the writers ended")
-            .stop()
-            .await;
-    }
 }

@@ -265,6 +265,50 @@ pub fn serve_process(
     serve_process_of(None, args, envs)
 }
 
+/// The master key every replica of a benchmark's database shares.
+pub const REPLICAS_SECRET_KEY: &str = "cmVwbGljYXMtc2hhcmUtb25lLXNlY3JldC1rZXktLS0=";
+
+/// A `bulkhead serve` replica process (this build's), killed when dropped.
+pub struct Replica {
+    pub child: std::process::Child,
+    pub base: String,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A replica on `database_url` with its data in `data_dir`, `token` as the administrator's
+/// token and the replicas' shared key, with `envs` besides.
+pub fn replica_start(
+    database_url: &str,
+    data_dir: &Path,
+    token: &str,
+    envs: &[(&str, &str)],
+) -> Replica {
+    let mut all = vec![
+        ("BULKHEAD_BOOTSTRAP_TOKEN", token),
+        ("BULKHEAD_SECRET_KEY", REPLICAS_SECRET_KEY),
+        ("RUST_LOG", "error"),
+    ];
+    all.extend_from_slice(envs);
+    let (child, base) = serve_process(
+        &[
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--database-url".as_ref(),
+            database_url.as_ref(),
+            "--data-dir".as_ref(),
+            data_dir.as_os_str(),
+        ],
+        &all,
+    );
+    Replica { child, base }
+}
+
 /// [`serve_process`] of `binary` (another build's `bulkhead`), or of this build's.
 #[allow(dead_code)]
 pub fn serve_process_of(

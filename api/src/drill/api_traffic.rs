@@ -49,6 +49,15 @@ pub struct ApiFigures {
     pub failures: Vec<String>,
 }
 
+/// What a phase's API traffic came to.
+pub struct ApiOutcome {
+    pub figures: ApiFigures,
+    /// The environments whose creation was acknowledged.
+    pub written: Vec<String>,
+    /// Those of them not found afterwards.
+    pub lost: Vec<String>,
+}
+
 /// Requests sent in a loop through the load balancer at `base_url`.
 pub struct ApiTraffic {
     samples: Arc<Mutex<Vec<Sample>>>,
@@ -159,15 +168,34 @@ impl ApiTraffic {
             .find(|at| *at > after)
     }
 
-    /// Stops the workers (each ends its request first): the names of the environments whose
-    /// creation was acknowledged.
-    pub async fn stop(&mut self) -> Vec<String> {
+    /// Stops the workers (each ends its request first) and looks for what they wrote: the
+    /// requests sent between `from` and `to`, the environments whose creation was
+    /// acknowledged, and those of them not found in `fleet`'s project.
+    pub async fn finish(
+        &mut self,
+        fleet: &Fleet,
+        from: Duration,
+        to: Duration,
+    ) -> anyhow::Result<ApiOutcome> {
         let _ = self.stop.send(true);
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
-        let written = self.written.lock().expect("not poisoned");
-        written.iter().map(|(name, _)| name.clone()).collect()
+        let written: Vec<String> = {
+            let written = self.written.lock().expect("not poisoned");
+            written.iter().map(|(name, _)| name.clone()).collect()
+        };
+        let present = environment_names(&fleet.owner, fleet.project).await?;
+        let lost = written
+            .iter()
+            .filter(|name| !present.contains(name))
+            .cloned()
+            .collect();
+        Ok(ApiOutcome {
+            figures: self.window(from, to),
+            written,
+            lost,
+        })
     }
 }
 
@@ -202,7 +230,7 @@ async fn environment_create(owner: &Client, project: Uuid, name: &str) -> Result
 }
 
 /// The names of the project's environments, every page.
-pub async fn environment_names(owner: &Client, project: Uuid) -> anyhow::Result<Vec<String>> {
+async fn environment_names(owner: &Client, project: Uuid) -> anyhow::Result<Vec<String>> {
     let environments = all_pages(async |cursor| {
         let mut request = owner.environment_list().project_id(project).limit(200);
         if let Some(cursor) = cursor {

@@ -13,7 +13,7 @@ use bulkhead::dev::postgres::ReplicatedPostgres;
 use bulkhead_client::{Client, types};
 use serde_json::json;
 
-use super::api_traffic::{self, ApiTraffic};
+use super::api_traffic::ApiTraffic;
 use super::phases::{Drill, traffic_check};
 use super::report::Check;
 use super::stack::ControlPlane;
@@ -164,19 +164,16 @@ impl Drill<'_> {
 
         tokio::time::sleep(Duration::from_secs(1)).await;
         let phase_ended = self.timeline.now();
-        let written = api.stop().await;
-        let figures = api.window(phase_started, phase_ended);
+        let api = api.finish(self.fleet, phase_started, phase_ended).await?;
         let edge = self.traffic.window(phase_started, phase_ended);
-        let present = api_traffic::environment_names(&self.fleet.owner, self.fleet.project).await?;
-        let lost: Vec<&String> = written.iter().filter(|w| !present.contains(w)).collect();
         self.timeline.note(format!(
             "{} API requests during the failover, {} failed ({} answered 503); {} acknowledged \
              writes, {} lost; the revoked token refused everywhere after {:.2} s",
-            figures.requests,
-            figures.failed,
-            figures.unavailable,
-            written.len(),
-            lost.len(),
+            api.figures.requests,
+            api.figures.failed,
+            api.figures.unavailable,
+            api.written.len(),
+            api.lost.len(),
             refused_after.as_secs_f64()
         ));
         Ok(vec![
@@ -204,22 +201,26 @@ impl Drill<'_> {
             Check::new(
                 "api_answers_through_failover",
                 "sign-ins, reads and writes go on; what fails answers 503 (never a 500)",
-                figures.requests > 0
-                    && figures.failed == figures.unavailable
-                    && figures.by_operation.len() == 3,
+                api.figures.requests > 0
+                    && api.figures.failed == api.figures.unavailable
+                    && api.figures.by_operation.len() == 3,
                 format!(
                     "{} of {} requests failed, {} of them 503",
-                    figures.failed, figures.requests, figures.unavailable
+                    api.figures.failed, api.figures.requests, api.figures.unavailable
                 ),
-                json!(figures),
+                json!(api.figures),
             ),
             Check::new(
                 "no_acknowledged_write_lost",
                 "every write acknowledged before, during and after the failover is on the new \
                  primary (synchronous replication)",
-                !written.is_empty() && lost.is_empty(),
-                format!("{} acknowledged, {} lost", written.len(), lost.len()),
-                json!({ "acknowledged": written.len(), "lost": lost }),
+                !api.written.is_empty() && api.lost.is_empty(),
+                format!(
+                    "{} acknowledged, {} lost",
+                    api.written.len(),
+                    api.lost.len()
+                ),
+                json!({ "acknowledged": api.written.len(), "lost": api.lost }),
             ),
             Check::new(
                 "revocation_after_failover",

@@ -12,7 +12,7 @@ use bulkhead_simulators::faults::FaultState;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::api_traffic::{self, ApiTraffic, WORKERS};
+use super::api_traffic::{ApiTraffic, WORKERS};
 use super::phases::{Drill, traffic_check};
 use super::report::Check;
 use super::stack::ControlPlane;
@@ -151,18 +151,15 @@ impl Drill<'_> {
         // The balancer's health check (every second) sends it requests again.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let phase_ended = self.timeline.now();
-        let written = api.stop().await;
-        let figures = api.window(phase_started, phase_ended);
+        let api = api.finish(self.fleet, phase_started, phase_ended).await?;
         let edge = self.traffic.window(phase_started, phase_ended);
 
-        let present = api_traffic::environment_names(&self.fleet.owner, self.fleet.project).await?;
-        let lost: Vec<&String> = written.iter().filter(|w| !present.contains(w)).collect();
         self.timeline.note(format!(
             "{} API requests through the balancer, {} failed; {} acknowledged writes, {} lost",
-            figures.requests,
-            figures.failed,
-            written.len(),
-            lost.len()
+            api.figures.requests,
+            api.figures.failed,
+            api.written.len(),
+            api.lost.len()
         ));
         Ok(vec![
             Check::new(
@@ -184,21 +181,21 @@ impl Drill<'_> {
                 format!(
                     "sign-ins, reads and writes through the balancer keep working (≤ {WORKERS} fail: those in flight to the killed replica)"
                 ),
-                figures.requests > 0
-                    && figures.failed <= WORKERS
-                    && figures.by_operation.len() == 3,
+                api.figures.requests > 0
+                    && api.figures.failed <= WORKERS
+                    && api.figures.by_operation.len() == 3,
                 format!(
                     "{} of {} requests failed ({})",
-                    figures.failed,
-                    figures.requests,
-                    figures
+                    api.figures.failed,
+                    api.figures.requests,
+                    api.figures
                         .by_operation
                         .iter()
                         .map(|(op, n)| format!("{n} {op}"))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                json!(figures),
+                json!(api.figures),
             ),
             traffic_check(
                 "edge_serves_through_replica_kill",
@@ -210,9 +207,13 @@ impl Drill<'_> {
             Check::new(
                 "acknowledged_writes_kept",
                 "every write the API acknowledged is there afterwards",
-                !written.is_empty() && lost.is_empty(),
-                format!("{} acknowledged, {} lost", written.len(), lost.len()),
-                json!({ "acknowledged": written.len(), "lost": lost }),
+                !api.written.is_empty() && api.lost.is_empty(),
+                format!(
+                    "{} acknowledged, {} lost",
+                    api.written.len(),
+                    api.lost.len()
+                ),
+                json!({ "acknowledged": api.written.len(), "lost": api.lost }),
             ),
             Check::new(
                 "killed_replica_rejoins",
