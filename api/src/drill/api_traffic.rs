@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::fleet::{Fleet, PASSWORD};
 use super::records::all_pages;
+use super::report::Check;
 
 /// Workers sending requests: a reader, a writer and a signer-in.
 pub const WORKERS: usize = 3;
@@ -33,7 +34,23 @@ struct Sample {
     /// When it was sent, since the drill started.
     at: Duration,
     operation: &'static str,
-    failure: Option<String>,
+    failure: Option<Failure>,
+}
+
+/// A request that failed: its HTTP status, if one came, and what the client said.
+#[derive(Debug, Clone)]
+struct Failure {
+    status: Option<u16>,
+    text: String,
+}
+
+impl<E: std::fmt::Debug> From<bulkhead_client::Error<E>> for Failure {
+    fn from(err: bulkhead_client::Error<E>) -> Self {
+        Failure {
+            status: err.status().map(|status| status.as_u16()),
+            text: err.to_string(),
+        }
+    }
 }
 
 /// What the requests of a window came to.
@@ -41,7 +58,8 @@ struct Sample {
 pub struct ApiFigures {
     pub requests: usize,
     pub failed: usize,
-    /// Failures answered 503 Service Unavailable (`not_ready`, with `Retry-After`).
+    /// Failures answered 503 Service Unavailable (a replica's `not_ready`, or the balancer's
+    /// while no replica is ready).
     pub unavailable: usize,
     /// Requests by operation.
     pub by_operation: BTreeMap<&'static str, usize>,
@@ -56,6 +74,23 @@ pub struct ApiOutcome {
     pub written: Vec<String>,
     /// Those of them not found afterwards.
     pub lost: Vec<String>,
+}
+
+impl ApiOutcome {
+    /// The check `name` that every acknowledged write is there afterwards.
+    pub fn writes_kept_check(&self, name: &'static str, expectation: &str) -> Check {
+        Check::new(
+            name,
+            expectation,
+            !self.written.is_empty() && self.lost.is_empty(),
+            format!(
+                "{} acknowledged, {} lost",
+                self.written.len(),
+                self.lost.len()
+            ),
+            serde_json::json!({ "acknowledged": self.written.len(), "lost": self.lost }),
+        )
+    }
 }
 
 /// Requests sent in a loop through the load balancer at `base_url`.
@@ -76,7 +111,7 @@ impl ApiTraffic {
         let (stop, stopped) = watch::channel(false);
         let record = {
             let samples = samples.clone();
-            move |at: Duration, operation: &'static str, failure: Option<String>| {
+            move |at: Duration, operation: &'static str, failure: Option<Failure>| {
                 samples.lock().expect("not poisoned").push(Sample {
                     at,
                     operation,
@@ -93,7 +128,7 @@ impl ApiTraffic {
             async move {
                 let at = clock.elapsed();
                 let answer = owner.service_list().project_id(project).send().await;
-                log(at, "service_list", answer.err().map(|e| e.to_string()));
+                log(at, "service_list", answer.err().map(Failure::from));
             }
         }));
 
@@ -125,7 +160,7 @@ impl ApiTraffic {
                     .body_map(|b| b.email(email).password(PASSWORD))
                     .send()
                     .await;
-                log(at, "session_login", answer.err().map(|e| e.to_string()));
+                log(at, "session_login", answer.err().map(Failure::from));
             }
         }));
         Self {
@@ -145,12 +180,13 @@ impl ApiTraffic {
             *figures.by_operation.entry(sample.operation).or_default() += 1;
             if let Some(failure) = &sample.failure {
                 figures.failed += 1;
-                figures.unavailable += usize::from(failure.contains("503 Service Unavailable"));
+                figures.unavailable += usize::from(failure.status == Some(503));
                 if figures.failures.len() < 5 {
                     figures.failures.push(format!(
-                        "at {:.2} s, {}: {failure}",
+                        "at {:.2} s, {}: {}",
                         sample.at.as_secs_f64(),
-                        sample.operation
+                        sample.operation,
+                        failure.text
                     ));
                 }
             }
@@ -218,7 +254,7 @@ where
     })
 }
 
-async fn environment_create(owner: &Client, project: Uuid, name: &str) -> Result<(), String> {
+async fn environment_create(owner: &Client, project: Uuid, name: &str) -> Result<(), Failure> {
     owner
         .environment_create()
         .project_id(project)
@@ -226,7 +262,7 @@ async fn environment_create(owner: &Client, project: Uuid, name: &str) -> Result
         .send()
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(Failure::from)
 }
 
 /// The names of the project's environments, every page.

@@ -210,17 +210,10 @@ impl Drill<'_> {
                 ),
                 json!(api.figures),
             ),
-            Check::new(
+            api.writes_kept_check(
                 "no_acknowledged_write_lost",
                 "every write acknowledged before, during and after the failover is on the new \
                  primary (synchronous replication)",
-                !api.written.is_empty() && api.lost.is_empty(),
-                format!(
-                    "{} acknowledged, {} lost",
-                    api.written.len(),
-                    api.lost.len()
-                ),
-                json!({ "acknowledged": api.written.len(), "lost": api.lost }),
             ),
             Check::new(
                 "revocation_after_failover",

@@ -204,16 +204,9 @@ impl Drill<'_> {
             ),
             drained,
             instances,
-            Check::new(
+            api.writes_kept_check(
                 "acknowledged_writes_kept",
                 "every write the API acknowledged is there afterwards",
-                !api.written.is_empty() && api.lost.is_empty(),
-                format!(
-                    "{} acknowledged, {} lost",
-                    api.written.len(),
-                    api.lost.len()
-                ),
-                json!({ "acknowledged": api.written.len(), "lost": api.lost }),
             ),
             Check::new(
                 "killed_replica_rejoins",

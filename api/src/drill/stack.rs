@@ -233,6 +233,17 @@ fn front_config(admin_port: u16, port: u16, replicas: &[u16]) -> serde_json::Val
                 },
                 "flush_interval": -1,
             }] }],
+            // Caddy's own errors (no replica ready, none answering) as the replicas answer
+            // theirs: a problem document with `Retry-After`, which clients know how to read.
+            "errors": { "routes": [{ "handle": [{
+                "handler": "static_response",
+                "status_code": "{http.error.status_code}",
+                "headers": {
+                    "Content-Type": ["application/problem+json"],
+                    "Retry-After": ["1"],
+                },
+                "body": "{\"type\":\"about:blank\",\"title\":\"{http.error.status_text}\",\"status\":{http.error.status_code},\"code\":\"not_ready\",\"detail\":\"no replica answered through the load balancer; try again shortly\"}",
+            }] }] },
         } } } },
     })
 }
