@@ -114,7 +114,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     let setup = crate::db::connect_for_migrations(&url).await?;
     crate::db::migrate_up(&setup.db).await?;
     let db = match &primary {
-        Some(primary) => primary.pool(16, false).await?,
+        Some(primary) => primary.pool(crate::db::PoolKind::Shared(16)).await?,
         None => crate::db::connect(&url).await?,
     };
     let (shutdown, mut stop) = watch::channel(false);
@@ -189,7 +189,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
     // The replica announces itself and takes the leases it can before its loops start, so
     // that a lone replica does its background work from the first pass.
     let leases_db = match &app.primary {
-        Some(primary) => primary.pool(1, true).await?,
+        Some(primary) => primary.pool(crate::db::PoolKind::Dedicated).await?,
         None => crate::db::connect_dedicated(&app.settings.database_url).await?,
     };
     let advertised = app

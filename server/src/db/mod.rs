@@ -22,7 +22,8 @@ use sea_orm::{
 /// and the database runs in WAL mode so that readers never wait for the writer.
 pub async fn connect(url: &str) -> anyhow::Result<DatabaseConnection> {
     let url = &one_server(url).await?;
-    connect_with_pool(url, if url.starts_with("sqlite:") { 8 } else { 16 }).await
+    let max_connections = if url.starts_with("sqlite:") { 8 } else { 16 };
+    Ok(Database::connect(options(url, PoolKind::Shared(max_connections))?).await?)
 }
 
 /// A single connection for migrating and setting up the database, holding the set-up lock
@@ -120,20 +121,16 @@ const SETUP_LOCK: i64 = 7_094_695_996_560_859_492;
 /// wait behind the requests' pool.
 pub async fn connect_dedicated(url: &str) -> anyhow::Result<DatabaseConnection> {
     let url = &one_server(url).await?;
-    let mut options = options(url, 1)?;
-    options
-        .min_connections(1)
-        .idle_timeout(None::<Duration>)
-        .max_lifetime(None::<Duration>);
-    Ok(Database::connect(options).await?)
+    Ok(Database::connect(options(url, PoolKind::Dedicated)?).await?)
 }
 
-async fn connect_with_pool(url: &str, max_connections: u32) -> anyhow::Result<DatabaseConnection> {
-    let mut options = options(url, max_connections)?;
-    // Pinging a connection on every checkout costs a round trip per query; pinging only
-    // connections idle for a while still catches the ones a server or proxy dropped.
-    options.test_before_acquire_if_idle_for(Duration::from_secs(30));
-    Ok(Database::connect(options).await?)
+/// What a pool is for.
+#[derive(Debug, Clone, Copy)]
+pub enum PoolKind {
+    /// Requests' pool of up to this many connections.
+    Shared(u32),
+    /// One connection of its own, kept however old or idle ([`connect_dedicated`]).
+    Dedicated,
 }
 
 /// `url` with one server: for a PostgreSQL URL naming several, the one that accepts writes
@@ -146,12 +143,30 @@ async fn one_server(url: &str) -> anyhow::Result<String> {
     Ok(url.to_owned())
 }
 
-/// Pool options for `url`; for SQLite, the file and its directory are created if missing.
-fn options(url: &str, max_connections: u32) -> anyhow::Result<ConnectOptions> {
+/// Pool options for `url` and `kind`; for SQLite, the file and its directory are created if
+/// missing.
+fn options(url: &str, kind: PoolKind) -> anyhow::Result<ConnectOptions> {
     let mut options = ConnectOptions::new(url);
     options
         .sqlx_logging(false)
         .acquire_timeout(primary::ACQUIRE_TIMEOUT);
+    match kind {
+        PoolKind::Shared(max_connections) => {
+            // Pinging a connection on every checkout costs a round trip per query; pinging
+            // only connections idle for a while still catches the ones a server or proxy
+            // dropped.
+            options
+                .max_connections(max_connections)
+                .test_before_acquire_if_idle_for(Duration::from_secs(30));
+        }
+        PoolKind::Dedicated => {
+            options
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None::<Duration>)
+                .max_lifetime(None::<Duration>);
+        }
+    }
     if url.starts_with("sqlite:") {
         let parsed = SqliteConnectOptions::from_str(url)?;
         if let Some(dir) = parsed
@@ -175,7 +190,6 @@ fn options(url: &str, max_connections: u32) -> anyhow::Result<ConnectOptions> {
             pool.after_connect(|connection, _| Box::pin(query_plans_keep(connection)))
         });
     }
-    options.max_connections(max_connections);
     Ok(options)
 }
 

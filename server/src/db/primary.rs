@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use sea_orm::sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sea_orm::sqlx::{self, ConnectOptions as _, Connection as _};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+use sea_orm::{Database, DatabaseConnection};
+
+use super::PoolKind;
 use serde::Serialize;
 use tokio::sync::watch;
 use utoipa::ToSchema;
@@ -166,26 +168,9 @@ impl Primary {
         }
     }
 
-    /// A pool of up to `max_connections` that follows the primary. A `dedicated` pool keeps
-    /// its connections however old or idle (see [`super::connect_dedicated`]).
-    pub async fn pool(
-        &self,
-        max_connections: u32,
-        dedicated: bool,
-    ) -> anyhow::Result<DatabaseConnection> {
-        let mut options = ConnectOptions::new(self.url());
-        options
-            .sqlx_logging(false)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .max_connections(max_connections);
-        if dedicated {
-            options
-                .min_connections(1)
-                .idle_timeout(None::<Duration>)
-                .max_lifetime(None::<Duration>);
-        } else {
-            options.test_before_acquire_if_idle_for(Duration::from_secs(30));
-        }
+    /// A pool of `kind` that follows the primary.
+    pub async fn pool(&self, kind: PoolKind) -> anyhow::Result<DatabaseConnection> {
+        let mut options = super::options(&self.url(), kind)?;
         let switched_at = self.switched_at.clone();
         options.map_sqlx_postgres_before_acquire(move |_, meta| {
             let since_switch = switched_at.lock().expect("not poisoned").elapsed();

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use crate::app::App;
 use crate::app::cluster::changes::{Kind, Outbox, RoutesScope};
 use crate::app::cluster::leases::statement;
+use crate::db::Primary;
 use crate::ids::ServiceId;
 
 /// The channel replicas tell each other on.
@@ -95,9 +96,7 @@ impl App {
 
     /// Listens for the other replicas' changes until `stop` turns true (PostgreSQL only).
     pub async fn change_feed_listen_run(&self, mut stop: watch::Receiver<bool>) {
-        if self.db.get_database_backend() != DbBackend::Postgres {
-            return;
-        }
+        // Only PostgreSQL has a primary to follow.
         let Some(primary) = self.primary.clone() else {
             return;
         };
@@ -106,7 +105,7 @@ impl App {
         loop {
             primary_changed.borrow_and_update();
             let listened = tokio::select! {
-                listened = self.change_feed_listen() => listened,
+                listened = self.change_feed_listen(&primary, &mut primary_changed) => listened,
                 _ = stop.wait_for(|stopped| *stopped) => return,
             };
             self.changes.listening_set(false);
@@ -131,9 +130,11 @@ impl App {
 
     /// One listening connection to the primary, until it drops or another server becomes the
     /// primary: `Ok` if it was listening, `Err` if it could not begin to.
-    async fn change_feed_listen(&self) -> Result<(), sea_orm::sqlx::Error> {
-        let primary = self.primary.as_ref().expect("PostgreSQL");
-        let mut switched = primary.subscribe();
+    async fn change_feed_listen(
+        &self,
+        primary: &Primary,
+        switched: &mut watch::Receiver<u64>,
+    ) -> Result<(), sea_orm::sqlx::Error> {
         let pool = primary.listener_pool().await?;
         let mut listener = PgListener::connect_with(&pool).await?;
         listener.ignore_pool_close_event(true);
