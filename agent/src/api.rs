@@ -4,7 +4,8 @@
 //!
 //! - `PUT /v1/workloads/{key}` `{"command": "...", "env": {...}, "port": 8080, "health_check":
 //!   {"path": "/ready", "interval_ms": 2000, "timeout_ms": 1000, "healthy_threshold": 1,
-//!   "unhealthy_threshold": 3}}` (the check optional) → 201 (started) or 200 (it existed:
+//!   "unhealthy_threshold": 3}, "size": {"cpu_millis": 500, "memory_mib": 512}}` (the check
+//!   optional; the size 500m/512 MiB when left out: see `limits`) → 201 (started) or 200 (it existed:
 //!   returned unchanged); 409 `capacity_exhausted` when every slot (or every workload uid) is
 //!   used. A workload with a check shows its `health` (`pending`, `healthy`, `unhealthy`).
 //! - `GET /v1/workloads/{key}`, `GET /v1/workloads` (`{"items": [...]}`),
@@ -28,6 +29,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+use crate::limits::WorkloadSize;
 use crate::logs::{self, LogPage, LogQuery};
 use crate::source::GitSource;
 use crate::spec::{HealthCheck, NewWorkload, valid_key};
@@ -206,6 +208,8 @@ struct PutWorkload {
     health_check: Option<HealthCheck>,
     #[serde(default)]
     source: Option<GitSource>,
+    #[serde(default)]
+    size: Option<WorkloadSize>,
 }
 
 async fn put_workload(
@@ -233,6 +237,7 @@ async fn put_workload(
         port: body.port,
         health_check: body.health_check,
         source: body.source,
+        size: body.size.unwrap_or(WorkloadSize::DEFAULT),
     };
     match state.supervisor.put(&key, new).await? {
         Put::Created(view) => Ok((StatusCode::CREATED, Json(view))),

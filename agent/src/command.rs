@@ -37,6 +37,13 @@ pub struct AgentArgs {
     /// over loopback. For a developer's machine only.
     #[arg(long)]
     insecure_shared_network: bool,
+    /// When this machine does not let the agent make cgroups (the `memory`, `cpu` and `pids`
+    /// controllers under /sys/fs/cgroup), run workloads without holding them to their sizes
+    /// instead of refusing to start. INSECURE: one workload can then take the memory, CPU and
+    /// process table of the whole machine, and every other workload with it. For a
+    /// developer's machine only.
+    #[arg(long)]
+    insecure_no_limits: bool,
     /// Serve the API over HTTPS with this PEM certificate chain (with --tls-key), re-read when
     /// the files change. The `metal` provider pins it (its SHA-256 in the provider's settings).
     #[arg(long = "tls-cert", env = "BULKHEAD_AGENT_TLS_CERT")]
@@ -65,11 +72,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     settings.workload_uids = args.workload_uids;
     settings.insecure_same_user = args.insecure_same_user;
     settings.insecure_shared_network = args.insecure_shared_network;
+    settings.insecure_no_limits = args.insecure_no_limits;
     settings.tls = crate::ServerTls::from_flags(args.tls_cert, args.tls_key)?;
     let stop = shutdown_signal()?;
     let agent = crate::start(settings).await?;
     println!("bulkhead agent listening on {}", agent.url());
-    println!("workloads: {}; {}", agent.isolation, agent.network);
+    println!(
+        "workloads: {}; {}; {}",
+        agent.isolation, agent.network, agent.limits
+    );
     stop.await;
     // Workloads keep running: the next agent on this data directory adopts them.
     agent.shutdown().await;

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! Run as root, the agent runs each workload as a user of its own (`isolation`), in a network
-//! namespace of its own (`network`); the
+//! namespace of its own (`network`), held to its size by a cgroup of its own (`limits`); the
 //! `bulkhead-agent` command ([`command`], also `bulkhead agent`) reads the token from a private
 //! file.
 //!
@@ -41,6 +41,7 @@ mod api;
 pub mod command;
 mod health;
 mod isolation;
+mod limits;
 mod logs;
 mod network;
 mod ports;
@@ -65,6 +66,7 @@ use tokio::task::JoinHandle;
 pub use bulkhead_common::tls::server::ServerTls;
 
 pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
+pub use limits::{CGROUP_PARENT, PIDS_MAX, ResourceLimits, WorkloadSize};
 pub use network::{NetworkIsolation, WORKLOAD_NETWORK};
 pub use source::{GitSource, SourceView};
 pub use spec::HealthCheck;
@@ -102,6 +104,10 @@ pub struct AgentSettings {
     /// instead of refusing to start. They can then reach each other, and every service of the
     /// host, over loopback: for a developer's machine only.
     pub insecure_shared_network: bool,
+    /// When the agent could hold workloads to their sizes (it is root) but this machine does
+    /// not let it make cgroups, run them unheld instead of refusing to start: one workload can
+    /// then take the whole machine. For a developer's machine only.
+    pub insecure_no_limits: bool,
     /// Serve the API over TLS with this certificate (re-read when its files change); `None`
     /// serves plain HTTP, for an agent reached over loopback or a private network only.
     pub tls: Option<ServerTls>,
@@ -119,6 +125,7 @@ impl AgentSettings {
             workload_uids: DEFAULT_WORKLOAD_UIDS,
             insecure_same_user: false,
             insecure_shared_network: false,
+            insecure_no_limits: false,
             tls: None,
         }
     }
@@ -135,6 +142,7 @@ impl std::fmt::Debug for AgentSettings {
             .field("workload_uids", &self.workload_uids)
             .field("insecure_same_user", &self.insecure_same_user)
             .field("insecure_shared_network", &self.insecure_shared_network)
+            .field("insecure_no_limits", &self.insecure_no_limits)
             .field("tls", &self.tls)
             .finish()
     }
@@ -148,6 +156,8 @@ pub struct RunningAgent {
     pub isolation: Isolation,
     /// What network its workloads have.
     pub network: NetworkIsolation,
+    /// How its workloads are held to their sizes.
+    pub limits: ResourceLimits,
     supervisor: Arc<supervisor::Supervisor>,
     stop_serving: watch::Sender<bool>,
     server: JoinHandle<anyhow::Result<()>>,
@@ -197,6 +207,10 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         Isolation::SameUser => None,
     };
     let network = network_decide(&settings, isolation).await?;
+    let insecure_no_limits = settings.insecure_no_limits;
+    let limits =
+        tokio::task::spawn_blocking(move || ResourceLimits::decide(isolation, insecure_no_limits))
+            .await??;
     // Workloads of their own users pass through the data directory to their working
     // directories; nothing else in it is theirs to read.
     let data_dir_mode = match isolation {
@@ -215,6 +229,7 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
         settings.advertise_host.clone(),
         isolation,
         network,
+        limits,
     )
     .await
     .with_context(|| format!("resuming the workloads of {}", data_dir.display()))?;
@@ -234,11 +249,12 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
             let _ = stopped.wait_for(|stop| *stop).await;
         },
     ));
-    tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), %isolation, %network, "agent serving");
+    tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), %isolation, %network, %limits, "agent serving");
     Ok(RunningAgent {
         addr,
         isolation,
         network,
+        limits,
         supervisor,
         stop_serving,
         server,

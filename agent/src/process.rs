@@ -35,13 +35,18 @@ pub(crate) struct Launch<'a> {
     pub uid: Option<u32>,
     /// The network namespace it runs in (see `network`); `None`: the agent's.
     pub netns: Option<&'a File>,
+    /// The `cgroup.procs` files of its cgroup (see `limits`), which it joins before its
+    /// program runs; empty: it stays in the agent's.
+    pub cgroup: &'a [File],
 }
 
 /// Starts the process, leader of a new process group, with a minimal environment plus the
 /// workload's variables and `PORT`. Stdin is closed. It is not killed when its handle is
 /// dropped: an agent restart leaves it running, to be adopted.
 ///
-/// With a network namespace, the process joins it first, while it is still root. With a uid,
+/// The process first joins its cgroup (writing `0`, itself, to each `cgroup.procs` file), so
+/// that nothing it starts runs outside it. With a network namespace, it joins it next, while
+/// it is still root. With a uid,
 /// it then runs as that user and group with no supplementary groups, and is checked before its
 /// program starts: no supplementary group left, no way back to root. In every case it gets no
 /// new privileges (`PR_SET_NO_NEW_PRIVS`: set-user-ID programs and file capabilities give it
@@ -71,10 +76,12 @@ pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
         .kill_on_drop(false);
     let uid = launch.uid;
     let netns = launch.netns.map(|file| file.as_raw_fd());
+    let cgroup_procs: Vec<_> = launch.cgroup.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: the closure runs in the child between fork and exec; it makes only
-    // async-signal-safe calls (setns, setgroups, setgid, setuid, prctl, getgroups) and
-    // allocates nothing (the errors are raw OS errors). The namespace's descriptor stays open
-    // in the parent until `spawn` returns, and is closed on exec.
+    // async-signal-safe calls (write, setns, setgroups, setgid, setuid, prctl, getgroups) and
+    // allocates nothing (the errors are raw OS errors; the descriptors' list was made before
+    // the fork). The cgroup's and namespace's descriptors stay open in the parent until
+    // `spawn` returns, and are closed on exec.
     unsafe {
         command.pre_exec(move || {
             let check = |result: nix::libc::c_int| {
@@ -84,6 +91,12 @@ pub(crate) fn spawn(launch: Launch<'_>) -> std::io::Result<Child> {
                     Err(std::io::Error::last_os_error())
                 }
             };
+            for fd in &cgroup_procs {
+                // `0` is the writing process itself.
+                if nix::libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if let Some(fd) = netns {
                 // Joining a network namespace takes root: before the switch.
                 check(nix::libc::setns(fd, nix::libc::CLONE_NEWNET))?;

@@ -1,11 +1,13 @@
 //! What a workload may be: its key, its command (split shell-style into words, `$PORT`
-//! expanded), its environment, its health check and where its code comes from, checked before
-//! anything starts.
+//! expanded), its environment, its health check, where its code comes from and its size,
+//! checked before anything starts.
 
 use std::collections::BTreeMap;
 
 use bulkhead_common::health_check::HealthCheckValues;
 use serde::{Deserialize, Serialize};
+
+use crate::limits::WorkloadSize;
 
 /// Limits on what a workload may be given.
 const MAX_COMMAND_LEN: usize = 8192;
@@ -21,6 +23,8 @@ pub(crate) struct NewWorkload {
     pub health_check: Option<HealthCheck>,
     /// Its code, from a repository (see `source`); without one, the command runs as it is.
     pub source: Option<crate::source::GitSource>,
+    /// What it is given of the machine (see `limits`).
+    pub size: WorkloadSize,
 }
 
 /// The platform's health check of a workload, made by the agent (see `health::check`): `GET
@@ -147,6 +151,7 @@ pub(crate) fn validate(new: &NewWorkload) -> Result<Words, String> {
     if let Some(check) = &new.health_check {
         check.validate()?;
     }
+    new.size.validate()?;
     let build = new
         .source
         .as_ref()
@@ -190,6 +195,7 @@ mod tests {
             port: Some(8080),
             health_check: None,
             source: None,
+            size: WorkloadSize::DEFAULT,
         };
         assert_eq!(
             validate(&new("python3 -c 'print(1)'", &[("A_1", "x")]))

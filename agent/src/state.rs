@@ -45,6 +45,9 @@ pub(crate) struct WorkloadRecord {
     /// Where its code comes from (token included: this file holds secrets already).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<crate::source::GitSource>,
+    /// What it is given of the machine (absent in older state files: the default size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<crate::limits::WorkloadSize>,
     /// Whether its code was checked out and built (absent: it has no source, or was not).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prepared: bool,
@@ -138,6 +141,10 @@ mod tests {
             restarts: 2,
             created_at: Utc::now(),
             uid: Some(60601),
+            size: Some(crate::limits::WorkloadSize {
+                cpu_millis: 250,
+                memory_mib: 128,
+            }),
             health_check: Some(crate::spec::HealthCheck {
                 path: "/ready".into(),
                 interval_ms: 1000,

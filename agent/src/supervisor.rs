@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use nix::sys::signal::Signal;
 use serde::Serialize;
@@ -39,6 +40,7 @@ use tokio::sync::watch;
 
 use crate::health;
 use crate::isolation::{self, Isolation, UidRange};
+use crate::limits::{ResourceLimits, WorkloadCgroup, WorkloadSize};
 use crate::logs::{self, LogDir, LogPage, LogQuery};
 use crate::network::{NetworkIsolation, WorkloadNetwork};
 use crate::ports;
@@ -167,6 +169,8 @@ pub struct WorkloadView {
     /// Where its code comes from, when it is built from a repository (its token left out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceView>,
+    /// What it is given of the machine.
+    pub size: WorkloadSize,
 }
 
 /// The slots of this machine.
@@ -229,6 +233,10 @@ struct Workload {
     network: Option<WorkloadNetwork>,
     /// The host port, held by the agent while the workload listens on it in its namespace.
     _port_held: Option<tokio::net::TcpSocket>,
+    /// What it is given of the machine, and the cgroup that holds it to that (see
+    /// [`ResourceLimits`]).
+    size: WorkloadSize,
+    cgroup: Option<WorkloadCgroup>,
     status: Mutex<Status>,
     control: watch::Sender<Control>,
     /// Set when the monitor task has ended.
@@ -252,6 +260,8 @@ struct Status {
     check: CheckState,
     /// Whether its code is checked out and built (always, without a `source`).
     prepared: bool,
+    /// The OOM kills of its cgroup when the current process started.
+    oom_kills: u64,
 }
 
 impl Workload {
@@ -282,6 +292,7 @@ impl Workload {
             health_check: self.health_check.clone(),
             source: self.source.clone(),
             prepared: status.prepared && self.source.is_some(),
+            size: Some(self.size),
         }
     }
 
@@ -314,6 +325,23 @@ impl Workload {
             adopted: status.adopted,
             uid: self.uid,
             source: self.source.as_ref().map(GitSource::view),
+            size: self.size,
+        }
+    }
+
+    /// `how` its process ended, saying so when the OOM killer killed one of its processes
+    /// meanwhile: it went over its memory.
+    fn out_of_memory(&self, how: String) -> String {
+        let Some(cgroup) = &self.cgroup else {
+            return how;
+        };
+        if cgroup.oom_kills() > self.status().oom_kills {
+            format!(
+                "out of memory: {how} (the OOM killer ended it at its {} MiB)",
+                self.size.memory_mib
+            )
+        } else {
+            how
         }
     }
 
@@ -419,6 +447,7 @@ pub(crate) struct Supervisor {
     advertise_host: String,
     isolation: Isolation,
     network: NetworkIsolation,
+    limits: ResourceLimits,
     work_root: PathBuf,
     workloads: Mutex<BTreeMap<String, Arc<Workload>>>,
     /// Where the search for a free uid starts (see [`AgentState::uid_next`]).
@@ -438,6 +467,7 @@ impl Supervisor {
         advertise_host: String,
         isolation: Isolation,
         network: NetworkIsolation,
+        limits: ResourceLimits,
     ) -> anyhow::Result<Arc<Self>> {
         let work_root = data_dir.join("workloads");
         // Workloads running as users of their own pass through it to their own directory,
@@ -458,6 +488,7 @@ impl Supervisor {
             advertise_host,
             isolation,
             network,
+            limits,
             work_root,
             workloads: Mutex::new(BTreeMap::new()),
             uid_next: Mutex::new(state.uid_next.unwrap_or(0)),
@@ -528,6 +559,10 @@ impl Supervisor {
                 }
             }
             let prepared = record.prepared || record.source.is_none();
+            let size = record.size.unwrap_or(WorkloadSize::DEFAULT);
+            let cgroup = limits
+                .cgroup(&cgroup_name(&record.key, uid), size)
+                .with_context(|| format!("the cgroup of the workload `{}`", record.key))?;
             let workload = Arc::new(Workload {
                 key: record.key,
                 command: record.command,
@@ -542,6 +577,8 @@ impl Supervisor {
                 uid,
                 network: workload_network,
                 _port_held: port_held,
+                size,
+                cgroup,
                 status: Mutex::new(Status {
                     state: if adopt.is_some() {
                         WorkloadState::Running
@@ -559,6 +596,7 @@ impl Supervisor {
                     generation: 0,
                     check: CheckState::fresh(0),
                     prepared,
+                    oom_kills: 0,
                 }),
                 control: watch::Sender::new(Control::Run),
                 finished: watch::Sender::new(false),
@@ -707,6 +745,10 @@ impl Supervisor {
             .map_err(|err| {
                 SupervisorError::Internal(anyhow::anyhow!("no port for the workload: {err:#}"))
             })?;
+            let cgroup = self
+                .limits
+                .cgroup(&cgroup_name(key, uid), new.size)
+                .map_err(SupervisorError::Internal)?;
             let workload = Arc::new(Workload {
                 key: key.to_owned(),
                 command: new.command,
@@ -721,6 +763,8 @@ impl Supervisor {
                 uid,
                 network,
                 _port_held: port_held,
+                size: new.size,
+                cgroup,
                 status: Mutex::new(Status {
                     state: WorkloadState::Starting,
                     pid: None,
@@ -734,6 +778,7 @@ impl Supervisor {
                     generation: 0,
                     check: CheckState::fresh(0),
                     prepared: build_prepared,
+                    oom_kills: 0,
                 }),
                 control: watch::Sender::new(Control::Run),
                 finished: watch::Sender::new(false),
@@ -839,6 +884,7 @@ impl Supervisor {
         workload.control.send_replace(Control::Stop);
         workload.wait_finished().await;
         network_remove(&workload).await;
+        cgroup_remove(&workload).await;
         // Its files go while the key is still taken, so that a workload made again under the
         // same key cannot lose its new files to this deletion. (A concurrent delete of the
         // same workload removes them too: nothing is lost.)
@@ -948,7 +994,12 @@ impl Supervisor {
             Ok(child) => {
                 let pid = child.id();
                 let proc_start = pid.and_then(process::proc_info).map(|info| info.start_time);
+                let oom_kills = workload
+                    .cgroup
+                    .as_ref()
+                    .map_or(0, WorkloadCgroup::oom_kills);
                 workload.update(|status| {
+                    status.oom_kills = oom_kills;
                     status.generation += 1;
                     status.state = WorkloadState::Starting;
                     status.pid = pid;
@@ -1013,6 +1064,10 @@ impl Supervisor {
             })
             .transpose()?;
         let output = self.logs.open_outputs(&workload.key)?;
+        let cgroup = match &workload.cgroup {
+            Some(cgroup) => cgroup.join_files()?,
+            None => Vec::new(),
+        };
         let cwd = match workload.source {
             Some(_) => work_dir.join(crate::source::APP_DIR),
             None => work_dir.clone(),
@@ -1026,6 +1081,7 @@ impl Supervisor {
             output,
             uid: workload.uid,
             netns: netns.as_ref(),
+            cgroup: &cgroup,
         })
     }
 
@@ -1071,6 +1127,7 @@ impl Supervisor {
                         }
                         Err(_) => return, // detach: leave it running
                         Ok(how) => {
+                            let how = workload.out_of_memory(how);
                             // Whatever it left behind goes with it.
                             if let Some(pid) = pid {
                                 process::signal_group(pid, Signal::SIGKILL);
@@ -1311,6 +1368,31 @@ async fn network_remove(workload: &Workload) {
     if let Some(network) = workload.network.clone() {
         let port = workload.host_port;
         let _ = tokio::task::spawn_blocking(move || network.remove(port)).await;
+    }
+}
+
+/// The name of the cgroup of workload `key` running as `uid` (see `limits`): unique on the
+/// machine, since no two agents share uids.
+fn cgroup_name(key: &str, uid: Option<u32>) -> String {
+    match uid {
+        Some(uid) => format!("{key}-{uid}"),
+        None => key.to_owned(),
+    }
+}
+
+/// Removes the workload's cgroup (killing what still runs in it), once it is stopped.
+async fn cgroup_remove(workload: &Arc<Workload>) {
+    let workload = workload.clone();
+    let removed = tokio::task::spawn_blocking(move || {
+        workload
+            .cgroup
+            .as_ref()
+            .map_or(Ok(()), WorkloadCgroup::remove)
+            .map_err(|err| (workload.key.clone(), err))
+    })
+    .await;
+    if let Ok(Err((key, err))) = removed {
+        tracing::warn!(key, "removing the workload's cgroup failed: {err:#}");
     }
 }
 

@@ -1,12 +1,14 @@
 //! The agent end to end: real processes (`python3 -m http.server`, `sleep`), real HTTP, each
 //! workload running as a user of its own in a network namespace of its own (the tests run as
-//! root, as the fleet's agents do). `network` tests what a namespace lets through.
+//! root, as the fleet's agents do). `network` tests what a namespace lets through, `limits` what
+//! a workload's cgroup holds it to.
 
+mod limits;
 mod network;
 mod source;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bulkhead_agent::{AgentSettings, Isolation, RunningAgent, UidRange};

@@ -26,4 +26,5 @@ pub mod process;
 pub mod secret_file;
 #[cfg(feature = "tls-server")]
 pub mod serve;
+pub mod size;
 pub mod tls;

@@ -89,8 +89,10 @@ impl DevPlatform {
         // Used only where the agent cannot switch users (not root: a developer's machine);
         // as root, it gives each workload a user of its own all the same.
         agent_settings.insecure_same_user = true;
-        // And, as root on a machine without iproute2 and nftables, in the host's network.
+        // And, as root on a machine without iproute2 and nftables, in the host's network;
+        // where it cannot make cgroups, without holding workloads to their sizes.
         agent_settings.insecure_shared_network = true;
+        agent_settings.insecure_no_limits = true;
         // Its slots, as `bulkhead-agent` takes them (16 by default; benchmarks want more).
         if let Some(slots) = std::env::var("BULKHEAD_AGENT_SLOTS")
             .ok()
@@ -118,7 +120,10 @@ impl DevPlatform {
     pub fn agent_isolation_note(&self) -> String {
         match self.agent.isolation {
             Isolation::UserPerWorkload(_) => {
-                format!("{}; {}", self.agent.isolation, self.agent.network)
+                format!(
+                    "{}; {}; {}",
+                    self.agent.isolation, self.agent.network, self.agent.limits
+                )
             }
             Isolation::SameUser => "INSECURE: not run as root, so its workloads run as your own \
                 user and can read the agent's token, its state and each other's logs (run as \
