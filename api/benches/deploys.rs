@@ -162,6 +162,9 @@ async fn drain(platform: &DevPlatform, dir: &std::path::Path, backlog: usize) {
                         .to_contract(),
                 ),
                 source: None,
+                size: bulkhead::app::projects::services::spec::ServiceSizes::default()
+                    .default
+                    .to_contract(),
             };
             let active = active.clone();
             async move {

@@ -13,8 +13,10 @@ use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
+use bulkhead::app::projects::services::spec::ServiceSizes;
 use bulkhead::plugins::{
-    Allowlist, InstanceSpec, PluginEnv, PluginError, PluginHost, PluginLimits, endpoint_patterns,
+    Allowlist, InstanceSize, InstanceSpec, PluginEnv, PluginError, PluginHost, PluginLimits,
+    endpoint_patterns,
 };
 
 #[derive(Subcommand)]
@@ -70,6 +72,9 @@ pub enum PluginAction {
         /// Port (provision).
         #[arg(long, default_value_t = 8080)]
         port: u16,
+        /// The workload's size (provision), as CPU_MILLIS:MEMORY_MIB.
+        #[arg(long, default_value = "500:512", value_parser = size_parse)]
+        size: InstanceSize,
         /// How to print the answer.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -104,6 +109,7 @@ pub async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
             region,
             artifact,
             port,
+            size,
             output,
         } => {
             let env = call_env(config, secrets, &allow_hosts)?;
@@ -116,6 +122,7 @@ pub async fn plugin_command(action: PluginAction) -> anyhow::Result<()> {
                 labels: vec![],
                 health_check: None,
                 source: None,
+                size,
             };
             plugin_call(&file, &function, &env, spec, output).await
         }
@@ -342,4 +349,17 @@ pub fn scaffold_files(name: &str, sdk_line: &str) -> Vec<(&'static str, String)>
             fill(include_str!("plugin_template/gitignore.txt")),
         ),
     ]
+}
+
+/// `CPU_MILLIS:MEMORY_MIB`, within the contract's bounds.
+fn size_parse(text: &str) -> Result<InstanceSize, String> {
+    let size = ServiceSizes::parse_size(text)?;
+    bulkhead_common::size::size_check(
+        "--size",
+        size.cpu_millis,
+        size.memory_mib,
+        bulkhead_common::size::CPU_MILLIS,
+        bulkhead_common::size::MEMORY_MIB,
+    )?;
+    Ok(size.to_contract())
 }

@@ -16,7 +16,7 @@ use super::resolve;
   bulkhead projects create shop
   bulkhead projects environments create -p shop production
   bulkhead services create -p shop --environment production --name web \\
-      --command 'python3 -m http.server $PORT' --port 8080 --replicas 2 \\
+      --command 'python3 -m http.server $PORT' --port 8080 --replicas 2 --size 500:512 \\
       --provider aws --provider metal
   bulkhead deploy -p shop -s web")]
 pub struct ServicesArgs {
@@ -56,6 +56,7 @@ pub enum ServicesAction {
     /// Change a service's spec: what is not given stays as it is. Deploy to apply it.
     #[command(after_help = "Examples:
   bulkhead services update -p shop web --replicas 3
+  bulkhead services update -p shop web --size 2000:4096
   bulkhead services update -p shop web --image shop/web:2 --provider aws --provider gcp
   bulkhead deploy -p shop -s web")]
     Update(ServiceUpdateArgs),
@@ -94,6 +95,10 @@ pub struct ServiceCreateArgs {
     /// How many instances to run.
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
     replicas: Option<i32>,
+    /// What each instance gets, as CPU_MILLIS:MEMORY_MIB (e.g. 500:512: half a vCPU and
+    /// 512 MiB; default: the server's default size).
+    #[arg(long, value_parser = size_parse)]
+    size: Option<types::ServiceSize>,
     /// A provider it may be placed on, in order of preference (repeatable; default: any).
     #[arg(long = "provider")]
     providers: Vec<String>,
@@ -121,6 +126,9 @@ pub struct ServiceUpdateArgs {
     /// A new number of instances.
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
     replicas: Option<i32>,
+    /// A new size for each instance, as CPU_MILLIS:MEMORY_MIB (deploy to roll it out).
+    #[arg(long, value_parser = size_parse)]
+    size: Option<types::ServiceSize>,
     /// The providers it may be placed on, in order of preference (repeatable; replaces them all).
     #[arg(long = "provider")]
     providers: Vec<String>,
@@ -147,8 +155,15 @@ pub struct GitArgs {
 }
 
 impl Row for types::ServiceView {
-    const HEADER: &'static [&'static str] =
-        &["ID", "NAME", "ENVIRONMENT", "SOURCE", "PORT", "REPLICAS"];
+    const HEADER: &'static [&'static str] = &[
+        "ID",
+        "NAME",
+        "ENVIRONMENT",
+        "SOURCE",
+        "PORT",
+        "REPLICAS",
+        "SIZE",
+    ];
     fn row(&self) -> Vec<String> {
         vec![
             self.id.to_string(),
@@ -157,8 +172,32 @@ impl Row for types::ServiceView {
             source_text(&self.source),
             self.port.to_string(),
             self.replicas.to_string(),
+            size_text(&self.size),
         ]
     }
+}
+
+/// `500m CPU, 512 MiB`.
+fn size_text(size: &types::ServiceSize) -> String {
+    format!("{}m CPU, {} MiB", size.cpu_millis, size.memory_mib)
+}
+
+/// `CPU_MILLIS:MEMORY_MIB`; the server checks the bounds (its operator's).
+fn size_parse(text: &str) -> Result<types::ServiceSize, String> {
+    let (cpu, memory) = text
+        .split_once(':')
+        .ok_or_else(|| format!("`{text}` is not CPU_MILLIS:MEMORY_MIB (e.g. 500:512)"))?;
+    let number = |part: &str| {
+        part.trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("`{text}` is not CPU_MILLIS:MEMORY_MIB (e.g. 500:512)"))
+    };
+    Ok(types::ServiceSize {
+        cpu_millis: number(cpu)?,
+        memory_mib: number(memory)?,
+    })
 }
 
 fn source_text(source: &types::ServiceSource) -> String {
@@ -321,6 +360,7 @@ async fn service_create(
                         .replicas(args.replicas)
                         .source(source.clone())
                         .placement(placement.clone())
+                        .size(args.size.clone())
                 })
                 .send()
                 .await
@@ -335,10 +375,15 @@ async fn service_update(
     let source = source_of(args.image, args.command, args.git)?;
     let placement = placement_of(&args.providers);
     let port = args.port.and_then(std::num::NonZeroU32::new);
-    if source.is_none() && placement.is_none() && port.is_none() && args.replicas.is_none() {
+    if source.is_none()
+        && placement.is_none()
+        && port.is_none()
+        && args.replicas.is_none()
+        && args.size.is_none()
+    {
         return fail(
             Exit::InvalidInput,
-            "nothing to change: give --image, --command, --port, --replicas or --provider",
+            "nothing to change: give --image, --command, --port, --replicas, --size or --provider",
         );
     }
     let (project, service) =
@@ -353,6 +398,7 @@ async fn service_update(
                         .placement(placement.clone())
                         .port(port)
                         .replicas(args.replicas)
+                        .size(args.size.clone())
                 })
                 .send()
                 .await

@@ -40,6 +40,7 @@ mod m20261205_000024_git_intake;
 mod m20261205_000025_outside_sign_in;
 mod m20261205_000026_sign_in_provider_holds;
 mod m20261207_000027_edge_certificates;
+mod m20261207_000028_service_sizes;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -75,6 +76,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000025_outside_sign_in::Migration),
             Box::new(m20261205_000026_sign_in_provider_holds::Migration),
             Box::new(m20261207_000027_edge_certificates::Migration),
+            Box::new(m20261207_000028_service_sizes::Migration),
         ]
     }
 }

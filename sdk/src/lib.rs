@@ -1,5 +1,5 @@
 //! The SDK for Bulkhead provider plugins: WebAssembly components of the
-//! `bulkhead:provider@0.6.0` contract ([`CONTRACT_VERSION`]), written in Rust.
+//! `bulkhead:provider@0.7.0` contract ([`CONTRACT_VERSION`]), written in Rust.
 //!
 //! A plugin is a type that implements [`Provider`], exported with [`export_provider!`]:
 //!
@@ -30,6 +30,7 @@
 //!             address: None,
 //!             health: WorkloadHealth::Unchecked,
 //!             detail: None,
+//!             machine_type: None,
 //!         })
 //!     }
 //!
@@ -80,19 +81,20 @@ use std::str::FromStr;
 
 pub use bindings::bulkhead::provider::host::LogLevel;
 pub use bindings::bulkhead::provider::types::{
-    ConfigKey, GitSource, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec,
-    InstanceState, LogLine, LogPage, LogRequest, LogStream, ProviderError, ProviderInfo, RateLimit,
-    WorkloadHealth,
+    ConfigKey, GitSource, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSize,
+    InstanceSpec, InstanceState, LogLine, LogPage, LogRequest, LogStream, ProviderError,
+    ProviderInfo, RateLimit, WorkloadHealth,
 };
 pub use serde;
 
 /// The version of the `bulkhead:provider` contract this SDK builds plugins for. The component
-/// carries it in its export's name (`bulkhead:provider/adapter@0.6.0`): Bulkhead checks it when
+/// carries it in its export's name (`bulkhead:provider/adapter@0.7.0`): Bulkhead checks it when
 /// it loads the plugin, and refuses a version it does not support, naming the ones it does.
-pub const CONTRACT_VERSION: &str = "0.6.0";
+pub const CONTRACT_VERSION: &str = "0.7.0";
 
 impl InstanceSpec {
-    /// A spec with no environment and no labels (tests, mostly).
+    /// A spec with no environment and no labels, sized half a vCPU and 512 MiB (tests,
+    /// mostly).
     pub fn new(
         instance_key: impl Into<String>,
         region: impl Into<String>,
@@ -108,6 +110,10 @@ impl InstanceSpec {
             labels: Vec::new(),
             health_check: None,
             source: None,
+            size: InstanceSize {
+                cpu_millis: 500,
+                memory_mib: 512,
+            },
         }
     }
 }

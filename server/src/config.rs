@@ -18,6 +18,7 @@ use ipnet::IpNet;
 use secrecy::SecretString;
 
 use crate::app::identity::sign_in::throttle::LoginLimits;
+use crate::app::projects::services::spec::{ServiceSize, ServiceSizes};
 use crate::app::shared::limits::{LimitsTable, TenantLimits};
 use bulkhead_common::serve::ConnectionLimits;
 use serde::Deserialize;
@@ -138,6 +139,13 @@ pub struct ServeArgs {
     /// members_per_project (100).
     #[arg(long = "limit", env = "BULKHEAD_LIMITS", value_delimiter = ',')]
     pub limits: Option<Vec<String>>,
+    /// The size of a service given none, as CPU_MILLIS:MEMORY_MIB (default 500:512: half a
+    /// vCPU, 512 MiB).
+    #[arg(long, env = "BULKHEAD_SERVICE_SIZE_DEFAULT")]
+    pub service_size_default: Option<String>,
+    /// The largest size a service may ask for, as CPU_MILLIS:MEMORY_MIB (default 8000:16384).
+    #[arg(long, env = "BULKHEAD_SERVICE_SIZE_MAX")]
+    pub service_size_max: Option<String>,
     /// Connections open at once; default: the open-file limit (raised to its hard limit) less
     /// 1024 kept for the database, plugins and outbound calls.
     #[arg(long, env = "BULKHEAD_MAX_CONNECTIONS")]
@@ -189,8 +197,17 @@ struct FileSettings {
     dns_resolver: Option<SocketAddr>,
     sign_in_providers: Option<Vec<SignInProvider>>,
     limits: Option<LimitsTable>,
+    service_sizes: Option<ServiceSizesTable>,
     max_connections: Option<usize>,
     max_connections_per_address: Option<usize>,
+}
+
+/// `[service_sizes]`: `default = { cpu_millis = 500, memory_mib = 512 }`, `max = { ... }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceSizesTable {
+    default: Option<ServiceSize>,
+    max: Option<ServiceSize>,
 }
 
 /// Resolved settings of a running server.
@@ -226,6 +243,8 @@ pub struct Settings {
     pub login_limits: LoginLimits,
     /// Caps on what one tenant creates.
     pub limits: TenantLimits,
+    /// The sizes services may have.
+    pub service_sizes: ServiceSizes,
     /// How many connections are open at once, and how long a slow client is waited for.
     pub connections: ConnectionLimits,
     /// `BULKHEAD_SECRET_KEY`: the master key of secrets at rest (base64), if set.
@@ -436,6 +455,27 @@ impl Settings {
                 limits.set_all(args.limits.iter().flatten().map(String::as_str))?;
                 limits
             },
+            service_sizes: {
+                let table = file.service_sizes.unwrap_or_default();
+                let flag = |text: Option<String>, name: &str| {
+                    text.map(|text| {
+                        ServiceSizes::parse_size(&text)
+                            .map_err(|why| anyhow::anyhow!("{name}: {why}"))
+                    })
+                    .transpose()
+                };
+                let defaults = ServiceSizes::default();
+                let sizes = ServiceSizes {
+                    default: flag(args.service_size_default, "--service-size-default")?
+                        .or(table.default)
+                        .unwrap_or(defaults.default),
+                    max: flag(args.service_size_max, "--service-size-max")?
+                        .or(table.max)
+                        .unwrap_or(defaults.max),
+                };
+                sizes.validate().map_err(anyhow::Error::msg)?;
+                sizes
+            },
             login_limits: {
                 let default = LoginLimits::default();
                 LoginLimits {
@@ -596,6 +636,50 @@ fn read_file_settings(path: &Path) -> anyhow::Result<FileSettings> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn service_sizes_come_from_flags_over_the_file_over_defaults_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bulkhead.toml");
+        std::fs::write(
+            &file,
+            "[service_sizes]\ndefault = { cpu_millis = 250, memory_mib = 256 }\n\
+             max = { cpu_millis = 2000, memory_mib = 4096 }\n",
+        )
+        .unwrap();
+        let args = |default: Option<&str>, max: Option<&str>| ServeArgs {
+            config: Some(file.clone()),
+            data_dir: Some(dir.path().to_owned()),
+            service_size_default: default.map(str::to_owned),
+            service_size_max: max.map(str::to_owned),
+            ..ServeArgs::default()
+        };
+        let sizes = |cpu_millis, memory_mib| ServiceSize {
+            cpu_millis,
+            memory_mib,
+        };
+        let from_file = Settings::resolve(args(None, None)).unwrap().service_sizes;
+        assert_eq!(from_file.default, sizes(250, 256));
+        assert_eq!(from_file.max, sizes(2000, 4096));
+        let flagged = Settings::resolve(args(Some("1000:1024"), None))
+            .unwrap()
+            .service_sizes;
+        assert_eq!(flagged.default, sizes(1000, 1024));
+        for (default, max, says) in [
+            (Some("3000:1024"), None, "service_sizes.default.cpu_millis"),
+            (None, Some("100:64"), "service_sizes.default.cpu_millis"),
+            (None, Some("300000:1024"), "service_sizes.max.cpu_millis"),
+            (Some("500"), None, "CPU_MILLIS:MEMORY_MIB"),
+        ] {
+            let err = Settings::resolve(args(default, max)).unwrap_err();
+            assert!(format!("{err:#}").contains(says), "{err:#}");
+        }
+        assert!(from_file.check(sizes(2000, 4096)).is_ok());
+        assert!(from_file.check(sizes(2001, 4096)).is_err());
+        assert!(from_file.check(sizes(9, 4096)).is_err());
+    }
+
     #[test]
     fn an_advertised_url_is_a_scheme_a_host_and_a_port_only() {
         for good in ["https://cp-1.example.com", "http://10.0.0.7:8080/"] {

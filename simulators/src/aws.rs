@@ -592,14 +592,7 @@ fn launch_request(params: &[(String, String)]) -> Result<Launch, Ec2Error> {
         ));
     }
     let instance_type = param(params, "InstanceType").unwrap_or("m1.small");
-    let valid_type = instance_type.split_once('.').is_some_and(|(family, size)| {
-        !family.is_empty()
-            && !size.is_empty()
-            && instance_type
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
-    });
-    if !valid_type {
+    if !instance_type_known(instance_type) {
         return Err(Ec2Error::invalid_value("InstanceType", instance_type));
     }
     for name in ["MinCount", "MaxCount"] {
@@ -1075,6 +1068,28 @@ fn xml_escape(text: &str) -> String {
 /// 32 random hex digits, for resource ids.
 fn hex_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Whether EC2 has the instance type `name`: the current families this simulator knows, in
+/// the sizes each has. Any other, as EC2 does, is `InvalidParameterValue`.
+fn instance_type_known(name: &str) -> bool {
+    const BURSTABLE: &[&str] = &["t2", "t3", "t3a", "t4g"];
+    const BURSTABLE_SIZES: &[&str] = &[
+        "nano", "micro", "small", "medium", "large", "xlarge", "2xlarge",
+    ];
+    const FIXED: &[&str] = &[
+        "m1", "m5", "m6i", "m7i", "c5", "c6i", "c7i", "r5", "r6i", "r7i",
+    ];
+    const FIXED_SIZES: &[&str] = &[
+        "large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge",
+        "32xlarge", "48xlarge",
+    ];
+    match name.split_once('.') {
+        Some(("m1", size)) => ["small", "medium", "large", "xlarge"].contains(&size),
+        Some((family, size)) if BURSTABLE.contains(&family) => BURSTABLE_SIZES.contains(&size),
+        Some((family, size)) if FIXED.contains(&family) => FIXED_SIZES.contains(&size),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

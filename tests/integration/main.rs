@@ -46,6 +46,7 @@ mod rust_client;
 mod secrets;
 mod security;
 mod sign_in;
+mod sizes;
 mod terms;
 mod tls;
 mod webhooks;

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use bulkhead::plugins::{
-    HealthStatus, InstanceSpec, LogRequest, LogStream, PluginEnv, PluginError, PluginHost,
-    PluginLimits, ProviderError,
+    HealthStatus, InstanceSize, InstanceSpec, LogRequest, LogStream, PluginEnv, PluginError,
+    PluginHost, PluginLimits, ProviderError,
 };
 
 use crate::support::{ADMIN_TOKEN, Backend, TestServer, plugins_dir};
@@ -111,7 +111,7 @@ async fn the_sdk_readme_takes_a_new_author_from_nothing_to_an_uploaded_plugin() 
         .find_map(|line| serde_json::from_str(line).ok())
         .expect("the upload's answer");
     assert_eq!(uploaded["name"], "my-provider", "{uploaded}");
-    assert_eq!(uploaded["contract_version"], "0.6.0");
+    assert_eq!(uploaded["contract_version"], "0.7.0");
     assert_eq!(uploaded["config"][0]["name"], "endpoint");
     assert_eq!(uploaded["config"][0]["required"], true);
 
@@ -279,7 +279,7 @@ async fn the_python_example_builds_and_answers_every_call() {
     let plugin = host
         .plugin_load(&wasm, limits)
         .expect("the host accepts it");
-    assert_eq!(plugin.contract_version, "0.6.0");
+    assert_eq!(plugin.contract_version, "0.7.0");
     let mut settings = PluginEnv {
         provider: "python".into(),
         ..Default::default()
@@ -315,6 +315,10 @@ async fn the_python_example_builds_and_answers_every_call() {
         labels: vec![],
         health_check: None,
         source: None,
+        size: InstanceSize {
+            cpu_millis: 500,
+            memory_mib: 512,
+        },
     };
     let made = host
         .plugin_provision(&plugin, &env, spec("us"))

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bulkhead::plugins::{
-    Allowlist, GitSource, HealthCheck, HealthStatus, InstanceSpec, InstanceState, LogRequest,
-    LogStream, Plugin, PluginEnv, PluginError, PluginHost, PluginLimits, PluginRejection,
-    ProviderError, WorkloadHealth,
+    Allowlist, GitSource, HealthCheck, HealthStatus, InstanceSize, InstanceSpec, InstanceState,
+    LogRequest, LogStream, Plugin, PluginEnv, PluginError, PluginHost, PluginLimits,
+    PluginRejection, ProviderError, WorkloadHealth,
 };
 
 use crate::support::plugin_bytes;
@@ -36,6 +36,10 @@ fn spec(key: &str, region: &str) -> InstanceSpec {
         labels: vec![],
         health_check: None,
         source: None,
+        size: InstanceSize {
+            cpu_millis: 500,
+            memory_mib: 512,
+        },
     }
 }
 
@@ -71,7 +75,7 @@ fn hostile_limits() -> PluginLimits {
 async fn example_plugin_answers_every_call() {
     let host = PluginHost::new(None).unwrap();
     let plugin = loaded(&host, "bulkhead_plugin_example.wasm");
-    assert_eq!(plugin.contract_version, "0.6.0");
+    assert_eq!(plugin.contract_version, "0.7.0");
     assert_eq!(plugin.digest.len(), 64);
     let env = env("example");
 
@@ -214,7 +218,7 @@ fn binaries_that_are_not_providers_are_refused() {
     let Err(PluginRejection::UnsupportedVersion { found, .. }) = future else {
         panic!("a component for a newer contract version was accepted")
     };
-    assert_eq!(found, "0.7.0");
+    assert_eq!(found, "0.8.0");
 }
 
 /// What the hostile plugin reports after `deprovision(url)` fetched (or failed to fetch) `url`.
@@ -375,11 +379,11 @@ fn plugin_cli_inspects_and_calls() {
     let text = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.status.success(), "{text}");
     assert!(
-        text.contains("contract: bulkhead:provider@0.6.0") && text.contains("verdict:  accepted"),
+        text.contains("contract: bulkhead:provider@0.7.0") && text.contains("verdict:  accepted"),
         "{text}"
     );
     assert!(
-        text.contains("exports:  bulkhead:provider/adapter@0.6.0"),
+        text.contains("exports:  bulkhead:provider/adapter@0.7.0"),
         "{text}"
     );
     assert!(text.contains("sha256:"), "{text}");
@@ -692,14 +696,14 @@ async fn one_busy_provider_leaves_room_for_the_others() {
 }
 
 /// A component built for contract 0.2.0 from the WIT as published (no SDK), loaded and called
-/// beside 0.6.0 plugins on one host: every call answers, adapted to the newest contract.
+/// beside 0.7.0 plugins on one host: every call answers, adapted to the newest contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_2_0_plugin_runs_beside_0_5_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let legacy = loaded(&host, "bulkhead_plugin_contract_0_2.wasm");
     let example = loaded(&host, "bulkhead_plugin_example.wasm");
     assert_eq!(legacy.contract_version, "0.2.0");
-    assert_eq!(example.contract_version, "0.6.0");
+    assert_eq!(example.contract_version, "0.7.0");
     let mut settings = PluginEnv {
         provider: "legacy".into(),
         ..Default::default()
@@ -770,7 +774,7 @@ async fn a_0_2_0_plugin_runs_beside_0_5_0_plugins() {
     assert_eq!(legacy.stats.provider_errors.load(Relaxed), 4);
 }
 
-/// A component built for contract 0.3.0 from the WIT as published (no SDK), beside 0.6.0
+/// A component built for contract 0.3.0 from the WIT as published (no SDK), beside 0.7.0
 /// plugins: what 0.3.0 added (declared configuration, the host's cache, `forbidden`) works,
 /// and its instances are `unchecked`, so the control plane checks them itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -779,7 +783,7 @@ async fn a_0_3_0_plugin_runs_beside_0_5_0_plugins() {
     let v03 = loaded(&host, "bulkhead_plugin_contract_0_3.wasm");
     let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
     assert_eq!(v03.contract_version, "0.3.0");
-    assert_eq!(metal.contract_version, "0.6.0");
+    assert_eq!(metal.contract_version, "0.7.0");
     let mut settings = PluginEnv {
         provider: "v03".into(),
         ..Default::default()
@@ -839,16 +843,16 @@ async fn a_0_3_0_plugin_runs_beside_0_5_0_plugins() {
     assert_eq!(listed[0].health, WorkloadHealth::Unchecked);
 }
 
-/// A component built for contract 0.4.0 from the WIT as published (no SDK), beside 0.6.0
+/// A component built for contract 0.4.0 from the WIT as published (no SDK), beside 0.7.0
 /// plugins: what 0.4.0 added (the health check in the spec, the instance's health) goes both
-/// ways, and it has no logs although it claims the capability, while metal's (0.6.0) answer.
+/// ways, and it has no logs although it claims the capability, while metal's (0.7.0) answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_4_0_plugin_runs_beside_0_6_0_plugins() {
+async fn a_0_4_0_plugin_runs_beside_0_7_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let v04 = loaded(&host, "bulkhead_plugin_contract_0_4.wasm");
     let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
     assert_eq!(v04.contract_version, "0.4.0");
-    assert_eq!(metal.contract_version, "0.6.0");
+    assert_eq!(metal.contract_version, "0.7.0");
     let settings = Arc::new(PluginEnv {
         provider: "v04".into(),
         ..Default::default()
@@ -923,11 +927,11 @@ async fn a_0_4_0_plugin_runs_beside_0_6_0_plugins() {
     );
 }
 
-/// A component built for contract 0.5.0 from the WIT as published (no SDK), beside 0.6.0
+/// A component built for contract 0.5.0 from the WIT as published (no SDK), beside 0.7.0
 /// plugins: its logs reach the host, its instances give no `detail`, and a spec with a source
 /// is refused for it (without a call) although it claims `git-source`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_5_0_plugin_runs_beside_0_6_0_plugins() {
+async fn a_0_5_0_plugin_runs_beside_0_7_0_plugins() {
     let host = PluginHost::new(None).unwrap();
     let v05 = loaded(&host, "bulkhead_plugin_contract_0_5.wasm");
     assert_eq!(v05.contract_version, "0.5.0");
@@ -986,6 +990,61 @@ async fn a_0_5_0_plugin_runs_beside_0_6_0_plugins() {
         v05.stats.ok.load(Relaxed) + v05.stats.provider_errors.load(Relaxed),
         calls_before + 1
     );
+}
+
+/// A component built for contract 0.6.0 from the WIT as published (no SDK), beside 0.7.0
+/// plugins: a spec with a source reaches it (0.6.0 builds code), less its size; its instances'
+/// `detail` comes through, and they name no machine type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_6_0_plugin_runs_beside_0_7_0_plugins() {
+    let host = PluginHost::new(None).unwrap();
+    let v06 = loaded(&host, "bulkhead_plugin_contract_0_6.wasm");
+    let metal = loaded(&host, "bulkhead_plugin_metal.wasm");
+    assert_eq!(v06.contract_version, "0.6.0");
+    assert_eq!(metal.contract_version, "0.7.0");
+    let settings = Arc::new(PluginEnv {
+        provider: "v06".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        host.plugin_health(&v06, &settings).await.unwrap().message,
+        "contract 0.6.0 plugin"
+    );
+    let mut built = spec("web-1", "v06");
+    built.size = InstanceSize {
+        cpu_millis: 4000,
+        memory_mib: 8192,
+    };
+    built.source = Some(GitSource {
+        url: "https://example.com/web.git".into(),
+        commit: "b".repeat(40),
+        token: None,
+        build: Some("make".into()),
+    });
+    let made = host.plugin_provision(&v06, &settings, built).await.unwrap();
+    assert_eq!(
+        made.detail.as_deref(),
+        Some(format!("built {} of https://example.com/web.git", "b".repeat(40)).as_str())
+    );
+    assert_eq!(made.machine_type, None);
+    assert_eq!(made.health, WorkloadHealth::Healthy);
+    let page = host
+        .plugin_logs(
+            &v06,
+            &settings,
+            "web-1".into(),
+            LogRequest {
+                after: Some("7".into()),
+                since_ms: None,
+                max_lines: 10,
+                max_bytes: 1000,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.lines[0].text, "web-1 line 8");
+    let listed = host.plugin_list(&v06, &settings).await.unwrap();
+    assert_eq!(listed[0].provider_id, "v06-one");
 }
 
 /// `POST` bodies go out with a `Content-Length`: a real HTTP/1.1 server that does not accept

@@ -119,7 +119,7 @@ async fn bundled_example_is_registered_once_and_serves(s: TestServer) {
     assert_eq!(example["name"], "example");
     assert_eq!(example["serving"], true);
     assert_eq!(example["plugin"]["name"], "example");
-    assert_eq!(example["plugin"]["contract_version"], "0.6.0");
+    assert_eq!(example["plugin"]["contract_version"], "0.7.0");
     let digest = example["plugin"]["digest"].as_str().unwrap().to_owned();
     assert_eq!(probe_digest(&s, "example").await, digest);
     let view = s.get("/v1/providers/example", ADMIN_TOKEN).await;
@@ -191,7 +191,7 @@ async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
         stored
     );
     let view = s.get(&format!("/v1/plugins/{digest}"), ADMIN_TOKEN).await;
-    assert_eq!(view.assert_status(200)["contract_version"], "0.6.0");
+    assert_eq!(view.assert_status(200)["contract_version"], "0.7.0");
     s.get("/v1/plugins/not-a-digest", ADMIN_TOKEN)
         .await
         .assert_problem(422, "invalid_request");
@@ -207,7 +207,7 @@ async fn uploads_are_validated_and_stored_by_digest(s: TestServer) {
     .await;
     future.assert_problem(422, "plugin_rejected");
     assert!(
-        future.body["detail"].as_str().unwrap().contains("0.6.0"),
+        future.body["detail"].as_str().unwrap().contains("0.7.0"),
         "{}",
         future.text
     );

@@ -187,6 +187,7 @@ pub fn settings(database_url: &str, data_dir: &Path) -> Settings {
             ..LoginLimits::default()
         },
         limits: Default::default(),
+        service_sizes: Default::default(),
         connections: bulkhead_common::serve::ConnectionLimits::for_this_process(),
         secret_key: None,
         secret_key_file: None,

@@ -198,6 +198,8 @@ function CreateService(props: { projectId: string; envs: EnvironmentView[] }): J
   const [build, setBuild] = useState("");
   const [port, setPort] = useState("8080");
   const [replicas, setReplicas] = useState("1");
+  const [cpuMillis, setCpuMillis] = useState("");
+  const [memoryMib, setMemoryMib] = useState("");
   const [providers, setProviders] = useState("");
   const [healthPath, setHealthPath] = useState("/");
   const action = useAction();
@@ -222,6 +224,7 @@ function CreateService(props: { projectId: string; envs: EnvironmentView[] }): J
       };
       const prefs = parseProviders(providers);
       if (prefs.length > 0) body.placement = { providers: prefs, spread: true };
+      if (cpuMillis.trim() !== "" && memoryMib.trim() !== "") body.size = { cpu_millis: Number(cpuMillis), memory_mib: Number(memoryMib) };
       const s = await must(
         api.POST("/v1/projects/{project_id}/services", {
           params: { path: { project_id: props.projectId }, header: { "idempotency-key": idempotencyKey() } },
@@ -259,6 +262,8 @@ function CreateService(props: { projectId: string; envs: EnvironmentView[] }): J
         )}
         <Field label="Port" type="number" inputMode="numeric" value={port} onInput={setPort} required min={1} max={65535} />
         <Field label="Replicas" type="number" inputMode="numeric" value={replicas} onInput={setReplicas} required min={0} max={100} />
+        <Field label="CPU (thousandths of a vCPU)" type="number" inputMode="numeric" value={cpuMillis} onInput={setCpuMillis} required={memoryMib.trim() !== ""} min={10} hint="Each instance's, with its memory; both empty: the platform's default size." />
+        <Field label="Memory (MiB)" type="number" inputMode="numeric" value={memoryMib} onInput={setMemoryMib} required={cpuMillis.trim() !== ""} min={16} hint="Each instance's, with its CPU." />
         <Field label="Placement providers" value={providers} onInput={setProviders} hint="Comma-separated provider names; empty: every provider." />
         <Field label="Health check path" value={healthPath} onInput={setHealthPath} />
       </div>

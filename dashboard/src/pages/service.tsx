@@ -252,6 +252,10 @@ function Spec({ service: s }: { service: ServiceView }): JSX.Element {
         <dd>{s.port}</dd>
         <dt>Replicas</dt>
         <dd>{s.replicas}</dd>
+        <dt>Size</dt>
+        <dd>
+          {s.size.cpu_millis / 1000} vCPU, {s.size.memory_mib} MiB each
+        </dd>
         <dt>Regions</dt>
         <dd>{s.regions.length ? s.regions.join(", ") : "any"}</dd>
         <dt>Placement</dt>
@@ -294,6 +298,8 @@ function EditSpec(props: { service: ServiceView; etag: string | undefined; proje
   const [repository, setRepository] = useState(s.source.type === "git" ? s.source.repository : "");
   const [port, setPort] = useState(String(s.port));
   const [replicas, setReplicas] = useState(String(s.replicas));
+  const [cpuMillis, setCpuMillis] = useState(String(s.size.cpu_millis));
+  const [memoryMib, setMemoryMib] = useState(String(s.size.memory_mib));
   const [providers, setProviders] = useState(providersText(s.placement));
   const [healthPath, setHealthPath] = useState(s.health_check.path ?? "/");
   const [vars, setVars] = useState<VarRow[]>(s.variables.map((v) => ({ name: v.name, value: v.secret ? "" : v.value ?? "", secret: v.secret, stored: v.secret })));
@@ -306,6 +312,7 @@ function EditSpec(props: { service: ServiceView; etag: string | undefined; proje
         source: sourceEdited(s.source, command, repository),
         port: Number(port),
         replicas: Number(replicas),
+        size: { cpu_millis: Number(cpuMillis), memory_mib: Number(memoryMib) },
         placement: { providers: parseProviders(providers), spread: s.placement.spread ?? true },
         health_check: { ...s.health_check, path: healthPath || "/" },
         variables: vars
@@ -331,6 +338,8 @@ function EditSpec(props: { service: ServiceView; etag: string | undefined; proje
         <Field label={s.source.type === "artifact" ? "Image" : "Command"} value={command} onInput={setCommand} required />
         <Field label="Port" type="number" value={port} onInput={setPort} required min={1} max={65535} />
         <Field label="Replicas" type="number" value={replicas} onInput={setReplicas} required min={0} max={100} />
+        <Field label="CPU (thousandths of a vCPU)" type="number" value={cpuMillis} onInput={setCpuMillis} required min={10} hint="Each instance's; 1000 is one vCPU." />
+        <Field label="Memory (MiB)" type="number" value={memoryMib} onInput={setMemoryMib} required min={16} hint="Each instance's; past it, a workload on metal is stopped and restarted." />
         <Field label="Placement providers" value={providers} onInput={setProviders} hint="Comma-separated, optional :weight; empty: every provider." />
         <Field label="Health check path" value={healthPath} onInput={setHealthPath} />
       </div>

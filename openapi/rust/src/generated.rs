@@ -3726,6 +3726,9 @@ and not ending with `-`.*/
         pub port: ::std::num::NonZeroU32,
         ///One of the provider's regions.
         pub region: InstanceCreateRegion,
+        ///What the workload is given; default: the operator's default service size.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub size: ::std::option::Option<ServiceSize>,
     }
     impl InstanceCreate {
         pub fn builder() -> builder::InstanceCreate {
@@ -3913,6 +3916,10 @@ and not ending with `-`.*/
         pub address: ::std::option::Option<::std::string::String>,
         pub health: ProviderInstanceHealth,
         pub instance_key: ::std::string::String,
+        /**The machine type the provider chose for the instance's size (`e2-small`,
+`t3.micro`); absent where there is no such choice (a host agent's workload).*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub machine_type: ::std::option::Option<::std::string::String>,
         ///The provider's own id for it.
         pub provider_id: ::std::string::String,
         pub region: ::std::string::String,
@@ -4108,6 +4115,10 @@ and not ending with `-`.*/
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct LimitsView {
         pub limits: ::std::vec::Vec<LimitView>,
+        /**The sizes the project's services may have (a project's limits only): a service given
+none gets `default`; one that asks for more CPU or memory than `max` is refused (422).*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub service_sizes: ::std::option::Option<ServiceSizes>,
     }
     impl LimitsView {
         pub fn builder() -> builder::LimitsView {
@@ -7162,6 +7173,10 @@ not.*/
         ///0 to 100 (default 1).
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub replicas: ::std::option::Option<i32>,
+        /**What each instance is given; default: the operator's default size (500m CPU, 512 MiB
+unless set). Within the operator's maximum (`GET /v1/projects/{id}/limits` says both).*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub size: ::std::option::Option<ServiceSize>,
         pub source: ServiceSource,
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub variables: ::std::vec::Vec<VariableInput>,
@@ -7398,6 +7413,38 @@ not.*/
                 .map_err(|e: self::error::ConversionError| {
                     <D::Error as ::serde::de::Error>::custom(e.to_string())
                 })
+        }
+    }
+    /**What each instance of a service is given of its machine: a host agent holds it to that (a
+cgroup), a cloud's plugin chooses the smallest machine type that holds it.*/
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct ServiceSize {
+        /**CPU, in thousandths of a core (1000: one vCPU). At least 10; at most the operator's
+maximum (8000 unless set), never more than 256000.*/
+        pub cpu_millis: i32,
+        /**Memory, in MiB. At least 16; at most the operator's maximum (16384 unless set), never
+more than 4194304.*/
+        pub memory_mib: i32,
+    }
+    impl ServiceSize {
+        pub fn builder() -> builder::ServiceSize {
+            Default::default()
+        }
+    }
+    /**The sizes an operator allows (`--service-size-default`, `--service-size-max`, or
+`[service_sizes]` in the configuration file): the size of a service given none, and the
+largest a service may ask for.*/
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct ServiceSizes {
+        ///A service given no size gets this one.
+        pub default: ServiceSize,
+        ///No service may ask for more CPU or memory than this.
+        pub max: ServiceSize,
+    }
+    impl ServiceSizes {
+        pub fn builder() -> builder::ServiceSizes {
+            Default::default()
         }
     }
     ///What a service runs.
@@ -7637,6 +7684,10 @@ GitLab's tokens work). The fetch gets it; the workload's environment does not.*/
         pub port: i32,
         pub regions: ::std::vec::Vec<::std::string::String>,
         pub replicas: i32,
+        /**What each instance is given; none for a deployment made before sizes (its instances
+get the operator's default size).*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub size: ::std::option::Option<ServiceSize>,
         pub source: ServiceSource,
         pub variables: ::std::vec::Vec<VariableView>,
     }
@@ -7662,6 +7713,9 @@ whole set.*/
         pub regions: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub replicas: ::std::option::Option<i32>,
+        ///A new size: deploy the service for its instances to get it.
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub size: ::std::option::Option<ServiceSize>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub source: ::std::option::Option<ServiceSource>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -7753,6 +7807,8 @@ whole set.*/
         ///Regions to run in, in order of preference.
         pub regions: ::std::vec::Vec<::std::string::String>,
         pub replicas: i32,
+        ///What each of its instances is given.
+        pub size: ServiceSize,
         pub source: ServiceSource,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub variables: ::std::vec::Vec<VariableView>,
@@ -14839,6 +14895,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 super::InstanceCreateRegion,
                 ::std::string::String,
             >,
+            size: ::std::result::Result<
+                ::std::option::Option<super::ServiceSize>,
+                ::std::string::String,
+            >,
         }
         impl ::std::default::Default for InstanceCreate {
             fn default() -> Self {
@@ -14849,6 +14909,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     labels: Ok(Default::default()),
                     port: Err("no value supplied for port".to_string()),
                     region: Err("no value supplied for region".to_string()),
+                    size: Ok(Default::default()),
                 }
             }
         }
@@ -14935,6 +14996,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     });
                 self
             }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ServiceSize>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for size: {e}")
+                    });
+                self
+            }
         }
         impl ::std::convert::TryFrom<InstanceCreate> for super::InstanceCreate {
             type Error = super::error::ConversionError;
@@ -14948,6 +15021,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     labels: value.labels?,
                     port: value.port?,
                     region: value.region?,
+                    size: value.size?,
                 })
             }
         }
@@ -14960,6 +15034,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     labels: Ok(value.labels),
                     port: Ok(value.port),
                     region: Ok(value.region),
+                    size: Ok(value.size),
                 }
             }
         }
@@ -14975,6 +15050,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             >,
             instance_key: ::std::result::Result<
                 ::std::string::String,
+                ::std::string::String,
+            >,
+            machine_type: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
                 ::std::string::String,
             >,
             provider_id: ::std::result::Result<
@@ -14993,6 +15072,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     address: Ok(Default::default()),
                     health: Err("no value supplied for health".to_string()),
                     instance_key: Err("no value supplied for instance_key".to_string()),
+                    machine_type: Ok(Default::default()),
                     provider_id: Err("no value supplied for provider_id".to_string()),
                     region: Err("no value supplied for region".to_string()),
                     state: Err("no value supplied for state".to_string()),
@@ -15033,6 +15113,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     .try_into()
                     .map_err(|e| {
                         format!("error converting supplied value for instance_key: {e}")
+                    });
+                self
+            }
+            pub fn machine_type<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.machine_type = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for machine_type: {e}")
                     });
                 self
             }
@@ -15082,6 +15174,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     address: value.address?,
                     health: value.health?,
                     instance_key: value.instance_key?,
+                    machine_type: value.machine_type?,
                     provider_id: value.provider_id?,
                     region: value.region?,
                     state: value.state?,
@@ -15094,6 +15187,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     address: Ok(value.address),
                     health: Ok(value.health),
                     instance_key: Ok(value.instance_key),
+                    machine_type: Ok(value.machine_type),
                     provider_id: Ok(value.provider_id),
                     region: Ok(value.region),
                     state: Ok(value.state),
@@ -15543,11 +15637,16 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::vec::Vec<super::LimitView>,
                 ::std::string::String,
             >,
+            service_sizes: ::std::result::Result<
+                ::std::option::Option<super::ServiceSizes>,
+                ::std::string::String,
+            >,
         }
         impl ::std::default::Default for LimitsView {
             fn default() -> Self {
                 Self {
                     limits: Err("no value supplied for limits".to_string()),
+                    service_sizes: Ok(Default::default()),
                 }
             }
         }
@@ -15564,18 +15663,36 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     });
                 self
             }
+            pub fn service_sizes<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ServiceSizes>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.service_sizes = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for service_sizes: {e}")
+                    });
+                self
+            }
         }
         impl ::std::convert::TryFrom<LimitsView> for super::LimitsView {
             type Error = super::error::ConversionError;
             fn try_from(
                 value: LimitsView,
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
-                Ok(Self { limits: value.limits? })
+                Ok(Self {
+                    limits: value.limits?,
+                    service_sizes: value.service_sizes?,
+                })
             }
         }
         impl ::std::convert::From<super::LimitsView> for LimitsView {
             fn from(value: super::LimitsView) -> Self {
-                Self { limits: Ok(value.limits) }
+                Self {
+                    limits: Ok(value.limits),
+                    service_sizes: Ok(value.service_sizes),
+                }
             }
         }
         #[derive(Clone, Debug)]
@@ -21277,6 +21394,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::option::Option<i32>,
                 ::std::string::String,
             >,
+            size: ::std::result::Result<
+                ::std::option::Option<super::ServiceSize>,
+                ::std::string::String,
+            >,
             source: ::std::result::Result<super::ServiceSource, ::std::string::String>,
             variables: ::std::result::Result<
                 ::std::vec::Vec<super::VariableInput>,
@@ -21295,6 +21416,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: Err("no value supplied for port".to_string()),
                     regions: Ok(Default::default()),
                     replicas: Ok(Default::default()),
+                    size: Ok(Default::default()),
                     source: Err("no value supplied for source".to_string()),
                     variables: Ok(Default::default()),
                 }
@@ -21391,6 +21513,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     });
                 self
             }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ServiceSize>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for size: {e}")
+                    });
+                self
+            }
             pub fn source<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<super::ServiceSource>,
@@ -21429,6 +21563,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: value.port?,
                     regions: value.regions?,
                     replicas: value.replicas?,
+                    size: value.size?,
                     source: value.source?,
                     variables: value.variables?,
                 })
@@ -21444,8 +21579,125 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: Ok(value.port),
                     regions: Ok(value.regions),
                     replicas: Ok(value.replicas),
+                    size: Ok(value.size),
                     source: Ok(value.source),
                     variables: Ok(value.variables),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ServiceSize {
+            cpu_millis: ::std::result::Result<i32, ::std::string::String>,
+            memory_mib: ::std::result::Result<i32, ::std::string::String>,
+        }
+        impl ::std::default::Default for ServiceSize {
+            fn default() -> Self {
+                Self {
+                    cpu_millis: Err("no value supplied for cpu_millis".to_string()),
+                    memory_mib: Err("no value supplied for memory_mib".to_string()),
+                }
+            }
+        }
+        impl ServiceSize {
+            pub fn cpu_millis<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cpu_millis = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for cpu_millis: {e}")
+                    });
+                self
+            }
+            pub fn memory_mib<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.memory_mib = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for memory_mib: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ServiceSize> for super::ServiceSize {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ServiceSize,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    cpu_millis: value.cpu_millis?,
+                    memory_mib: value.memory_mib?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ServiceSize> for ServiceSize {
+            fn from(value: super::ServiceSize) -> Self {
+                Self {
+                    cpu_millis: Ok(value.cpu_millis),
+                    memory_mib: Ok(value.memory_mib),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ServiceSizes {
+            default: ::std::result::Result<super::ServiceSize, ::std::string::String>,
+            max: ::std::result::Result<super::ServiceSize, ::std::string::String>,
+        }
+        impl ::std::default::Default for ServiceSizes {
+            fn default() -> Self {
+                Self {
+                    default: Err("no value supplied for default".to_string()),
+                    max: Err("no value supplied for max".to_string()),
+                }
+            }
+        }
+        impl ServiceSizes {
+            pub fn default<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ServiceSize>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.default = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for default: {e}")
+                    });
+                self
+            }
+            pub fn max<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ServiceSize>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for max: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ServiceSizes> for super::ServiceSizes {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ServiceSizes,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    default: value.default?,
+                    max: value.max?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ServiceSizes> for ServiceSizes {
+            fn from(value: super::ServiceSizes) -> Self {
+                Self {
+                    default: Ok(value.default),
+                    max: Ok(value.max),
                 }
             }
         }
@@ -21465,6 +21717,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::string::String,
             >,
             replicas: ::std::result::Result<i32, ::std::string::String>,
+            size: ::std::result::Result<
+                ::std::option::Option<super::ServiceSize>,
+                ::std::string::String,
+            >,
             source: ::std::result::Result<super::ServiceSource, ::std::string::String>,
             variables: ::std::result::Result<
                 ::std::vec::Vec<super::VariableView>,
@@ -21479,6 +21735,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: Err("no value supplied for port".to_string()),
                     regions: Err("no value supplied for regions".to_string()),
                     replicas: Err("no value supplied for replicas".to_string()),
+                    size: Ok(Default::default()),
                     source: Err("no value supplied for source".to_string()),
                     variables: Err("no value supplied for variables".to_string()),
                 }
@@ -21545,6 +21802,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     });
                 self
             }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ServiceSize>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for size: {e}")
+                    });
+                self
+            }
             pub fn source<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<super::ServiceSource>,
@@ -21581,6 +21850,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: value.port?,
                     regions: value.regions?,
                     replicas: value.replicas?,
+                    size: value.size?,
                     source: value.source?,
                     variables: value.variables?,
                 })
@@ -21594,6 +21864,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: Ok(value.port),
                     regions: Ok(value.regions),
                     replicas: Ok(value.replicas),
+                    size: Ok(value.size),
                     source: Ok(value.source),
                     variables: Ok(value.variables),
                 }
@@ -21625,6 +21896,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::option::Option<i32>,
                 ::std::string::String,
             >,
+            size: ::std::result::Result<
+                ::std::option::Option<super::ServiceSize>,
+                ::std::string::String,
+            >,
             source: ::std::result::Result<
                 ::std::option::Option<super::ServiceSource>,
                 ::std::string::String,
@@ -21643,6 +21918,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: Ok(Default::default()),
                     regions: Ok(Default::default()),
                     replicas: Ok(Default::default()),
+                    size: Ok(Default::default()),
                     source: Ok(Default::default()),
                     variables: Ok(Default::default()),
                 }
@@ -21731,6 +22007,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     });
                 self
             }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ServiceSize>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for size: {e}")
+                    });
+                self
+            }
             pub fn source<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<::std::option::Option<super::ServiceSource>>,
@@ -21770,6 +22058,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: value.port?,
                     regions: value.regions?,
                     replicas: value.replicas?,
+                    size: value.size?,
                     source: value.source?,
                     variables: value.variables?,
                 })
@@ -21784,6 +22073,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     port: Ok(value.port),
                     regions: Ok(value.regions),
                     replicas: Ok(value.replicas),
+                    size: Ok(value.size),
                     source: Ok(value.source),
                     variables: Ok(value.variables),
                 }
@@ -21813,6 +22103,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                 ::std::string::String,
             >,
             replicas: ::std::result::Result<i32, ::std::string::String>,
+            size: ::std::result::Result<super::ServiceSize, ::std::string::String>,
             source: ::std::result::Result<super::ServiceSource, ::std::string::String>,
             updated_at: ::std::result::Result<
                 ::chrono::DateTime<::chrono::offset::Utc>,
@@ -21838,6 +22129,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     project_id: Err("no value supplied for project_id".to_string()),
                     regions: Err("no value supplied for regions".to_string()),
                     replicas: Err("no value supplied for replicas".to_string()),
+                    size: Err("no value supplied for size".to_string()),
                     source: Err("no value supplied for source".to_string()),
                     updated_at: Err("no value supplied for updated_at".to_string()),
                     variables: Err("no value supplied for variables".to_string()),
@@ -21965,6 +22257,18 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     });
                 self
             }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ServiceSize>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for size: {e}")
+                    });
+                self
+            }
             pub fn source<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<super::ServiceSource>,
@@ -22018,6 +22322,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     project_id: value.project_id?,
                     regions: value.regions?,
                     replicas: value.replicas?,
+                    size: value.size?,
                     source: value.source?,
                     updated_at: value.updated_at?,
                     variables: value.variables?,
@@ -22037,6 +22342,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     project_id: Ok(value.project_id),
                     regions: Ok(value.regions),
                     replicas: Ok(value.replicas),
+                    size: Ok(value.size),
                     source: Ok(value.source),
                     updated_at: Ok(value.updated_at),
                     variables: Ok(value.variables),

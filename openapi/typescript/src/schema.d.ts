@@ -2424,6 +2424,7 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+            size?: components["schemas"]["ServiceSize"] | null;
         };
         /** @description An instance as the provider reports it. */
         InstanceView: {
@@ -2435,6 +2436,11 @@ export interface components {
             /** @description Where the workload answers (`host:port`), once known. */
             address?: string | null;
             health: components["schemas"]["ProviderInstanceHealth"];
+            /**
+             * @description The machine type the provider chose for the instance's size (`e2-small`,
+             *     `t3.micro`); absent where there is no such choice (a host agent's workload).
+             */
+            machine_type?: string | null;
         };
         /** @description Invites an email to the project with a role. */
         InvitationCreate: {
@@ -2507,6 +2513,7 @@ export interface components {
         /** @description Caps and their use. */
         LimitsView: {
             limits: components["schemas"]["LimitView"][];
+            service_sizes?: components["schemas"]["ServiceSizes"] | null;
         };
         /**
          * @description The order of a list that can be read either way (by id, so by creation time).
@@ -3281,6 +3288,38 @@ export interface components {
             variables?: components["schemas"]["VariableInput"][];
             placement?: components["schemas"]["PlacementPolicy"] | null;
             health_check?: components["schemas"]["HealthCheckSpec"] | null;
+            size?: components["schemas"]["ServiceSize"] | null;
+        };
+        /**
+         * @description What each instance of a service is given of its machine: a host agent holds it to that (a
+         *     cgroup), a cloud's plugin chooses the smallest machine type that holds it.
+         */
+        ServiceSize: {
+            /**
+             * Format: int32
+             * @description CPU, in thousandths of a core (1000: one vCPU). At least 10; at most the operator's
+             *     maximum (8000 unless set), never more than 256000.
+             * @example 500
+             */
+            cpu_millis: number;
+            /**
+             * Format: int32
+             * @description Memory, in MiB. At least 16; at most the operator's maximum (16384 unless set), never
+             *     more than 4194304.
+             * @example 512
+             */
+            memory_mib: number;
+        };
+        /**
+         * @description The sizes an operator allows (`--service-size-default`, `--service-size-max`, or
+         *     `[service_sizes]` in the configuration file): the size of a service given none, and the
+         *     largest a service may ask for.
+         */
+        ServiceSizes: {
+            /** @description A service given no size gets this one. */
+            default: components["schemas"]["ServiceSize"];
+            /** @description No service may ask for more CPU or memory than this. */
+            max: components["schemas"]["ServiceSize"];
         };
         /** @description What a service runs. */
         ServiceSource: {
@@ -3327,6 +3366,7 @@ export interface components {
             variables: components["schemas"]["VariableView"][];
             placement: components["schemas"]["PlacementPolicy"];
             health_check: components["schemas"]["HealthCheckSpec"];
+            size?: components["schemas"]["ServiceSize"] | null;
         };
         /**
          * @description Changes to a service; absent fields are unchanged. `variables`, when present, replaces the
@@ -3343,6 +3383,7 @@ export interface components {
             variables?: components["schemas"]["VariableInput"][] | null;
             placement?: components["schemas"]["PlacementPolicy"] | null;
             health_check?: components["schemas"]["HealthCheckSpec"] | null;
+            size?: components["schemas"]["ServiceSize"] | null;
         };
         ServiceView: {
             /** Format: uuid */
@@ -3367,6 +3408,8 @@ export interface components {
             placement: components["schemas"]["PlacementPolicy"];
             /** @description How the control plane checks its instances. */
             health_check: components["schemas"]["HealthCheckSpec"];
+            /** @description What each of its instances is given. */
+            size: components["schemas"]["ServiceSize"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */

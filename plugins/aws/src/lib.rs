@@ -12,9 +12,15 @@
 //! | `logs_endpoint` | `https://logs.{region}.amazonaws.com` | CloudWatch Logs, for `logs`; when set, used for every region |
 //! | `log_group` | `bulkhead-instances` | the log group of the instances' streams `ID/stdout` and `ID/stderr` |
 //! | `image_id` | `ami-0bulkhead` | |
-//! | `instance_type` | `t3.micro` | |
+//! | `instance_type` | chosen by size | every instance on this type |
 //!
 //! Secrets: `access_key_id` and `secret_access_key`.
+//!
+//! Sizes (contract 0.7.0): each instance gets the cheapest instance type that holds the spec's
+//! size ([`INSTANCE_TYPES`]: burstable types at their baseline CPU, which they sustain; general
+//! purpose, compute and memory optimized ones at their vCPUs), named in the instance's
+//! `machine-type`; a size no type holds is `invalid-spec`. A configured `instance_type` is used
+//! for every instance instead.
 //!
 //! Instances carry the tags `bulkhead-key` (the instance key), `bulkhead-managed=true`,
 //! `bulkhead-port` (the workload's port) and `bulkhead-artifact`, plus the spec's labels.
@@ -35,8 +41,8 @@ use std::time::SystemTime;
 
 use bulkhead_sdk::http::{Request, form_encode};
 use bulkhead_sdk::{
-    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, LogPage,
-    LogRequest, Provider, ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSize, InstanceSpec, InstanceState,
+    LogPage, LogRequest, Provider, ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
 
 use sigv4::Credentials;
@@ -47,7 +53,48 @@ pub const API_VERSION: &str = "2016-11-15";
 const SERVICE: &str = "ec2";
 const DEFAULT_REGION: &str = "us-east-1";
 const DEFAULT_IMAGE: &str = "ami-0bulkhead";
-const DEFAULT_INSTANCE_TYPE: &str = "t3.micro";
+/// The instance types an instance may get, cheapest first (on-demand prices of us-east-1):
+/// name, CPU in thousandths of a vCPU (a burstable type's baseline, which it sustains without
+/// credits), memory in MiB.
+pub const INSTANCE_TYPES: &[(&str, u32, u32)] = &[
+    ("t3.nano", 100, 512),
+    ("t3.micro", 200, 1024),
+    ("t3.small", 400, 2048),
+    ("t3.medium", 400, 4096),
+    ("t3.large", 600, 8192),
+    ("c6i.large", 2000, 4096),
+    ("m6i.large", 2000, 8192),
+    ("r6i.large", 2000, 16384),
+    ("c6i.xlarge", 4000, 8192),
+    ("m6i.xlarge", 4000, 16384),
+    ("r6i.xlarge", 4000, 32768),
+    ("c6i.2xlarge", 8000, 16384),
+    ("m6i.2xlarge", 8000, 32768),
+    ("r6i.2xlarge", 8000, 65536),
+    ("c6i.4xlarge", 16000, 32768),
+    ("m6i.4xlarge", 16000, 65536),
+    ("r6i.4xlarge", 16000, 131072),
+    ("c6i.8xlarge", 32000, 65536),
+    ("m6i.8xlarge", 32000, 131072),
+    ("r6i.8xlarge", 32000, 262144),
+];
+
+/// The cheapest instance type that holds `size`; `invalid-spec` when none does.
+pub fn instance_type_for(size: &InstanceSize) -> Result<&'static str, ProviderError> {
+    INSTANCE_TYPES
+        .iter()
+        .find(|(_, cpu_millis, memory_mib)| {
+            *cpu_millis >= size.cpu_millis && *memory_mib >= size.memory_mib
+        })
+        .map(|(name, ..)| *name)
+        .ok_or_else(|| {
+            ProviderError::InvalidSpec(format!(
+                "no instance type of this provider holds {}m CPU and {} MiB (the largest are \
+                 m6i.8xlarge: 32 vCPUs, 128 GiB, and r6i.8xlarge: 32 vCPUs, 256 GiB)",
+                size.cpu_millis, size.memory_mib
+            ))
+        })
+}
 /// The workload port of an instance without a `bulkhead-port` tag.
 const DEFAULT_PORT: u16 = 8080;
 /// `Retry-After` when a throttled answer does not say.
@@ -265,6 +312,7 @@ struct Ec2Instance {
     id: String,
     state: String,
     private_ip: Option<String>,
+    instance_type: Option<String>,
     launch_time: String,
     tags: Vec<(String, String)>,
 }
@@ -278,6 +326,7 @@ impl Ec2Instance {
                 .unwrap_or_default()
                 .to_owned(),
             private_ip: item.text_at(&["privateIpAddress"]).map(str::to_owned),
+            instance_type: item.text_at(&["instanceType"]).map(str::to_owned),
             launch_time: item.text_at(&["launchTime"]).unwrap_or_default().to_owned(),
             tags: item
                 .child("tagSet")
@@ -337,6 +386,7 @@ impl Ec2Instance {
             address,
             health: WorkloadHealth::Unchecked,
             detail: None,
+            machine_type: self.instance_type.clone(),
         }
     }
 }
@@ -526,7 +576,13 @@ impl Provider for Aws {
         }
         let credentials = credentials()?;
         let image_id = config_or("image_id", DEFAULT_IMAGE);
-        let instance_type = config_or("instance_type", DEFAULT_INSTANCE_TYPE);
+        let instance_type = match bulkhead_sdk::config("instance_type")
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+        {
+            Some(configured) => configured,
+            None => instance_type_for(&spec.size)?.to_owned(),
+        };
         let mut base = vec![
             ("ImageId".to_owned(), image_id),
             ("InstanceType".to_owned(), instance_type),

@@ -130,6 +130,42 @@ fn spec(key: &str) -> InstanceSpec {
         ],
         health_check: None,
         source: None,
+        // t3.micro's baseline: 2 vCPUs at 10%.
+        size: InstanceSize {
+            cpu_millis: 200,
+            memory_mib: 1024,
+        },
+    }
+}
+
+#[test]
+fn the_cheapest_instance_type_that_holds_the_size_is_chosen() {
+    let size = |cpu_millis, memory_mib| InstanceSize {
+        cpu_millis,
+        memory_mib,
+    };
+    for (cpu, memory, expected) in [
+        (10, 16, "t3.nano"),
+        (200, 1024, "t3.micro"),
+        (400, 3000, "t3.medium"),
+        (500, 512, "t3.large"),
+        (1000, 1024, "c6i.large"),
+        (2000, 6000, "m6i.large"),
+        (2000, 12000, "r6i.large"),
+        (4000, 4096, "c6i.xlarge"),
+        (32000, 262144, "r6i.8xlarge"),
+    ] {
+        assert_eq!(
+            instance_type_for(&size(cpu, memory)).unwrap(),
+            expected,
+            "{cpu} {memory}"
+        );
+    }
+    for (cpu, memory) in [(32001, 1024), (1000, 262145)] {
+        assert!(matches!(
+            instance_type_for(&size(cpu, memory)),
+            Err(ProviderError::InvalidSpec(message)) if message.contains("no instance type")
+        ));
     }
 }
 

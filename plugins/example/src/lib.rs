@@ -25,6 +25,7 @@ fn instance(instance_key: String, region: String) -> Instance {
         address: Some(bulkhead_sdk::config("address").unwrap_or_else(|| "127.0.0.1:8080".into())),
         health: WorkloadHealth::Unchecked,
         detail: None,
+        machine_type: None,
     }
 }
 
@@ -102,6 +103,10 @@ mod tests {
             labels: vec![],
             health_check: None,
             source: None,
+            size: bulkhead_sdk::InstanceSize {
+                cpu_millis: 500,
+                memory_mib: 512,
+            },
         }
     }
 

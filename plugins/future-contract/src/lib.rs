@@ -1,8 +1,8 @@
-//! Exports `bulkhead:provider/adapter@0.7.0`, a version this host does not support yet.
+//! Exports `bulkhead:provider/adapter@0.8.0`, a version this host does not support yet.
 
 wit_bindgen::generate!({
     inline: "
-        package bulkhead:provider@0.7.0;
+        package bulkhead:provider@0.8.0;
 
         interface adapter {
             ping: func() -> string;

@@ -10,7 +10,7 @@
 //! | `compute_endpoint` | `https://compute.googleapis.com` | |
 //! | `logging_endpoint` | `https://logging.googleapis.com` | Cloud Logging, for `logs` |
 //! | `token_uri` | `https://oauth2.googleapis.com/token` | as in the service-account key |
-//! | `machine_type` | `e2-small` | a name, or a `zones/…/machineTypes/…` URL |
+//! | `machine_type` | chosen by size | a name, or a `zones/…/machineTypes/…` URL: every instance on it |
 //! | `source_image` | `projects/cos-cloud/global/images/family/cos-stable` | the boot disk's image |
 //! | `network` | `global/networks/default` | |
 //!
@@ -25,6 +25,12 @@
 //! Capability `logs`: an instance's output is read from Cloud Logging ([`logs`]): the entries
 //! of its `gce_instance` resource, the logs `stdout` and `stderr` as the workload's streams,
 //! with cursors that neither repeat nor lose entries that share a timestamp.
+//!
+//! Sizes (contract 0.7.0): each instance gets the cheapest E2 machine type that holds the
+//! spec's size ([`MACHINE_TYPES`], its vCPUs and memory at least the size's), named in the
+//! instance's `machine-type`; a size no type holds is `invalid-spec`. A configured
+//! `machine_type` is used for every instance instead (a size it may not hold is the operator's
+//! choice).
 //!
 //! Instances are named after their instance key and labelled `bulkhead-managed=true` and
 //! `bulkhead-key=KEY` (plus the spec's labels, sanitised to GCP's label rules); the workload's
@@ -45,8 +51,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use bulkhead_sdk::http::{Request, Response, form_encode};
 use bulkhead_sdk::{
-    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, LogPage,
-    LogRequest, Provider, ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
+    ConfigKey, HealthReport, HealthStatus, Instance, InstanceSize, InstanceSpec, InstanceState,
+    LogPage, LogRequest, Provider, ProviderError, ProviderInfo, RateLimit, WorkloadHealth,
 };
 mod logs;
 
@@ -68,7 +74,45 @@ const DEFAULT_ZONE: &str = "us-central1-a";
 const DEFAULT_COMPUTE_ENDPOINT: &str = "https://compute.googleapis.com";
 const DEFAULT_LOGGING_ENDPOINT: &str = "https://logging.googleapis.com";
 const DEFAULT_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
-const DEFAULT_MACHINE_TYPE: &str = "e2-small";
+/// The machine types an instance may get, cheapest first (on-demand prices of us-central1):
+/// name, CPU in thousandths of a vCPU (the shared-core types at their sustained share), memory
+/// in MiB. Every zone of Compute Engine offers the E2 types.
+pub const MACHINE_TYPES: &[(&str, u32, u32)] = &[
+    ("e2-micro", 250, 1024),
+    ("e2-small", 500, 2048),
+    ("e2-medium", 1000, 4096),
+    ("e2-highcpu-2", 2000, 2048),
+    ("e2-standard-2", 2000, 8192),
+    ("e2-highmem-2", 2000, 16384),
+    ("e2-highcpu-4", 4000, 4096),
+    ("e2-standard-4", 4000, 16384),
+    ("e2-highmem-4", 4000, 32768),
+    ("e2-highcpu-8", 8000, 8192),
+    ("e2-standard-8", 8000, 32768),
+    ("e2-highmem-8", 8000, 65536),
+    ("e2-highcpu-16", 16000, 16384),
+    ("e2-standard-16", 16000, 65536),
+    ("e2-highmem-16", 16000, 131072),
+    ("e2-highcpu-32", 32000, 32768),
+    ("e2-standard-32", 32000, 131072),
+];
+
+/// The cheapest machine type that holds `size`; `invalid-spec` when none does.
+pub fn machine_type_for(size: &InstanceSize) -> Result<&'static str, ProviderError> {
+    MACHINE_TYPES
+        .iter()
+        .find(|(_, cpu_millis, memory_mib)| {
+            *cpu_millis >= size.cpu_millis && *memory_mib >= size.memory_mib
+        })
+        .map(|(name, ..)| *name)
+        .ok_or_else(|| {
+            ProviderError::InvalidSpec(format!(
+                "no machine type of this provider holds {}m CPU and {} MiB (the largest are \
+                 e2-standard-32: 32 vCPUs, 128 GiB, and e2-highmem-16: 16 vCPUs, 128 GiB)",
+                size.cpu_millis, size.memory_mib
+            ))
+        })
+}
 const DEFAULT_SOURCE_IMAGE: &str = "projects/cos-cloud/global/images/family/cos-stable";
 const DEFAULT_NETWORK: &str = "global/networks/default";
 /// The lifetime asked for in an assertion (Google's maximum).
@@ -101,7 +145,8 @@ struct Settings {
     compute_endpoint: String,
     logging_endpoint: String,
     token_uri: String,
-    machine_type: String,
+    /// Every instance on this type, whatever its size; none: chosen by size.
+    machine_type: Option<String>,
     source_image: String,
     network: String,
 }
@@ -136,7 +181,7 @@ impl Settings {
                 .trim_end_matches('/')
                 .to_owned(),
             token_uri: config_or("token_uri", DEFAULT_TOKEN_URI),
-            machine_type: config_or("machine_type", DEFAULT_MACHINE_TYPE),
+            machine_type: Some(config_or("machine_type", "")).filter(|name| !name.is_empty()),
             source_image: config_or("source_image", DEFAULT_SOURCE_IMAGE),
             network: config_or("network", DEFAULT_NETWORK),
         })
@@ -582,6 +627,9 @@ struct GceInstance {
     network_interfaces: Vec<NetworkInterface>,
     #[serde(default)]
     metadata: Metadata,
+    /// A URL ending in the type's name.
+    #[serde(default)]
+    machine_type: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -713,6 +761,8 @@ impl GceInstance {
             address,
             health: WorkloadHealth::Unchecked,
             detail: None,
+            machine_type: Some(last_segment(&self.machine_type).to_owned())
+                .filter(|name| !name.is_empty()),
         }
     }
 }
@@ -811,13 +861,14 @@ fn metadata_for(spec: &InstanceSpec) -> Result<Vec<Value>, ProviderError> {
 
 /// The Instance resource to insert for `spec`.
 fn instance_body(settings: &Settings, spec: &InstanceSpec) -> Result<Value, ProviderError> {
-    let machine_type = if settings.machine_type.contains('/') {
-        settings.machine_type.clone()
+    let name = match &settings.machine_type {
+        Some(configured) => configured.as_str(),
+        None => machine_type_for(&spec.size)?,
+    };
+    let machine_type = if name.contains('/') {
+        name.to_owned()
     } else {
-        format!(
-            "zones/{}/machineTypes/{}",
-            spec.region, settings.machine_type
-        )
+        format!("zones/{}/machineTypes/{name}", spec.region)
     };
     Ok(json!({
         "name": spec.instance_key,
@@ -868,7 +919,10 @@ impl Provider for Gcp {
                     "Cloud Logging, for logs (default https://logging.googleapis.com)",
                 ),
                 ConfigKey::optional("token_uri", "Default https://oauth2.googleapis.com/token"),
-                ConfigKey::optional("machine_type", "Default e2-small"),
+                ConfigKey::optional(
+                    "machine_type",
+                    "Every instance on this type (default: the cheapest E2 type that holds its size)",
+                ),
                 ConfigKey::optional("source_image", "The boot disk's image (default COS stable)"),
                 ConfigKey::optional("network", "Default global/networks/default"),
                 ConfigKey::secret("client_email", "The service account's email"),
@@ -928,6 +982,9 @@ impl Provider for Gcp {
         let key = spec.instance_key.clone();
         let zone = spec.region.clone();
         let body = instance_body(&client.settings, &spec)?;
+        let chosen = body["machineType"]
+            .as_str()
+            .map(|url| last_segment(url).to_owned());
         let what = format!("inserting instance `{key}` in {zone}");
         let response = client
             .send(Request::post(client.url(&format!("zones/{zone}/instances"))).json(&body))?;
@@ -962,6 +1019,7 @@ impl Provider for Gcp {
                 address: None,
                 health: WorkloadHealth::Unchecked,
                 detail: None,
+                machine_type: chosen,
             }),
         }
     }
@@ -1083,6 +1141,43 @@ mod tests {
     /// Whether an error is the one expected.
     type Expect = fn(&ProviderError) -> bool;
 
+    #[test]
+    fn the_cheapest_machine_type_that_holds_the_size_is_chosen() {
+        let size = |cpu_millis, memory_mib| InstanceSize {
+            cpu_millis,
+            memory_mib,
+        };
+        for (cpu, memory, expected) in [
+            (10, 16, "e2-micro"),
+            (250, 1024, "e2-micro"),
+            (500, 512, "e2-small"),
+            (251, 512, "e2-small"),
+            (1000, 4096, "e2-medium"),
+            (1500, 1024, "e2-highcpu-2"),
+            (2000, 6000, "e2-standard-2"),
+            (1000, 12000, "e2-highmem-2"),
+            (8000, 16384, "e2-standard-8"),
+            (32000, 131072, "e2-standard-32"),
+        ] {
+            assert_eq!(
+                machine_type_for(&size(cpu, memory)).unwrap(),
+                expected,
+                "{cpu} {memory}"
+            );
+        }
+        for (cpu, memory) in [(32001, 1024), (1000, 131073)] {
+            assert!(matches!(
+                machine_type_for(&size(cpu, memory)),
+                Err(ProviderError::InvalidSpec(message)) if message.contains("no machine type")
+            ));
+        }
+        // Every type is one Compute Engine has (the simulator refuses the others).
+        for (name, cpu_millis, memory_mib) in MACHINE_TYPES {
+            assert!(name.starts_with("e2-"), "{name}");
+            assert!(*cpu_millis >= 250 && *memory_mib >= 1024, "{name}");
+        }
+    }
+
     fn configure() {
         testing::set_config("project", "shop-prod");
         testing::set_config("regions", "us-central1-a, europe-west1-b");
@@ -1107,6 +1202,10 @@ mod tests {
             ],
             health_check: None,
             source: None,
+            size: InstanceSize {
+                cpu_millis: 500,
+                memory_mib: 512,
+            },
         }
     }
 

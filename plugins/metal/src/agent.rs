@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use bulkhead_sdk::http::{Request, Response};
-use bulkhead_sdk::{GitSource, HealthCheck, LogLine, LogRequest, LogStream, ProviderError};
+use bulkhead_sdk::{InstanceSpec, LogLine, LogRequest, LogStream, ProviderError};
 use serde::{Deserialize, Serialize};
 
 /// A workload as the agent shows it (the fields the plugin uses).
@@ -47,6 +47,15 @@ struct PutWorkload<'a> {
     health_check: Option<WorkloadCheck<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     source: Option<WorkloadSource<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<WorkloadSize>,
+}
+
+/// What the workload is given: the agent holds it to that with a cgroup.
+#[derive(Serialize)]
+struct WorkloadSize {
+    cpu_millis: u32,
+    memory_mib: u32,
 }
 
 /// Where the workload's code comes from: the agent fetches and builds it.
@@ -216,21 +225,18 @@ impl Agent<'_> {
         Ok(items.items)
     }
 
-    /// `PUT /v1/workloads/{key}`: starts the workload (or returns the one of that key).
-    pub fn put(
-        &self,
-        key: &str,
-        command: &str,
-        env: &[(String, String)],
-        port: u16,
-        health_check: Option<&HealthCheck>,
-        source: Option<&GitSource>,
-    ) -> Result<Placed, ProviderError> {
+    /// `PUT /v1/workloads/{key}`: starts the workload of `spec` (or returns the one of its
+    /// key).
+    pub fn put(&self, spec: &InstanceSpec) -> Result<Placed, ProviderError> {
+        let key = spec.instance_key.as_str();
         // The workload learns its own key, as instances on the clouds do from their metadata.
-        let mut env: BTreeMap<&str, &str> =
-            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut env: BTreeMap<&str, &str> = spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         env.entry("BULKHEAD_INSTANCE_KEY").or_insert(key);
-        let health_check = health_check.map(|check| WorkloadCheck {
+        let health_check = spec.health_check.as_ref().map(|check| WorkloadCheck {
             path: &check.path,
             interval_ms: check.interval_ms,
             timeout_ms: check.timeout_ms,
@@ -238,15 +244,19 @@ impl Agent<'_> {
             unhealthy_threshold: check.unhealthy_threshold,
         });
         let mut body = PutWorkload {
-            command,
+            command: &spec.artifact,
             env,
-            port,
+            port: spec.port,
             health_check,
-            source: source.map(|source| WorkloadSource {
+            source: spec.source.as_ref().map(|source| WorkloadSource {
                 url: &source.url,
                 commit: &source.commit,
                 token: source.token.as_deref(),
                 build: source.build.as_deref(),
+            }),
+            size: Some(WorkloadSize {
+                cpu_millis: spec.size.cpu_millis,
+                memory_mib: spec.size.memory_mib,
             }),
         };
         let mut response = self.send(Request::put(self.workload_url(key)).json(&body))?;
@@ -269,6 +279,16 @@ impl Agent<'_> {
                 self.url
             );
             body.health_check = None;
+            response = self.send(Request::put(self.workload_url(key)).json(&body))?;
+        }
+        if response.status == 400 && response.text().contains("unknown field `size`") {
+            // An agent older than sizes holds no workload to one: it runs this one as it ran
+            // every workload before, unheld.
+            bulkhead_sdk::warn!(
+                "{} does not hold workloads to their sizes (upgrade it): placing {key} unheld",
+                self.url
+            );
+            body.size = None;
             response = self.send(Request::put(self.workload_url(key)).json(&body))?;
         }
         if response.status == 409 {

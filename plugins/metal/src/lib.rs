@@ -189,6 +189,8 @@ fn instance(agent_url: &str, workload: Workload, region: String) -> Instance {
         instance_key: workload.key,
         region,
         address: workload.address,
+        // A host agent has no machine types: it holds the workload to its size.
+        machine_type: None,
     }
 }
 
@@ -298,14 +300,7 @@ impl Provider for Metal {
                 full += 1;
                 continue;
             }
-            match agent.put(
-                key,
-                &spec.artifact,
-                &spec.env,
-                spec.port,
-                spec.health_check.as_ref(),
-                spec.source.as_ref(),
-            ) {
+            match agent.put(&spec) {
                 Ok(Placed::Workload(workload)) => {
                     bulkhead_sdk::info!("placed {key} on {} ({free} slots were free)", agent.url);
                     return Ok(instance(agent.url, workload, spec.region));
@@ -485,6 +480,8 @@ mod tests {
         reported_free: Option<u32>,
         /// An agent older than health checks: it refuses a workload that has one.
         before_checks: bool,
+        /// An agent older than sizes (as every agent older than health checks is).
+        before_sizes: bool,
     }
 
     #[derive(Default)]
@@ -592,6 +589,14 @@ mod tests {
                                         "detail": "Failed to deserialize the JSON body into the target type: unknown field `health_check`, expected one of `command`, `env`, `port` at line 1 column 90"}),
                             ));
                         }
+                        if (agent.before_checks || agent.before_sizes) && body.get("size").is_some()
+                        {
+                            return Ok(Response::json_body(
+                                400,
+                                &json!({"type": "about:blank", "title": "Bad Request", "status": 400, "code": "invalid_body",
+                                        "detail": "Failed to deserialize the JSON body into the target type: unknown field `size`, expected one of `command`, `env`, `port`, `health_check`, `source` at line 1 column 120"}),
+                            ));
+                        }
                         if let Some(found) = agent.workloads.get(&key) {
                             Response::json_body(200, found)
                         } else if used >= agent.slots {
@@ -622,6 +627,10 @@ mod tests {
             labels: vec![],
             health_check: None,
             source: None,
+            size: bulkhead_sdk::InstanceSize {
+                cpu_millis: 250,
+                memory_mib: 128,
+            },
         }
     }
 
@@ -671,7 +680,8 @@ mod tests {
             puts(&fleet),
             [(
                 "http://b:7070/v1/workloads/web-1".to_owned(),
-                json!({"command": "python3 -m http.server $PORT", "env": {"BULKHEAD_INSTANCE_KEY": "web-1", "GREETING": "hello"}, "port": 8080})
+                json!({"command": "python3 -m http.server $PORT", "env": {"BULKHEAD_INSTANCE_KEY": "web-1", "GREETING": "hello"}, "port": 8080,
+                       "size": {"cpu_millis": 250, "memory_mib": 128}})
             )]
         );
         assert!(
@@ -758,13 +768,49 @@ mod tests {
         assert_eq!(made.provider_id, "http://old:7070#web-3");
         assert!(matches!(made.health, WorkloadHealth::Unchecked));
         let sent = puts(&fleet);
-        assert_eq!(sent.len(), 2, "{sent:?}");
+        // Without the check, then without the size, which it does not know either.
+        assert_eq!(sent.len(), 3, "{sent:?}");
         assert!(sent[0].1.get("health_check").is_some());
-        assert!(sent[1].1.get("health_check").is_none());
+        assert!(sent[1].1.get("health_check").is_none() && sent[1].1.get("size").is_some());
+        assert!(sent[2].1.get("health_check").is_none() && sent[2].1.get("size").is_none());
+        let logs = testing::logs_take();
+        assert!(
+            logs.iter()
+                .any(|(_, line)| line.contains("does not make health checks"))
+        );
+        assert!(
+            logs.iter()
+                .any(|(_, line)| line.contains("does not hold workloads to their sizes"))
+        );
+    }
+
+    #[test]
+    fn the_size_goes_to_the_agent_and_an_agent_older_than_sizes_runs_the_workload_unheld() {
+        let fleet = fleet(&[("http://old:7070", 2)]);
+        let made = Metal::provision(spec("web-4")).unwrap();
+        assert_eq!(made.machine_type, None, "an agent has no machine types");
+        let sent = puts(&fleet);
+        assert_eq!(
+            sent[0].1["size"],
+            json!({"cpu_millis": 250, "memory_mib": 128})
+        );
+
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://old:7070")
+            .unwrap()
+            .before_sizes = true;
+        fleet.borrow_mut().requests.clear();
+        let made = Metal::provision(spec("web-5")).unwrap();
+        assert_eq!(made.provider_id, "http://old:7070#web-5");
+        let sent = puts(&fleet);
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert!(sent[1].1.get("size").is_none());
         assert!(
             testing::logs_take()
                 .iter()
-                .any(|(_, line)| line.contains("does not make health checks"))
+                .any(|(_, line)| line.contains("does not hold workloads to their sizes"))
         );
     }
 

@@ -1,4 +1,4 @@
-"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.6.0).
+"""A Bulkhead provider plugin in Python (contract bulkhead:provider@0.7.0).
 
 Its "cloud" is its configuration, like the Rust `example` plugin: `regions` (comma-separated,
 default `local`) and `address` (where instances answer). It shows the parts of the contract a
@@ -51,6 +51,8 @@ def instance(key: str, region: str) -> Instance:
         health=WorkloadHealth.UNCHECKED,
         # Nothing to say of its state (a failed instance would say why).
         detail=None,
+        # This "cloud" has no machine types to choose from for the spec's size.
+        machine_type=None,
     )
 
 

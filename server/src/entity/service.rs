@@ -21,6 +21,8 @@ pub struct Model {
     pub placement: Option<Json>,
     /// How the control plane checks its workload; none: the default check.
     pub health_check: Option<Json>,
+    /// What each of its instances is given (`ServiceSize`); none: the operator's default.
+    pub size: Option<Json>,
     pub revision: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

@@ -2,13 +2,14 @@
 //! bindings of each (from `sdk/wit/`, where each published version is kept as published), and
 //! the adaptation of older versions to the newest, which the rest of the host speaks.
 //!
-//! A plugin built for 0.2.0 to 0.5.0 keeps working unchanged: its answers are converted to
-//! 0.6.0 types (it builds no code from repositories, and its instances give no `detail`; before
-//! 0.5.0 it has no logs; before 0.4.0 its instances' health is `unchecked`, so the host checks
-//! them itself; a 0.2.0 plugin declares no configuration, and its errors are a subset of the
-//! newer ones), its imports are served by the same host functions. A spec with a `source` is
-//! refused for it (`invalid-spec`) without instantiating it: given the spec less its source, it
-//! would run the command without the code. Adding a
+//! A plugin built for 0.2.0 to 0.6.0 keeps working unchanged: its answers are converted to
+//! 0.7.0 types (it is given no size and says no machine type; before 0.6.0 it builds no code
+//! from repositories, and its instances give no `detail`; before 0.5.0 it has no logs; before
+//! 0.4.0 its instances' health is `unchecked`, so the host checks them itself; a 0.2.0 plugin
+//! declares no configuration, and its errors are a subset of the newer ones), its imports are
+//! served by the same host functions. A spec with a `source` is refused for a plugin older than
+//! 0.6.0 (`invalid-spec`) without instantiating it: given the spec less its source, it would
+//! run the command without the code. Adding a
 //! version: a new module here, a variant of [`AdapterPre`], `adapt_shared!` and the
 //! conversions that differ for the version it replaces as the newest.
 
@@ -17,13 +18,27 @@ use wasmtime::Store;
 use super::PluginState;
 
 /// The newest contract: what the host speaks internally.
-pub mod v0_6 {
+pub mod v0_7 {
     wasmtime::component::bindgen!({
         path: "../sdk/wit",
         world: "provider",
         exports: { default: async },
         // For `bulkhead plugin call --output json`.
         additional_derives: [serde::Serialize],
+        with: {
+            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+        },
+    });
+}
+
+/// Contract 0.6.0, as published (`sdk/wit/0.6.0/`).
+pub mod v0_6 {
+    wasmtime::component::bindgen!({
+        path: "../sdk/wit/0.6.0",
+        world: "provider",
+        exports: { default: async },
         with: {
             "wasi:http": wasmtime_wasi_http::p2::bindings::http,
             "wasi:io": wasmtime_wasi::p2::bindings::io,
@@ -88,13 +103,15 @@ pub mod v0_2 {
     });
 }
 
-use v0_6::bulkhead::provider::types as newest;
+use v0_7::bulkhead::provider::types as newest;
 
 /// Versions of the contract this host can load, oldest first.
-pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] = &["0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0"];
+pub const SUPPORTED_CONTRACT_VERSIONS: &[&str] =
+    &["0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0"];
 
 /// A component pre-instantiated for the contract version it was built for.
 pub enum AdapterPre {
+    V0_7(v0_7::ProviderPre<PluginState>),
     V0_6(v0_6::ProviderPre<PluginState>),
     V0_5(v0_5::ProviderPre<PluginState>),
     V0_4(v0_4::ProviderPre<PluginState>),
@@ -141,8 +158,8 @@ pub enum Answer {
 type Outcome = wasmtime::Result<Result<Answer, newest::ProviderError>>;
 
 /// The calls of an older version's adapter, its answers converted (`Into`) to the newest
-/// contract's. No older version builds code from a repository; with `logs`, `$version` has
-/// logs, otherwise none.
+/// contract's. With `logs`, `$version` has logs, otherwise none; with `sources`, it builds code
+/// from a repository, otherwise a spec with a source is refused.
 macro_rules! call_adapted {
     ($pre:expr, $store:expr, $call:expr, $version:literal) => {{
         if let Call::Logs(..) = $call {
@@ -151,22 +168,29 @@ macro_rules! call_adapted {
                 $version
             ))));
         }
-        call_adapted!(@calls adapter, store; $pre, $store, $call, $version;
+        call_adapted!(@calls adapter, store; $pre, $store, $call, $version, false;
             Call::Logs(..) => unreachable!("answered above"))
     }};
     ($pre:expr, $store:expr, $call:expr, $version:literal, logs) => {
-        call_adapted!(@calls adapter, store; $pre, $store, $call, $version;
+        call_adapted!(@logs $pre, $store, $call, $version, false)
+    };
+    ($pre:expr, $store:expr, $call:expr, $version:literal, logs, sources) => {
+        call_adapted!(@logs $pre, $store, $call, $version, true)
+    };
+    (@logs $pre:expr, $store:expr, $call:expr, $version:literal, $sources:literal) => {
+        call_adapted!(@calls adapter, store; $pre, $store, $call, $version, $sources;
             Call::Logs(key, request) => adapter
                 .call_logs(&mut *store, &key, &request.into())
                 .await?
                 .map(|page| Answer::Logs(page.into())))
     };
     // `$adapter` and `$st` are named by the caller, so that its `Call::Logs` arm can use them.
-    (@calls $adapter:ident, $st:ident; $pre:expr, $store:expr, $call:expr, $version:literal;
-        $($logs:tt)*) => {{
+    (@calls $adapter:ident, $st:ident; $pre:expr, $store:expr, $call:expr, $version:literal,
+        $sources:literal; $($logs:tt)*) => {{
         let $st = $store;
         if let Call::Provision(spec) = &$call
             && spec.source.is_some()
+            && !$sources
         {
             return Ok(Err(newest::ProviderError::InvalidSpec(format!(
                 "a plugin of contract {} cannot build code from a repository",
@@ -208,7 +232,7 @@ impl AdapterPre {
     /// answer to the newest contract.
     pub async fn call(&self, store: &mut Store<PluginState>, call: Call) -> Outcome {
         match self {
-            AdapterPre::V0_6(pre) => {
+            AdapterPre::V0_7(pre) => {
                 let instance = pre.instantiate_async(&mut *store).await?;
                 let adapter = instance.bulkhead_provider_adapter();
                 Ok(match call {
@@ -233,6 +257,7 @@ impl AdapterPre {
                         .map(Answer::Logs),
                 })
             }
+            AdapterPre::V0_6(pre) => call_adapted!(pre, store, call, "0.6.0", logs, sources),
             AdapterPre::V0_5(pre) => call_adapted!(pre, store, call, "0.5.0", logs),
             AdapterPre::V0_4(pre) => call_adapted!(pre, store, call, "0.4.0"),
             AdapterPre::V0_3(pre) => call_adapted!(pre, store, call, "0.3.0"),
@@ -321,13 +346,15 @@ macro_rules! adapt_before_health_checks {
                     address: instance.address,
                     health: newest::WorkloadHealth::Unchecked,
                     detail: None,
+                    machine_type: None,
                 }
             }
         }
     };
 }
 
-use v0_6::bulkhead::provider::host::LogLevel as NewLevel;
+use v0_7::bulkhead::provider::host::LogLevel as NewLevel;
+adapt_shared!(v0_6);
 adapt_shared!(v0_5);
 adapt_shared!(v0_4);
 adapt_shared!(v0_3);
@@ -383,6 +410,7 @@ macro_rules! adapt_info_and_errors {
     };
 }
 
+adapt_info_and_errors!(v0_6);
 adapt_info_and_errors!(v0_5);
 adapt_info_and_errors!(v0_4);
 adapt_info_and_errors!(v0_3);
@@ -428,6 +456,7 @@ macro_rules! adapt_health_checks {
                         old::WorkloadHealth::Unhealthy => newest::WorkloadHealth::Unhealthy,
                     },
                     detail: None,
+                    machine_type: None,
                 }
             }
         }
@@ -437,46 +466,101 @@ macro_rules! adapt_health_checks {
 adapt_health_checks!(v0_5);
 adapt_health_checks!(v0_4);
 
-/// 0.5.0 → 0.6.0: the same logs.
-mod adapt_0_5 {
-    use super::newest;
-    use super::v0_5::bulkhead::provider::types as old;
+/// The logs that 0.5.0 and 0.6.0 share with the newest contract.
+macro_rules! adapt_logs {
+    ($old:ident) => {
+        impl From<newest::LogRequest> for $old::bulkhead::provider::types::LogRequest {
+            fn from(request: newest::LogRequest) -> Self {
+                Self {
+                    after: request.after,
+                    since_ms: request.since_ms,
+                    max_lines: request.max_lines,
+                    max_bytes: request.max_bytes,
+                }
+            }
+        }
 
-    impl From<newest::LogRequest> for old::LogRequest {
-        fn from(request: newest::LogRequest) -> Self {
+        impl From<$old::bulkhead::provider::types::LogPage> for newest::LogPage {
+            fn from(page: $old::bulkhead::provider::types::LogPage) -> Self {
+                use $old::bulkhead::provider::types as old;
+                Self {
+                    lines: page
+                        .lines
+                        .into_iter()
+                        .map(|line| newest::LogLine {
+                            time_ms: line.time_ms,
+                            stream: match line.stream {
+                                old::LogStream::Stdout => newest::LogStream::Stdout,
+                                old::LogStream::Stderr => newest::LogStream::Stderr,
+                                old::LogStream::System => newest::LogStream::System,
+                            },
+                            text: line.text,
+                        })
+                        .collect(),
+                    next: page.next,
+                    gap: page.gap,
+                }
+            }
+        }
+    };
+}
+
+adapt_logs!(v0_6);
+adapt_logs!(v0_5);
+
+/// 0.6.0 → 0.7.0: the spec less its size; instances without a machine type.
+mod adapt_0_6 {
+    use super::newest;
+    use super::v0_6::bulkhead::provider::types as old;
+
+    impl From<newest::InstanceSpec> for old::InstanceSpec {
+        fn from(spec: newest::InstanceSpec) -> Self {
             Self {
-                after: request.after,
-                since_ms: request.since_ms,
-                max_lines: request.max_lines,
-                max_bytes: request.max_bytes,
+                instance_key: spec.instance_key,
+                region: spec.region,
+                artifact: spec.artifact,
+                port: spec.port,
+                env: spec.env,
+                labels: spec.labels,
+                health_check: spec.health_check.map(|check| old::HealthCheck {
+                    path: check.path,
+                    interval_ms: check.interval_ms,
+                    timeout_ms: check.timeout_ms,
+                    healthy_threshold: check.healthy_threshold,
+                    unhealthy_threshold: check.unhealthy_threshold,
+                }),
+                source: spec.source.map(|source| old::GitSource {
+                    url: source.url,
+                    commit: source.commit,
+                    token: source.token,
+                    build: source.build,
+                }),
             }
         }
     }
 
-    impl From<old::LogPage> for newest::LogPage {
-        fn from(page: old::LogPage) -> Self {
+    impl From<old::Instance> for newest::Instance {
+        fn from(instance: old::Instance) -> Self {
             Self {
-                lines: page
-                    .lines
-                    .into_iter()
-                    .map(|line| newest::LogLine {
-                        time_ms: line.time_ms,
-                        stream: match line.stream {
-                            old::LogStream::Stdout => newest::LogStream::Stdout,
-                            old::LogStream::Stderr => newest::LogStream::Stderr,
-                            old::LogStream::System => newest::LogStream::System,
-                        },
-                        text: line.text,
-                    })
-                    .collect(),
-                next: page.next,
-                gap: page.gap,
+                instance_key: instance.instance_key,
+                provider_id: instance.provider_id,
+                region: instance.region,
+                state: instance.state.into(),
+                address: instance.address,
+                health: match instance.health {
+                    old::WorkloadHealth::Unchecked => newest::WorkloadHealth::Unchecked,
+                    old::WorkloadHealth::Pending => newest::WorkloadHealth::Pending,
+                    old::WorkloadHealth::Healthy => newest::WorkloadHealth::Healthy,
+                    old::WorkloadHealth::Unhealthy => newest::WorkloadHealth::Unhealthy,
+                },
+                detail: instance.detail,
+                machine_type: None,
             }
         }
     }
 }
 
-/// 0.2.0 → 0.6.0: the same records, less what 0.3.0 and later added.
+/// 0.2.0 → 0.7.0: the same records, less what 0.3.0 and later added.
 mod adapt_0_2 {
     use super::newest;
     use super::v0_2::bulkhead::provider::types as old;

@@ -39,15 +39,15 @@ use wasmtime::{
 };
 
 pub use contract::SUPPORTED_CONTRACT_VERSIONS;
-use contract::{AdapterPre, Answer, Call, v0_2, v0_3, v0_4, v0_5, v0_6};
+use contract::{AdapterPre, Answer, Call, v0_2, v0_3, v0_4, v0_5, v0_6, v0_7};
 pub use outbound::{Allowlist, HostPattern, address_restricted, endpoint_patterns};
 pub use provider_cache::ProviderCache;
 pub use sandbox::PluginState;
 
-pub use self::contract::v0_6::bulkhead::provider::types::{
-    ConfigKey, GitSource, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSpec,
-    InstanceState, LogLine, LogPage, LogRequest, LogStream, ProviderError, ProviderInfo, RateLimit,
-    WorkloadHealth,
+pub use self::contract::v0_7::bulkhead::provider::types::{
+    ConfigKey, GitSource, HealthCheck, HealthReport, HealthStatus, Instance, InstanceSize,
+    InstanceSpec, InstanceState, LogLine, LogPage, LogRequest, LogStream, ProviderError,
+    ProviderInfo, RateLimit, WorkloadHealth,
 };
 
 /// The export a plugin must have (with a supported version after `@`).
@@ -143,7 +143,7 @@ pub enum PluginRejection {
     )]
     WrongWorld(String),
     #[error(
-        "the component targets contract version {found}, but this host supports {supported} (build it with bulkhead-sdk of the same minor version, e.g. 0.6.x for 0.6.0)"
+        "the component targets contract version {found}, but this host supports {supported} (build it with bulkhead-sdk of the same minor version, e.g. 0.7.x for 0.7.0)"
     )]
     UnsupportedVersion { found: String, supported: String },
     #[error("the component needs imports the host does not grant: {0}")]
@@ -260,7 +260,8 @@ impl PluginHost {
                 })
             };
         }
-        link_contract!(v0_6)
+        link_contract!(v0_7)
+            .and_then(|()| link_contract!(v0_6))
             .and_then(|()| link_contract!(v0_5))
             .and_then(|()| link_contract!(v0_4))
             .and_then(|()| link_contract!(v0_3))
@@ -315,7 +316,8 @@ impl PluginHost {
             "0.3.0" => AdapterPre::V0_3(v0_3::ProviderPre::new(instance_pre).map_err(wrong_world)?),
             "0.4.0" => AdapterPre::V0_4(v0_4::ProviderPre::new(instance_pre).map_err(wrong_world)?),
             "0.5.0" => AdapterPre::V0_5(v0_5::ProviderPre::new(instance_pre).map_err(wrong_world)?),
-            _ => AdapterPre::V0_6(v0_6::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+            "0.6.0" => AdapterPre::V0_6(v0_6::ProviderPre::new(instance_pre).map_err(wrong_world)?),
+            _ => AdapterPre::V0_7(v0_7::ProviderPre::new(instance_pre).map_err(wrong_world)?),
         };
         Ok(Plugin {
             digest,

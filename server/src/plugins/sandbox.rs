@@ -12,9 +12,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::PluginEnv;
-use super::contract::{v0_2, v0_3, v0_4, v0_5, v0_6};
+use super::contract::{v0_2, v0_3, v0_4, v0_5, v0_6, v0_7};
 use super::outbound::{CallRequests, OutboundPolicy};
-use v0_6::bulkhead::provider::host::{Host, LogLevel};
+use v0_7::bulkhead::provider::host::{Host, LogLevel};
 
 /// Per-call store data.
 pub struct PluginState {
@@ -127,6 +127,7 @@ impl WasiHttpView for PluginState {
     }
 }
 
+impl v0_7::bulkhead::provider::types::Host for PluginState {}
 impl v0_6::bulkhead::provider::types::Host for PluginState {}
 impl v0_5::bulkhead::provider::types::Host for PluginState {}
 impl v0_4::bulkhead::provider::types::Host for PluginState {}
@@ -166,7 +167,7 @@ impl Host for PluginState {
     }
 }
 
-/// The host interface of contracts 0.3.0 to 0.5.0: the same functions.
+/// The host interface of contracts 0.3.0 to 0.6.0: the same functions.
 macro_rules! host_with_cache {
     ($version:ident) => {
         impl $version::bulkhead::provider::host::Host for PluginState {
@@ -201,6 +202,7 @@ macro_rules! host_with_cache {
         }
     };
 }
+host_with_cache!(v0_6);
 host_with_cache!(v0_5);
 host_with_cache!(v0_4);
 host_with_cache!(v0_3);

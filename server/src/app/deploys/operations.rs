@@ -124,6 +124,10 @@ impl App {
             ],
             health_check: Some(spec.health_check.to_contract()),
             source,
+            size: spec
+                .size
+                .unwrap_or(self.settings.service_sizes.default)
+                .to_contract(),
         };
         let outcome = self
             .provider_call(&row.provider, true, async move |host, active| {
@@ -177,17 +181,27 @@ impl App {
                 )
                 .await?;
                 if moved {
+                    // The machine type a cloud chose for the instance's size, when it has one.
+                    let machine_type = made.machine_type.as_deref();
                     event_append(
                         &txn,
                         row.deployment_id,
                         DeploymentEventKind::InstanceStarted,
                         format!(
-                            "{} started on {} at {}",
+                            "{} started on {} at {}{}",
                             row.instance_key,
                             row.provider,
-                            address.as_deref().unwrap_or_default()
+                            address.as_deref().unwrap_or_default(),
+                            machine_type
+                                .map(|name| format!(" ({name})"))
+                                .unwrap_or_default()
                         ),
-                        serde_json::json!({ "instance_key": row.instance_key, "provider": row.provider, "address": address }),
+                        serde_json::json!({
+                            "instance_key": row.instance_key,
+                            "provider": row.provider,
+                            "address": address,
+                            "machine_type": machine_type,
+                        }),
                     )
                     .await?;
                 } else {

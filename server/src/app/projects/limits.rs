@@ -6,6 +6,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::app::App;
+use crate::app::projects::services::spec::ServiceSizes;
 use crate::app::shared::limits::{Holder, Limit};
 use crate::authz::{Principal, ProjectRole, Scope};
 use crate::error::AppResult;
@@ -39,6 +40,10 @@ pub struct LimitView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LimitsView {
     pub limits: Vec<LimitView>,
+    /// The sizes the project's services may have (a project's limits only): a service given
+    /// none gets `default`; one that asks for more CPU or memory than `max` is refused (422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_sizes: Option<ServiceSizes>,
 }
 
 impl App {
@@ -46,7 +51,11 @@ impl App {
     pub async fn me_limits(&self, principal: &Principal) -> AppResult<LimitsView> {
         principal.require_scope(Scope::Read)?;
         let holder = Holder::User(principal.user_id());
-        self.limits_of(holder, |limit| !limit.per_project()).await
+        let limits = self.limits_of(holder, |limit| !limit.per_project()).await?;
+        Ok(LimitsView {
+            limits,
+            service_sizes: None,
+        })
     }
 
     /// The per-project caps, with what the project holds (viewers and above).
@@ -57,15 +66,20 @@ impl App {
     ) -> AppResult<LimitsView> {
         self.project_authorize(principal, project_id, ProjectRole::Viewer, Scope::Read)
             .await?;
-        self.limits_of(Holder::Project(project_id), Limit::per_project)
-            .await
+        let limits = self
+            .limits_of(Holder::Project(project_id), Limit::per_project)
+            .await?;
+        Ok(LimitsView {
+            limits,
+            service_sizes: Some(self.settings.service_sizes),
+        })
     }
 
     async fn limits_of(
         &self,
         holder: Holder,
         which: impl Fn(Limit) -> bool,
-    ) -> AppResult<LimitsView> {
+    ) -> AppResult<Vec<LimitView>> {
         let mut limits = Vec::new();
         for limit in Limit::ALL.into_iter().filter(|limit| which(*limit)) {
             limits.push(LimitView {
@@ -80,6 +94,6 @@ impl App {
                 used: limit.held(&self.db, holder).await?,
             });
         }
-        Ok(LimitsView { limits })
+        Ok(limits)
     }
 }

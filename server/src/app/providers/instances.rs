@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::app::App;
+use crate::app::projects::services::spec::ServiceSize;
 use crate::app::providers::health::call_signal;
 use crate::app::shared::pagination::Page;
 use crate::app::shared::validate::slug_validate;
@@ -44,6 +45,8 @@ pub struct InstanceCreate {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// What the workload is given; default: the operator's default service size.
+    pub size: Option<ServiceSize>,
 }
 
 /// An instance's state, as its provider reports it.
@@ -79,6 +82,10 @@ pub struct InstanceView {
     /// Where the workload answers (`host:port`), once known.
     pub address: Option<String>,
     pub health: ProviderInstanceHealth,
+    /// The machine type the provider chose for the instance's size (`e2-small`,
+    /// `t3.micro`); absent where there is no such choice (a host agent's workload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_type: Option<String>,
 }
 
 impl From<Instance> for InstanceView {
@@ -101,6 +108,7 @@ impl From<Instance> for InstanceView {
             provider_id: i.provider_id,
             region: i.region,
             address: i.address,
+            machine_type: i.machine_type,
         }
     }
 }
@@ -233,6 +241,11 @@ impl App {
             labels: create.labels.into_iter().collect(),
             health_check: None,
             source: None,
+            size: self
+                .settings
+                .service_sizes
+                .check(create.size.unwrap_or(self.settings.service_sizes.default))?
+                .to_contract(),
         };
         let (_, instance) = self
             .provider_call(name, true, async move |host, active| {

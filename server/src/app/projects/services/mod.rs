@@ -31,7 +31,9 @@ use crate::ids::EnvironmentId;
 use crate::ids::{ProjectId, ServiceId};
 use crate::secrets::SecretBox;
 use spec::json_or_default;
-use spec::{HealthCheckSpec, PlacementPolicy, ServiceSource, ServiceSpec};
+use spec::{
+    HealthCheckSpec, PlacementPolicy, ServiceSize, ServiceSizes, ServiceSource, ServiceSpec,
+};
 
 pub const MAX_REPLICAS: u32 = 100;
 pub const MAX_VARIABLES: usize = 200;
@@ -86,6 +88,8 @@ pub struct ServiceView {
     pub placement: PlacementPolicy,
     /// How the control plane checks its instances.
     pub health_check: HealthCheckSpec,
+    /// What each of its instances is given.
+    pub size: ServiceSize,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -114,6 +118,10 @@ pub struct ServiceSpecView {
     pub variables: Vec<VariableView>,
     pub placement: PlacementPolicy,
     pub health_check: HealthCheckSpec,
+    /// What each instance is given; none for a deployment made before sizes (its instances
+    /// get the operator's default size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<ServiceSize>,
 }
 
 impl TryFrom<ServiceSpec> for ServiceSpecView {
@@ -128,6 +136,7 @@ impl TryFrom<ServiceSpec> for ServiceSpecView {
             regions: spec.regions,
             placement: spec.placement,
             health_check: spec.health_check,
+            size: spec.size,
         })
     }
 }
@@ -139,6 +148,11 @@ impl TryFrom<service::Model> for ServiceView {
         Ok(Self {
             placement: json_or_default(&m.placement)?,
             health_check: json_or_default(&m.health_check)?,
+            // Every service has one since the migration that added sizes.
+            size: match m.size {
+                Some(size) => serde_json::from_value(size).map_err(AppError::internal)?,
+                None => ServiceSizes::default().default,
+            },
             id: m.id.into(),
             project_id: m.project_id.into(),
             environment_id: m.environment_id.into(),
@@ -184,6 +198,9 @@ pub struct ServiceCreate {
     pub placement: Option<PlacementPolicy>,
     /// How the control plane checks its instances; default: `GET /` every 2 s.
     pub health_check: Option<HealthCheckSpec>,
+    /// What each instance is given; default: the operator's default size (500m CPU, 512 MiB
+    /// unless set). Within the operator's maximum (`GET /v1/projects/{id}/limits` says both).
+    pub size: Option<ServiceSize>,
 }
 
 /// Changes to a service; absent fields are unchanged. `variables`, when present, replaces the
@@ -205,6 +222,8 @@ pub struct ServiceUpdate {
     pub variables: Option<Vec<VariableInput>>,
     pub placement: Option<PlacementPolicy>,
     pub health_check: Option<HealthCheckSpec>,
+    /// A new size: deploy the service for its instances to get it.
+    pub size: Option<ServiceSize>,
 }
 
 fn placement_json(policy: &PlacementPolicy) -> AppResult<serde_json::Value> {
@@ -547,6 +566,8 @@ impl App {
         let id = ServiceId::new();
         let environment_id = EnvironmentId(create.environment_id);
         let variables = variables_validate(create.variables, &[], &self.secrets, id)?;
+        let sizes = &self.settings.service_sizes;
+        let size = sizes.check(create.size.unwrap_or(sizes.default))?;
         let write = self
             .project_write(ctx, project_id, ProjectRole::Member, Scope::Write)
             .await?;
@@ -575,6 +596,9 @@ impl App {
                 .as_ref()
                 .map(health_check_json)
                 .transpose()?),
+            size: Set(Some(
+                serde_json::to_value(size).map_err(AppError::internal)?,
+            )),
             revision: Set(1),
             created_at: Set(now),
             updated_at: Set(now),
@@ -624,6 +648,12 @@ impl App {
         }
         if let Some(check) = &update.health_check {
             active.health_check = Set(Some(health_check_json(check)?));
+        }
+        if let Some(size) = update.size {
+            let size = self.settings.service_sizes.check(size)?;
+            active.size = Set(Some(
+                serde_json::to_value(size).map_err(AppError::internal)?,
+            ));
         }
         if let Some(variables) = update.variables {
             let existing: Vec<StoredVariable> =
@@ -708,6 +738,7 @@ fn service_audit(action: &'static str, service: &service::Model) -> AuditEntry {
             "name": service.name,
             "port": service.port,
             "replicas": service.replicas,
+            "size": service.size,
             "variables": variable_names,
         }),
     }
