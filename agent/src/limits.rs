@@ -60,13 +60,7 @@ impl WorkloadSize {
         memory_mib: 512,
     };
     pub(crate) fn validate(&self) -> Result<(), String> {
-        bulkhead_common::size::size_check(
-            "size",
-            self.cpu_millis,
-            self.memory_mib,
-            bulkhead_common::size::CPU_MILLIS,
-            bulkhead_common::size::MEMORY_MIB,
-        )
+        bulkhead_common::size::size_check_absolute("size", self.cpu_millis, self.memory_mib)
     }
 
     fn memory_bytes(self) -> i64 {
@@ -133,7 +127,13 @@ impl ResourceLimits {
         } else {
             Self::CgroupV1
         };
-        let probe = format!("probe-{}", std::process::id());
+        // Unique to this start: agents of one process (tests, `bulkhead dev`) start at once.
+        static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let probe = format!(
+            "probe-{}-{}",
+            std::process::id(),
+            PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let made = WorkloadCgroup::make(limits, &probe, WorkloadSize::DEFAULT)
             .and_then(|cgroup| cgroup.remove());
         match made {

@@ -162,7 +162,7 @@ async fn drain(platform: &DevPlatform, dir: &std::path::Path, backlog: usize) {
                         .to_contract(),
                 ),
                 source: None,
-                size: bulkhead::app::projects::services::spec::ServiceSizes::default()
+                size: bulkhead::app::shared::sizes::ServiceSizes::default()
                     .default
                     .to_contract(),
             };

@@ -13,7 +13,7 @@ use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
-use bulkhead::app::projects::services::spec::ServiceSizes;
+use bulkhead::app::shared::sizes::ServiceSizes;
 use bulkhead::plugins::{
     Allowlist, InstanceSize, InstanceSpec, PluginEnv, PluginError, PluginHost, PluginLimits,
     endpoint_patterns,
@@ -354,12 +354,6 @@ pub fn scaffold_files(name: &str, sdk_line: &str) -> Vec<(&'static str, String)>
 /// `CPU_MILLIS:MEMORY_MIB`, within the contract's bounds.
 fn size_parse(text: &str) -> Result<InstanceSize, String> {
     let size = ServiceSizes::parse_size(text)?;
-    bulkhead_common::size::size_check(
-        "--size",
-        size.cpu_millis,
-        size.memory_mib,
-        bulkhead_common::size::CPU_MILLIS,
-        bulkhead_common::size::MEMORY_MIB,
-    )?;
+    bulkhead_common::size::size_check_absolute("--size", size.cpu_millis, size.memory_mib)?;
     Ok(size.to_contract())
 }

@@ -36,6 +36,11 @@ pub fn size_check(
     Ok(())
 }
 
+/// Checks both values against the absolute bounds ([`CPU_MILLIS`], [`MEMORY_MIB`]).
+pub fn size_check_absolute(prefix: &str, cpu_millis: u32, memory_mib: u32) -> Result<(), String> {
+    size_check(prefix, cpu_millis, memory_mib, CPU_MILLIS, MEMORY_MIB)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

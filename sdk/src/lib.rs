@@ -118,6 +118,21 @@ impl InstanceSpec {
     }
 }
 
+impl InstanceSize {
+    /// The first type of `table` that holds this size: its CPU (thousandths of a vCPU) and its
+    /// memory (MiB) at least this size's. List a cloud's types cheapest first, as
+    /// `(name, cpu_millis, memory_mib)`, and this is the cheapest that fits; `None` when none
+    /// does (answer `invalid-spec`).
+    pub fn fitting<'a>(&self, table: &'a [(&'a str, u32, u32)]) -> Option<&'a str> {
+        table
+            .iter()
+            .find(|(_, cpu_millis, memory_mib)| {
+                *cpu_millis >= self.cpu_millis && *memory_mib >= self.memory_mib
+            })
+            .map(|(name, ..)| *name)
+    }
+}
+
 impl ConfigKey {
     /// A configuration value the plugin cannot work without.
     pub fn required(name: &str, description: &str) -> Self {

@@ -18,8 +18,8 @@ use ipnet::IpNet;
 use secrecy::SecretString;
 
 use crate::app::identity::sign_in::throttle::LoginLimits;
-use crate::app::projects::services::spec::{ServiceSize, ServiceSizes};
 use crate::app::shared::limits::{LimitsTable, TenantLimits};
+use crate::app::shared::sizes::{ServiceSize, ServiceSizes};
 use bulkhead_common::serve::ConnectionLimits;
 use serde::Deserialize;
 

@@ -84,6 +84,19 @@ pub async fn deploy(s: &TestServer, token: &str, service: &str) -> Value {
     made.assert_status(201).clone()
 }
 
+/// Rolls back from deployment `id` of `service` as `token`: the new deployment (201).
+pub async fn rollback(s: &TestServer, token: &str, service: &str, id: &str) -> Value {
+    let made = s
+        .call(
+            Method::POST,
+            &format!("{service}/deployments/{id}/rollback"),
+            Some(token),
+            None,
+        )
+        .await;
+    made.assert_status(201).clone()
+}
+
 /// Polls a deployment until it is in `state` (at most `within`); returns it.
 pub async fn deployment_wait(
     s: &TestServer,
@@ -404,15 +417,7 @@ async fn cancel_rollback_and_a_rollout_that_never_gets_healthy(s: TestServer) {
     assert_eq!(v1_now.body["state"], "healthy");
 
     // Roll back from v2: a new deployment of v1's spec.
-    let rollback = s
-        .call(
-            Method::POST,
-            &format!("{}/deployments/{v2_id}/rollback", f.service),
-            Some(&f.owner),
-            None,
-        )
-        .await;
-    let rollback = rollback.assert_status(201).clone();
+    let rollback = rollback(&s, &f.owner, &f.service, &v2_id).await;
     assert_eq!(rollback["rollback_of"], v1_id.as_str());
     assert_eq!(rollback["spec"]["health_check"]["path"], "/");
     let rollback_id = rollback["id"].as_str().unwrap().to_owned();

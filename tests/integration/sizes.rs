@@ -5,14 +5,13 @@
 
 use std::time::Duration;
 
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use bulkhead::dev::{AWS_REGION, GCP_ZONE};
 use bulkhead_agent::{CGROUP_PARENT, ResourceLimits};
 
 use crate::db_tests;
-use crate::deployments::{deploy, deployment_wait, event_items, fixture};
+use crate::deployments::{deploy, deployment_wait, event_items, fixture, rollback};
 use crate::support::{ADMIN_TOKEN, TestServer, platform};
 
 db_tests!(
@@ -183,15 +182,7 @@ async fn a_deploy_changes_the_size_and_a_rollback_restores_it(s: TestServer) {
     let v2_started = started(&s, &f.service, &v2_id).await;
     assert!(v2_started[0].ends_with("(c6i.large)"), "{v2_started:?}");
 
-    let rollback = s
-        .call(
-            Method::POST,
-            &format!("{}/deployments/{v2_id}/rollback", f.service),
-            Some(&f.owner),
-            None,
-        )
-        .await;
-    let rollback = rollback.assert_status(201).clone();
+    let rollback = rollback(&s, &f.owner, &f.service, &v2_id).await;
     assert_eq!(
         rollback["spec"]["size"],
         json!({"cpu_millis": 250, "memory_mib": 256}),

@@ -19,6 +19,13 @@ const SPIN_CORE_0: &str = "taskset -c 0 python3 -c 'while True: pass'";
 const SPIN: &str = "python3 -c 'while True: pass'";
 
 impl Client {
+    /// A small HTTP server beside the workload under test, answering once it is healthy.
+    async fn neighbour(&self) -> Value {
+        self.put_sized("neighbour", HTTP_SERVER, 250, 128).await;
+        self.wait_for("neighbour", "the neighbour answers", running_and_healthy)
+            .await
+    }
+
     async fn put_sized(&self, key: &str, command: &str, cpu_millis: u32, memory_mib: u32) -> Value {
         let body = json!({
             "command": command,
@@ -92,11 +99,7 @@ async fn a_workload_over_its_memory_is_killed_alone_and_restarted() {
     let dir = tempfile::tempdir().unwrap();
     let agent = start_agent(dir.path(), 4).await;
     let client = Client::new(&agent);
-
-    client.put_sized("neighbour", HTTP_SERVER, 250, 128).await;
-    let neighbour = client
-        .wait_for("neighbour", "the neighbour answers", running_and_healthy)
-        .await;
+    let neighbour = client.neighbour().await;
     let hog = client.put_sized("hog", MEMORY_HOG, 250, 64).await;
     let limit = match agent.limits {
         ResourceLimits::CgroupV2 => read_number(&cgroup_file(&agent, &hog, "", "memory.max")),
@@ -155,11 +158,7 @@ async fn a_fork_bomb_stops_at_its_cap_and_goes_with_its_workload() {
     let dir = tempfile::tempdir().unwrap();
     let agent = start_agent(dir.path(), 4).await;
     let client = Client::new(&agent);
-
-    client.put_sized("neighbour", HTTP_SERVER, 250, 128).await;
-    let neighbour = client
-        .wait_for("neighbour", "the neighbour answers", running_and_healthy)
-        .await;
+    let neighbour = client.neighbour().await;
     let bomb = client.put_sized("bomb", FORK_BOMB, 250, 2048).await;
     let current = cgroup_file(&agent, &bomb, "pids", "pids.current");
     let events = cgroup_file(&agent, &bomb, "pids", "pids.events");

@@ -81,19 +81,13 @@ pub const INSTANCE_TYPES: &[(&str, u32, u32)] = &[
 
 /// The cheapest instance type that holds `size`; `invalid-spec` when none does.
 pub fn instance_type_for(size: &InstanceSize) -> Result<&'static str, ProviderError> {
-    INSTANCE_TYPES
-        .iter()
-        .find(|(_, cpu_millis, memory_mib)| {
-            *cpu_millis >= size.cpu_millis && *memory_mib >= size.memory_mib
-        })
-        .map(|(name, ..)| *name)
-        .ok_or_else(|| {
-            ProviderError::InvalidSpec(format!(
-                "no instance type of this provider holds {}m CPU and {} MiB (the largest are \
+    size.fitting(INSTANCE_TYPES).ok_or_else(|| {
+        ProviderError::InvalidSpec(format!(
+            "no instance type of this provider holds {}m CPU and {} MiB (the largest are \
                  m6i.8xlarge: 32 vCPUs, 128 GiB, and r6i.8xlarge: 32 vCPUs, 256 GiB)",
-                size.cpu_millis, size.memory_mib
-            ))
-        })
+            size.cpu_millis, size.memory_mib
+        ))
+    })
 }
 /// The workload port of an instance without a `bulkhead-port` tag.
 const DEFAULT_PORT: u16 = 8080;

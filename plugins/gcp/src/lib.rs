@@ -99,20 +99,15 @@ pub const MACHINE_TYPES: &[(&str, u32, u32)] = &[
 
 /// The cheapest machine type that holds `size`; `invalid-spec` when none does.
 pub fn machine_type_for(size: &InstanceSize) -> Result<&'static str, ProviderError> {
-    MACHINE_TYPES
-        .iter()
-        .find(|(_, cpu_millis, memory_mib)| {
-            *cpu_millis >= size.cpu_millis && *memory_mib >= size.memory_mib
-        })
-        .map(|(name, ..)| *name)
-        .ok_or_else(|| {
-            ProviderError::InvalidSpec(format!(
-                "no machine type of this provider holds {}m CPU and {} MiB (the largest are \
+    size.fitting(MACHINE_TYPES).ok_or_else(|| {
+        ProviderError::InvalidSpec(format!(
+            "no machine type of this provider holds {}m CPU and {} MiB (the largest are \
                  e2-standard-32: 32 vCPUs, 128 GiB, and e2-highmem-16: 16 vCPUs, 128 GiB)",
-                size.cpu_millis, size.memory_mib
-            ))
-        })
+            size.cpu_millis, size.memory_mib
+        ))
+    })
 }
+
 const DEFAULT_SOURCE_IMAGE: &str = "projects/cos-cloud/global/images/family/cos-stable";
 const DEFAULT_NETWORK: &str = "global/networks/default";
 /// The lifetime asked for in an assertion (Google's maximum).

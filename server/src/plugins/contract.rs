@@ -415,13 +415,46 @@ adapt_info_and_errors!(v0_5);
 adapt_info_and_errors!(v0_4);
 adapt_info_and_errors!(v0_3);
 
+/// The health check and the workload's health that 0.4.0 to 0.6.0 share with the newest
+/// contract.
+macro_rules! adapt_workload_health {
+    ($old:ident) => {
+        impl From<newest::HealthCheck> for $old::bulkhead::provider::types::HealthCheck {
+            fn from(check: newest::HealthCheck) -> Self {
+                Self {
+                    path: check.path,
+                    interval_ms: check.interval_ms,
+                    timeout_ms: check.timeout_ms,
+                    healthy_threshold: check.healthy_threshold,
+                    unhealthy_threshold: check.unhealthy_threshold,
+                }
+            }
+        }
+
+        impl From<$old::bulkhead::provider::types::WorkloadHealth> for newest::WorkloadHealth {
+            fn from(health: $old::bulkhead::provider::types::WorkloadHealth) -> Self {
+                use $old::bulkhead::provider::types::WorkloadHealth as Old;
+                match health {
+                    Old::Unchecked => newest::WorkloadHealth::Unchecked,
+                    Old::Pending => newest::WorkloadHealth::Pending,
+                    Old::Healthy => newest::WorkloadHealth::Healthy,
+                    Old::Unhealthy => newest::WorkloadHealth::Unhealthy,
+                }
+            }
+        }
+    };
+}
+
+adapt_workload_health!(v0_6);
+adapt_workload_health!(v0_5);
+adapt_workload_health!(v0_4);
+
 /// The spec less its source (refused before the call when it has one: see `call_adapted!`)
 /// and the health check of 0.4.0 and 0.5.0; their instances without a `detail`.
 macro_rules! adapt_health_checks {
     ($old:ident) => {
         impl From<newest::InstanceSpec> for $old::bulkhead::provider::types::InstanceSpec {
             fn from(spec: newest::InstanceSpec) -> Self {
-                use $old::bulkhead::provider::types as old;
                 Self {
                     instance_key: spec.instance_key,
                     region: spec.region,
@@ -429,32 +462,20 @@ macro_rules! adapt_health_checks {
                     port: spec.port,
                     env: spec.env,
                     labels: spec.labels,
-                    health_check: spec.health_check.map(|check| old::HealthCheck {
-                        path: check.path,
-                        interval_ms: check.interval_ms,
-                        timeout_ms: check.timeout_ms,
-                        healthy_threshold: check.healthy_threshold,
-                        unhealthy_threshold: check.unhealthy_threshold,
-                    }),
+                    health_check: spec.health_check.map(Into::into),
                 }
             }
         }
 
         impl From<$old::bulkhead::provider::types::Instance> for newest::Instance {
             fn from(instance: $old::bulkhead::provider::types::Instance) -> Self {
-                use $old::bulkhead::provider::types as old;
                 Self {
                     instance_key: instance.instance_key,
                     provider_id: instance.provider_id,
                     region: instance.region,
                     state: instance.state.into(),
                     address: instance.address,
-                    health: match instance.health {
-                        old::WorkloadHealth::Unchecked => newest::WorkloadHealth::Unchecked,
-                        old::WorkloadHealth::Pending => newest::WorkloadHealth::Pending,
-                        old::WorkloadHealth::Healthy => newest::WorkloadHealth::Healthy,
-                        old::WorkloadHealth::Unhealthy => newest::WorkloadHealth::Unhealthy,
-                    },
+                    health: instance.health.into(),
                     detail: None,
                     machine_type: None,
                 }
@@ -522,13 +543,7 @@ mod adapt_0_6 {
                 port: spec.port,
                 env: spec.env,
                 labels: spec.labels,
-                health_check: spec.health_check.map(|check| old::HealthCheck {
-                    path: check.path,
-                    interval_ms: check.interval_ms,
-                    timeout_ms: check.timeout_ms,
-                    healthy_threshold: check.healthy_threshold,
-                    unhealthy_threshold: check.unhealthy_threshold,
-                }),
+                health_check: spec.health_check.map(Into::into),
                 source: spec.source.map(|source| old::GitSource {
                     url: source.url,
                     commit: source.commit,
@@ -547,12 +562,7 @@ mod adapt_0_6 {
                 region: instance.region,
                 state: instance.state.into(),
                 address: instance.address,
-                health: match instance.health {
-                    old::WorkloadHealth::Unchecked => newest::WorkloadHealth::Unchecked,
-                    old::WorkloadHealth::Pending => newest::WorkloadHealth::Pending,
-                    old::WorkloadHealth::Healthy => newest::WorkloadHealth::Healthy,
-                    old::WorkloadHealth::Unhealthy => newest::WorkloadHealth::Unhealthy,
-                },
+                health: instance.health.into(),
                 detail: instance.detail,
                 machine_type: None,
             }

@@ -6,8 +6,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::app::App;
-use crate::app::projects::services::spec::ServiceSizes;
 use crate::app::shared::limits::{Holder, Limit};
+use crate::app::shared::sizes::ServiceSizes;
 use crate::authz::{Principal, ProjectRole, Scope};
 use crate::error::AppResult;
 use crate::ids::ProjectId;

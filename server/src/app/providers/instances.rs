@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::app::App;
-use crate::app::projects::services::spec::ServiceSize;
 use crate::app::providers::health::call_signal;
 use crate::app::shared::pagination::Page;
+use crate::app::shared::sizes::ServiceSize;
 use crate::app::shared::validate::slug_validate;
 use crate::app::shared::validate::text_validate;
 use crate::authz::{OpContext, Principal};

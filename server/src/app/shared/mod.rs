@@ -1,5 +1,5 @@
-//! What every domain uses: the audit log, pagination, idempotency keys, tenant limits, input validation,
-//! throttles (concurrency, rates, retry budgets) and the checks of outbound addresses.
+//! What every domain uses: the audit log, pagination, idempotency keys, tenant limits, service
+//! sizes, input validation, throttles (concurrency, rates, retry budgets) and the checks of outbound addresses.
 //!
 //! Uses no domain.
 
@@ -9,4 +9,5 @@ pub mod idempotency;
 pub mod limits;
 pub mod outbound_addresses;
 pub mod pagination;
+pub mod sizes;
 pub mod validate;
