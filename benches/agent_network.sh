@@ -6,8 +6,9 @@
 #
 #   sudo benches/agent_network.sh [DURATION_SECS]     (default 10 s of wrk per mode)
 #
-# 1. Start: N workloads (`python3 -m http.server`) put at once, the time from the PUTs to each
-#    answering HTTP at its address (p50 and max), for N = 1 and 16; then their deletion.
+# 1. Start: N workloads (`python3 -m http.server`, sized 2000m / 512 MiB) put at once, the time
+#    from the PUTs to each answering HTTP at its address (p50 and max), for N = 1 and 16; then
+#    their deletion.
 # 2. Traffic: wrk (2 connections, then 64) against one `caddy respond` workload at the address
 #    the agent gives it (through the host's nftables forwarding in the namespaced mode).
 #
@@ -20,6 +21,8 @@ for tool in ip nft python3 caddy wrk curl jq; do
   command -v "$tool" >/dev/null || { echo "missing $tool (see the header of $0)" >&2; exit 2; }
 done
 source benches/lib/agent.sh
+# Two cores each, so that no workload's CPU quota (its size) is what the figures measure.
+size='{"cpu_millis": 2000, "memory_mib": 512}'
 
 traffic() { # connections; prints requests/s and p99
   local address="$1" connections="$2"
@@ -36,8 +39,8 @@ for mode in shared namespaces; do
     flags=(--insecure-shared-network)
   fi
   agent_start "$mode"
-  for n in 1 16; do result[$mode,start,$n]="$(starts "$n")"; done
-  address="$(put fast 'caddy respond --listen 127.0.0.1:$PORT --body ok' | jq -r .address)"
+  for n in 1 16; do result[$mode,start,$n]="$(starts "$n" "$size")"; done
+  address="$(put fast 'caddy respond --listen 127.0.0.1:$PORT --body ok' "$size" | jq -r .address)"
   until curl -sf "http://$address/" > /dev/null; do sleep 0.05; done
   for c in 2 64; do result[$mode,traffic,$c]="$(traffic "$address" "$c")"; done
   curl -sf "${auth[@]}" -X DELETE "$base/v1/workloads/fast"
