@@ -221,6 +221,18 @@ async fn an_edge_keeps_caddy_routing_through_a_control_plane_outage() {
         .await
         .unwrap();
     table_wait(&s, &token, "the sick one out", |t| t.upstream_count() == 2).await;
+    // Sampled only once Caddy has the table without it: a few requests that miss it prove
+    // nothing while it is still an upstream (under load the edge may apply it later).
+    let (without_sick, _) = table_fetch(&s, &token).await;
+    let started = Instant::now();
+    while edge_health(&edge).await["caddy_revision"].as_i64() < Some(without_sick.revision) {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "Caddy never got revision {}",
+            without_sick.revision
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let started = Instant::now();
     while answering(http_port, 12).await.contains(&sick.instance_key) {
         assert!(
