@@ -563,6 +563,9 @@ impl Supervisor {
             let cgroup = limits
                 .cgroup(&cgroup_name(&record.key, uid), size)
                 .with_context(|| format!("the cgroup of the workload `{}`", record.key))?;
+            // An adopted process is judged by the OOM kills from now on: an earlier process's
+            // must not make its ordinary exit look like one.
+            let oom_kills = cgroup.as_ref().map_or(0, WorkloadCgroup::oom_kills);
             let workload = Arc::new(Workload {
                 key: record.key,
                 command: record.command,
@@ -596,7 +599,7 @@ impl Supervisor {
                     generation: 0,
                     check: CheckState::fresh(0),
                     prepared,
-                    oom_kills: 0,
+                    oom_kills,
                 }),
                 control: watch::Sender::new(Control::Run),
                 finished: watch::Sender::new(false),
