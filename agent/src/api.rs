@@ -29,11 +29,12 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+use crate::capacity::Capacity;
 use crate::limits::WorkloadSize;
 use crate::logs::{self, LogPage, LogQuery};
 use crate::source::GitSource;
 use crate::spec::{HealthCheck, NewWorkload, valid_key};
-use crate::supervisor::{Capacity, Put, Supervisor, SupervisorError, WorkloadView};
+use crate::supervisor::{Put, Supervisor, SupervisorError, WorkloadView};
 
 #[derive(Clone)]
 struct AppState {
@@ -145,6 +146,18 @@ impl From<SupervisorError> for Problem {
                 StatusCode::CONFLICT,
                 "capacity_exhausted",
                 format!("all {slots} workload slots of this agent are in use"),
+            ),
+            SupervisorError::NoRoom {
+                size,
+                free,
+                offered,
+            } => Self::new(
+                StatusCode::CONFLICT,
+                "capacity_exhausted",
+                format!(
+                    "the workload's size ({size}) does not fit: this agent has {free} free of \
+                     the {offered} it offers"
+                ),
             ),
             SupervisorError::UidsExhausted { uids } => Self::new(
                 StatusCode::CONFLICT,

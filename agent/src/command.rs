@@ -14,6 +14,15 @@ pub struct AgentArgs {
     /// Workloads this machine may run at once.
     #[arg(long, env = "BULKHEAD_AGENT_SLOTS", default_value_t = crate::DEFAULT_SLOTS)]
     slots: u32,
+    /// The CPU, in thousandths of a core, that the sizes of this machine's workloads may add
+    /// up to (default: 1000 for each CPU the agent may run on). A workload that does not fit
+    /// in what is left is refused, and waits at the control plane for room.
+    #[arg(long, env = "BULKHEAD_AGENT_CPU_MILLIS")]
+    cpu_millis: Option<u32>,
+    /// The memory, in MiB, that the sizes of this machine's workloads may add up to (default:
+    /// the machine's, less a tenth kept for the system and the agent, 256 MiB to 2 GiB).
+    #[arg(long, env = "BULKHEAD_AGENT_MEMORY_MIB")]
+    memory_mib: Option<u32>,
     /// Host name or IP put in workload addresses (how the platform reaches this machine).
     #[arg(long, env = "BULKHEAD_AGENT_ADVERTISE_HOST", default_value = crate::DEFAULT_ADVERTISE_HOST)]
     advertise_host: String,
@@ -68,6 +77,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         bulkhead_common::secret_file::token_file_read(&args.token_file, "the agent's token")?;
     let mut settings = crate::AgentSettings::new(args.listen, args.data_dir, token);
     settings.slots = args.slots;
+    settings.cpu_millis = args.cpu_millis;
+    settings.memory_mib = args.memory_mib;
     settings.advertise_host = args.advertise_host;
     settings.workload_uids = args.workload_uids;
     settings.insecure_same_user = args.insecure_same_user;
@@ -77,6 +88,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let stop = shutdown_signal()?;
     let agent = crate::start(settings).await?;
     println!("bulkhead agent listening on {}", agent.url());
+    println!("workloads' sizes: up to {}", agent.allocatable);
     println!(
         "workloads: {}; {}; {}",
         agent.isolation, agent.network, agent.limits

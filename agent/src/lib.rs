@@ -25,7 +25,8 @@
 //!
 //! This module owns the settings and the agent's life (start, the data directory and its lock,
 //! the choice of isolation, serving, shutdown). The rest: `api` (routes, authentication,
-//! errors), `supervisor` (workloads and their processes), `isolation` (who workloads run as),
+//! errors), `supervisor` (workloads and their processes), `capacity` (what the machine offers
+//! workloads' sizes), `limits` (the cgroups that hold them to their sizes), `isolation` (who workloads run as),
 //! `spec` (what a workload may be), `network` (workloads' namespaces and the host's
 //! forwarding), `process` (OS processes and
 //! `/proc`), `health` (the HTTP probe, and the platform's health checks of workloads, which
@@ -38,6 +39,7 @@
 //! directory are owner-only (0600 files, a 0700 directory).
 
 mod api;
+pub mod capacity;
 pub mod command;
 mod health;
 mod isolation;
@@ -65,12 +67,13 @@ use tokio::task::JoinHandle;
 
 pub use bulkhead_common::tls::server::ServerTls;
 
+pub use capacity::{Allocatable, Capacity};
 pub use isolation::{DEFAULT_WORKLOAD_UIDS, Isolation, UID_LOCK_FILE, UidRange, UidsTaken};
 pub use limits::{CGROUP_PARENT, PIDS_MAX, ResourceLimits, WorkloadSize};
 pub use network::{NetworkIsolation, WORKLOAD_NETWORK};
 pub use source::{GitSource, SourceView};
 pub use spec::HealthCheck;
-pub use supervisor::{Capacity, CheckHealth, WorkloadState, WorkloadView};
+pub use supervisor::{CheckHealth, WorkloadState, WorkloadView};
 
 /// The number of workloads an agent runs at most unless told otherwise.
 pub const DEFAULT_SLOTS: u32 = 16;
@@ -88,8 +91,14 @@ pub struct AgentSettings {
     pub data_dir: PathBuf,
     /// The bearer token every API call (except `/healthz`) must present; 16+ characters.
     pub token: String,
-    /// Capacity: how many workloads the agent runs at most.
+    /// How many workloads the agent runs at most (one workload uid each).
     pub slots: u32,
+    /// The CPU (thousandths of a core) its workloads' sizes may add up to; `None`: 1000 for
+    /// each CPU of the machine (see [`capacity`]).
+    pub cpu_millis: Option<u32>,
+    /// The memory (MiB) its workloads' sizes may add up to; `None`: the machine's, less a
+    /// reserve for the system and the agent.
+    pub memory_mib: Option<u32>,
     /// The host put in workload addresses (`advertise_host:port`).
     pub advertise_host: String,
     /// The uids workloads run as, one each; at least as many as `slots`.
@@ -121,6 +130,8 @@ impl AgentSettings {
             data_dir,
             token: token.into(),
             slots: DEFAULT_SLOTS,
+            cpu_millis: None,
+            memory_mib: None,
             advertise_host: DEFAULT_ADVERTISE_HOST.into(),
             workload_uids: DEFAULT_WORKLOAD_UIDS,
             insecure_same_user: false,
@@ -138,6 +149,8 @@ impl std::fmt::Debug for AgentSettings {
             .field("data_dir", &self.data_dir)
             .field("token", &"<redacted>")
             .field("slots", &self.slots)
+            .field("cpu_millis", &self.cpu_millis)
+            .field("memory_mib", &self.memory_mib)
             .field("advertise_host", &self.advertise_host)
             .field("workload_uids", &self.workload_uids)
             .field("insecure_same_user", &self.insecure_same_user)
@@ -152,6 +165,8 @@ impl std::fmt::Debug for AgentSettings {
 pub struct RunningAgent {
     /// The address the API listens on.
     pub addr: SocketAddr,
+    /// What it offers its workloads' sizes.
+    pub allocatable: Allocatable,
     /// Who its workloads run as.
     pub isolation: Isolation,
     /// What network its workloads have.
@@ -219,6 +234,16 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
     };
     std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(data_dir_mode))?;
 
+    let machine = Allocatable::this_machine().context("reading this machine's CPUs and memory")?;
+    let allocatable = Allocatable {
+        cpu_millis: settings.cpu_millis.unwrap_or(machine.cpu_millis),
+        memory_mib: settings.memory_mib.unwrap_or(machine.memory_mib),
+    };
+    anyhow::ensure!(
+        allocatable.cpu_millis >= 1 && allocatable.memory_mib >= 1,
+        "the agent must offer its workloads some CPU and memory (it offers {allocatable})"
+    );
+
     let listener = TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
@@ -226,6 +251,7 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
     let supervisor = supervisor::Supervisor::open(
         &data_dir,
         settings.slots,
+        allocatable,
         settings.advertise_host.clone(),
         isolation,
         network,
@@ -249,9 +275,10 @@ pub async fn start(settings: AgentSettings) -> anyhow::Result<RunningAgent> {
             let _ = stopped.wait_for(|stop| *stop).await;
         },
     ));
-    tracing::info!(%addr, slots = settings.slots, data_dir = %data_dir.display(), %isolation, %network, %limits, "agent serving");
+    tracing::info!(%addr, slots = settings.slots, %allocatable, data_dir = %data_dir.display(), %isolation, %network, %limits, "agent serving");
     Ok(RunningAgent {
         addr,
+        allocatable,
         isolation,
         network,
         limits,

@@ -38,6 +38,7 @@ use serde::Serialize;
 use tokio::process::Child;
 use tokio::sync::watch;
 
+use crate::capacity::{Allocatable, Allocated, Capacity};
 use crate::health;
 use crate::isolation::{self, Isolation, UidRange};
 use crate::limits::{ResourceLimits, WorkloadCgroup, WorkloadSize};
@@ -173,14 +174,6 @@ pub struct WorkloadView {
     pub size: WorkloadSize,
 }
 
-/// The slots of this machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Capacity {
-    pub slots_total: u32,
-    pub slots_used: u32,
-    pub slots_free: u32,
-}
-
 /// What a `put` did.
 pub(crate) enum Put {
     Created(WorkloadView),
@@ -192,6 +185,12 @@ pub(crate) enum SupervisorError {
     /// Every slot is used.
     Full {
         slots: u32,
+    },
+    /// The workload's size does not fit in what the agent has free.
+    NoRoom {
+        size: WorkloadSize,
+        free: Allocatable,
+        offered: Allocatable,
     },
     /// No uid of the range is free.
     UidsExhausted {
@@ -444,6 +443,8 @@ async fn until_not_run(control: &mut watch::Receiver<Control>) -> Control {
 /// The workloads of this machine.
 pub(crate) struct Supervisor {
     slots: u32,
+    /// What the workloads' sizes may add up to.
+    allocatable: Allocatable,
     advertise_host: String,
     isolation: Isolation,
     network: NetworkIsolation,
@@ -464,6 +465,7 @@ impl Supervisor {
     pub(crate) async fn open(
         data_dir: &Path,
         slots: u32,
+        allocatable: Allocatable,
         advertise_host: String,
         isolation: Isolation,
         network: NetworkIsolation,
@@ -485,6 +487,7 @@ impl Supervisor {
         let state = store.load()?;
         let supervisor = Arc::new(Self {
             slots,
+            allocatable,
             advertise_host,
             isolation,
             network,
@@ -612,6 +615,17 @@ impl Supervisor {
         for (workload, adopt) in resumed {
             supervisor.launch_tasks(workload, adopt);
         }
+        let capacity = supervisor.capacity();
+        if capacity.cpu_millis_allocated > capacity.cpu_millis_total
+            || capacity.memory_mib_allocated > capacity.memory_mib_total
+        {
+            // Kept running (taking them down would be worse): new ones wait for room.
+            tracing::warn!(
+                "the resumed workloads take {}m CPU and {} MiB, more than the {allocatable}                  this agent offers: it takes no new workload until they fit",
+                capacity.cpu_millis_allocated,
+                capacity.memory_mib_allocated
+            );
+        }
         supervisor.persist().await;
         Ok(supervisor)
     }
@@ -727,6 +741,14 @@ impl Supervisor {
             if workloads.len() >= self.slots as usize {
                 return Err(SupervisorError::Full { slots: self.slots });
             }
+            let allocated = Allocated::sum(workloads.values().map(|w| w.size));
+            if !self.allocatable.fits(allocated, new.size) {
+                return Err(SupervisorError::NoRoom {
+                    size: new.size,
+                    free: self.allocatable.free(allocated),
+                    offered: self.allocatable,
+                });
+            }
             let uid = match self.isolation {
                 Isolation::UserPerWorkload(uids) => {
                     let taken: HashSet<u32> = workloads.values().filter_map(|w| w.uid).collect();
@@ -829,12 +851,10 @@ impl Supervisor {
     }
 
     pub(crate) fn capacity(&self) -> Capacity {
-        let used = u32::try_from(self.lock().len()).unwrap_or(u32::MAX);
-        Capacity {
-            slots_total: self.slots,
-            slots_used: used,
-            slots_free: self.slots.saturating_sub(used),
-        }
+        let workloads = self.lock();
+        let used = u32::try_from(workloads.len()).unwrap_or(u32::MAX);
+        let allocated = Allocated::sum(workloads.values().map(|w| w.size));
+        Capacity::new(self.slots, used, self.allocatable, allocated)
     }
 
     /// The lines of the workload's output that `query` asks for, waiting up to `wait` for one

@@ -57,6 +57,10 @@ fn require_root() {
 fn settings(data_dir: &Path, slots: u32) -> AgentSettings {
     let mut settings = AgentSettings::new("127.0.0.1:0".parse().unwrap(), data_dir.into(), TOKEN);
     settings.slots = slots;
+    // Room for every slot at up to 1000m and 1 GiB, whatever the test machine has: these
+    // tests are about what runs, not where it fits (`limits` tests the room).
+    settings.cpu_millis = Some(slots * 1000);
+    settings.memory_mib = Some(slots * 1024);
     settings
 }
 
@@ -548,7 +552,9 @@ async fn capacity_is_counted_and_delete_stops_the_whole_process_group() {
 
     assert_eq!(
         client.get("/v1/capacity").await.1,
-        json!({"slots_total": 2, "slots_used": 0, "slots_free": 2})
+        json!({"slots_total": 2, "slots_used": 0, "slots_free": 2,
+               "cpu_millis_total": 2000, "cpu_millis_allocated": 0, "cpu_millis_free": 2000,
+               "memory_mib_total": 2048, "memory_mib_allocated": 0, "memory_mib_free": 2048})
     );
     // `a` ignores SIGTERM, and so does its child (ignored signals are inherited).
     let (status, a) = client
@@ -556,9 +562,12 @@ async fn capacity_is_counted_and_delete_stops_the_whole_process_group() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{a}");
     assert_eq!(client.put("b", "sleep 300").await.0, StatusCode::CREATED);
+    // Two workloads of the default size (500m, 512 MiB).
     assert_eq!(
         client.get("/v1/capacity").await.1,
-        json!({"slots_total": 2, "slots_used": 2, "slots_free": 0})
+        json!({"slots_total": 2, "slots_used": 2, "slots_free": 0,
+               "cpu_millis_total": 2000, "cpu_millis_allocated": 1000, "cpu_millis_free": 1000,
+               "memory_mib_total": 2048, "memory_mib_allocated": 1024, "memory_mib_free": 1024})
     );
     let (status, problem) = client.put("c", "sleep 300").await;
     assert_eq!(status, StatusCode::CONFLICT);

@@ -23,7 +23,8 @@ agent_start() { # mode
   rm -rf "$work/data-$mode"
   PATH="${path:-$PATH}" RUST_LOG=warn ${wrap[@]+"${wrap[@]}"} "$PWD/target/release/bulkhead-agent" \
     --listen 127.0.0.1:0 --data-dir "$work/data-$mode" --token-file "$work/token" --slots 32 \
-    --workload-uids 61140-61179 ${flags[@]+"${flags[@]}"} > "$work/out-$mode" 2> "$work/err-$mode" &
+    --workload-uids 61140-61179 --cpu-millis 64000 --memory-mib 32768 \
+    ${flags[@]+"${flags[@]}"} > "$work/out-$mode" 2> "$work/err-$mode" &
   agent=$!
   for _ in $(seq 1 100); do grep -q "listening on" "$work/out-$mode" 2>/dev/null && break; sleep 0.1; done
   base="$(sed -n 's/^bulkhead agent listening on //p' "$work/out-$mode")"

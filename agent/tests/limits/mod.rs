@@ -322,3 +322,110 @@ async fn sizes_are_validated_and_kept_across_an_agent_restart() {
     );
     agent.shutdown_and_stop_workloads().await;
 }
+
+#[tokio::test]
+async fn a_workload_is_taken_only_where_its_size_fits() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let uids = UidRange::new(61910, 61913).unwrap();
+    let offering = |cpu_millis: u32, memory_mib: u32| {
+        let mut settings = settings(dir.path(), 4);
+        settings.workload_uids = uids;
+        settings.cpu_millis = Some(cpu_millis);
+        settings.memory_mib = Some(memory_mib);
+        settings
+    };
+    let agent = bulkhead_agent::start(offering(1500, 1024)).await.unwrap();
+    let client = Client::new(&agent);
+    let put = async |key: &str, cpu_millis: u32, memory_mib: u32| {
+        let body = json!({"command": "sleep 300",
+                          "size": {"cpu_millis": cpu_millis, "memory_mib": memory_mib}});
+        client
+            .call(
+                reqwest::Method::PUT,
+                &format!("/v1/workloads/{key}"),
+                Some(body),
+            )
+            .await
+    };
+    assert_eq!(put("a", 1000, 512).await.0, StatusCode::CREATED);
+    // Too much CPU, then too much memory: refused, saying what is free.
+    for (cpu_millis, memory_mib) in [(1000, 256), (500, 600)] {
+        let (status, problem) = put("b", cpu_millis, memory_mib).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+        assert_eq!(problem["code"], "capacity_exhausted");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("500m CPU and 512 MiB free")
+                && detail.contains(&format!("{cpu_millis}m CPU, {memory_mib} MiB")),
+            "{detail}"
+        );
+    }
+    assert_eq!(put("b", 500, 512).await.0, StatusCode::CREATED);
+    let capacity = client.get("/v1/capacity").await.1;
+    assert_eq!(
+        (
+            &capacity["cpu_millis_allocated"],
+            &capacity["cpu_millis_free"],
+            &capacity["memory_mib_allocated"],
+            &capacity["memory_mib_free"],
+            &capacity["slots_free"],
+        ),
+        (&json!(1500), &json!(0), &json!(1024), &json!(0), &json!(2)),
+        "{capacity}"
+    );
+    // Full by size with slots left: even the smallest size waits; an existing key answers.
+    assert_eq!(put("c", 10, 16).await.0, StatusCode::CONFLICT);
+    assert_eq!(put("a", 1000, 512).await.0, StatusCode::OK);
+    // Deleting one frees its size.
+    assert_eq!(client.delete("a").await, StatusCode::NO_CONTENT);
+    assert_eq!(client.get("/v1/capacity").await.1["cpu_millis_free"], 1000);
+    assert_eq!(put("c", 1000, 512).await.0, StatusCode::CREATED);
+
+    // Restarted offering less than its workloads take: they keep running, nothing new fits.
+    let b = client.workload("b").await;
+    agent.shutdown().await;
+    let agent = bulkhead_agent::start(offering(1000, 1024)).await.unwrap();
+    let client = Client::new(&agent);
+    let view = client.workload("b").await;
+    assert_eq!(
+        (view["adopted"].clone(), pid_of(&view)),
+        (json!(true), pid_of(&b))
+    );
+    let capacity = client.get("/v1/capacity").await.1;
+    assert_eq!(capacity["cpu_millis_allocated"], 1500, "{capacity}");
+    assert_eq!(capacity["cpu_millis_free"], 0, "{capacity}");
+    let (status, _) = client
+        .call(
+            reqwest::Method::PUT,
+            "/v1/workloads/d",
+            Some(json!({"command": "sleep 300", "size": {"cpu_millis": 10, "memory_mib": 16}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    agent.shutdown_and_stop_workloads().await;
+
+    // Offering nothing said: this machine's CPUs and memory, less the reserve.
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings(dir.path(), 2);
+    (settings.cpu_millis, settings.memory_mib) = (None, None);
+    settings.workload_uids = shared_uids();
+    let agent = bulkhead_agent::start_in_free_uids(settings).await.unwrap();
+    let cpus = std::thread::available_parallelism().unwrap().get() as u32;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total_mib: u32 = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u32>().ok())
+        .unwrap()
+        / 1024;
+    let capacity = Client::new(&agent).get("/v1/capacity").await.1;
+    assert_eq!(capacity["cpu_millis_total"], cpus * 1000, "{capacity}");
+    assert_eq!(
+        capacity["memory_mib_total"],
+        total_mib - bulkhead_agent::capacity::memory_reserve_mib(total_mib),
+        "{capacity}"
+    );
+    assert_eq!(agent.allocatable.cpu_millis, cpus * 1000);
+    agent.shutdown_and_stop_workloads().await;
+}

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use bulkhead_agent::{AgentSettings, Isolation, RunningAgent};
+use bulkhead_agent::{AgentSettings, Isolation, RunningAgent, WorkloadSize};
 use bulkhead_simulators::aws::{AwsCredentials, AwsSimulator};
 use bulkhead_simulators::dns::DnsSimulator;
 use bulkhead_simulators::gcp::{GcpSimulator, service_account_generate};
@@ -100,6 +100,30 @@ impl DevPlatform {
         {
             agent_settings.slots = slots;
         }
+        // Its room: this machine's, and at least its slots' worth at the default size. A
+        // developer's machine runs every service of a trial at once, so `dev` overcommits it
+        // on purpose (a fleet's `bulkhead-agent` offers what its machine has unless told).
+        let env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|value| value.parse().ok())
+        };
+        let machine = bulkhead_agent::Allocatable::this_machine()?;
+        let slots = agent_settings.slots;
+        agent_settings.cpu_millis = Some(
+            env("BULKHEAD_AGENT_CPU_MILLIS").unwrap_or(
+                machine
+                    .cpu_millis
+                    .max(slots.saturating_mul(WorkloadSize::DEFAULT.cpu_millis)),
+            ),
+        );
+        agent_settings.memory_mib = Some(
+            env("BULKHEAD_AGENT_MEMORY_MIB").unwrap_or(
+                machine
+                    .memory_mib
+                    .max(slots.saturating_mul(WorkloadSize::DEFAULT.memory_mib)),
+            ),
+        );
         // Several local platforms may run on one machine (the tests do): each agent takes
         // uids that no other holds.
         let agent = bulkhead_agent::start_in_free_uids(agent_settings).await?;
@@ -121,8 +145,11 @@ impl DevPlatform {
         match self.agent.isolation {
             Isolation::UserPerWorkload(_) => {
                 format!(
-                    "{}; {}; {}",
-                    self.agent.isolation, self.agent.network, self.agent.limits
+                    "{}; {}; {}; their sizes may add up to {}",
+                    self.agent.isolation,
+                    self.agent.network,
+                    self.agent.limits,
+                    self.agent.allocatable
                 )
             }
             Isolation::SameUser => "INSECURE: not run as root, so its workloads run as your own \
