@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use bulkhead_sdk::http::{Request, Response};
-use bulkhead_sdk::{InstanceSpec, LogLine, LogRequest, LogStream, ProviderError};
+use bulkhead_sdk::{InstanceSize, InstanceSpec, LogLine, LogRequest, LogStream, ProviderError};
 use serde::{Deserialize, Serialize};
 
 /// A workload as the agent shows it (the fields the plugin uses).
@@ -25,12 +25,46 @@ pub struct Workload {
     pub health: Option<String>,
 }
 
-/// An agent's slots.
+/// An agent's slots, and the CPU and memory it offers workloads' sizes: in all and free
+/// (absent from an agent older than sizes, which counts slots only).
 #[derive(Debug, Clone, Copy, Deserialize)]
 pub struct Capacity {
     pub slots_total: u32,
     pub slots_used: u32,
     pub slots_free: u32,
+    #[serde(default)]
+    pub cpu_millis_total: Option<u32>,
+    #[serde(default)]
+    pub cpu_millis_free: Option<u32>,
+    #[serde(default)]
+    pub memory_mib_total: Option<u32>,
+    #[serde(default)]
+    pub memory_mib_free: Option<u32>,
+}
+
+impl Capacity {
+    /// Whether a workload of `size` fits in what is free (an agent older than sizes: whether
+    /// a slot is).
+    pub fn fits(&self, size: &InstanceSize) -> bool {
+        self.slots_free > 0
+            && self
+                .cpu_millis_free
+                .is_none_or(|free| size.cpu_millis <= free)
+            && self
+                .memory_mib_free
+                .is_none_or(|free| size.memory_mib <= free)
+    }
+
+    /// Whether a workload of `size` would fit were the agent empty.
+    pub fn could_ever_fit(&self, size: &InstanceSize) -> bool {
+        self.slots_total > 0
+            && self
+                .cpu_millis_total
+                .is_none_or(|total| size.cpu_millis <= total)
+            && self
+                .memory_mib_total
+                .is_none_or(|total| size.memory_mib <= total)
+    }
 }
 
 #[derive(Deserialize)]

@@ -38,7 +38,7 @@
 
 pub mod agent;
 
-use agent::{Agent, Placed, Workload};
+use agent::{Agent, Capacity, Placed, Workload};
 use bulkhead_sdk::{
     ConfigKey, HealthReport, HealthStatus, Instance, InstanceSpec, InstanceState, LogPage,
     LogRequest, Provider, ProviderError, ProviderInfo, WorkloadHealth,
@@ -216,12 +216,15 @@ impl Provider for Metal {
         let fleet = Fleet::from_config()?;
         let mut failures = Failures::default();
         let (mut answering, mut free, mut total) = (0, 0, 0);
+        let (mut cpu_free, mut memory_free) = (0u64, 0u64);
         for agent in fleet.agents() {
             match agent.capacity() {
                 Ok(capacity) => {
                     answering += 1;
                     free += capacity.slots_free;
                     total += capacity.slots_total;
+                    cpu_free += u64::from(capacity.cpu_millis_free.unwrap_or(0));
+                    memory_free += u64::from(capacity.memory_mib_free.unwrap_or(0));
                 }
                 Err(err) => failures.absorb(err)?,
             }
@@ -230,7 +233,7 @@ impl Provider for Metal {
         if answering == 0 {
             return Err(failures.into_error("no agent answers"));
         }
-        let slots = format!("{free} of {total} slots free");
+        let slots = format!("{free} of {total} slots, {cpu_free}m CPU and {memory_free} MiB free");
         Ok(if failures.is_empty() {
             HealthReport {
                 status: HealthStatus::Healthy,
@@ -281,39 +284,71 @@ impl Provider for Metal {
             );
         }
 
-        // Placement: the agent with the most free slots (the first configured among equals).
+        // Placement: among the agents where the size fits, the one with the most CPU free,
+        // then memory, then slots (the first configured among equals): instances spread.
+        let size = spec.size;
         let mut candidates = Vec::new();
         for agent in reachable {
             match agent.capacity() {
-                Ok(capacity) => candidates.push((agent, capacity.slots_free)),
+                Ok(capacity) => candidates.push((agent, capacity)),
                 Err(err) => failures.absorb(err)?,
             }
         }
         if candidates.is_empty() {
             return Err(failures.into_error(&format!("no agent can take {key}")));
         }
-        candidates.sort_by_key(|(_, free)| std::cmp::Reverse(*free));
         let reachable = candidates.len();
+        let roomiest = |capacity: &Capacity| {
+            std::cmp::Reverse((
+                capacity.cpu_millis_free,
+                capacity.memory_mib_free,
+                capacity.slots_free,
+            ))
+        };
+        candidates.sort_by_key(|(_, capacity)| roomiest(capacity));
+        let too_big = candidates
+            .iter()
+            .filter(|(_, capacity)| !capacity.could_ever_fit(&size))
+            .count();
         let mut full = 0;
-        for (agent, free) in candidates {
-            if free == 0 {
+        for (agent, capacity) in &candidates {
+            if !capacity.fits(&size) {
                 full += 1;
                 continue;
             }
             match agent.put(&spec) {
                 Ok(Placed::Workload(workload)) => {
-                    bulkhead_sdk::info!("placed {key} on {} ({free} slots were free)", agent.url);
+                    bulkhead_sdk::info!(
+                        "placed {key} ({}m CPU, {} MiB) on {} ({} slots were free)",
+                        size.cpu_millis,
+                        size.memory_mib,
+                        agent.url,
+                        capacity.slots_free
+                    );
                     return Ok(instance(agent.url, workload, spec.region));
                 }
+                // Taken meanwhile by another placement.
                 Ok(Placed::Full) => full += 1,
                 Err(err @ ProviderError::InvalidSpec(_)) => return Err(err),
                 Err(err) => failures.absorb(err)?,
             }
         }
         if full == reachable {
-            let mut message = format!("all {reachable} reachable agents are full");
+            // Said without the agents' addresses: the control plane shows why an instance
+            // waits to the service's owners.
+            let needs = format!("{}m CPU and {} MiB", size.cpu_millis, size.memory_mib);
+            let mut message = if too_big == reachable {
+                format!("{needs} is more than any of the {reachable} reachable agents offers")
+            } else {
+                format!("none of the {reachable} reachable agents has {needs} free")
+            };
+            if let Some((_, most)) = candidates.first()
+                && let (Some(cpu), Some(memory)) = (most.cpu_millis_free, most.memory_mib_free)
+            {
+                message = format!("{message} (the most free on one: {cpu}m CPU and {memory} MiB)");
+            }
             if !failures.is_empty() {
-                message = format!("{message} ({})", failures.summary());
+                message = format!("{message}; {}", failures.summary());
             }
             return Err(ProviderError::QuotaExceeded(message));
         }
@@ -482,6 +517,25 @@ mod tests {
         before_checks: bool,
         /// An agent older than sizes (as every agent older than health checks is).
         before_sizes: bool,
+        /// The CPU (millis) and memory (MiB) it offers; by default 1000m and 1 GiB a slot.
+        room: Option<(u32, u32)>,
+        /// The sizes of its workloads.
+        sizes: BTreeMap<String, (u32, u32)>,
+    }
+
+    impl FakeAgent {
+        fn offered(&self) -> (u32, u32) {
+            self.room.unwrap_or((self.slots * 1000, self.slots * 1024))
+        }
+
+        fn free(&self) -> (u32, u32) {
+            let (cpu, memory) = self.offered();
+            self.sizes
+                .values()
+                .fold((cpu, memory), |(cpu, memory), size| {
+                    (cpu.saturating_sub(size.0), memory.saturating_sub(size.1))
+                })
+        }
     }
 
     #[derive(Default)]
@@ -543,11 +597,25 @@ mod tests {
         }
         let used = agent.workloads.len() as u32;
         Ok(match (request.method, path) {
-            (Method::Get, "/v1/capacity") => Response::json_body(
-                200,
-                &json!({"slots_total": agent.slots, "slots_used": used,
-                         "slots_free": agent.reported_free.unwrap_or(agent.slots.saturating_sub(used))}),
-            ),
+            (Method::Get, "/v1/capacity") => {
+                let slots_free = agent
+                    .reported_free
+                    .unwrap_or(agent.slots.saturating_sub(used));
+                let mut capacity = json!({"slots_total": agent.slots, "slots_used": used,
+                                          "slots_free": slots_free});
+                if !agent.before_sizes {
+                    let ((cpu, memory), (cpu_free, memory_free)) = (agent.offered(), agent.free());
+                    let more = json!({"cpu_millis_total": cpu, "cpu_millis_free": cpu_free,
+                                      "cpu_millis_allocated": cpu - cpu_free,
+                                      "memory_mib_total": memory, "memory_mib_free": memory_free,
+                                      "memory_mib_allocated": memory - memory_free});
+                    capacity
+                        .as_object_mut()
+                        .unwrap()
+                        .extend(more.as_object().unwrap().clone());
+                }
+                Response::json_body(200, &capacity)
+            }
             (Method::Get, "/v1/workloads") => Response::json_body(
                 200,
                 &json!({"items": agent.workloads.values().collect::<Vec<_>>()}),
@@ -602,13 +670,24 @@ mod tests {
                         } else if used >= agent.slots {
                             problem(409, "capacity_exhausted")
                         } else {
+                            let size = &body["size"];
+                            let size = (
+                                size["cpu_millis"].as_u64().unwrap_or(500) as u32,
+                                size["memory_mib"].as_u64().unwrap_or(512) as u32,
+                            );
+                            let (cpu_free, memory_free) = agent.free();
+                            if !agent.before_sizes && (size.0 > cpu_free || size.1 > memory_free) {
+                                return Ok(problem(409, "capacity_exhausted"));
+                            }
                             let made = workload(&key, "starting", 40000 + used as u16);
-                            agent.workloads.insert(key, made.clone());
+                            agent.workloads.insert(key.clone(), made.clone());
+                            agent.sizes.insert(key, size);
                             Response::json_body(201, &made)
                         }
                     }
                     Method::Delete => {
                         agent.workloads.remove(&key);
+                        agent.sizes.remove(&key);
                         Response::new(204, "")
                     }
                     _ => problem(405, "method_not_allowed"),
@@ -687,7 +766,7 @@ mod tests {
         assert!(
             testing::logs_take()
                 .iter()
-                .any(|(_, line)| line.contains("placed web-1 on http://b:7070"))
+                .any(|(_, line)| line.contains("placed web-1 (250m CPU, 128 MiB) on http://b:7070"))
         );
 
         // b now has 4 free, c 3: the next goes to b too; once b is fuller, to c.
@@ -947,7 +1026,9 @@ mod tests {
         Metal::provision(spec("two")).unwrap();
         assert!(matches!(
             Metal::provision(spec("three")),
-            Err(ProviderError::QuotaExceeded(m)) if m.contains("all 2 reachable agents are full")
+            Err(ProviderError::QuotaExceeded(m))
+                if m == "none of the 2 reachable agents has 250m CPU and 128 MiB free \
+                         (the most free on one: 750m CPU and 896 MiB)"
         ));
         // The capacity seen and the agent's answer can differ (a race): a 409 moves on.
         fleet
@@ -972,6 +1053,75 @@ mod tests {
             .slots = 2;
         let made = Metal::provision(spec("three")).unwrap();
         assert_eq!(made.provider_id, "http://b:7070#three", "after a's 409, b");
+    }
+
+    #[test]
+    fn an_instance_goes_where_its_size_fits_and_waits_when_none_has_room() {
+        let fleet = fleet(&[("http://a:7070", 4), ("http://b:7070", 4)]);
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://a:7070")
+            .unwrap()
+            .room = Some((1000, 1024));
+        fleet
+            .borrow_mut()
+            .agents
+            .get_mut("http://b:7070")
+            .unwrap()
+            .room = Some((4000, 2048));
+        let sized = |key: &str, cpu_millis: u32, memory_mib: u32| InstanceSpec {
+            size: bulkhead_sdk::InstanceSize {
+                cpu_millis,
+                memory_mib,
+            },
+            ..spec(key)
+        };
+        // Only b holds 2000m; twice.
+        for key in ["big-1", "big-2"] {
+            let made = Metal::provision(sized(key, 2000, 512)).unwrap();
+            assert_eq!(made.provider_id, format!("http://b:7070#{key}"));
+        }
+        // b is full by CPU with slots left: a third waits, and the error says for what.
+        assert!(matches!(
+            Metal::provision(sized("big-3", 2000, 512)),
+            Err(ProviderError::QuotaExceeded(m))
+                if m == "none of the 2 reachable agents has 2000m CPU and 512 MiB free \
+                         (the most free on one: 1000m CPU and 1024 MiB)"
+        ));
+        // More than any agent offers: said so (and never who the agents are).
+        match Metal::provision(sized("huge", 8000, 512)) {
+            Err(ProviderError::QuotaExceeded(m)) => {
+                assert!(
+                    m.starts_with("8000m CPU and 512 MiB is more than any of the 2"),
+                    "{m}"
+                );
+                assert!(!m.contains("http"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            !puts(&fleet)
+                .iter()
+                .any(|(url, _)| url.ends_with("/big-3") || url.ends_with("/huge")),
+            "no agent was asked to overcommit"
+        );
+        // A small one goes where the most CPU is free: a.
+        let made = Metal::provision(sized("small", 500, 256)).unwrap();
+        assert_eq!(made.provider_id, "http://a:7070#small");
+        // Room freed on b: the waiting one is taken.
+        Metal::deprovision("big-1".into()).unwrap();
+        let made = Metal::provision(sized("big-3", 2000, 512)).unwrap();
+        assert_eq!(made.provider_id, "http://b:7070#big-3");
+        // The health report sums what is free.
+        let report = Metal::health().unwrap();
+        assert!(
+            report
+                .message
+                .contains("5 of 8 slots, 500m CPU and 1792 MiB free"),
+            "{}",
+            report.message
+        );
     }
 
     #[test]
@@ -1043,7 +1193,10 @@ mod tests {
             .unreachable = false;
         let report = Metal::health().unwrap();
         assert!(matches!(report.status, HealthStatus::Healthy));
-        assert_eq!(report.message, "2 of 2 agents answer; 12 of 12 slots free");
+        assert_eq!(
+            report.message,
+            "2 of 2 agents answer; 12 of 12 slots, 12000m CPU and 12288 MiB free"
+        );
     }
 
     #[test]
