@@ -139,7 +139,7 @@ pub(crate) async fn event_items(s: &TestServer, service: &str, id: &str) -> Vec<
 }
 
 /// The kinds and messages of a deployment's events.
-async fn events(s: &TestServer, service: &str, id: &str) -> Vec<(String, String)> {
+pub(crate) async fn events(s: &TestServer, service: &str, id: &str) -> Vec<(String, String)> {
     event_items(s, service, id)
         .await
         .iter()
@@ -153,7 +153,7 @@ async fn events(s: &TestServer, service: &str, id: &str) -> Vec<(String, String)
 }
 
 /// The service's instances that are not removed.
-async fn live_instances(s: &TestServer, service: &str) -> Vec<Value> {
+pub(crate) async fn live_instances(s: &TestServer, service: &str) -> Vec<Value> {
     let page = s.get(&format!("{service}/instances"), ADMIN_TOKEN).await;
     page.assert_status(200)["items"].as_array().unwrap().clone()
 }

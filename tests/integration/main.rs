@@ -8,6 +8,7 @@ mod support;
 mod audit;
 mod auth;
 mod background;
+mod capacity;
 mod cli;
 mod cli_client;
 mod clients_typescript;

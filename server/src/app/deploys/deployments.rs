@@ -234,6 +234,8 @@ pub(crate) async fn deployment_replace_instances(
             deployment::Column::State,
             Expr::value(DeploymentState::Placing),
         )
+        // Placed at the next pass (a reason would make it wait as for room).
+        .col_expr(deployment::Column::Reason, Expr::value(""))
         .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
         .col_expr(
             deployment::Column::Revision,

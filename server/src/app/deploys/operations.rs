@@ -4,6 +4,11 @@
 //!   provider gave; a refusal (unauthorized, forbidden, misconfigured, account suspended, quota,
 //!   unavailable, timeout, disabled, drained, no plugin) → `failed`, removed at the provider in case it exists there, and a
 //!   replacement placed elsewhere by the next pass (a failover, recorded as an event);
+//!   a provider with no room for the instance's size (`quota-exceeded`) when no other provider
+//!   the service may use could take it → the instance **waits for room** where it is: it
+//!   stays `provisioning`, its deployment says why, and it is tried again every
+//!   [`ROOM_RETRY`] and as soon as an instance of that provider is removed (never placed
+//!   anywhere it does not fit);
 //!   `rate-limited` → nothing goes to that provider before its retry-after; an invalid spec
 //!   fails the deployment; other errors are retried with backoff, then treated as a refusal.
 //! - **deprovision** (idempotent): success or "not found" → `removed`; otherwise retried with
@@ -13,9 +18,11 @@
 //! The operation's error text from the cloud goes to the provider's events and the logs, for
 //! administrators; the deployment's events carry the error kind only.
 
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use rand::Rng;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 
@@ -24,9 +31,10 @@ use crate::app::cluster::leases::Work;
 use crate::app::deploys::deployments::{self, deployment_finish};
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::{claim_cleared, instance_transition};
-use crate::app::deploys::placement::GIT_SOURCE_CAPABILITY;
+use crate::app::deploys::placement::{Candidate, GIT_SOURCE_CAPABILITY, place};
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
+use crate::app::shared::sizes::ServiceSize;
 use crate::entity::deployment::DeploymentState;
 use crate::entity::instance::{InstanceHealth, InstanceState};
 use crate::entity::{deployment, evacuation, instance};
@@ -35,6 +43,13 @@ use crate::plugins::{InstanceSpec, PluginError, ProviderError};
 
 /// Transient errors of one provision before it counts as a refusal.
 const PROVISION_ATTEMPTS: i32 = 5;
+
+/// How often an instance waiting for room asks its provider again (sooner when an instance of
+/// that provider is removed).
+pub const ROOM_RETRY: Duration = Duration::from_secs(30);
+
+/// How the `last_error` of an instance waiting for room begins.
+const WAITING_FOR_ROOM: &str = "waiting for room";
 
 /// Error codes of a provider that will not take this instance now: fail over.
 const REFUSALS: [ErrorCode; 10] = [
@@ -153,6 +168,13 @@ impl App {
                     .await
             })
             .await;
+        // No room at this provider: fail over if another could take it, or wait here.
+        let waits_for_room = match &outcome {
+            Err(err) if err.code == ErrorCode::ProviderQuotaExceeded => {
+                !self.placeable_elsewhere(&row, &found, &spec).await?
+            }
+            _ => false,
+        };
         let txn = crate::db::begin_write(&self.db).await?;
         self.lease_fence(&txn, Work::Deploys).await?;
         match outcome {
@@ -180,6 +202,9 @@ impl App {
                     },
                 )
                 .await?;
+                if moved && row.last_error.starts_with(WAITING_FOR_ROOM) {
+                    deployment_reason_clear(&txn, &found).await?;
+                }
                 if moved {
                     // The machine type a cloud chose for the instance's size, when it has one.
                     let machine_type = made.machine_type.as_deref();
@@ -220,6 +245,11 @@ impl App {
                     None,
                 )
                 .await?;
+            }
+            Err(err) if waits_for_room => {
+                operation_record(&row.provider, "provision", err.code.as_str(), started);
+                let size = spec.size.unwrap_or(self.settings.service_sizes.default);
+                instance_wait_for_room(&txn, &row, &found, size, &err).await?;
             }
             Err(err) => {
                 operation_record(&row.provider, "provision", err.code.as_str(), started);
@@ -406,6 +436,7 @@ impl App {
         .await?;
         if moved {
             evacuation_unremoved_note(txn, row, false).await?;
+            room_freed(txn, &row.provider).await?;
             event_append(
                 txn,
                 row.deployment_id,
@@ -417,6 +448,143 @@ impl App {
         }
         Ok(())
     }
+}
+
+impl App {
+    /// Whether a provider other than `row`'s (and than those that refused an instance of
+    /// `found` already) may take `row`'s instance now, by `spec`'s placement policy.
+    async fn placeable_elsewhere(
+        &self,
+        row: &instance::Model,
+        found: &deployment::Model,
+        spec: &ServiceSpec,
+    ) -> AppResult<bool> {
+        let refused: HashSet<String> = instance::Entity::find()
+            .filter(instance::Column::DeploymentId.eq(found.id))
+            .filter(instance::Column::LastError.starts_with("refused"))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|i| i.provider)
+            .collect();
+        let others: Vec<Candidate> = self
+            .placement_candidates()
+            .await?
+            .into_iter()
+            .filter(|c| c.name != row.provider && !refused.contains(&c.name))
+            .collect();
+        Ok(place(
+            &spec.placement,
+            &spec.regions,
+            spec.builds_code(),
+            &others,
+            &BTreeMap::new(),
+            1,
+        )
+        .is_ok())
+    }
+}
+
+/// Leaves `row` provisioning, to be tried again after [`ROOM_RETRY`] (or once room frees at
+/// its provider), and says why: in an `instance.waiting` event and the deployment's reason the
+/// first time, for its owners (the size and the provider; the provider's own words, which may
+/// describe the platform's machines, go to the log).
+async fn instance_wait_for_room(
+    txn: &sea_orm::DatabaseTransaction,
+    row: &instance::Model,
+    found: &deployment::Model,
+    size: ServiceSize,
+    err: &AppError,
+) -> AppResult<()> {
+    use sea_orm::sea_query::ExprTrait;
+    tracing::info!(instance = %row.instance_key, provider = %row.provider, detail = %err.detail, "waiting for room");
+    let first = !row.last_error.starts_with(WAITING_FOR_ROOM);
+    let jitter = rand::rng().random_range(0..=ROOM_RETRY.as_millis() as i64 / 5);
+    let at = Utc::now()
+        + chrono::Duration::from_std(ROOM_RETRY).unwrap_or_default()
+        + chrono::Duration::milliseconds(jitter);
+    let last_error = format!("{WAITING_FOR_ROOM}: {}", err.code);
+    let moved = instance_transition(
+        txn,
+        row,
+        InstanceState::Provisioning,
+        InstanceState::Provisioning,
+        |u| {
+            u.col_expr(instance::Column::LastError, Expr::value(last_error))
+                .col_expr(instance::Column::Attempts, Expr::value(0))
+                .col_expr(instance::Column::NextAttemptAt, Expr::value(Some(at)))
+        },
+    )
+    .await?;
+    if !moved {
+        return claim_release(txn, row, None).await;
+    }
+    if first {
+        let reason = format!(
+            "{WAITING_FOR_ROOM} on {}: no machine has {size} free now; placed as soon as one has",
+            row.provider,
+        );
+        event_append(
+            txn,
+            row.deployment_id,
+            DeploymentEventKind::InstanceWaiting,
+            format!("{} is {reason}", row.instance_key),
+            serde_json::json!({
+                "instance_key": row.instance_key,
+                "provider": row.provider,
+                "error": err.code,
+                "size": size,
+            }),
+        )
+        .await?;
+        deployment::Entity::update_many()
+            .col_expr(deployment::Column::Reason, Expr::value(reason))
+            .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+            .col_expr(
+                deployment::Column::Revision,
+                Expr::col(deployment::Column::Revision).add(1),
+            )
+            .filter(deployment::Column::Id.eq(found.id))
+            .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
+            .exec(txn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Clears the reason of `found` (rolling out) once its instance that waited for room is made.
+async fn deployment_reason_clear(
+    txn: &sea_orm::DatabaseTransaction,
+    found: &deployment::Model,
+) -> AppResult<()> {
+    use sea_orm::sea_query::ExprTrait;
+    deployment::Entity::update_many()
+        .col_expr(deployment::Column::Reason, Expr::value(""))
+        .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+        .col_expr(
+            deployment::Column::Revision,
+            Expr::col(deployment::Column::Revision).add(1),
+        )
+        .filter(deployment::Column::Id.eq(found.id))
+        .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
+        .filter(deployment::Column::Reason.starts_with(WAITING_FOR_ROOM))
+        .exec(txn)
+        .await?;
+    Ok(())
+}
+
+/// An instance of `provider` is gone: the instances waiting for room there are tried again
+/// at once.
+async fn room_freed(txn: &sea_orm::DatabaseTransaction, provider: &str) -> AppResult<()> {
+    instance::Entity::update_many()
+        .col_expr(instance::Column::NextAttemptAt, Expr::value(Utc::now()))
+        .filter(instance::Column::Provider.eq(provider))
+        .filter(instance::Column::State.eq(InstanceState::Provisioning))
+        .filter(instance::Column::LastError.starts_with(WAITING_FOR_ROOM))
+        .filter(instance::Column::ClaimedBy.is_null())
+        .exec(txn)
+        .await?;
+    Ok(())
 }
 
 /// Lets go of `row` without changing its state.
