@@ -41,6 +41,7 @@ mod m20261205_000025_outside_sign_in;
 mod m20261205_000026_sign_in_provider_holds;
 mod m20261207_000027_edge_certificates;
 mod m20261207_000028_service_sizes;
+mod m20261207_000029_idempotency_took_effect;
 
 /// The ordered list of Bulkhead's migrations.
 pub struct Migrator;
@@ -77,6 +78,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000026_sign_in_provider_holds::Migration),
             Box::new(m20261207_000027_edge_certificates::Migration),
             Box::new(m20261207_000028_service_sizes::Migration),
+            Box::new(m20261207_000029_idempotency_took_effect::Migration),
         ]
     }
 }

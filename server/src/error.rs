@@ -87,6 +87,7 @@ error_codes! {
     IdentityTaken = "identity_taken",
     IdempotencyInProgress = "idempotency_in_progress",
     IdempotencyKeyReused = "idempotency_key_reused",
+    IdempotencyResponseLost = "idempotency_response_lost",
     InstanceNotFound = "instance_not_found",
     InstancesRunning = "instances_running",
     InsufficientScope = "insufficient_scope",
@@ -217,6 +218,7 @@ impl ErrorCode {
             | HostnameTaken
             | IdentityTaken
             | IdempotencyInProgress
+            | IdempotencyResponseLost
             | InstancesRunning
             | LastOwner
             | LimitReached

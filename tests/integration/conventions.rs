@@ -4,6 +4,9 @@
 use reqwest::Method;
 use serde_json::json;
 
+use bulkhead::app::shared::idempotency::{Finished, IdempotencyStart, StoredResponse};
+use bulkhead::db::IDEMPOTENCY_CLAIM;
+
 use crate::db_tests;
 use crate::support::{ADMIN_TOKEN, TestServer};
 
@@ -197,6 +200,41 @@ async fn idempotency_keys_replay_and_refuse_reuse(s: TestServer) {
     );
     let too_long = create(&"k".repeat(300), "x").await;
     too_long.assert_problem(400, "invalid_header");
+
+    // A request whose write committed but which answered a server error (its answer lost with
+    // a primary) keeps its key: a retry is answered what was kept, and never runs it again.
+    // One that failed before any write committed releases its key: a retry runs.
+    let app = s.app();
+    let lost = StoredResponse {
+        status: 409,
+        headers: vec![],
+        body: b"lost".to_vec(),
+    };
+    for (key, commits) in [("lost-1", true), ("lost-2", false)] {
+        let started = app.idempotency_start("credential-x", key, "hash").await;
+        assert!(matches!(started, Ok(IdempotencyStart::Proceed)));
+        let claim = ("credential-x".to_owned(), key.to_owned());
+        IDEMPOTENCY_CLAIM
+            .scope(claim, async {
+                let txn = bulkhead::db::begin_write(&app.db).await.unwrap();
+                if commits {
+                    txn.commit().await.unwrap();
+                } else {
+                    txn.rollback().await.unwrap();
+                }
+            })
+            .await;
+        let failed = Finished::Failed { lost: lost.clone() };
+        app.idempotency_finish("credential-x", key, failed, &[])
+            .await
+            .unwrap();
+        let again = app.idempotency_start("credential-x", key, "hash").await;
+        match (commits, again) {
+            (true, Ok(IdempotencyStart::Replay(stored, _))) => assert_eq!(stored.body, b"lost"),
+            (false, Ok(IdempotencyStart::Proceed)) => {}
+            (commits, _) => panic!("took effect: {commits}, and not answered as it should"),
+        }
+    }
 }
 
 async fn cors_compression_and_request_ids(s: TestServer) {

@@ -2503,6 +2503,8 @@ enum, so that clients match on codes the compiler knows.
         IdempotencyInProgress,
         #[serde(rename = "idempotency_key_reused")]
         IdempotencyKeyReused,
+        #[serde(rename = "idempotency_response_lost")]
+        IdempotencyResponseLost,
         #[serde(rename = "instance_not_found")]
         InstanceNotFound,
         #[serde(rename = "instances_running")]
@@ -2642,6 +2644,7 @@ enum, so that clients match on codes the compiler knows.
                 Self::IdentityTaken => f.write_str("identity_taken"),
                 Self::IdempotencyInProgress => f.write_str("idempotency_in_progress"),
                 Self::IdempotencyKeyReused => f.write_str("idempotency_key_reused"),
+                Self::IdempotencyResponseLost => f.write_str("idempotency_response_lost"),
                 Self::InstanceNotFound => f.write_str("instance_not_found"),
                 Self::InstancesRunning => f.write_str("instances_running"),
                 Self::InsufficientScope => f.write_str("insufficient_scope"),
@@ -2733,6 +2736,7 @@ enum, so that clients match on codes the compiler knows.
                 "identity_taken" => Ok(Self::IdentityTaken),
                 "idempotency_in_progress" => Ok(Self::IdempotencyInProgress),
                 "idempotency_key_reused" => Ok(Self::IdempotencyKeyReused),
+                "idempotency_response_lost" => Ok(Self::IdempotencyResponseLost),
                 "instance_not_found" => Ok(Self::InstanceNotFound),
                 "instances_running" => Ok(Self::InstancesRunning),
                 "insufficient_scope" => Ok(Self::InsufficientScope),

@@ -237,14 +237,39 @@ fn private_file_create(file: &Path) -> std::io::Result<()> {
     }
 }
 
+tokio::task_local! {
+    /// The idempotency key (credential, key) of the request this task serves, while it runs:
+    /// see [`begin_write`].
+    pub static IDEMPOTENCY_CLAIM: (String, String);
+}
+
 /// Starts a transaction that will write. On SQLite it takes the write lock at once, so that two
 /// concurrent writers queue on the busy timeout instead of failing to upgrade a read lock.
+///
+/// Within a request claimed with an idempotency key ([`IDEMPOTENCY_CLAIM`]), the transaction
+/// first marks the claim as having taken effect: the mark commits with the request's writes or
+/// not at all, so a request whose commit the database acknowledged while its answer was lost
+/// (a primary gone in between) is known to have run, and never runs again.
 pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
     let options = TransactionOptions {
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
         ..Default::default()
     };
-    db.begin_with_options(options).await
+    let txn = db.begin_with_options(options).await?;
+    if let Ok((credential, key)) = IDEMPOTENCY_CLAIM.try_with(Clone::clone) {
+        use sea_orm::sea_query::Expr;
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+        crate::entity::idempotency_record::Entity::update_many()
+            .col_expr(
+                crate::entity::idempotency_record::Column::TookEffect,
+                Expr::value(true),
+            )
+            .filter(crate::entity::idempotency_record::Column::Principal.eq(credential))
+            .filter(crate::entity::idempotency_record::Column::Key.eq(key))
+            .exec(&txn)
+            .await?;
+    }
+    Ok(txn)
 }
 
 /// Locks row `id` of `E` for the rest of `txn` (`FOR UPDATE` on PostgreSQL; SQLite's write

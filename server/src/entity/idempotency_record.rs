@@ -16,6 +16,9 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// The authorization checks the first request passed; a replay must pass them again.
     pub authorization: Option<Json>,
+    /// Whether a write transaction of the first request committed (set in that transaction):
+    /// such a request never runs again, even when its answer was lost.
+    pub took_effect: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

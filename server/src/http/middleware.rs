@@ -19,10 +19,10 @@ use super::plugins::UPLOAD_PATH;
 use crate::app::App;
 use crate::app::git::installations::HOOK_PATH;
 use crate::app::providers::plugin_binaries::PLUGIN_MAX_BYTES;
-use crate::app::shared::idempotency::{IdempotencyStart, StoredResponse};
+use crate::app::shared::idempotency::{Finished, IdempotencyStart, RESPONSE_LOST, StoredResponse};
 use crate::authz::{Principal, authz_trail_keep};
 use crate::error::{AppError, ErrorCode};
-use crate::http::problem::{PROBLEM_JSON, problem_response};
+use crate::http::problem::{PROBLEM_JSON, problem, problem_response};
 
 /// Limits request bodies to `limit` bytes, [`PLUGIN_MAX_BYTES`] for plugin uploads and
 /// [`HOOK_MAX_BYTES`] for git deliveries. A declared length over the limit is refused before
@@ -295,20 +295,44 @@ pub async fn idempotency(State(app): State<App>, request: Request, next: Next) -
             }
         }
         Ok(IdempotencyStart::Proceed) => {
-            let (response, checks) =
-                authz_trail_keep(next.run(Request::from_parts(parts, Body::from(body)))).await;
+            // The request's write transactions mark the claim as having taken effect.
+            let claim = (credential.clone(), key.clone());
+            let (response, checks) = crate::db::IDEMPOTENCY_CLAIM
+                .scope(
+                    claim,
+                    authz_trail_keep(next.run(Request::from_parts(parts, Body::from(body)))),
+                )
+                .await;
             let (parts, body) = response.into_parts();
+            let lost = || {
+                let status = StatusCode::CONFLICT;
+                let problem = problem(status, ErrorCode::IdempotencyResponseLost, RESPONSE_LOST);
+                Finished::Failed {
+                    lost: StoredResponse {
+                        status: status.as_u16(),
+                        headers: vec![(
+                            header::CONTENT_TYPE.as_str().to_owned(),
+                            PROBLEM_JSON.to_str().unwrap_or_default().to_owned(),
+                        )],
+                        body: serde_json::to_vec(&problem).unwrap_or_default(),
+                    },
+                }
+            };
             let Ok(body) = to_bytes(body, usize::MAX).await else {
-                app.idempotency_finish_eventually(&credential, &key, None, &[])
+                app.idempotency_finish_eventually(&credential, &key, lost(), &[])
                     .await;
                 return AppError::internal("response body could not be read").into_response();
             };
-            let stored = (!parts.status.is_server_error()).then(|| StoredResponse {
-                status: parts.status.as_u16(),
-                headers: replayable_headers(&parts.headers),
-                body: body.to_vec(),
-            });
-            app.idempotency_finish_eventually(&credential, &key, stored, &checks)
+            let finished = if parts.status.is_server_error() {
+                lost()
+            } else {
+                Finished::Answered(StoredResponse {
+                    status: parts.status.as_u16(),
+                    headers: replayable_headers(&parts.headers),
+                    body: body.to_vec(),
+                })
+            };
+            app.idempotency_finish_eventually(&credential, &key, finished, &checks)
                 .await;
             Response::from_parts(parts, Body::from(body))
         }

@@ -6,7 +6,10 @@
 //! between the credentials of a user: a narrower token cannot replay what a broader one did.
 //! A replay passes again the authorization checks the first request passed (see
 //! [`crate::authz::AuthzCheck`]). Records are kept for 24 hours, then purged. Responses with a
-//! 5xx status are not kept, so the client can retry them.
+//! 5xx status are not kept, so the client can retry them, unless the request took effect all
+//! the same (a write transaction of it committed, as [`crate::db::begin_write`] marks: the
+//! database acknowledged a commit whose answer was lost with its primary): it never runs again,
+//! and a retry gets 409 `idempotency_response_lost`.
 
 use chrono::{Duration, Utc};
 use sea_orm::sea_query::Expr;
@@ -36,6 +39,17 @@ pub struct StoredResponse {
     pub body: Vec<u8>,
 }
 
+/// How a request with a claimed key ended.
+#[derive(Debug, Clone)]
+pub enum Finished {
+    /// With this answer (not a server error): kept for replays.
+    Answered(StoredResponse),
+    /// With a server error: the key is released so that the client may retry, unless the
+    /// request took effect all the same; then `lost` (a 409 `idempotency_response_lost`) is
+    /// kept for replays instead.
+    Failed { lost: StoredResponse },
+}
+
 /// What to do with a request that carries an idempotency key.
 pub enum IdempotencyStart {
     /// First use of the key: run the request, then [`App::idempotency_finish`].
@@ -63,6 +77,7 @@ impl App {
         if let Some(record) = existing {
             let expired = now - record.created_at > Duration::hours(RETENTION_HOURS);
             let abandoned = record.response_status.is_none()
+                && !record.took_effect
                 && now - record.created_at > Duration::seconds(PENDING_TIMEOUT_SECS);
             if !(expired || abandoned) {
                 if record.request_hash != request_hash {
@@ -72,6 +87,11 @@ impl App {
                     ));
                 }
                 let Some(status) = record.response_status else {
+                    if record.took_effect
+                        && now - record.created_at > Duration::seconds(PENDING_TIMEOUT_SECS)
+                    {
+                        return Err(response_lost());
+                    }
                     return Err(AppError::new(
                         ErrorCode::IdempotencyInProgress,
                         "a request with this Idempotency-Key is still being processed; retry later",
@@ -118,6 +138,7 @@ impl App {
             response_body: Set(None),
             created_at: Set(now),
             authorization: Set(None),
+            took_effect: Set(false),
         }
         .insert(&txn)
         .await
@@ -130,52 +151,61 @@ impl App {
         Ok(IdempotencyStart::Proceed)
     }
 
-    /// Stores the response of a claimed key with the authorization `checks` its request
-    /// passed, or releases the key when `response` is `None` (a server error, which the client
-    /// may retry).
+    /// Stores the answer of a claimed key with the authorization `checks` its request passed,
+    /// or releases the key (see [`Finished`]).
     pub async fn idempotency_finish(
         &self,
         credential: &str,
         key: &str,
-        response: Option<StoredResponse>,
+        finished: Finished,
         checks: &[AuthzCheck],
     ) -> AppResult<()> {
-        let id = (credential.to_owned(), key.to_owned());
-        match response {
-            None => {
-                idempotency_record::Entity::delete_by_id(id)
-                    .exec(&self.db)
-                    .await?;
-            }
-            Some(response) => {
-                let headers =
-                    serde_json::to_value(&response.headers).map_err(AppError::internal)?;
-                idempotency_record::Entity::update_many()
-                    .col_expr(
-                        idempotency_record::Column::ResponseStatus,
-                        Expr::value(i32::from(response.status)),
-                    )
-                    .col_expr(
-                        idempotency_record::Column::ResponseHeaders,
-                        Expr::value(headers),
-                    )
-                    .col_expr(
-                        idempotency_record::Column::ResponseBody,
-                        Expr::value(
-                            self.secrets
-                                .seal_bytes(&response_purpose(credential, key), &response.body),
-                        ),
-                    )
-                    .col_expr(
-                        idempotency_record::Column::Authorization,
-                        Expr::value(serde_json::to_value(checks).map_err(AppError::internal)?),
-                    )
+        let response = match finished {
+            Finished::Answered(response) => response,
+            Finished::Failed { lost } => {
+                let released = idempotency_record::Entity::delete_many()
                     .filter(idempotency_record::Column::Principal.eq(credential))
                     .filter(idempotency_record::Column::Key.eq(key))
+                    .filter(idempotency_record::Column::TookEffect.eq(false))
+                    .filter(idempotency_record::Column::ResponseStatus.is_null())
                     .exec(&self.db)
                     .await?;
+                if released.rows_affected == 1 {
+                    return Ok(());
+                }
+                tracing::warn!(
+                    "a request that failed took effect all the same: its key is kept, and its \
+                     retries are answered idempotency_response_lost"
+                );
+                lost
             }
-        }
+        };
+        let headers = serde_json::to_value(&response.headers).map_err(AppError::internal)?;
+        idempotency_record::Entity::update_many()
+            .col_expr(
+                idempotency_record::Column::ResponseStatus,
+                Expr::value(i32::from(response.status)),
+            )
+            .col_expr(
+                idempotency_record::Column::ResponseHeaders,
+                Expr::value(headers),
+            )
+            .col_expr(
+                idempotency_record::Column::ResponseBody,
+                Expr::value(
+                    self.secrets
+                        .seal_bytes(&response_purpose(credential, key), &response.body),
+                ),
+            )
+            .col_expr(
+                idempotency_record::Column::Authorization,
+                Expr::value(serde_json::to_value(checks).map_err(AppError::internal)?),
+            )
+            .filter(idempotency_record::Column::Principal.eq(credential))
+            .filter(idempotency_record::Column::Key.eq(key))
+            .filter(idempotency_record::Column::ResponseStatus.is_null())
+            .exec(&self.db)
+            .await?;
         Ok(())
     }
 
@@ -189,11 +219,11 @@ impl App {
         &self,
         credential: &str,
         key: &str,
-        response: Option<StoredResponse>,
+        finished: Finished,
         checks: &[AuthzCheck],
     ) {
         let Err(err) = self
-            .idempotency_finish(credential, key, response.clone(), checks)
+            .idempotency_finish(credential, key, finished.clone(), checks)
             .await
         else {
             return;
@@ -217,7 +247,7 @@ impl App {
                 }
                 wait = (wait * 2).min(std::time::Duration::from_secs(2));
                 match app
-                    .idempotency_finish(&credential, &key, response.clone(), &checks)
+                    .idempotency_finish(&credential, &key, finished.clone(), &checks)
                     .await
                 {
                     Ok(()) => {
@@ -274,6 +304,7 @@ impl App {
                     .add(
                         sea_orm::Condition::all()
                             .add(idempotency_record::Column::ResponseStatus.is_null())
+                            .add(idempotency_record::Column::TookEffect.eq(false))
                             .add(
                                 idempotency_record::Column::CreatedAt
                                     .lt(now - Duration::seconds(PENDING_TIMEOUT_SECS)),
@@ -284,4 +315,13 @@ impl App {
             .await?
             .rows_affected)
     }
+}
+
+/// Why a retry of a request that took effect but whose answer was lost is refused.
+pub const RESPONSE_LOST: &str = "the first request with this Idempotency-Key took effect, but its \
+     answer was lost (the database failed over as it answered); it will not run again: look its \
+     result up";
+
+fn response_lost() -> AppError {
+    AppError::new(ErrorCode::IdempotencyResponseLost, RESPONSE_LOST)
 }
