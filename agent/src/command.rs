@@ -88,11 +88,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let stop = shutdown_signal()?;
     let agent = crate::start(settings).await?;
     println!("bulkhead agent listening on {}", agent.url());
-    println!("workloads' sizes: up to {}", agent.allocatable);
     println!(
         "workloads: {}; {}; {}",
         agent.isolation, agent.network, agent.limits
     );
+    println!("workloads' sizes may add up to {}", agent.allocatable);
     stop.await;
     // Workloads keep running: the next agent on this data directory adopts them.
     agent.shutdown().await;

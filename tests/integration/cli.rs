@@ -371,6 +371,15 @@ async fn agent_reads_its_token_from_a_private_file() {
         ),
         "as root, on a machine with ip, nft and cgroups (CI installs them): {workloads}"
     );
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let sizes = next_line();
+    assert!(
+        sizes.starts_with(&format!(
+            "workloads' sizes may add up to {}m CPU and ",
+            cpus * 1000
+        )) && sizes.ends_with(" MiB"),
+        "this machine's CPUs and memory: {sizes}"
+    );
     assert_eq!(get(&addr, "/v1/capacity", Some(token)).await, 200);
     assert_eq!(
         get(&addr, "/v1/capacity", Some("not-the-token-at-all")).await,

@@ -203,7 +203,7 @@ impl App {
                 )
                 .await?;
                 if moved && row.last_error.starts_with(WAITING_FOR_ROOM) {
-                    deployment_reason_clear(&txn, &found).await?;
+                    rolling_out_reason_set(&txn, &found, "").await?;
                 }
                 if moved {
                     // The machine type a cloud chose for the instance's size, when it has one.
@@ -496,7 +496,6 @@ async fn instance_wait_for_room(
     size: ServiceSize,
     err: &AppError,
 ) -> AppResult<()> {
-    use sea_orm::sea_query::ExprTrait;
     tracing::info!(instance = %row.instance_key, provider = %row.provider, detail = %err.detail, "waiting for room");
     let first = !row.last_error.starts_with(WAITING_FOR_ROOM);
     let jitter = rand::rng().random_range(0..=ROOM_RETRY.as_millis() as i64 / 5);
@@ -537,39 +536,32 @@ async fn instance_wait_for_room(
             }),
         )
         .await?;
-        deployment::Entity::update_many()
-            .col_expr(deployment::Column::Reason, Expr::value(reason))
-            .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
-            .col_expr(
-                deployment::Column::Revision,
-                Expr::col(deployment::Column::Revision).add(1),
-            )
-            .filter(deployment::Column::Id.eq(found.id))
-            .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
-            .exec(txn)
-            .await?;
+        rolling_out_reason_set(txn, found, &reason).await?;
     }
     Ok(())
 }
 
-/// Clears the reason of `found` (rolling out) once its instance that waited for room is made.
-async fn deployment_reason_clear(
+/// Sets the reason of `found` while it rolls out: why an instance of it waits for room, or
+/// nothing (`""`) once an instance that waited is made.
+async fn rolling_out_reason_set(
     txn: &sea_orm::DatabaseTransaction,
     found: &deployment::Model,
+    reason: &str,
 ) -> AppResult<()> {
     use sea_orm::sea_query::ExprTrait;
-    deployment::Entity::update_many()
-        .col_expr(deployment::Column::Reason, Expr::value(""))
+    let mut update = deployment::Entity::update_many()
+        .col_expr(deployment::Column::Reason, Expr::value(reason))
         .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
         .col_expr(
             deployment::Column::Revision,
             Expr::col(deployment::Column::Revision).add(1),
         )
         .filter(deployment::Column::Id.eq(found.id))
-        .filter(deployment::Column::State.eq(DeploymentState::RollingOut))
-        .filter(deployment::Column::Reason.starts_with(WAITING_FOR_ROOM))
-        .exec(txn)
-        .await?;
+        .filter(deployment::Column::State.eq(DeploymentState::RollingOut));
+    if reason.is_empty() {
+        update = update.filter(deployment::Column::Reason.starts_with(WAITING_FOR_ROOM));
+    }
+    update.exec(txn).await?;
     Ok(())
 }
 
