@@ -350,12 +350,15 @@ async fn agent_reads_its_token_from_a_private_file() {
     with_env_token.env("BULKHEAD_AGENT_TOKEN", token);
     refused(with_env_token, "--token-file");
 
-    let mut child = agent()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(Some(
+        agent()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let stdout = child.0.as_mut().and_then(|child| child.stdout.take());
+    let mut lines = BufReader::new(stdout.unwrap()).lines();
     let mut next_line = || lines.next().expect("a line").unwrap();
     let listening = next_line();
     let addr = listening
@@ -385,5 +388,18 @@ async fn agent_reads_its_token_from_a_private_file() {
         get(&addr, "/v1/capacity", Some("not-the-token-at-all")).await,
         401
     );
-    terminate(child);
+    terminate(child.0.take().unwrap());
+}
+
+/// Kills its child when dropped, so that a test that fails leaves no agent behind holding its
+/// uids (the next run could not start one on them).
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
