@@ -32,6 +32,7 @@ use crate::app::deploys::deployments::{self, deployment_finish};
 use crate::app::deploys::events::{DeploymentEventKind, event_append};
 use crate::app::deploys::instances::{claim_cleared, instance_transition};
 use crate::app::deploys::placement::{Candidate, GIT_SOURCE_CAPABILITY, place};
+use crate::app::deploys::queue;
 use crate::app::projects::services::spec::ServiceSpec;
 use crate::app::shared::backpressure::{BACKOFF_BASE, BACKOFF_CAP, backoff_delay};
 use crate::app::shared::sizes::ServiceSize;
@@ -436,7 +437,8 @@ impl App {
         .await?;
         if moved {
             evacuation_unremoved_note(txn, row, false).await?;
-            room_freed(txn, &row.provider).await?;
+            // Room freed: the instances waiting for it there are tried again at once.
+            queue::room_waiters_wake(txn, &row.provider, WAITING_FOR_ROOM).await?;
             event_append(
                 txn,
                 row.deployment_id,
@@ -562,20 +564,6 @@ async fn rolling_out_reason_set(
         update = update.filter(deployment::Column::Reason.starts_with(WAITING_FOR_ROOM));
     }
     update.exec(txn).await?;
-    Ok(())
-}
-
-/// An instance of `provider` is gone: the instances waiting for room there are tried again
-/// at once.
-async fn room_freed(txn: &sea_orm::DatabaseTransaction, provider: &str) -> AppResult<()> {
-    instance::Entity::update_many()
-        .col_expr(instance::Column::NextAttemptAt, Expr::value(Utc::now()))
-        .filter(instance::Column::Provider.eq(provider))
-        .filter(instance::Column::State.eq(InstanceState::Provisioning))
-        .filter(instance::Column::LastError.starts_with(WAITING_FOR_ROOM))
-        .filter(instance::Column::ClaimedBy.is_null())
-        .exec(txn)
-        .await?;
     Ok(())
 }
 

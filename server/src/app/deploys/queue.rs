@@ -79,16 +79,45 @@ async fn order_bound(
 }
 
 /// `select` as a statement for `backend`; on SQLite, told to read through `index`.
-fn indexed_by<S: QueryTrait>(backend: DbBackend, select: S, index: &str) -> Statement {
-    let mut statement = select.build(backend);
+fn indexed_by<S: QueryTrait>(backend: DbBackend, query: S, index: &str) -> Statement {
+    let mut statement = query.build(backend);
     if backend == DbBackend::Sqlite {
-        statement.sql = statement.sql.replacen(
-            r#"FROM "instances""#,
-            &format!(r#"FROM "instances" INDEXED BY "{index}""#),
-            1,
-        );
+        let table = if statement.sql.starts_with("UPDATE") {
+            r#"UPDATE "instances""#
+        } else {
+            r#"FROM "instances""#
+        };
+        statement.sql =
+            statement
+                .sql
+                .replacen(table, &format!(r#"{table} INDEXED BY "{index}""#), 1);
     }
     statement
+}
+
+/// Makes the instances of `provider` that wait for room (`last_error` starting with
+/// `waiting`) due now: an instance of that provider was removed. Through the state index, so
+/// that it costs the provisioning instances, not every instance the provider ever had (on
+/// SQLite, without statistics, the provider's index was chosen: 19 ms at 100,000 removed
+/// instances, in the removal's write transaction, against 4 µs).
+pub async fn room_waiters_wake(
+    db: &impl ConnectionTrait,
+    provider: &str,
+    waiting: &str,
+) -> AppResult<()> {
+    let update = instance::Entity::update_many()
+        .col_expr(instance::Column::NextAttemptAt, Expr::value(Utc::now()))
+        .filter(instance::Column::State.eq(InstanceState::Provisioning))
+        .filter(instance::Column::Provider.eq(provider))
+        .filter(instance::Column::LastError.starts_with(waiting))
+        .filter(instance::Column::ClaimedBy.is_null());
+    db.execute_raw(indexed_by(
+        db.get_database_backend(),
+        update,
+        "idx_instances_state",
+    ))
+    .await?;
+    Ok(())
 }
 
 /// Instances waiting for an operation now: not claimed by a live runner, not backing off.

@@ -318,9 +318,9 @@ impl App {
 }
 
 /// Why a retry of a request that took effect but whose answer was lost is refused.
-pub const RESPONSE_LOST: &str = "the first request with this Idempotency-Key took effect, but its \
-     answer was lost (the database failed over as it answered); it will not run again: look its \
-     result up";
+pub const RESPONSE_LOST: &str = "the first request with this Idempotency-Key took effect (it \
+     wrote), but ended with a server error, so its answer is lost (a database failing over as it \
+     answered, say); it will not run again: look its result up";
 
 fn response_lost() -> AppError {
     AppError::new(ErrorCode::IdempotencyResponseLost, RESPONSE_LOST)
