@@ -522,18 +522,35 @@ fn advertise_url_parse(text: &str) -> anyhow::Result<String> {
 pub enum SignInProviderKind {
     /// GitHub's OAuth apps: the account is `GET {userinfo_url}`'s `id` and `login`.
     Github,
-    /// OpenID Connect: the account is the userinfo endpoint's `sub` (and `email`).
+    /// OpenID Connect: discovered from `issuer`; the account is the validated ID token's `sub`
+    /// (its email from the userinfo endpoint, whose `sub` must be the same).
     Oidc,
 }
 
+/// How the client authenticates at an OpenID Provider's token endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenEndpointAuthMethod {
+    /// HTTP Basic authentication (OpenID Connect's default).
+    ClientSecretBasic,
+    /// `client_id` and `client_secret` in the form body.
+    ClientSecretPost,
+}
+
 /// An outside identity provider (`[[sign_in_providers]]` in the config file). For `github`
-/// the URLs default to github.com's.
+/// the URLs default to github.com's; an `oidc` one is found from its `issuer` (discovery).
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignInProvider {
     /// `[a-z0-9-]`, 1 to 64: in the API's paths.
     pub name: String,
     pub kind: SignInProviderKind,
+    /// An `oidc` provider's issuer: its metadata is at `{issuer}/.well-known/openid-configuration`.
+    pub issuer: Option<String>,
+    /// An `oidc` provider's client authentication: `client_secret_basic` unless the provider
+    /// offers only `client_secret_post`.
+    pub token_endpoint_auth_method: Option<TokenEndpointAuthMethod>,
+    /// `github` only (`oidc` providers say theirs).
     pub authorize_url: Option<String>,
     pub token_url: Option<String>,
     pub userinfo_url: Option<String>,
@@ -594,20 +611,33 @@ fn sign_in_providers_check(providers: Vec<SignInProvider>) -> anyhow::Result<Vec
             names.insert(name.clone()),
             "sign_in_providers: `{name}` twice"
         );
-        if provider.kind == SignInProviderKind::Oidc {
-            anyhow::ensure!(
-                provider.authorize_url.is_some()
-                    && provider.token_url.is_some()
-                    && provider.userinfo_url.is_some(),
-                "sign_in_providers: `{name}` (oidc) needs authorize_url, token_url and userinfo_url"
-            );
-        }
-        for url in [
-            provider.authorize_url(),
-            provider.token_url(),
-            provider.userinfo_url(),
-            &provider.redirect_uri,
-        ] {
+        let urls = match provider.kind {
+            SignInProviderKind::Oidc => {
+                anyhow::ensure!(
+                    provider.authorize_url.is_none()
+                        && provider.token_url.is_none()
+                        && provider.userinfo_url.is_none(),
+                    "sign_in_providers: `{name}` (oidc) is found from its `issuer`: remove authorize_url, token_url and userinfo_url"
+                );
+                let issuer = provider.issuer.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!("sign_in_providers: `{name}` (oidc) needs `issuer`")
+                })?;
+                vec![issuer, &provider.redirect_uri]
+            }
+            SignInProviderKind::Github => {
+                anyhow::ensure!(
+                    provider.issuer.is_none() && provider.token_endpoint_auth_method.is_none(),
+                    "sign_in_providers: `{name}` (github) takes no `issuer` or `token_endpoint_auth_method`"
+                );
+                vec![
+                    provider.authorize_url(),
+                    provider.token_url(),
+                    provider.userinfo_url(),
+                    &provider.redirect_uri,
+                ]
+            }
+        };
+        for url in urls {
             let parsed = url::Url::parse(url)
                 .map_err(|err| anyhow::anyhow!("sign_in_providers: `{name}`: `{url}`: {err}"))?;
             let loopback = matches!(parsed.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));

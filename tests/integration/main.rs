@@ -32,6 +32,7 @@ mod limits;
 mod logs;
 mod members;
 mod migrations;
+mod openid_connect;
 mod ops;
 mod plugin_tools;
 mod plugins;

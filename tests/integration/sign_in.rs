@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use bulkhead::app::identity::sign_in::outside::IN_FLIGHT_MAX;
+use bulkhead::app::identity::sign_in::calls::IN_FLIGHT_MAX;
 use bulkhead::config::{SignInProvider, SignInProviderKind};
 use bulkhead_simulators::RunningSimulator;
 use bulkhead_simulators::faults::FaultState;
@@ -72,6 +72,8 @@ async fn accounts_link_and_sign_in_while_the_provider_allows(backend: Backend) {
         settings.sign_in_providers = vec![SignInProvider {
             name: "github".into(),
             kind: SignInProviderKind::Github,
+            issuer: None,
+            token_endpoint_auth_method: None,
             authorize_url: Some(format!("{base}/login/oauth/authorize")),
             token_url: Some(format!("{base}/login/oauth/access_token")),
             userinfo_url: Some(format!("{base}/user")),

@@ -7844,6 +7844,10 @@ whole set.*/
     #[serde(deny_unknown_fields)]
     pub struct SignInFinish {
         pub code: SignInFinishCode,
+        /**The issuer the provider said it is, when its answer carried `iss` (RFC 9207): pass it
+on as it came; a provider that sends it is refused without it.*/
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub iss: ::std::option::Option<SignInFinishIss>,
         pub state: SignInFinishState,
     }
     impl SignInFinish {
@@ -7897,6 +7901,64 @@ whole set.*/
         }
     }
     impl<'de> ::serde::Deserialize<'de> for SignInFinishCode {
+        fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+        where
+            D: ::serde::Deserializer<'de>,
+        {
+            ::std::string::String::deserialize(deserializer)?
+                .parse()
+                .map_err(|e: self::error::ConversionError| {
+                    <D::Error as ::serde::de::Error>::custom(e.to_string())
+                })
+        }
+    }
+    /**The issuer the provider said it is, when its answer carried `iss` (RFC 9207): pass it
+on as it came; a provider that sends it is refused without it.*/
+    #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+    #[serde(transparent)]
+    pub struct SignInFinishIss(::std::string::String);
+    impl ::std::ops::Deref for SignInFinishIss {
+        type Target = ::std::string::String;
+        fn deref(&self) -> &::std::string::String {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<SignInFinishIss> for ::std::string::String {
+        fn from(value: SignInFinishIss) -> Self {
+            value.0
+        }
+    }
+    impl ::std::str::FromStr for SignInFinishIss {
+        type Err = self::error::ConversionError;
+        fn from_str(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            if value.chars().count() > 2048usize {
+                return Err("longer than 2048 characters".into());
+            }
+            if value.chars().count() < 1usize {
+                return Err("shorter than 1 characters".into());
+            }
+            Ok(Self(value.to_string()))
+        }
+    }
+    impl ::std::convert::TryFrom<&str> for SignInFinishIss {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: &str,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl ::std::convert::TryFrom<::std::string::String> for SignInFinishIss {
+        type Error = self::error::ConversionError;
+        fn try_from(
+            value: ::std::string::String,
+        ) -> ::std::result::Result<Self, self::error::ConversionError> {
+            value.parse()
+        }
+    }
+    impl<'de> ::serde::Deserialize<'de> for SignInFinishIss {
         fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
         where
             D: ::serde::Deserializer<'de>,
@@ -22457,6 +22519,10 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
         #[derive(Clone, Debug)]
         pub struct SignInFinish {
             code: ::std::result::Result<super::SignInFinishCode, ::std::string::String>,
+            iss: ::std::result::Result<
+                ::std::option::Option<super::SignInFinishIss>,
+                ::std::string::String,
+            >,
             state: ::std::result::Result<
                 super::SignInFinishState,
                 ::std::string::String,
@@ -22466,6 +22532,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             fn default() -> Self {
                 Self {
                     code: Err("no value supplied for code".to_string()),
+                    iss: Ok(Default::default()),
                     state: Err("no value supplied for state".to_string()),
                 }
             }
@@ -22480,6 +22547,20 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
                     .try_into()
                     .map_err(|e| {
                         format!("error converting supplied value for code: {e}")
+                    });
+                self
+            }
+            pub fn iss<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::SignInFinishIss>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.iss = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for iss: {e}")
                     });
                 self
             }
@@ -22503,6 +22584,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
                     code: value.code?,
+                    iss: value.iss?,
                     state: value.state?,
                 })
             }
@@ -22511,6 +22593,7 @@ followed by `/…` when it has a path or query (which may carry a secret).*/
             fn from(value: super::SignInFinish) -> Self {
                 Self {
                     code: Ok(value.code),
+                    iss: Ok(value.iss),
                     state: Ok(value.state),
                 }
             }
@@ -25687,6 +25770,27 @@ let response = client.browser_session_logout()
 ```*/
     pub fn browser_session_logout(&self) -> builder::BrowserSessionLogout<'_> {
         builder::BrowserSessionLogout::new(self)
+    }
+    /**Finish signing in with an outside provider in cookie mode (the dashboard's callback page):
+as `POST /v1/auth/providers/{provider}/finish`, but the session's refresh token is set as
+the `HttpOnly` cookie, as at `POST /v1/auth/session`
+
+Sends a `POST` request to `/v1/auth/session/providers/{provider}/finish`
+
+Arguments:
+- `provider`: The provider's name
+- `body`
+```ignore
+let response = client.browser_session_provider_finish()
+    .provider(provider)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn browser_session_provider_finish(
+        &self,
+    ) -> builder::BrowserSessionProviderFinish<'_> {
+        builder::BrowserSessionProviderFinish::new(self)
     }
     /**Exchange the refresh cookie for a new access token (and a new refresh cookie: each works
 once, and reusing one revokes the whole session). Needs `X-CSRF-Token`
@@ -29351,6 +29455,174 @@ pub mod builder {
                     )
                 }
                 409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::browser_session_provider_finish`]
+
+[`Client::browser_session_provider_finish`]: super::Client::browser_session_provider_finish*/
+    #[derive(Debug, Clone)]
+    pub struct BrowserSessionProviderFinish<'a> {
+        client: &'a super::Client,
+        provider: Result<::std::string::String, String>,
+        body: Result<types::builder::SignInFinish, String>,
+    }
+    impl<'a> BrowserSessionProviderFinish<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                provider: Err("provider was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn provider<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.provider = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for provider failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::SignInFinish>,
+            <V as std::convert::TryInto<types::SignInFinish>>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `SignInFinish` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::SignInFinish,
+            ) -> types::builder::SignInFinish,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/v1/auth/session/providers/{provider}/finish`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::BrowserSession>, Error<types::Problem>> {
+            let Self { client, provider, body } = self;
+            let provider = provider.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::SignInFinish::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/auth/session/providers/{}/finish", client.baseurl, encode_path(&
+                provider.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "browser_session_provider_finish",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                403u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                408u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                413u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                415u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                422u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

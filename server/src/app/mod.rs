@@ -82,7 +82,7 @@ pub struct App {
     /// Calls to forges (commit statuses), within their limits.
     pub forge: Arc<git::statuses::ForgeCalls>,
     /// Calls to outside identity providers, within their limits.
-    pub sign_in: Arc<identity::sign_in::outside::OutsideSignIn>,
+    pub sign_in: Arc<identity::sign_in::calls::OutsideSignIn>,
     /// The status of each background task of this server.
     pub tasks: Arc<background::driver::TaskBoard>,
 }

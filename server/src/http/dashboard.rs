@@ -58,12 +58,15 @@ static SCRIPT: LazyLock<Asset> =
 static STYLE: LazyLock<Asset> =
     LazyLock::new(|| Asset::new(built!("app.css"), "text/css; charset=utf-8"));
 
-/// `/` and `/assets/{file}`. The app routes by the URL's fragment, so no other path is its.
+/// `/`, `/assets/{file}` and `/sign-in/callback` (the page an outside identity provider sends
+/// the browser back to: the app finishes the sign-in from its query). The app routes by the
+/// URL's fragment, so no other path is its.
 /// Responses carry an `ETag` (the conditional-GET middleware answers 304 to a match) and
 /// `Cache-Control: no-cache`, so that a browser revalidates and never runs a stale build.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(index_get))
+        .route("/sign-in/callback", get(index_get))
         .route("/assets/{file}", get(asset_get))
         .layer(axum::middleware::from_fn(
             super::middleware::conditional_get,

@@ -24,9 +24,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::client_addr::ClientAddr;
-use super::extract::ApiJson;
+use super::extract::{ApiJson, ApiPath};
 use crate::app::App;
 use crate::app::identity::sessions::{LoginRequest, RefreshRequest, SessionTokens};
+use crate::app::identity::sign_in::outside::SignInFinish;
 use crate::error::{AppError, AppResult, ErrorCode};
 
 /// The path the refresh cookie is scoped to (the endpoints of this module).
@@ -42,6 +43,7 @@ pub fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(browser_session_login, browser_session_logout))
         .routes(routes!(browser_session_refresh))
+        .routes(routes!(browser_session_provider_finish))
 }
 
 /// A session in cookie mode: the refresh token is in the `HttpOnly` cookie, not here.
@@ -80,6 +82,39 @@ async fn browser_session_login(
     let request_id = super::middleware::current_request_id().unwrap_or_default();
     let tokens = app
         .session_login(login, super::auth::client_ip(client), &request_id)
+        .await?;
+    Ok(session_response(&app, tokens))
+}
+
+/// Finish signing in with an outside provider in cookie mode (the dashboard's callback page):
+/// as `POST /v1/auth/providers/{provider}/finish`, but the session's refresh token is set as
+/// the `HttpOnly` cookie, as at `POST /v1/auth/session`.
+#[utoipa::path(post, path = "/v1/auth/session/providers/{provider}/finish", tag = "auth", security(()), request_body = SignInFinish,
+    params(("provider" = String, Path, description = "The provider's name")),
+    responses((status = 200, body = BrowserSession, headers(
+            ("Cache-Control" = String, description = "`no-store`"),
+            ("Set-Cookie" = String, description = "`__Secure-bulkhead_refresh` (HttpOnly, Secure, SameSite=Strict, Path=/v1/auth/session) and `bulkhead_csrf` (Secure, SameSite=Strict, Path=/)"))),
+        (status = 400, description = "The state is unknown, expired or used, or the provider's answer is refused (`sign_in_failed`, saying why)", body = crate::http::problem::Problem),
+        (status = 403, description = "No user linked this account (`identity_not_linked`), theirs is disabled, or a cross-site request (`csrf_failed`)", body = crate::http::problem::Problem),
+        (status = 404, description = "No such provider", body = crate::http::problem::Problem),
+        (status = 503, description = "The provider is down or limiting us (`sign_in_unavailable`; see Retry-After)", body = crate::http::problem::Problem,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying")))))]
+async fn browser_session_provider_finish(
+    State(app): State<App>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+    ApiPath(provider): ApiPath<String>,
+    ApiJson(finish): ApiJson<SignInFinish>,
+) -> AppResult<Response> {
+    same_origin_check(&headers)?;
+    let request_id = super::middleware::current_request_id().unwrap_or_default();
+    let tokens = app
+        .sign_in_finish(
+            &provider,
+            finish,
+            super::auth::client_ip(client),
+            &request_id,
+        )
         .await?;
     Ok(session_response(&app, tokens))
 }

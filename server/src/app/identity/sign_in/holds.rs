@@ -16,7 +16,7 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, Set};
 use uuid::Uuid;
 
 use crate::app::App;
-use crate::app::identity::sign_in::outside::unavailable;
+use crate::app::identity::sign_in::calls::unavailable;
 use crate::entity::sign_in_provider_hold;
 use crate::error::AppResult;
 

@@ -2,6 +2,9 @@
 //! in from, and sign-in through outside identity providers with their holds.
 
 pub mod addresses;
+pub mod calls;
+pub mod github;
 pub mod holds;
+pub mod oidc;
 pub mod outside;
 pub mod throttle;

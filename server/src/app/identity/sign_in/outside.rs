@@ -1,105 +1,39 @@
-//! Sign-in through an outside identity provider: OAuth 2.0's authorization code flow with
-//! PKCE (S256), for OpenID Connect providers (the account is the userinfo endpoint's `sub`)
-//! and GitHub's OAuth apps (the account is `GET /user`'s `id`), beside passwords.
+//! Sign-in through an outside identity provider: the authorization code flow with PKCE (S256)
+//! of OpenID Connect providers ([`super::oidc`]: the account is the validated ID token's `sub`)
+//! and of GitHub's OAuth apps ([`super::github`]: `GET /user`'s `id`), beside passwords.
 //!
 //! - **Start** ([`App::sign_in_start`]): a random `state` (stored hashed, with the sealed PKCE
 //!   verifier, for ten minutes, usable once) and the provider's authorize URL to send the
 //!   browser to. **Finish** ([`App::sign_in_finish`]): the state is consumed, the code
-//!   exchanged at the token endpoint with the verifier, the account read at the userinfo
-//!   endpoint, and the user who linked that account gets a session of Bulkhead's own — its
-//!   access and refresh tokens keep working whatever the provider does afterwards.
+//!   exchanged with the verifier, the account validated and read, and the user who linked that
+//!   account gets a session of Bulkhead's own — its access and refresh tokens keep working
+//!   whatever the provider does afterwards.
 //! - **Linking** ([`App::identity_link_finish`]): a signed-in user (a session, not an API
 //!   token) runs the same flow to link an account; an account links to one user only.
-//! - **Polite when the provider is not**: calls to a provider go through a token bucket
-//!   ([`crate::app::shared::backpressure::Throttle`], [`CALLS_PER_SEC`] a second), at most
-//!   [`IN_FLIGHT_MAX`] at once from a replica (so a crowd finishing at once reaches it a few at
-//!   a time, and a limit answer stops the rest before they are sent); a 429, a 5xx, a timeout
-//!   or a limit answer holds the provider for its `Retry-After` (else [`HOLD_DEFAULT`]), and
-//!   while it is held new sign-ins are answered at once with 503 `sign_in_unavailable` and
-//!   `Retry-After`, without calling it: a crowd retrying cannot turn into a storm at the
-//!   provider. The wait is shared by the replicas, and when it is over one sign-in at a time
-//!   finds out whether the provider answers again ([`crate::app::identity::sign_in::holds`]), so that a crowd
-//!   that waited it out together does not reach a provider still limiting us all at once.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+//! - Every call to a provider is limited and held as [`super::calls`] says, so that a crowd
+//!   retrying cannot turn into a storm at it.
 
 use base64::Engine;
 use chrono::Utc;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::App;
 use crate::app::identity::sessions::SessionTokens;
+use crate::app::identity::sign_in::calls::ProviderHttp;
 use crate::app::identity::sign_in::holds::Admission;
-use crate::app::shared::backpressure::{Throttle, Wait};
+use crate::app::identity::sign_in::{github, oidc};
+use crate::app::shared::validate::text_validate;
 use crate::authz::{Principal, Scope};
 use crate::config::{SignInProvider, SignInProviderKind};
 use crate::entity::{sign_in_state, user, user_identity};
 use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
 
-/// Calls a second to one provider at most (token exchanges and account reads).
-pub const CALLS_PER_SEC: u32 = 20;
-/// Calls to one provider in flight at once from a replica, at most.
-pub const IN_FLIGHT_MAX: usize = 4;
-/// How long a call waits for its turn before the sign-in is answered 503 (the provider is
-/// slow, and others are ahead).
-const TURN_WAIT: Duration = Duration::from_secs(5);
-/// How long a provider that failed without `Retry-After` is held.
-const HOLD_DEFAULT: Duration = Duration::from_secs(10);
-/// The longest hold taken from a provider's `Retry-After`.
-const HOLD_MAX: Duration = Duration::from_secs(600);
 /// How long a started sign-in may be finished.
 const STATE_TTL: chrono::Duration = chrono::Duration::minutes(10);
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The client of this server's calls to identity providers.
-pub struct OutsideSignIn {
-    http: reqwest::Client,
-    pub(crate) throttle: Throttle,
-    /// Each provider's turns: [`IN_FLIGHT_MAX`] permits.
-    turns: Mutex<HashMap<String, Arc<Semaphore>>>,
-}
-
-impl OutsideSignIn {
-    /// A turn to call `provider`, waited for up to [`TURN_WAIT`]; it ends when dropped.
-    async fn turn(&self, provider: &str) -> AppResult<OwnedSemaphorePermit> {
-        let turns = self
-            .turns
-            .lock()
-            .expect("not poisoned")
-            .entry(provider.to_owned())
-            .or_insert_with(|| Arc::new(Semaphore::new(IN_FLIGHT_MAX)))
-            .clone();
-        match tokio::time::timeout(TURN_WAIT, turns.acquire_owned()).await {
-            Ok(Ok(turn)) => Ok(turn),
-            _ => {
-                metrics::counter!("sign_in_provider_calls_total", "outcome" => "busy").increment(1);
-                Err(unavailable(provider, Duration::from_secs(1)))
-            }
-        }
-    }
-}
-
-impl Default for OutsideSignIn {
-    fn default() -> Self {
-        Self {
-            http: bulkhead_common::tls::http_client_builder(None)
-                .expect("an HTTP client")
-                .timeout(CALL_TIMEOUT)
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("an HTTP client"),
-            throttle: Throttle::new(64, CALLS_PER_SEC),
-            turns: Mutex::default(),
-        }
-    }
-}
 
 /// A configured identity provider, as listed.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -126,6 +60,11 @@ pub struct SignInFinish {
     pub code: String,
     #[schema(min_length = 1, max_length = 512)]
     pub state: String,
+    /// The issuer the provider said it is, when its answer carried `iss` (RFC 9207): pass it
+    /// on as it came; a provider that sends it is refused without it.
+    #[schema(min_length = 1, max_length = 2048)]
+    #[serde(default)]
+    pub iss: Option<String>,
 }
 
 /// An outside account linked to the caller.
@@ -154,23 +93,13 @@ impl From<user_identity::Model> for IdentityView {
     }
 }
 
-/// An account at a provider.
-struct Account {
-    subject: String,
-    login: String,
+/// An account at a provider, as its answers (validated) say.
+pub(crate) struct Account {
+    pub subject: String,
+    pub login: String,
 }
 
-pub(crate) fn unavailable(provider: &str, wait: Duration) -> AppError {
-    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    AppError::new(ErrorCode::SignInUnavailable,
-        format!(
-            "signing in with {provider} is unavailable for now (it is down or limiting us); try again in {secs} s, or sign in with a password"
-        ),
-    )
-    .retry_after(secs)
-}
-
-fn refused(detail: impl Into<String>) -> AppError {
+pub(crate) fn refused(detail: impl Into<String>) -> AppError {
     AppError::new(ErrorCode::SignInFailed, detail)
 }
 
@@ -180,26 +109,6 @@ fn state_hash(state: &str) -> String {
 
 fn random_url_safe() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
-}
-
-/// Why a provider's answer means "wait": its `Retry-After`, else the default hold.
-fn hold_of(response: &reqwest::Response) -> Option<Duration> {
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
-    let limited = status == 429
-        || status >= 500
-        || (status == 403
-            && (retry_after.is_some()
-                || response
-                    .headers()
-                    .get("x-ratelimit-remaining")
-                    .is_some_and(|v| v.as_bytes() == b"0")));
-    limited.then(|| retry_after.unwrap_or(HOLD_DEFAULT).min(HOLD_MAX))
 }
 
 impl App {
@@ -233,8 +142,13 @@ impl App {
         self.sign_in_available(name).await?;
         let state = random_url_safe();
         let verifier = random_url_safe();
-        let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(Sha256::digest(verifier.as_bytes()));
+        let authorize_url = match provider.kind {
+            SignInProviderKind::Github => github::authorize_url(provider, &state, &verifier)?,
+            SignInProviderKind::Oidc => {
+                let http = ProviderHttp::new(self, name, Admission::Free);
+                oidc::authorize_url(&http, provider, &state, &verifier).await?
+            }
+        };
         let expires_at = Utc::now() + STATE_TTL;
         sign_in_state::ActiveModel {
             state_hash: Set(state_hash(&state)),
@@ -245,20 +159,8 @@ impl App {
         }
         .insert(&self.db)
         .await?;
-        let mut url = url::Url::parse(provider.authorize_url()).map_err(AppError::internal)?;
-        url.query_pairs_mut()
-            .append_pair("response_type", "code")
-            .append_pair("client_id", &provider.client_id)
-            .append_pair("redirect_uri", &provider.redirect_uri)
-            .append_pair("state", &state)
-            .append_pair("code_challenge", &challenge)
-            .append_pair("code_challenge_method", "S256");
-        if !provider.scopes.is_empty() {
-            url.query_pairs_mut()
-                .append_pair("scope", &provider.scopes.join(" "));
-        }
         Ok(SignInStart {
-            authorize_url: url.to_string(),
+            authorize_url,
             state,
             expires_at,
         })
@@ -292,69 +194,10 @@ impl App {
         Ok((verifier, found.link_user_id))
     }
 
-    /// One call to a provider, in its turn, within its rate and outside any wait a replica
-    /// recorded; an answer that means "wait" holds it for every replica, an answer to a probe
-    /// ends its recovery. The turn comes first, so that calls that waited for one see a hold
-    /// the calls ahead of them met.
-    async fn sign_in_call(
-        &self,
-        name: &str,
-        request: reqwest::RequestBuilder,
-        admission: &mut Admission,
-    ) -> AppResult<reqwest::Response> {
-        let _turn = self.sign_in.turn(name).await?;
-        match self.sign_in.throttle.admit(name, false) {
-            Ok(()) => {}
-            Err(Wait::ProviderHold(until)) => {
-                return Err(unavailable(
-                    name,
-                    until.saturating_duration_since(std::time::Instant::now()),
-                ));
-            }
-            Err(Wait::Rate(wait)) => return Err(unavailable(name, wait)),
-            Err(Wait::RetryBudget) => return Err(unavailable(name, Duration::from_secs(1))),
-        }
-        if *admission == Admission::Free {
-            self.sign_in_hold_check(name).await?;
-        }
-        let hold = match request.send().await {
-            Ok(response) => match hold_of(&response) {
-                None => {
-                    if let Admission::Probe(_) = admission {
-                        self.sign_in_hold_clear(name).await?;
-                        *admission = Admission::Free;
-                        tracing::info!(provider = name, "sign-in provider answers again");
-                    }
-                    metrics::counter!("sign_in_provider_calls_total", "outcome" => "answered")
-                        .increment(1);
-                    return Ok(response);
-                }
-                Some(hold) => {
-                    tracing::warn!(
-                        provider = name,
-                        status = response.status().as_u16(),
-                        hold_secs = hold.as_secs(),
-                        "sign-in provider limited or failed: held"
-                    );
-                    hold
-                }
-            },
-            Err(err) => {
-                tracing::warn!(provider = name, error = %err, "sign-in provider did not answer");
-                HOLD_DEFAULT
-            }
-        };
-        metrics::counter!("sign_in_provider_calls_total", "outcome" => "unavailable").increment(1);
-        self.sign_in.throttle.provider_hold(name, hold);
-        self.sign_in_hold_record(name, hold).await?;
-        *admission = Admission::Free;
-        Err(unavailable(name, hold))
-    }
-
     /// The account of a sign-in being finished (`link_user`: an account being linked by that
     /// user). Admitted before its state is used, so that a sign-in refused then may be sent
     /// again with the same code and state; then the state is used, the code exchanged and the
-    /// account read.
+    /// account validated and read.
     async fn sign_in_finished_account(
         &self,
         provider: &SignInProvider,
@@ -362,7 +205,12 @@ impl App {
         link_user: Option<Uuid>,
     ) -> AppResult<Account> {
         let name = provider.name.as_str();
-        let mut admission = self.sign_in_admit(name).await?;
+        text_validate("code", &finish.code, 512)?;
+        text_validate("state", &finish.state, 512)?;
+        if let Some(iss) = &finish.iss {
+            text_validate("iss", iss, 2048)?;
+        }
+        let http = ProviderHttp::new(self, name, self.sign_in_admit(name).await?);
         let account = async {
             let (verifier, started_for) = self.sign_in_state_take(name, &finish.state).await?;
             if started_for != link_user {
@@ -371,96 +219,32 @@ impl App {
                     Some(_) => "this `state` was not started by you to link an account",
                 }));
             }
-            self.sign_in_account(provider, &finish.code, &verifier, &mut admission)
-                .await
+            match provider.kind {
+                SignInProviderKind::Github => {
+                    github::account(&http, provider, &finish.code, verifier).await
+                }
+                SignInProviderKind::Oidc => {
+                    let returned = oidc::Returned {
+                        code: &finish.code,
+                        state: &finish.state,
+                        iss: finish.iss.as_deref(),
+                        verifier,
+                    };
+                    oidc::account(&http, provider, returned).await
+                }
+            }
         }
         .await;
-        if let Admission::Probe(lease) = admission {
+        if let Admission::Probe(lease) = http.admission() {
             self.sign_in_probe_release(name, lease).await;
         }
-        account
-    }
-
-    /// The account a code stands for: exchanged with the verifier, then read.
-    async fn sign_in_account(
-        &self,
-        provider: &SignInProvider,
-        code: &str,
-        verifier: &str,
-        admission: &mut Admission,
-    ) -> AppResult<Account> {
-        let name = provider.name.as_str();
-        let exchange = self.sign_in.http.post(provider.token_url()).form(&[
-            ("grant_type", "authorization_code"),
-            ("code", code),
-            ("redirect_uri", &provider.redirect_uri),
-            ("client_id", &provider.client_id),
-            ("client_secret", &provider.client_secret),
-            ("code_verifier", verifier),
-        ]);
-        let answer = self
-            .sign_in_call(
-                name,
-                exchange.header("accept", "application/json"),
-                admission,
-            )
-            .await?;
-        #[derive(Deserialize)]
-        struct TokenAnswer {
-            access_token: Option<String>,
-            error: Option<String>,
+        let account = account?;
+        if account.subject.is_empty() || account.subject.len() > 255 {
+            return Err(refused(format!("{name}'s account has no id")));
         }
-        let status = answer.status();
-        let token: TokenAnswer = answer.json().await.map_err(|err| {
-            refused(format!(
-                "{name} answered the code exchange with no token: {err}"
-            ))
-        })?;
-        let access_token = match (status.is_success(), token.access_token, token.error) {
-            (true, Some(token), None) => token,
-            (_, _, error) => {
-                return Err(refused(format!(
-                    "{name} refused the code ({}): start the sign-in again",
-                    error.unwrap_or_else(|| status.to_string())
-                )));
-            }
-        };
-        let read = self
-            .sign_in
-            .http
-            .get(provider.userinfo_url())
-            .bearer_auth(access_token)
-            .header("accept", "application/json")
-            .header("user-agent", "Bulkhead");
-        let answer = self.sign_in_call(name, read, admission).await?;
-        if !answer.status().is_success() {
-            return Err(refused(format!(
-                "{name} did not show the account ({})",
-                answer.status()
-            )));
-        }
-        let info: serde_json::Value = answer
-            .json()
-            .await
-            .map_err(|err| refused(format!("{name}'s account is not JSON: {err}")))?;
-        let text = |value: &serde_json::Value| match value {
-            serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        };
-        let (subject, login) = match provider.kind {
-            SignInProviderKind::Github => (text(&info["id"]), text(&info["login"])),
-            SignInProviderKind::Oidc => (
-                text(&info["sub"]),
-                text(&info["email"]).or_else(|| text(&info["preferred_username"])),
-            ),
-        };
-        let subject = subject
-            .filter(|s| !s.is_empty() && s.len() <= 255)
-            .ok_or_else(|| refused(format!("{name}'s account has no id")))?;
         Ok(Account {
-            subject,
-            login: login.unwrap_or_default().chars().take(255).collect(),
+            subject: account.subject,
+            login: account.login.chars().take(255).collect(),
         })
     }
 
