@@ -4,8 +4,9 @@ import { useEffect, useState } from "preact/hooks";
 import type { TermsStatus } from "@bulkhead/client";
 import { api, must } from "./api";
 import { loadMe, setUser, useMe } from "./me";
-import { href, useRoute } from "./router";
-import { onSessionChange, restore, signedIn, signOut } from "./session";
+import { callbackTake, type Callback } from "./outside";
+import { href, navigate, useRoute } from "./router";
+import { onSessionChange, restore, signedIn, signInWithProvider, signOut } from "./session";
 import { announce, StatusRegion } from "./ui";
 import { SignIn } from "./pages/signin";
 import { Terms } from "./pages/terms";
@@ -19,6 +20,9 @@ import { Routing } from "./pages/routing";
 import { Pipeline } from "./pages/pipeline";
 import { Tokens } from "./pages/tokens";
 import { Audit } from "./pages/audit";
+import { Account } from "./pages/account";
+import { GitInstallations } from "./pages/git";
+import { Webhooks } from "./pages/webhooks";
 import { NotFound } from "./pages/notfound";
 
 type Phase = "starting" | "signed-out" | "terms" | "ready";
@@ -26,6 +30,7 @@ type Phase = "starting" | "signed-out" | "terms" | "ready";
 export function App(): JSX.Element {
   const [phase, setPhase] = useState<Phase>("starting");
   const [terms, setTerms] = useState<TermsStatus | undefined>(undefined);
+  const [notice, setNotice] = useState<string | undefined>(undefined);
 
   /** After a sign-in or a restored session: who am I, and must I accept the terms first? */
   const enter = async (): Promise<void> => {
@@ -40,7 +45,8 @@ export function App(): JSX.Element {
   };
 
   useEffect(() => {
-    void restore().then((ok) => {
+    const callback = callbackTake();
+    void (callback === undefined ? restore() : finishOutside(callback)).then((ok) => {
       if (ok) void enter();
       else setPhase("signed-out");
     });
@@ -63,11 +69,44 @@ export function App(): JSX.Element {
       </>
     );
   }
+  /**
+   * The callback page of an outside provider: a sign-in is finished in cookie mode; a link is
+   * finished with the session restored, and shows the account page. Whether signed in after.
+   */
+  async function finishOutside(callback: Callback): Promise<boolean> {
+    if (!callback.ok) {
+      setNotice(callback.detail);
+      return callback.mode === "link" ? restore() : false;
+    }
+    if (callback.mode === "sign-in") {
+      try {
+        await signInWithProvider(callback.provider, callback.finish);
+        announce(`Signed in with ${callback.provider}.`);
+        return true;
+      } catch (e) {
+        setNotice(e instanceof Error ? e.message : String(e));
+        return false;
+      }
+    }
+    if (!(await restore())) {
+      setNotice("Your session ended before the account was linked: sign in, then link it again.");
+      return false;
+    }
+    try {
+      await must(api.POST("/v1/me/identities/{provider}/finish", { params: { path: { provider: callback.provider } }, body: callback.finish }));
+      announce(`Your ${callback.provider} account is linked.`);
+    } catch (e) {
+      announce(`Could not link the account: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    navigate("account");
+    return true;
+  }
+
   if (phase === "signed-out") {
     return (
       <>
         <StatusRegion />
-        <SignIn onSignedIn={() => void enter()} />
+        <SignIn onSignedIn={() => void enter()} notice={notice} />
       </>
     );
   }
@@ -91,6 +130,7 @@ const NAV: { label: string; path: string; admin?: boolean }[] = [
   { label: "Deploy pipeline", path: "pipeline", admin: true },
   { label: "API tokens", path: "tokens" },
   { label: "Audit log", path: "audit" },
+  { label: "Account", path: "account" },
 ];
 
 function Shell(): JSX.Element {
@@ -161,6 +201,7 @@ const TITLES: Record<string, string> = {
   pipeline: "Deploy pipeline",
   tokens: "API tokens",
   audit: "Audit log",
+  account: "Your account",
 };
 
 /** A page that fails to render says so, instead of blanking the app. */
@@ -190,6 +231,8 @@ function Page({ route }: { route: string[] }): JSX.Element {
     case "projects":
       if (b === undefined) return <Projects />;
       if (c === "services" && d !== undefined) return <Service projectId={b} serviceId={d} key={d} />;
+      if (c === "git" && d === undefined) return <GitInstallations projectId={b} key={b} />;
+      if (c === "webhooks" && d === undefined) return <Webhooks projectId={b} key={b} />;
       return <Project projectId={b} key={b} />;
     case "invitations":
       return <MyInvitations />;
@@ -203,6 +246,8 @@ function Page({ route }: { route: string[] }): JSX.Element {
       return <Tokens />;
     case "audit":
       return <Audit />;
+    case "account":
+      return <Account />;
     default:
       return <NotFound />;
   }

@@ -15,9 +15,11 @@ import type { components, paths } from "@bulkhead/client";
 
 export type SessionTokens = components["schemas"]["BrowserSession"];
 type LoginRequest = components["schemas"]["LoginRequest"];
+type SignInFinish = components["schemas"]["SignInFinish"];
 
 const SESSION: keyof paths = "/v1/auth/session";
 const SESSION_REFRESH: keyof paths = "/v1/auth/session/refresh";
+const PROVIDER_FINISH: keyof paths = "/v1/auth/session/providers/{provider}/finish";
 
 /** A problem document as the session endpoints answer it. */
 export interface SessionProblem {
@@ -131,6 +133,22 @@ export async function signIn(email: string, password: string): Promise<void> {
     cache: "no-store",
     headers: { "Content-Type": "application/json", Accept: "application/json" },
     body: JSON.stringify(login),
+  });
+  if (!response.ok) throw await problemOf(response);
+  accept((await response.json()) as SessionTokens);
+}
+
+/**
+ * Finishes a sign-in with an outside provider (what it sent back to the callback page); throws
+ * a `SessionError` (400 refused, 403 no user linked that account, 503 retry later).
+ */
+export async function signInWithProvider(provider: string, finish: SignInFinish): Promise<void> {
+  const response = await fetch(PROVIDER_FINISH.replace("{provider}", encodeURIComponent(provider)), {
+    method: "POST",
+    credentials: "same-origin",
+    cache: "no-store",
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify(finish),
   });
   if (!response.ok) throw await problemOf(response);
   accept((await response.json()) as SessionTokens);

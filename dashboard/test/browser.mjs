@@ -1,7 +1,9 @@
 // The dashboard's browser test: Debian's Chromium, driven by playwright-core, against a running
 // server (BULKHEAD_URL serves the dashboard and /v1). See dashboard/README.md for the variables.
 // Prints `ok - <step>` / `not ok - <step>: <why>` and `N passed, M failed`; exits 1 on a failure.
+import crypto from "node:crypto";
 import { readFile, mkdir } from "node:fs/promises";
+import http from "node:http";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -16,6 +18,9 @@ const BASE = (process.env.BULKHEAD_URL || "http://127.0.0.1:18081").replace(/\/$
 const ADMIN = { email: need("ADMIN_EMAIL"), password: need("ADMIN_PASSWORD") };
 const VIEWER = { email: need("VIEWER_EMAIL"), password: need("VIEWER_PASSWORD") };
 const FAULTS = process.env.GCP_FAULTS_URL || "";
+/** An OpenID Provider configured on the server (its name), and the account to sign in as there. */
+const OIDC = process.env.OIDC_PROVIDER || "";
+const OIDC_ACCOUNT = process.env.OIDC_ACCOUNT || "";
 const PROVIDERS = (process.env.PROVIDERS || "gcp,aws,metal").split(",").map((s) => s.trim()).filter(Boolean);
 const SHOTS = process.env.SCREENSHOT_DIR || "";
 const TIMEOUT_SECS = Number(process.env.TEST_TIMEOUT_SECS || 420);
@@ -169,7 +174,7 @@ async function waitDeployment(n, state, timeout = DEPLOY_TIMEOUT) {
 }
 
 const stamp = Date.now().toString(36);
-const state = { projectId: "", serviceId: "", projectName: `dash-${stamp}`, serviceUrl: "" };
+const state = { projectId: "", serviceId: "", projectName: `dash-${stamp}`, serviceUrl: "", idle: { projectId: "", serviceId: "" } };
 
 // 1. Sign in, the terms, a reload keeps the session, no token in Web Storage.
 await step("admin signs in, accepts the terms, stays signed in across a reload", async () => {
@@ -427,6 +432,9 @@ await step("axe: no serious or critical violation; no horizontal overflow at 390
     ["pipeline", `${BASE}/#/pipeline`, "Deploy pipeline"],
     ["tokens", `${BASE}/#/tokens`, "API tokens"],
     ["audit", `${BASE}/#/audit`, "Audit log"],
+    ["account", `${BASE}/#/account`, "Your account"],
+    ["git", `${BASE}/#/projects/${state.projectId}/git`, "Git pushes"],
+    ["webhooks", `${BASE}/#/projects/${state.projectId}/webhooks`, "Webhooks"],
   ];
   const problems = [];
   for (const [name, url, title] of pages) {
@@ -564,6 +572,93 @@ await step("pause the pipeline, cancel a waiting deployment, resume (in a projec
   }
   const pipeline = await api(token, "GET", "/v1/deploy-pipeline");
   check(pipeline.body.paused === false, "the pipeline is still paused");
+  state.idle = { projectId: pid, serviceId: svc.body.id };
+});
+
+// Git pushes: an installation made on its page, its secret shown once; a push signed with it
+// (as GitHub signs one) is in its delivery log. The push's branch is bound to nothing, so that
+// it deploys nothing here.
+await step("a git installation made in the UI takes a signed push, shown in its delivery log", async () => {
+  await page.goto(`${BASE}/#/projects/${state.projectId}`);
+  await page.getByRole("link", { name: "Git pushes", exact: true }).click();
+  await heading("Git pushes").waitFor();
+  await button("Add a binding").click();
+  await page.getByLabel("Repository 1").fill("acme/storefront");
+  await button("Add installation").click();
+  const secret = await page.locator("#git-secret-value").inputValue();
+  const url = await page.locator("#git-url").inputValue();
+  check(secret.length >= 20 && url.startsWith(`${BASE}/v1/hooks/github`), `secret ${secret.length} characters, payload URL ${url}`);
+  await button("I have set it").click();
+  check((await page.locator("#git-secret-value").count()) === 0, "the secret is still shown");
+  const commit = "c0ffee".repeat(7).slice(0, 40);
+  const body = JSON.stringify({
+    ref: "refs/heads/feature",
+    before: "0".repeat(40),
+    after: commit,
+    created: false,
+    deleted: false,
+    forced: false,
+    repository: { id: 1296269, full_name: "acme/storefront", pushed_at: Math.floor(Date.now() / 1000), private: true },
+    pusher: { name: "octocat", email: "octocat@example.com" },
+    head_commit: { id: commit, message: "Ship it", timestamp: new Date().toISOString() },
+    commits: [],
+  });
+  const signature = `sha256=${crypto.createHmac("sha256", secret).update(body).digest("hex")}`;
+  const pushed = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-GitHub-Event": "push", "X-GitHub-Delivery": `d-${stamp}`, "X-Hub-Signature-256": signature },
+    body,
+  });
+  check(pushed.status < 300, `the push answered ${pushed.status}: ${await pushed.text()}`);
+  await button("Details").click();
+  const row = page.getByRole("region", { name: "Deliveries table", exact: true }).getByRole("row").filter({ hasText: "acme/storefront" });
+  await row.waitFor();
+  const text = (await row.innerText()).replace(/\s+/g, " ");
+  check(text.includes("feature") && text.includes("ignored"), `the delivery row says ${text}`);
+  await shot(page, "git");
+});
+
+// Webhooks: an endpoint made on its page (a receiver of this test's own), its secret shown once;
+// a deployment's messages reach it and are listed; one is replayed.
+await step("a webhook endpoint made in the UI gets a deployment's messages; one is replayed", async () => {
+  const received = [];
+  const receiver = http.createServer((req, res) => {
+    let text = "";
+    req.on("data", (chunk) => (text += chunk));
+    req.on("end", () => {
+      received.push({ id: req.headers["webhook-id"], signature: req.headers["webhook-signature"], body: text });
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  try {
+    const { projectId, serviceId } = state.idle;
+    await page.goto(`${BASE}/#/projects/${projectId}/webhooks`);
+    await heading("Webhooks").waitFor();
+    await page.getByLabel("Endpoint URL").fill(`http://127.0.0.1:${receiver.address().port}/hook`);
+    await page.getByLabel("deployment.queued").check();
+    await button("Add endpoint").click();
+    const secret = await page.locator("#webhook-secret-value").inputValue();
+    check(secret.startsWith("whsec_"), `the secret is ${secret.slice(0, 6)}…`);
+    await button("I have copied it").click();
+    const token = await apiLogin(ADMIN);
+    const deployed = await api(token, "POST", `/v1/projects/${projectId}/services/${serviceId}/deployments`, {});
+    check(deployed.status === 201 || deployed.status === 202, `the deploy answered ${deployed.status}`);
+    await button("Messages").click();
+    const table = page.getByRole("region", { name: "Messages table", exact: true });
+    await table.getByRole("row").filter({ hasText: "delivered" }).first().waitFor({ timeout: 30_000 });
+    check(received.length === 1 && received[0].signature?.startsWith("v1,"), `the receiver got ${received.length} messages`);
+    await table.getByRole("button", { name: "Replay" }).first().click();
+    const t0 = Date.now();
+    while (received.length < 2) {
+      if (Date.now() - t0 > 15_000) throw new Error("the replayed message did not arrive");
+      await page.waitForTimeout(100);
+    }
+    check(received[1].id === received[0].id, "the replay has another webhook-id");
+    await shot(page, "webhooks");
+  } finally {
+    receiver.close();
+  }
 });
 
 // 8. A suspended gcp account shows on the providers page; the other providers keep serving.
@@ -618,6 +713,40 @@ if (FAULTS) {
   });
 } else {
   console.log("# GCP_FAULTS_URL unset: the gcp suspension step is skipped");
+}
+
+// 8b. An outside account: linked from the account page through the provider's own page, then
+// signing in with the sign-in page's button (the provider remembers the browser).
+if (OIDC) {
+  await step(`link an account at ${OIDC}, then sign in with the button of the sign-in page`, async () => {
+    await page.goto(`${BASE}/#/account`);
+    await heading("Your account").waitFor();
+    await button(`Link an account at ${OIDC}`).click();
+    await page.waitForURL(/\/interaction\//);
+    await page.getByLabel("Account", { exact: true }).fill(OIDC_ACCOUNT);
+    await page.getByRole("button", { name: "Continue" }).click();
+    await heading("Your account").waitFor();
+    const row = page.getByRole("region", { name: "Linked accounts", exact: true }).getByRole("row").filter({ has: page.getByRole("rowheader", { name: OIDC, exact: true }) });
+    await row.waitFor();
+    const text = await row.innerText();
+    check(text.includes(`${OIDC_ACCOUNT}@example.com`), `the linked row says ${text.replace(/\s+/g, " ")}`);
+    check(new URL(page.url()).search === "", `the provider's answer stays in the address bar: ${page.url()}`);
+    await shot(page, "account");
+    await signOut();
+    await button(`Sign in with ${OIDC}`).click();
+    await heading("Projects").waitFor();
+    check(new URL(page.url()).pathname === "/" && new URL(page.url()).search === "", `signed in at ${page.url()}`);
+    const who = await page.locator(".who").innerText();
+    check(who.includes(ADMIN.email), `signed in as ${who}`);
+    const storage = await page.evaluate(() => JSON.stringify([{ ...localStorage }, { ...sessionStorage }]));
+    check(storage === "[{},{}]", `Web Storage is not empty: ${storage.slice(0, 200)}`);
+    // The callback page again (a reload, or its address shared): refused, nothing finished twice.
+    await signOut();
+    await page.goto(`${BASE}/sign-in/callback?code=used&state=not-this-tabs`);
+    await page.getByRole("alert").filter({ hasText: "not started in this tab" }).waitFor();
+  });
+} else {
+  console.log("# OIDC_PROVIDER unset: the outside sign-in step is skipped");
 }
 
 // 9. The size of the script.

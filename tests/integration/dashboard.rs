@@ -15,7 +15,10 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::db_tests;
+use bulkhead::config::{SignInProvider, SignInProviderKind};
+
 use crate::node::{CLIENT_PACKAGE, DASHBOARD_PACKAGE, Node, program_find, texts};
+use crate::openid_connect::OpenIdProvider;
 use crate::support::{ADMIN_TOKEN, Backend, PASSWORD, Reply, TestServer, platform};
 
 /// The files of a build, as the server embeds them.
@@ -407,7 +410,38 @@ async fn a_user_signs_in_deploys_and_rolls_back_in_a_real_browser() {
     .await
     .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
 
-    let s = TestServer::start(Backend::Sqlite).await.unwrap();
+    // An OpenID Provider whose client comes back to the dashboard's callback page: the server's
+    // address is picked first, so that both can be told it.
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let redirect_uri = format!("http://{listen}/sign-in/callback");
+    let op = OpenIdProvider::start(json!([{
+        "client_id": "bulkhead-dashboard",
+        "client_secret": "bulkhead-dashboard-secret-of-32-characters",
+        "redirect_uris": [redirect_uri],
+        "token_endpoint_auth_method": "client_secret_basic",
+    }]))
+    .await;
+    let s = TestServer::start_with(Backend::Sqlite, |settings| {
+        settings.listen = listen;
+        settings.sign_in_providers = vec![SignInProvider {
+            name: "corp".into(),
+            kind: SignInProviderKind::Oidc,
+            issuer: Some(op.issuer.clone()),
+            token_endpoint_auth_method: None,
+            authorize_url: None,
+            token_url: None,
+            userinfo_url: None,
+            client_id: "bulkhead-dashboard".into(),
+            client_secret: "bulkhead-dashboard-secret-of-32-characters".into(),
+            redirect_uri,
+            scopes: Vec::new(),
+        }];
+    })
+    .await
+    .unwrap();
     let (platform, _dir) = platform(&s).await;
     s.post(
         "/v1/terms",
@@ -444,6 +478,8 @@ async fn a_user_signs_in_deploys_and_rolls_back_in_a_real_browser() {
             format!("{}/_sim/faults", platform.gcp.url()),
         )
         .env("PROVIDERS", "gcp,aws,metal")
+        .env("OIDC_PROVIDER", "corp")
+        .env("OIDC_ACCOUNT", "ana-at-corp")
         .env("TEST_TIMEOUT_SECS", "400")
         .kill_on_drop(true);
     if let Some(dir) = screenshots {
@@ -548,6 +584,12 @@ async fn a_user_signs_in_deploys_and_rolls_back_in_a_real_browser() {
             deployment["number"]
         );
     }
+    // The account the browser linked at the OpenID Provider, and signed in with.
+    let identities = s.get("/v1/me/identities", &admin_token).await;
+    let identities = identities.assert_status(200);
+    assert_eq!(identities[0]["provider"], "corp", "{identities}");
+    assert_eq!(identities[0]["subject"], "ana-at-corp");
+    assert!(identities[0]["last_used_at"].is_string(), "{identities}");
     let members = s
         .get(&format!("/v1/projects/{project_id}/members"), &admin_token)
         .await;

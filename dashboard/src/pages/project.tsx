@@ -72,6 +72,17 @@ export function Project({ projectId }: { projectId: string }): JSX.Element {
         {canWrite ? <CreateService projectId={projectId} envs={envList} /> : null}
       </Section>
 
+      <Section title="Integrations">
+        <ul>
+          <li>
+            <a href={href("projects", projectId, "git")}>Git pushes</a>: pushes to a bound branch deploy a service; commit statuses; the delivery log.
+          </li>
+          <li>
+            <a href={href("projects", projectId, "webhooks")}>Webhooks</a>: deployment events posted to your endpoints; their messages.
+          </li>
+        </ul>
+      </Section>
+
       <Domains projectId={projectId} services={(services.data?.items ?? []).map((s) => ({ id: s.id, name: s.name }))} canWrite={canWrite} />
       <Members projectId={projectId} canAdmin={canAdmin} myId={me?.id} />
       {canAdmin ? <Invitations projectId={projectId} /> : null}
