@@ -347,6 +347,73 @@ async fn sign_in_by_discovery_refuses_what_the_provider_must_not_send(backend: B
     op.tamper("off").await;
     sign_in("op", "alice-at-op").await.assert_status(200);
 
+    // A provider limiting us is held as any other: 503 with Retry-After, new sign-ins refused
+    // at once without reaching it, and signing in works again once the wait is over.
+    op.tamper("limited").await;
+    let limited = sign_in("op", "alice-at-op").await;
+    limited.assert_problem(503, "sign_in_unavailable");
+    assert!(limited.header("retry-after").is_some());
+    s.call(Method::POST, "/v1/auth/providers/op/start", None, None)
+        .await
+        .assert_problem(503, "sign_in_unavailable");
+    op.tamper("off").await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    sign_in("op", "alice-at-op").await.assert_status(200);
+
+    // In cookie mode (the dashboard's callback page): the refresh token is an HttpOnly cookie,
+    // and a request a browser marks as cross-site is refused.
+    let cookie_finish = async |site: &str| -> Reply {
+        let started = start("op", None).await;
+        let answer = op
+            .authorize(started["authorize_url"].as_str().unwrap(), "alice-at-op")
+            .await;
+        TestServer::send(
+            s.request(Method::POST, "/v1/auth/session/providers/op/finish", None)
+                .header("sec-fetch-site", site)
+                .json(&returned(answer)),
+        )
+        .await
+    };
+    cookie_finish("cross-site")
+        .await
+        .assert_problem(403, "csrf_failed");
+    let session = cookie_finish("same-origin").await;
+    assert!(session.assert_status(200)["access_token"].is_string());
+    assert!(
+        session.body.get("refresh_token").is_none(),
+        "{}",
+        session.text
+    );
+    let cookies: Vec<&str> = session
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|value| value.to_str().unwrap())
+        .collect();
+    assert!(
+        cookies
+            .iter()
+            .any(|c| c.starts_with("__Secure-bulkhead_refresh=") && c.contains("HttpOnly")),
+        "{cookies:?}"
+    );
+    // Bad input: an unknown provider, an oversized code.
+    s.call(
+        Method::POST,
+        "/v1/auth/providers/nobody/finish",
+        None,
+        Some(json!({ "code": "c", "state": "s" })),
+    )
+    .await
+    .assert_problem(404, "not_found");
+    s.call(
+        Method::POST,
+        "/v1/auth/providers/op/finish",
+        None,
+        Some(json!({ "code": "c".repeat(513), "state": "s" })),
+    )
+    .await
+    .assert_problem(422, "invalid_request");
+
     // The provider rotates its signing key: once the last fetch of its keys is older than
     // the cooldown, the new key is fetched when a token names it — no restart.
     let kid = op.rotate().await;

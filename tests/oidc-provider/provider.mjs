@@ -9,7 +9,8 @@
 //   (a browser's test types it); its email is `<account>@example.com`. The grant covers what
 //   the client asked for (a first-party provider's consent).
 // - `POST /test/tamper?mode=M` makes the token endpoint (or, for `userinfo-*`, the userinfo
-//   endpoint) answer something a client must refuse, until `mode=off`; see `tamper` below.
+//   endpoint) answer something a client must refuse, or (`limited`) a 429 with `Retry-After:
+//   2`, until `mode=off`; see `tamper` below.
 // - `POST /test/rotate` replaces the signing key (a new `kid`) as a provider rotating its keys
 //   does: the JWKS shows the new key only, and new ID tokens are signed with it.
 import http from 'node:http';
@@ -101,6 +102,12 @@ async function signed(payload, key, kid) {
 
 // What the token or userinfo endpoint answers in each tamper mode.
 async function tamper(ctx, next) {
+  if (tamperMode === 'limited' && ctx.path === '/token') {
+    ctx.status = 429;
+    ctx.set('Retry-After', '2');
+    ctx.body = { error: 'slow_down' };
+    return;
+  }
   await next();
   if (tamperMode === 'off' || ctx.status !== 200 || typeof ctx.body !== 'object') return;
   if (ctx.path === '/me') {
