@@ -9,7 +9,7 @@ use oauth2::{
 };
 
 use crate::app::identity::sign_in::calls::ProviderHttp;
-use crate::app::identity::sign_in::outside::{Account, refused};
+use crate::app::identity::sign_in::outside::{Account, exchange_refused, refused};
 use crate::config::SignInProvider;
 use crate::error::{AppError, AppResult};
 
@@ -65,11 +65,6 @@ pub(crate) async fn account(
         .request_async(http)
         .await
         .map_err(|err| match err {
-            RequestTokenError::Request(err) => err,
-            RequestTokenError::ServerResponse(answer) => refused(format!(
-                "{name} refused the code ({}): start the sign-in again",
-                answer.error()
-            )),
             // GitHub answers a refused code with 200 and `{"error": …}`.
             RequestTokenError::Parse(_, body) => {
                 let error = serde_json::from_slice::<serde_json::Value>(&body)
@@ -81,9 +76,7 @@ pub(crate) async fn account(
                     "{name} refused the code ({error}): start the sign-in again"
                 ))
             }
-            RequestTokenError::Other(err) => refused(format!(
-                "{name} answered the code exchange unexpectedly ({err}): start the sign-in again"
-            )),
+            other => exchange_refused(name, other),
         })?;
     let read = http
         .get(provider.userinfo_url())

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::app::identity::sign_in::calls::ProviderHttp;
-use crate::app::identity::sign_in::outside::{Account, refused};
+use crate::app::identity::sign_in::outside::{Account, exchange_refused, refused};
 use crate::config::{SignInProvider, TokenEndpointAuthMethod};
 use crate::error::{AppError, AppResult};
 
@@ -289,18 +289,11 @@ pub(crate) async fn account(
         .request_async(http)
         .await
         .map_err(|err| match err {
-            RequestTokenError::Request(err) => err,
-            RequestTokenError::ServerResponse(answer) => refused(format!(
-                "{name} refused the code ({}): start the sign-in again",
-                answer.error()
-            )),
             RequestTokenError::Parse(err, _) => refused(format!(
                 "{name} answered the code exchange with what is not an OpenID Connect token answer (at `{}`): start the sign-in again",
                 err.path()
             )),
-            RequestTokenError::Other(err) => refused(format!(
-                "{name} answered the code exchange unexpectedly ({err}): start the sign-in again"
-            )),
+            other => exchange_refused(name, other),
         })?;
     let id_token = token.id_token().ok_or_else(|| {
         refused(format!(

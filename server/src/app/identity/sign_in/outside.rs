@@ -15,6 +15,7 @@
 
 use base64::Engine;
 use chrono::Utc;
+use oauth2::{ErrorResponseType, RequestTokenError, StandardErrorResponse};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -101,6 +102,30 @@ pub(crate) struct Account {
 
 pub(crate) fn refused(detail: impl Into<String>) -> AppError {
     AppError::new(ErrorCode::SignInFailed, detail)
+}
+
+/// A code exchange with `name` that gave no token: the call's own error (503 while the
+/// provider is held), or what the provider refused.
+pub(crate) fn exchange_refused<T>(
+    name: &str,
+    err: RequestTokenError<AppError, StandardErrorResponse<T>>,
+) -> AppError
+where
+    T: ErrorResponseType + std::fmt::Display + 'static,
+{
+    match err {
+        RequestTokenError::Request(err) => err,
+        RequestTokenError::ServerResponse(answer) => refused(format!(
+            "{name} refused the code ({}): start the sign-in again",
+            answer.error()
+        )),
+        RequestTokenError::Parse(..) => refused(format!(
+            "{name} answered the code exchange with no token: start the sign-in again"
+        )),
+        RequestTokenError::Other(err) => refused(format!(
+            "{name} answered the code exchange unexpectedly ({err}): start the sign-in again"
+        )),
+    }
 }
 
 fn state_hash(state: &str) -> String {
