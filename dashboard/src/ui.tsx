@@ -241,6 +241,40 @@ export function ConfirmButton(props: { label?: string; question: string; busy: b
   );
 }
 
+/**
+ * What the server shows once (a new API token, a webhook's or an installation's secret): each
+ * value read-only, selected on focus, with a copy button, until the user says it is kept.
+ */
+export function SecretShownOnce(props: {
+  id: string;
+  title: string;
+  intro: ComponentChildren;
+  fields: { id: string; label: string; value: string }[];
+  doneLabel: string;
+  onDone: () => void;
+}): JSX.Element {
+  return (
+    <section class="card secret" aria-labelledby={props.id}>
+      <h2 id={props.id}>{props.title}</h2>
+      <p>{props.intro}</p>
+      {props.fields.map((f) => (
+        <p key={f.id}>
+          <label for={f.id}>{f.label}</label>
+          <input id={f.id} class="mono" readOnly value={f.value} onFocus={(e) => (e.currentTarget as HTMLInputElement).select()} />
+        </p>
+      ))}
+      <div class="actions">
+        {props.fields.map((f) => (
+          <CopyButton key={f.id} text={f.value} label={`Copy ${f.label.charAt(0).toLowerCase()}${f.label.slice(1)}`} />
+        ))}
+        <button type="button" onClick={props.onDone}>
+          {props.doneLabel}
+        </button>
+      </div>
+    </section>
+  );
+}
+
 export function Loading(props: { what: string }): JSX.Element {
   return <p class="muted">Loading {props.what}…</p>;
 }

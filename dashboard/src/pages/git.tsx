@@ -6,7 +6,7 @@ import { api, idempotencyKey, must } from "../api";
 import { atLeast, useMe, useProjectRole } from "../me";
 import { usePoll } from "../poll";
 import { href } from "../router";
-import { Checkbox, ConfirmButton, CopyButton, Field, ProblemAlert, Section, Select, StateText, Table, Time, useAction } from "../ui";
+import { Checkbox, ConfirmButton, Field, ProblemAlert, SecretShownOnce, Section, Select, StateText, Table, Time, useAction } from "../ui";
 
 type Installation = components["schemas"]["GitInstallationView"];
 type Created = components["schemas"]["GitInstallationCreated"];
@@ -124,27 +124,22 @@ export function GitInstallations({ projectId }: { projectId: string }): JSX.Elem
 
 /** The secret of a new (or rotated) installation, shown once, with where to paste it. */
 function SecretOnce(props: { created: Created; onDone: () => void }): JSX.Element {
-  const url = `${location.origin}${props.created.hook_path}`;
   return (
-    <section class="card secret" aria-labelledby="git-secret">
-      <h2 id="git-secret">Set this webhook at the forge</h2>
-      <p>In the repository's webhook settings: payload URL, content type <code>application/json</code>, the push event, and this secret. It is shown only once.</p>
-      <p>
-        <label for="git-url">Payload URL</label>
-        <input id="git-url" class="mono" readOnly value={url} />
-      </p>
-      <p>
-        <label for="git-secret-value">Secret</label>
-        <input id="git-secret-value" class="mono" readOnly value={props.created.secret} onFocus={(e) => (e.currentTarget as HTMLInputElement).select()} />
-      </p>
-      <div class="actions">
-        <CopyButton text={url} label="Copy payload URL" />
-        <CopyButton text={props.created.secret} label="Copy secret" />
-        <button type="button" onClick={props.onDone}>
-          I have set it
-        </button>
-      </div>
-    </section>
+    <SecretShownOnce
+      id="git-secret"
+      title="Set this webhook at the forge"
+      intro={
+        <>
+          In the repository's webhook settings: payload URL, content type <code>application/json</code>, the push event, and this secret. It is shown only once.
+        </>
+      }
+      fields={[
+        { id: "git-url", label: "Payload URL", value: `${location.origin}${props.created.hook_path}` },
+        { id: "git-secret-value", label: "Secret", value: props.created.secret },
+      ]}
+      doneLabel="I have set it"
+      onDone={props.onDone}
+    />
   );
 }
 

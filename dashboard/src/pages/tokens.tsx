@@ -4,7 +4,7 @@ import { useState } from "preact/hooks";
 import type { Scope, TokenCreated } from "@bulkhead/client";
 import { api, idempotencyKey, must } from "../api";
 import { usePoll } from "../poll";
-import { Checkbox, ConfirmButton, CopyButton, Field, ProblemAlert, Section, Table, Time, useAction } from "../ui";
+import { Checkbox, ConfirmButton, Field, ProblemAlert, SecretShownOnce, Section, Table, Time, useAction } from "../ui";
 
 const SCOPES: Scope[] = ["read", "write", "deploy", "admin", "routing:read"];
 
@@ -36,20 +36,14 @@ export function Tokens(): JSX.Element {
     <>
       <h1>API tokens</h1>
       {created ? (
-        <section class="card secret" aria-labelledby="new-token">
-          <h2 id="new-token">New token {created.name}</h2>
-          <p>This secret is shown only once. Copy it now and keep it safe.</p>
-          <p>
-            <label for="token-secret">Secret</label>
-            <input id="token-secret" class="mono" readOnly value={created.secret} onFocus={(e) => (e.currentTarget as HTMLInputElement).select()} />
-          </p>
-          <div class="actions">
-            <CopyButton text={created.secret} label="Copy secret" />
-            <button type="button" onClick={() => setCreated(undefined)}>
-              I have copied it
-            </button>
-          </div>
-        </section>
+        <SecretShownOnce
+          id="new-token"
+          title={`New token ${created.name}`}
+          intro="This secret is shown only once. Copy it now and keep it safe."
+          fields={[{ id: "token-secret", label: "Secret", value: created.secret }]}
+          doneLabel="I have copied it"
+          onDone={() => setCreated(undefined)}
+        />
       ) : null}
       <Section title="Create a token">
         <form onSubmit={(e) => void submit(e)}>

@@ -6,7 +6,7 @@ import { api, idempotencyKey, must } from "../api";
 import { atLeast, useMe, useProjectRole } from "../me";
 import { usePoll } from "../poll";
 import { href } from "../router";
-import { Checkbox, ConfirmButton, CopyButton, Field, ProblemAlert, Section, StateText, Table, Time, useAction } from "../ui";
+import { Checkbox, ConfirmButton, Field, ProblemAlert, SecretShownOnce, Section, StateText, Table, Time, useAction } from "../ui";
 
 type Endpoint = components["schemas"]["WebhookEndpointView"];
 type Created = components["schemas"]["WebhookEndpointCreated"];
@@ -52,20 +52,18 @@ export function Webhooks({ projectId }: { projectId: string }): JSX.Element {
       <h1>Webhooks</h1>
       <p class="muted">Deployment events are posted to each endpoint, signed as Standard Webhooks say, and retried until it takes them.</p>
       {secret ? (
-        <section class="card secret" aria-labelledby="webhook-secret">
-          <h2 id="webhook-secret">Signing secret of {secret.url}</h2>
-          <p>Verify each message's <code>webhook-signature</code> with it. It is shown only once.</p>
-          <p>
-            <label for="webhook-secret-value">Secret</label>
-            <input id="webhook-secret-value" class="mono" readOnly value={secret.secret} onFocus={(e) => (e.currentTarget as HTMLInputElement).select()} />
-          </p>
-          <div class="actions">
-            <CopyButton text={secret.secret} label="Copy secret" />
-            <button type="button" onClick={() => setSecret(undefined)}>
-              I have copied it
-            </button>
-          </div>
-        </section>
+        <SecretShownOnce
+          id="webhook-secret"
+          title={`Signing secret of ${secret.url}`}
+          intro={
+            <>
+              Verify each message's <code>webhook-signature</code> with it. It is shown only once.
+            </>
+          }
+          fields={[{ id: "webhook-secret-value", label: "Secret", value: secret.secret }]}
+          doneLabel="I have copied it"
+          onDone={() => setSecret(undefined)}
+        />
       ) : null}
       <Section title="Endpoints">
         <ProblemAlert problem={list.error ?? action.problem} />
