@@ -1,5 +1,6 @@
 //! Node.js packages of the repository, for the tests that build and run them: the TypeScript
-//! client (`openapi/typescript`) and the dashboard (`dashboard/`). Finds `node` and `npm` (or
+//! client (`openapi/typescript`), the dashboard (`dashboard/`) and the sign-in tests' OpenID
+//! Provider (`tests/oidc-provider`). Finds `node` and `npm` (or
 //! fails saying how to install them), installs a package's locked dependencies when they are
 //! missing or stale, and runs its scripts.
 
@@ -8,7 +9,7 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-pub const INSTALL_HINT: &str = "install Node.js 18.17 or later and npm: `apt-get install nodejs npm` on Debian or Ubuntu, or see https://nodejs.org";
+pub const INSTALL_HINT: &str = "install Node.js 18.17 or later (20.19 for the OpenID Provider of the sign-in tests) and npm: `apt-get install nodejs npm` on Debian or Ubuntu, or see https://nodejs.org";
 
 /// The TypeScript client package.
 pub const CLIENT_PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi/typescript");

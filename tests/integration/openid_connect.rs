@@ -41,6 +41,18 @@ impl OpenIdProvider {
     pub async fn start(clients: Value) -> Self {
         let node = tokio::task::spawn_blocking(|| {
             let node = Node::find();
+            let version = node::run(std::process::Command::new(&node.node).arg("--version"), "node --version");
+            let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+            let (major, minor) = version
+                .trim_start_matches('v')
+                .split_once('.')
+                .map(|(major, rest)| (major.parse().unwrap_or(0), rest.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0)))
+                .unwrap_or((0u32, 0u32));
+            assert!(
+                (major, minor) >= (20, 19),
+                "the OpenID Provider (oidc-provider 9) needs Node.js 20.19 or later, and `node` is {version}: {}",
+                node::INSTALL_HINT
+            );
             node.install(PROVIDER_PACKAGE);
             node
         })

@@ -898,6 +898,19 @@ async fn the_generated_client_reaches_every_operation(s: TestServer) {
             .await,
     );
     assert_eq!(status, 404);
+    let (status, _) = refused(
+        anonymous
+            .browser_session_provider_finish()
+            .provider("github")
+            .body_map(|b| {
+                b.code("code")
+                    .state("state")
+                    .iss(Some("https://issuer.example".parse().unwrap()))
+            })
+            .send()
+            .await,
+    );
+    assert_eq!(status, 404);
     assert!(
         alice_client
             .identity_list()
