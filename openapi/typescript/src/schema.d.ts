@@ -4366,7 +4366,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionTokens"];
                 };
             };
-            /** @description The state is unknown, expired or used, or the provider refused the code (`sign_in_failed`) */
+            /** @description The state is unknown, expired or used; the provider refused the code; or its answer is refused: an ID token that does not verify (signature, issuer, audience, expiry, nonce), none, a userinfo `sub` not the ID token's, an `iss` not the issuer's (`sign_in_failed`, saying why) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4913,7 +4913,7 @@ export interface operations {
                     "application/json": components["schemas"]["BrowserSession"];
                 };
             };
-            /** @description The state is unknown, expired or used, or the provider's answer is refused (`sign_in_failed`, saying why) */
+            /** @description The state is unknown, expired or used; the provider refused the code; or its answer is refused, as at `POST /v1/auth/providers/{provider}/finish` (`sign_in_failed`, saying why) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6480,7 +6480,7 @@ export interface operations {
                     "application/json": components["schemas"]["IdentityView"];
                 };
             };
-            /** @description The state is unknown, expired, used or not the caller's, or the provider refused the code (`sign_in_failed`) */
+            /** @description The state is unknown, expired, used or not the caller's; the provider refused the code; or its answer is refused, as at sign-in (`sign_in_failed`, saying why) */
             400: {
                 headers: {
                     [name: string]: unknown;

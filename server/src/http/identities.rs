@@ -66,7 +66,7 @@ async fn sign_in_start(
     params(("provider" = String, Path, description = "The provider's name")),
     responses(
         (status = 200, body = SessionTokens, headers(("Cache-Control" = String, description = "`no-store`"))),
-        (status = 400, description = "The state is unknown, expired or used, or the provider refused the code (`sign_in_failed`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The state is unknown, expired or used; the provider refused the code; or its answer is refused: an ID token that does not verify (signature, issuer, audience, expiry, nonce), none, a userinfo `sub` not the ID token's, an `iss` not the issuer's (`sign_in_failed`, saying why)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "No user linked this account (`identity_not_linked`), or theirs is disabled", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The provider is down or limiting us, or another sign-in is finding out whether it answers again (`sign_in_unavailable`; see Retry-After). A sign-in refused before reaching the provider may send the same code and state again after the wait; one the provider refused answers 400 `sign_in_failed` then, and starts again", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
@@ -124,7 +124,7 @@ async fn identity_link_start(
     params(("provider" = String, Path, description = "The provider's name")),
     responses(
         (status = 201, body = IdentityView),
-        (status = 400, description = "The state is unknown, expired, used or not the caller's, or the provider refused the code (`sign_in_failed`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The state is unknown, expired, used or not the caller's; the provider refused the code; or its answer is refused, as at sign-in (`sign_in_failed`, saying why)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The account is linked to a user already (`identity_taken`)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The provider is down or limiting us, or another sign-in is finding out whether it answers again (`sign_in_unavailable`; see Retry-After). A sign-in refused before reaching the provider may send the same code and state again after the wait; one the provider refused answers 400 `sign_in_failed` then, and starts again", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),

@@ -94,7 +94,7 @@ async fn browser_session_login(
     responses((status = 200, body = BrowserSession, headers(
             ("Cache-Control" = String, description = "`no-store`"),
             ("Set-Cookie" = String, description = "`__Secure-bulkhead_refresh` (HttpOnly, Secure, SameSite=Strict, Path=/v1/auth/session) and `bulkhead_csrf` (Secure, SameSite=Strict, Path=/)"))),
-        (status = 400, description = "The state is unknown, expired or used, or the provider's answer is refused (`sign_in_failed`, saying why)", body = crate::http::problem::Problem),
+        (status = 400, description = "The state is unknown, expired or used; the provider refused the code; or its answer is refused, as at `POST /v1/auth/providers/{provider}/finish` (`sign_in_failed`, saying why)", body = crate::http::problem::Problem),
         (status = 403, description = "No user linked this account (`identity_not_linked`), theirs is disabled, or a cross-site request (`csrf_failed`)", body = crate::http::problem::Problem),
         (status = 404, description = "No such provider", body = crate::http::problem::Problem),
         (status = 503, description = "The provider is down or limiting us (`sign_in_unavailable`; see Retry-After)", body = crate::http::problem::Problem,
