@@ -124,18 +124,22 @@ async function problemOf(response: Response): Promise<SessionError> {
   return new SessionError(response.status, detail, code, Number.isFinite(retryAfter) ? retryAfter : undefined);
 }
 
-/** Signs in with a password; throws a `SessionError` (401 wrong password, 429/503 retry later). */
-export async function signIn(email: string, password: string): Promise<void> {
-  const login: LoginRequest = { email, password };
-  const response = await fetch(SESSION, {
+/** Posts `body` to a session-opening endpoint and keeps the session it answers. */
+async function sessionOpen(path: string, body: LoginRequest | SignInFinish): Promise<void> {
+  const response = await fetch(path, {
     method: "POST",
     credentials: "same-origin",
     cache: "no-store",
     headers: { "Content-Type": "application/json", Accept: "application/json" },
-    body: JSON.stringify(login),
+    body: JSON.stringify(body),
   });
   if (!response.ok) throw await problemOf(response);
   accept((await response.json()) as SessionTokens);
+}
+
+/** Signs in with a password; throws a `SessionError` (401 wrong password, 429/503 retry later). */
+export async function signIn(email: string, password: string): Promise<void> {
+  await sessionOpen(SESSION, { email, password });
 }
 
 /**
@@ -143,15 +147,7 @@ export async function signIn(email: string, password: string): Promise<void> {
  * a `SessionError` (400 refused, 403 no user linked that account, 503 retry later).
  */
 export async function signInWithProvider(provider: string, finish: SignInFinish): Promise<void> {
-  const response = await fetch(PROVIDER_FINISH.replace("{provider}", encodeURIComponent(provider)), {
-    method: "POST",
-    credentials: "same-origin",
-    cache: "no-store",
-    headers: { "Content-Type": "application/json", Accept: "application/json" },
-    body: JSON.stringify(finish),
-  });
-  if (!response.ok) throw await problemOf(response);
-  accept((await response.json()) as SessionTokens);
+  await sessionOpen(PROVIDER_FINISH.replace("{provider}", encodeURIComponent(provider)), finish);
 }
 
 async function withLock<T>(fn: () => Promise<T>): Promise<T> {
