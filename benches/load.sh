@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Load benchmark of a warmed release server on SQLite: authenticated `GET /v1/projects/{id}`
-# (API token and JWT) and the project's list of services (empty, then with 50 services: the
-# dashboard lives on lists) against `/healthz` on the same server in the same run, with wrk.
+# (API token and JWT) and the project's list of services (empty, then pages of 10, 50 and 100
+# of its 100 services, and a poll of an unchanged page answered 304: the dashboard lives on
+# lists) against `/healthz` on the same server in the same run, with wrk.
+# With two cores or more, the server runs on core 0 and wrk on core 1 (`taskset`), so that the
+# server's work is measured on one core and wrk does not take from it.
 #
 #   benches/load.sh [DURATION_SECS] [CONNECTIONS]     (defaults: 15 s, 64 connections)
 #   BULKHEAD_BIN=/path/to/bulkhead benches/load.sh …  (another build, e.g. a baseline commit's)
@@ -11,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-15}"
 connections="${2:-64}"
-for tool in wrk curl jq; do
+for tool in wrk curl jq taskset; do
   command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install $tool" >&2; exit 2; }
 done
 
@@ -20,7 +23,9 @@ binary="${BULKHEAD_BIN:-target/release/bulkhead}"
 [ -n "${BULKHEAD_BIN:-}" ] || cargo build --release -q -p bulkhead-api
 work="$(mktemp -d)"
 admin="bench-admin-token-0123456789"
-BULKHEAD_BOOTSTRAP_TOKEN="$admin" RUST_LOG=warn "$binary" serve \
+server_cpu=(); client_cpu=()
+if [ "$(nproc)" -ge 2 ]; then server_cpu=(taskset -c 0); client_cpu=(taskset -c 1); fi
+BULKHEAD_BOOTSTRAP_TOKEN="$admin" RUST_LOG=warn "${server_cpu[@]}" "$binary" serve \
   --listen 127.0.0.1:0 --data-dir "$work/data" > "$work/out" 2> "$work/err" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
@@ -34,32 +39,41 @@ jwt="$(curl -sf "${json[@]}" "$base/v1/auth/login" -d '{"email":"bench@example.c
 project="$(curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/projects" -d '{"name":"bench"}' | jq -r .id)"
 token="$(curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/tokens" -d '{"name":"bench","scopes":["read"]}' | jq -r .secret)"
 
-run() { # name, path, [token]
+run() { # name, path, [token], [If-None-Match]
   local args=(-t2 "-c$connections" "-d${duration}s" --latency)
   [ -n "${3:-}" ] && args+=(-H "Authorization: Bearer $3")
-  wrk "${args[@]}" "$base$2" > "$work/$1.txt"
+  [ -n "${4:-}" ] && args+=(-H "If-None-Match: $4")
+  "${client_cpu[@]}" wrk "${args[@]}" "$base$2" > "$work/$1.txt"
   local rps p99
   rps="$(awk '/^Requests\/sec/ {print $2}' "$work/$1.txt")"
   p99="$(awk '$1 == "99%" {print $2}' "$work/$1.txt")"
-  errors="$(grep -E 'Non-2xx|Socket errors' "$work/$1.txt" || true)"
+  errors="$(grep -E 'Socket errors' "$work/$1.txt" || true)"
+  if [ -z "${4:-}" ]; then errors+="$(grep -E 'Non-2xx' "$work/$1.txt" || true)"; fi
   [ -z "$errors" ] || { echo "errors in $1: $errors" >&2; exit 1; }
   echo "$1 $rps $p99"
 }
 
 # Warm-up (connections, caches, SQLite pages), not recorded.
-wrk -t2 "-c$connections" -d5s -H "Authorization: Bearer $token" "$base/v1/projects/$project" > /dev/null
+"${client_cpu[@]}" wrk -t2 "-c$connections" -d5s -H "Authorization: Bearer $token" "$base/v1/projects/$project" > /dev/null
 
+services="/v1/projects/$project/services"
 results=()
 results+=("$(run healthz /healthz)")
 results+=("$(run project-api-token "/v1/projects/$project" "$token")")
 results+=("$(run project-jwt "/v1/projects/$project" "$jwt")")
-results+=("$(run services-empty "/v1/projects/$project/services" "$token")")
+results+=("$(run services-empty "$services" "$token")")
 environment="$(curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/projects/$project/environments" -d '{"name":"production"}' | jq -r .id)"
-for n in $(seq 1 50); do
-  curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base/v1/projects/$project/services" \
+# 100 services: the default limit of a project.
+for n in $(seq 1 100); do
+  curl -sf "${json[@]}" -H "Authorization: Bearer $jwt" "$base$services" \
     -d '{"environment_id":"'"$environment"'","name":"web-'"$n"'","port":8080,"replicas":1,"source":{"type":"artifact","image":"shop/web:1"}}' > /dev/null
 done
-results+=("$(run services-50 "/v1/projects/$project/services" "$token")")
+for size in 10 50 100; do
+  results+=("$(run "services-$size" "$services?limit=$size" "$token")")
+done
+# What a dashboard's poll of an unchanged page gets: 304.
+etag="$(curl -sf -D - -o /dev/null -H "Authorization: Bearer $token" "$base$services?limit=50" | tr -d '\r' | sed -n 's/^etag: //Ip')"
+results+=("$(run services-50-not-modified "$services?limit=50" "$token" "$etag")")
 
 healthz_rps="$(echo "${results[0]}" | awk '{print $2}')"
 echo "| endpoint | requests/s | p99 latency | vs /healthz |"
@@ -70,4 +84,4 @@ for line in "${results[@]}"; do
   echo "| $name | $rps | $p99 | $ratio |"
 done
 echo
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; $(date -u +%Y-%m-%d); $duration s per run, $connections connections, wrk 2 threads on the same machine"
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; $(date -u +%Y-%m-%d); $duration s per run, $connections connections, $([ ${#server_cpu[@]} -gt 0 ] && echo "server on core 0, wrk (2 threads) on core 1" || echo "wrk 2 threads on the same cores")"
