@@ -185,6 +185,7 @@ fn options(url: &str, kind: PoolKind) -> anyhow::Result<ConnectOptions> {
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(10))
                 .foreign_keys(true)
+                .row_buffer_size(SQLITE_ROW_CHANNEL)
         });
         options.map_sqlx_sqlite_pool_opts(|pool| {
             pool.after_connect(|connection, _| Box::pin(query_plans_keep(connection)))
@@ -192,6 +193,15 @@ fn options(url: &str, kind: PoolKind) -> anyhow::Result<ConnectOptions> {
     }
     Ok(options)
 }
+
+/// Rows a SQLite connection's worker thread may hand over before the query's task takes them.
+///
+/// sqlx runs each SQLite connection on a thread of its own, which sends each row over a
+/// channel of this size; a full channel stops that thread until the task reading the rows
+/// runs again, and on a busy core each such stop is a round of thread switches. With the
+/// default (50), a page of 100 services took twice as long as a page of 50 (`benches/load.sh`);
+/// this holds the largest page (200, and the row that says another page follows) at once.
+const SQLITE_ROW_CHANNEL: usize = 256;
 
 /// Turns on SQLite's query planner stability guarantee for `connection`.
 ///
