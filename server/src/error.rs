@@ -414,6 +414,13 @@ pub fn database_unreachable(err: &DbErr) -> bool {
     }
 }
 
+/// For conversions that cannot fail (a `From` where a `TryFrom` is asked for).
+impl From<std::convert::Infallible> for AppError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 impl From<DbErr> for AppError {
     fn from(err: DbErr) -> Self {
         if database_unreachable(&err) {

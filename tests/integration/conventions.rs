@@ -15,6 +15,7 @@ db_tests!(
     idempotency_keys_replay_and_refuse_reuse,
     cors_compression_and_request_ids,
     lists_have_etags_and_answer_304,
+    lists_of_kept_views_follow_every_change,
     slow_requests_time_out_and_write_nothing,
 );
 
@@ -344,6 +345,95 @@ async fn lists_have_etags_and_answer_304(s: TestServer) {
     .await;
     assert_eq!(changed.status, 200, "the list changed, so its ETag did");
     assert_ne!(changed.header("etag"), Some(etag.as_str()));
+}
+
+/// Services and environments are listed from views kept by revision: a change, an addition or
+/// a removal shows in the next read, and the tag is the page's (equal pages, equal tags).
+async fn lists_of_kept_views_follow_every_change(s: TestServer) {
+    let p = s.project_with_service("kept").await;
+    let services = format!("/v1/projects/{}/services", p.id);
+    let read = |path: String, etag: Option<String>| {
+        let mut request = s.request(Method::GET, &path, Some(&p.owner));
+        if let Some(etag) = etag {
+            request = request.header("if-none-match", etag);
+        }
+        TestServer::send(request)
+    };
+    let first = read(services.clone(), None).await;
+    assert_eq!(first.assert_status(200)["items"][0]["replicas"], 1);
+    let etag = first.header("etag").unwrap().to_owned();
+    assert_eq!(read(services.clone(), Some(etag.clone())).await.status, 304);
+
+    let service = format!("{services}/{}", p.service);
+    s.patch(
+        &service,
+        &p.owner,
+        json!({ "replicas": 3, "regions": ["eu"] }),
+    )
+    .await
+    .assert_status(200);
+    let changed = read(services.clone(), Some(etag.clone())).await;
+    let item = &changed.assert_status(200)["items"][0];
+    assert_eq!(
+        (item["replicas"].clone(), item["regions"].clone()),
+        (json!(3), json!(["eu"]))
+    );
+    let changed_etag = changed.header("etag").unwrap().to_owned();
+    assert_ne!(changed_etag, etag);
+    assert_eq!(
+        changed.body["items"][0],
+        s.get(&service, &p.owner).await.assert_status(200).clone(),
+        "a listed view is the view read alone"
+    );
+
+    // A second service: a page of one has a cursor, which its tag includes.
+    let environment = changed.body["items"][0]["environment_id"].as_str().unwrap();
+    let second = s
+        .service_create(
+            &p.owner,
+            &p.id,
+            environment,
+            json!({ "name": "api", "source": { "type": "artifact", "image": "shop/api:1" }, "port": 8080 }),
+        )
+        .await;
+    let both = read(services.clone(), None).await;
+    assert_eq!(
+        both.assert_status(200)["items"].as_array().unwrap().len(),
+        2
+    );
+    let one = read(format!("{services}?limit=1"), None).await;
+    let cursor = one.assert_status(200)["next_cursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(one.header("etag"), both.header("etag"));
+    let next = read(format!("{services}?limit=1&cursor={cursor}"), None).await;
+    assert_eq!(next.assert_status(200)["items"][0]["id"], json!(second));
+    assert_ne!(next.header("etag"), one.header("etag"));
+
+    // Removed: the page is again the one before, and so is its tag.
+    s.delete(&format!("{services}/{second}"), &p.owner)
+        .await
+        .assert_status(204);
+    let after = read(services.clone(), Some(changed_etag.clone())).await;
+    assert_eq!(
+        after.status, 304,
+        "the same page as before the second service"
+    );
+
+    // Environments too: a rename shows at once.
+    let environments = format!("/v1/projects/{}/environments", p.id);
+    let listed = read(environments.clone(), None).await;
+    assert_eq!(listed.assert_status(200)["items"][0]["name"], "production");
+    s.patch(
+        &format!("{environments}/{environment}"),
+        &p.owner,
+        json!({ "name": "prod" }),
+    )
+    .await
+    .assert_status(200);
+    let renamed = read(environments, listed.header("etag").map(str::to_owned)).await;
+    assert_eq!(renamed.assert_status(200)["items"][0]["name"], "prod");
 }
 
 async fn slow_requests_time_out_and_write_nothing(s: TestServer) {

@@ -85,6 +85,8 @@ pub struct App {
     pub sign_in: Arc<identity::sign_in::calls::OutsideSignIn>,
     /// The status of each background task of this server.
     pub tasks: Arc<background::driver::TaskBoard>,
+    /// Rows' views kept serialized, for lists (see [`shared::view_cache`]).
+    pub views: Arc<shared::view_cache::ViewCache>,
 }
 
 #[cfg(test)]

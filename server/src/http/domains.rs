@@ -11,7 +11,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
 use crate::app::projects::domains::{DomainCreate, DomainUpdate, DomainView};
-use crate::app::shared::pagination::{Page, PageParams};
+use crate::app::shared::pagination::{Page, PageParams, ViewPage};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
 use crate::http::problem::Problem;
@@ -33,11 +33,8 @@ async fn domain_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> AppResult<Page<DomainView>> {
-    Ok(app
-        .domain_list(&principal, project_id, params)
-        .await?
-        .map(DomainView::from))
+) -> AppResult<ViewPage> {
+    app.domain_list(&principal, project_id, params).await
 }
 
 /// Bind a hostname to a service of the project (members and above).

@@ -10,7 +10,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
 use crate::app::projects::environments::{EnvironmentView, EnvironmentWrite};
-use crate::app::shared::pagination::{Page, PageParams};
+use crate::app::shared::pagination::{Page, PageParams, ViewPage};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
 use crate::ids::{EnvironmentId, ProjectId};
@@ -34,11 +34,8 @@ async fn environment_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> AppResult<Page<EnvironmentView>> {
-    Ok(app
-        .environment_list(&principal, project_id, params)
-        .await?
-        .map(EnvironmentView::from))
+) -> AppResult<ViewPage> {
+    app.environment_list(&principal, project_id, params).await
 }
 
 /// Create an environment (members and above).

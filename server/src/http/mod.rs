@@ -62,7 +62,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::app::App;
-use crate::app::shared::pagination::Page;
+use crate::app::shared::pagination::{Page, ViewPage};
 use crate::app::shared::validate::etag_for;
 use crate::http::problem::Problem;
 
@@ -273,6 +273,18 @@ pub(crate) fn tagged<T: Serialize>(revision: i64, body: T) -> Response {
 impl<T: Serialize> IntoResponse for Page<T> {
     fn into_response(self) -> Response {
         digest_tagged(&self)
+    }
+}
+
+/// A page of kept views as JSON, with its weak `ETag` (from its rows' revisions: see
+/// [`ViewPage::new`]).
+impl IntoResponse for ViewPage {
+    fn into_response(self) -> Response {
+        let mut response = Json(&self).into_response();
+        if let Ok(etag) = HeaderValue::from_str(&self.etag) {
+            response.headers_mut().insert(header::ETAG, etag);
+        }
+        response
     }
 }
 

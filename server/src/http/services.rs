@@ -10,7 +10,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatch};
 use super::{created, tagged};
 use crate::app::App;
 use crate::app::projects::services::{ServiceCreate, ServiceUpdate, ServiceView};
-use crate::app::shared::pagination::{Page, PageParams};
+use crate::app::shared::pagination::{Page, PageParams, ViewPage};
 use crate::authz::{OpContext, Principal};
 use crate::error::AppResult;
 use crate::ids::{ProjectId, ServiceId};
@@ -30,17 +30,8 @@ async fn service_list(
     principal: Principal,
     ApiPath(project_id): ApiPath<ProjectId>,
     ApiQuery(params): ApiQuery<PageParams>,
-) -> AppResult<Page<ServiceView>> {
-    let page = app.service_list(&principal, project_id, params).await?;
-    let items = page
-        .items
-        .into_iter()
-        .map(ServiceView::try_from)
-        .collect::<AppResult<_>>()?;
-    Ok(Page {
-        items,
-        next_cursor: page.next_cursor,
-    })
+) -> AppResult<ViewPage> {
+    app.service_list(&principal, project_id, params).await
 }
 
 /// Create a service (members and above).

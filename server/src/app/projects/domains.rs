@@ -20,7 +20,7 @@ use crate::app::projects::domain_verification::{challenge_name, challenge_value}
 use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::limits::Limit;
-use crate::app::shared::pagination::{Page, PageParams};
+use crate::app::shared::pagination::{PageParams, ViewPage};
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{domain, service};
 use crate::error::{AppError, AppResult, ErrorCode, unique_violation_as};
@@ -239,8 +239,8 @@ impl App {
         principal: &Principal,
         project_id: ProjectId,
         params: PageParams,
-    ) -> AppResult<Page<domain::Model>> {
-        self.scoped_list::<domain::Entity>(principal, project_id, params)
+    ) -> AppResult<ViewPage> {
+        self.scoped_list_views::<domain::Entity, DomainView>(principal, project_id, params)
             .await
     }
 

@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::limits::Limit;
-use crate::app::shared::pagination::{Page, PageParams};
+use crate::app::shared::pagination::{PageParams, ViewPage};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::{environment, service};
@@ -57,9 +57,11 @@ impl App {
         principal: &Principal,
         project_id: ProjectId,
         params: PageParams,
-    ) -> AppResult<Page<environment::Model>> {
-        self.scoped_list::<environment::Entity>(principal, project_id, params)
-            .await
+    ) -> AppResult<ViewPage> {
+        self.scoped_list_views::<environment::Entity, EnvironmentView>(
+            principal, project_id, params,
+        )
+        .await
     }
 
     pub async fn environment_view(

@@ -1,5 +1,6 @@
 //! What every domain uses: the audit log, pagination, idempotency keys, tenant limits, service
-//! sizes, input validation, throttles (concurrency, rates, retry budgets) and the checks of outbound addresses.
+//! sizes, input validation, throttles (concurrency, rates, retry budgets), the checks of
+//! outbound addresses and the cache of rows' serialized views.
 //!
 //! Uses no domain.
 
@@ -11,3 +12,4 @@ pub mod outbound_addresses;
 pub mod pagination;
 pub mod sizes;
 pub mod validate;
+pub mod view_cache;

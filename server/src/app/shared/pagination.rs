@@ -1,15 +1,20 @@
 //! Cursor pagination, the same for every list: items are ordered by id (UUIDv7, so by creation
 //! time) or by a unique name, and the cursor is the last key of a page, opaque to clients.
 
+use std::sync::Arc;
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use super::view_cache::KeptView;
 use crate::error::{AppError, AppResult, ErrorCode};
 use crate::ids::{DeploymentId, EnvironmentId, InstanceId, ProjectId, ServiceId};
 
@@ -92,6 +97,55 @@ impl<T> Page<T> {
                 .collect::<AppResult<Vec<U>>>()?,
             next_cursor: self.next_cursor,
         })
+    }
+}
+
+/// A page of views kept serialized ([`super::view_cache`]), written as a [`Page`] of them, with
+/// a weak `ETag` made from its rows' ids and revisions (see [`ViewPage::new`]).
+#[derive(Debug)]
+pub struct ViewPage {
+    pub items: Vec<Arc<KeptView>>,
+    pub next_cursor: Option<String>,
+    /// The weak tag, `W/"…"`.
+    pub etag: String,
+}
+
+impl ViewPage {
+    /// A page of the views of `table`'s rows (each with its id), and its tag: a hash of this
+    /// build's version, the table, each row's id and revision, and the next page's cursor. A
+    /// view being a function of its row's revision (as [`super::view_cache`] requires), equal
+    /// tags mean equal pages, without serializing or hashing the page.
+    pub fn new(table: &str, rows: Vec<(Uuid, Arc<KeptView>)>, next_cursor: Option<String>) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(env!("CARGO_PKG_VERSION"));
+        hasher.update(b"\n");
+        hasher.update(table);
+        for (id, view) in &rows {
+            hasher.update(id.as_bytes());
+            hasher.update(view.revision.to_le_bytes());
+        }
+        if let Some(cursor) = &next_cursor {
+            hasher.update(b"\n");
+            hasher.update(cursor);
+        }
+        Self {
+            etag: format!("W/\"{}\"", hex::encode(&hasher.finalize()[..16])),
+            items: rows.into_iter().map(|(_, view)| view).collect(),
+            next_cursor,
+        }
+    }
+}
+
+impl Serialize for ViewPage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let items: Vec<&RawValue> = self.items.iter().map(|view| &*view.json).collect();
+        let mut page = serializer.serialize_struct("Page", 2)?;
+        page.serialize_field("items", &items)?;
+        if let Some(cursor) = &self.next_cursor {
+            page.serialize_field("next_cursor", cursor)?;
+        }
+        page.end()
     }
 }
 
@@ -205,6 +259,25 @@ where
     C: ColumnTrait,
     K: CursorKey,
 {
+    let (select, limit) = page_select::<_, _, K>(select, id_column, params, order)?;
+    let mut items = select.all(db).await?;
+    let next_cursor = page_cut(&mut items, limit, id_of);
+    Ok(Page { items, next_cursor })
+}
+
+/// `select` narrowed to one page in `order` after the cursor of `params`, asking for one row
+/// more than the page's limit (to know whether another page follows); and that limit.
+pub fn page_select<S, C, K>(
+    select: S,
+    id_column: C,
+    params: &PageParams,
+    order: ListOrder,
+) -> AppResult<(S, u64)>
+where
+    S: QueryOrder + QueryFilter + QuerySelect,
+    C: ColumnTrait,
+    K: CursorKey,
+{
     let limit = params.limit()?;
     let mut select = match order {
         ListOrder::Asc => select.order_by_asc(id_column),
@@ -217,14 +290,21 @@ where
             ListOrder::Desc => id_column.lt(after),
         });
     }
-    let mut items = select.all(db).await?;
-    let next_cursor = if items.len() as u64 > limit {
-        items.truncate(limit as usize);
-        items
-            .last()
-            .map(|last| URL_SAFE_NO_PAD.encode(id_of(last).to_cursor()))
-    } else {
-        None
-    };
-    Ok(Page { items, next_cursor })
+    Ok((select, limit))
+}
+
+/// Cuts the rows of [`page_select`] to the page, and answers the cursor of the next page (the
+/// last key of this one) when there is one.
+pub fn page_cut<T, K: CursorKey>(
+    items: &mut Vec<T>,
+    limit: u64,
+    key_of: impl Fn(&T) -> K,
+) -> Option<String> {
+    if items.len() as u64 <= limit {
+        return None;
+    }
+    items.truncate(limit as usize);
+    items
+        .last()
+        .map(|last| URL_SAFE_NO_PAD.encode(key_of(last).to_cursor()))
 }

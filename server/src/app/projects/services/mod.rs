@@ -21,7 +21,7 @@ use crate::app::App;
 use crate::app::projects::scoped::scoped_find;
 use crate::app::shared::audit::AuditEntry;
 use crate::app::shared::limits::Limit;
-use crate::app::shared::pagination::{Page, PageParams};
+use crate::app::shared::pagination::{PageParams, ViewPage};
 use crate::app::shared::validate::slug_validate;
 use crate::authz::{OpContext, Principal, ProjectRole, Scope};
 use crate::entity::environment;
@@ -537,8 +537,8 @@ impl App {
         principal: &Principal,
         project_id: ProjectId,
         params: PageParams,
-    ) -> AppResult<Page<service::Model>> {
-        self.scoped_list::<service::Entity>(principal, project_id, params)
+    ) -> AppResult<ViewPage> {
+        self.scoped_list_views::<service::Entity, ServiceView>(principal, project_id, params)
             .await
     }
 
