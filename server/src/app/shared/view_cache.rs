@@ -6,9 +6,8 @@
 //! and revisions on every read, and a kept view is used only for the revision the database
 //! answered (a row whose revision moved is read and converted again). So it is as fresh as
 //! the database across replicas, and needs no invalidation. What it relies on: every change
-//! to what a row's view shows makes the row's next revision (as
-//! [`crate::app::projects::write::ProjectWrite::save`] does), and the view depends on the row
-//! alone, never on who asks.
+//! to what a row's view shows makes the row's next revision (as a project write's `save`
+//! does), and the view depends on the row alone, never on who asks.
 
 use std::sync::Arc;
 
