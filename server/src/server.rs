@@ -143,7 +143,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<RunningServer> {
         forge: Arc::new(ForgeCalls::new(&settings.webhook_allowed_networks)?),
         sign_in: Arc::default(),
         tasks: Arc::default(),
-        views: Arc::default(),
+        view_cache: Arc::default(),
         settings: Arc::new(settings),
     };
     let bootstrap = app.bootstrap().await?;

@@ -86,7 +86,7 @@ pub struct App {
     /// The status of each background task of this server.
     pub tasks: Arc<background::driver::TaskBoard>,
     /// Rows' views kept serialized, for lists (see [`shared::view_cache`]).
-    pub views: Arc<shared::view_cache::ViewCache>,
+    pub view_cache: Arc<shared::view_cache::ViewCache>,
 }
 
 #[cfg(test)]

@@ -392,8 +392,9 @@ pub fn if_none_match_names(if_none_match: &str, etag: &str) -> bool {
 /// Answers a GET whose `If-None-Match` matches the response's `ETag` with 304.
 ///
 /// It never reads a response body: a resource's handler sets its strong `ETag`, a list's comes
-/// from [`crate::app::shared::pagination::Page`]'s `IntoResponse` (which has the serialized bytes), and a response without one
-/// (such as an event stream) passes through untouched, as it is produced.
+/// from its page's `IntoResponse` ([`crate::app::shared::pagination::ViewPage`]'s from its
+/// rows' revisions, [`crate::app::shared::pagination::Page`]'s from its serialized bytes),
+/// and a response without one (such as an event stream) passes through untouched.
 pub async fn conditional_get(request: Request, next: Next) -> Response {
     if request.method() != Method::GET {
         return next.run(request).await;

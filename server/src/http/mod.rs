@@ -267,9 +267,9 @@ pub(crate) fn tagged<T: Serialize>(revision: i64, body: T) -> Response {
     response
 }
 
-/// A page of a list as JSON, with a weak `ETag` from a hash of exactly these bytes: lists have
-/// no revision of their own, and this is where their serialized body is at hand (middleware
-/// never buffers a body to tag it).
+/// A page of a list as JSON, with a weak `ETag` from a hash of exactly these bytes: for lists
+/// whose views are not kept by revision ([`ViewPage`]), this is where their serialized body is
+/// at hand (middleware never buffers a body to tag it).
 impl<T: Serialize> IntoResponse for Page<T> {
     fn into_response(self) -> Response {
         digest_tagged(&self)

@@ -92,7 +92,7 @@ impl App {
             .iter()
             .map(|&(id, revision)| {
                 let id: Uuid = id.into();
-                (id, self.views.get(E::NAME, id, revision))
+                (id, self.view_cache.get(E::NAME, id, revision))
             })
             .collect();
         let missing: Vec<E::Id> = keys
@@ -114,7 +114,11 @@ impl App {
                 // A row deleted between the two reads is left out of the page.
                 if let Some(row) = rows.remove(&*id) {
                     let revision = row.revision();
-                    *view = Some(self.views.put(E::NAME, *id, revision, &V::try_from(row)?)?);
+                    *view =
+                        Some(
+                            self.view_cache
+                                .put(E::NAME, *id, revision, &V::try_from(row)?)?,
+                        );
                 }
             }
         }
